@@ -1,0 +1,80 @@
+// cli/main.cpp - `cleave COMMAND ...`: dispatch only.
+#include <cstring>
+#include <exception>
+#include <iostream>
+
+#include "cli/commands.h"
+
+namespace cleave::cli {
+
+int parseArguments(CLI::App& app, const Args& args, std::ostream& out, std::ostream& err) {
+  std::vector<std::string> reversed(args.rbegin(), args.rend()); // CLI11 consumes from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    err << app.get_name() << ": usage error: " << e.what() << " (see --help)\n";
+    return kExitUsage;
+  }
+  return -1;
+}
+
+int reportError(const std::string& command, const Error& error, std::ostream& err) {
+  std::string message = error.message();
+  for (char& c : message) // one line, always
+    if (c == '\n')
+      c = ' ';
+  err << command << ": error: " << message << "\n";
+  return kExitRejected;
+}
+
+namespace {
+struct Command {
+  const char* name;
+  int (*run)(const Args&, std::ostream&, std::ostream&);
+  const char* summary;
+};
+constexpr Command kCommands[] = {
+    {"inspect", runInspect, "counts, sizes, op histogram, inputs/outputs, depth and width of a model"},
+    {"gen", runGen, "write a synthetic ONNX model (chain, wide, linear_chain, diamonds, transformer)"},
+    {"convert", runConvert, "read a model and write it back as ONNX (round trip, external data)"},
+};
+
+void printUsage(std::ostream& out) {
+  out << "cleave - cut neural-network graphs across devices\n\n"
+         "usage: cleave COMMAND [ARGS] (cleave COMMAND --help for each)\n\n"
+         "commands:\n";
+  for (const Command& command : kCommands)
+    out << "  " << command.name << std::string(10 - std::strlen(command.name), ' ') << command.summary
+        << "\n";
+  out << "\nmodels: ONNX files (.onnx, opset 11+) or FX-graph JSON written by tools/cleave_fx.py\n";
+}
+} // namespace
+} // namespace cleave::cli
+
+int main(int argc, char** argv) {
+  using namespace cleave::cli;
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    printUsage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? kExitUsage : kExitOk;
+  }
+  if (std::strcmp(argv[1], "--version") == 0) {
+    std::cout << "cleave 0.1.0\n";
+    return kExitOk;
+  }
+  Args args(argv + 2, argv + argc);
+  for (const Command& command : kCommands) {
+    if (std::strcmp(argv[1], command.name) != 0)
+      continue;
+    try {
+      return command.run(args, std::cout, std::cerr);
+    } catch (const std::exception& e) { // a bug: say so in one line instead of crashing
+      std::cerr << "cleave " << command.name << ": internal error: " << e.what() << "\n";
+      return kExitBug;
+    }
+  }
+  std::cerr << "cleave: unknown command '" << argv[1] << "' (see cleave --help)\n";
+  return kExitUsage;
+}

@@ -1,0 +1,19 @@
+// io/model_loader.h - open a model file whatever its format (ONNX protobuf or FX-graph JSON).
+#pragma once
+
+#include <string>
+
+#include "base/expected.h"
+#include "io/onnx.h"
+#include "ir/graph.h"
+
+namespace cleave::io {
+
+enum class ModelFormat : std::uint8_t { Onnx, FxJson };
+
+// By content: a file whose first non-blank byte is '{' is FX-graph JSON, anything else ONNX.
+Expected<ModelFormat> detectModelFormat(const std::string& path);
+
+[[nodiscard]] Expected<ir::Graph> loadModel(const std::string& path, const OnnxReadOptions& options = {});
+
+} // namespace cleave::io

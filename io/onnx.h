@@ -1,0 +1,51 @@
+// io/onnx.h - ONNX models in and out of cleave's IR (libonnx + protobuf).
+//
+// Reading: opsets 11 and up; initializers become Parameter nodes (their bytes are kept in one
+// inline blob, or left in the external data file and read on demand); onnx's own shape
+// inference fills missing value types; unnamed nodes get "<op>_<k>"; subgraph attributes
+// (If/Loop/Scan bodies) are kept as serialized protos and the outer values they read become
+// the node's implicit operands, so dependencies stay right.
+// Writing: the reverse; a written model passes onnx's full check and reads back to the same
+// graph (same nodes, values, attributes and initializers).
+#pragma once
+
+#include <string>
+
+#include "base/expected.h"
+#include "ir/graph.h"
+
+namespace cleave::io {
+
+enum class ShapeInference : std::uint8_t {
+  Auto,   // run onnx shape inference unless every node output already has a type
+  Always, // always run it
+  Never,  // keep the types the file has
+};
+
+struct OnnxReadOptions {
+  ShapeInference shapeInference = ShapeInference::Auto;
+};
+
+inline constexpr std::int64_t kMinOnnxOpset = 11;
+
+// Fails: NotFound (no such file), ParseError (not an ONNX protobuf, unknown dtype, bad external
+// data reference), Unsupported (opset below 11, sparse initializers), InvalidGraph (dangling
+// inputs, duplicate names, cycles).
+[[nodiscard]] Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& options = {});
+
+struct OnnxWriteOptions {
+  // Parameters of at least this many bytes go to `<file>.data` beside the model (ONNX external
+  // data); 0 keeps everything inline. Models over 2 GB must use external data.
+  std::int64_t externalDataThreshold = 0;
+};
+
+// Writes atomically (temporary file, then rename). Fails: Unsupported for FX graphs (their ops
+// are torch targets, not ONNX ops), IoError when the destination cannot be written.
+[[nodiscard]] Status writeOnnx(const ir::Graph& graph, const std::string& path,
+                               const OnnxWriteOptions& options = {});
+
+// onnx's full check on a file: the checker, then strict shape inference with type checks
+// (what Python's onnx.checker.check_model(m, full_check=True) does).
+[[nodiscard]] Status checkOnnxFile(const std::string& path);
+
+} // namespace cleave::io

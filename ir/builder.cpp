@@ -1,0 +1,343 @@
+#include "ir/builder.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace cleave::ir {
+namespace {
+constexpr std::uint32_t kNone = UINT32_MAX;
+
+std::uint32_t u32(std::size_t size) { return static_cast<std::uint32_t>(size); }
+} // namespace
+
+GraphBuilder::GraphBuilder(SourceFormat format) { info_.format = format; }
+
+void GraphBuilder::reserve(std::size_t nodes, std::size_t values) {
+  nodes_.reserve(nodes + 1);
+  values_.reserve(values);
+  operandNames_.reserve(values * 2);
+  strings_.reserve(nodes + values + 16);
+}
+
+void GraphBuilder::addPendingValue(std::string_view name, const ValueType& type,
+                                   std::uint32_t producer) {
+  PendingValue value{};
+  value.name = strings_.intern(name);
+  value.kind = type.kind;
+  value.dtype = type.dtype;
+  value.rankKnown = type.shape.rankKnown;
+  value.typeName = strings_.intern(type.typeName);
+  value.producer = producer;
+  value.dims.begin = u32(dims_.size());
+  for (const Dim& dim : type.shape.dims)
+    dims_.push_back(DimEntry{dim.extent, dim.isKnown() ? 0u : strings_.intern(dim.symbol)});
+  value.dims.end = u32(dims_.size());
+  value.bytes = byteSizeOf(type);
+  values_.push_back(value);
+}
+
+void GraphBuilder::addInput(std::string_view name, const ValueType& type) {
+  NodeSpec spec;
+  spec.kind = NodeKind::Input;
+  spec.name = std::string(name);
+  spec.outputs.push_back({std::string(name), type});
+  addNode(std::move(spec));
+}
+
+void GraphBuilder::addParameter(Parameter parameter, const ValueType& type) {
+  NodeSpec spec;
+  spec.kind = NodeKind::Parameter;
+  spec.name = parameter.name;
+  spec.outputs.push_back({parameter.name, type});
+  spec.parameters.push_back(std::move(parameter));
+  addNode(std::move(spec));
+}
+
+ParameterData GraphBuilder::appendInlineData(std::string_view bytes) {
+  ParameterData data;
+  data.source = ParameterData::Source::Inline;
+  data.offset = inlineData_.size();
+  data.length = bytes.size();
+  inlineData_.append(bytes);
+  return data;
+}
+
+void GraphBuilder::addNode(NodeSpec spec) {
+  PendingNode node{};
+  auto nodeIndex = u32(nodes_.size());
+  node.kind = spec.kind;
+  node.implicitInputs = spec.implicitInputs;
+  node.name = strings_.intern(spec.name);
+  node.domain = strings_.intern(spec.domain);
+  node.opType = strings_.intern(spec.opType);
+  node.scope = strings_.intern(spec.scope);
+  node.inputs.begin = u32(operandNames_.size());
+  for (const std::string& input : spec.inputs)
+    operandNames_.push_back(strings_.intern(input));
+  node.inputs.end = u32(operandNames_.size());
+  node.outputs.begin = u32(values_.size());
+  for (const OutputSpec& output : spec.outputs)
+    addPendingValue(output.name, output.type, nodeIndex);
+  node.outputs.end = u32(values_.size());
+  node.attrs.begin = u32(attrs_.size());
+  for (Attribute& attr : spec.attributes)
+    attrs_.push_back(std::move(attr));
+  node.attrs.end = u32(attrs_.size());
+  node.params.begin = u32(nodeParams_.size());
+  for (Parameter& param : spec.parameters) {
+    nodeParams_.push_back(u32(params_.size()));
+    params_.push_back(std::move(param));
+  }
+  node.params.end = u32(nodeParams_.size());
+  nodes_.push_back(node);
+}
+
+void GraphBuilder::setOutputs(std::vector<std::string> valueNames, std::string outputNodeName) {
+  NodeSpec spec;
+  spec.kind = NodeKind::Output;
+  spec.name = std::move(outputNodeName);
+  spec.inputs = std::move(valueNames);
+  addNode(std::move(spec));
+  outputsSet_ = true;
+}
+
+// Phase 1: unnamed nodes get "<opType>_<k>", skipping names that are already taken.
+Status GraphBuilder::nameUnnamedNodes() {
+  std::vector<bool> taken(strings_.size(), false);
+  for (const PendingNode& node : nodes_)
+    taken[node.name] = true;
+  std::unordered_map<std::uint32_t, std::uint32_t> nextIndexByOp;
+  for (PendingNode& node : nodes_) {
+    if (node.name != 0)
+      continue;
+    std::string base = strings_.str(node.opType).empty() ? std::string(nodeKindName(node.kind))
+                                                         : strings_.str(node.opType);
+    std::uint32_t& next = nextIndexByOp[node.opType];
+    while (true) {
+      std::string candidate = base + "_" + std::to_string(next++);
+      std::uint32_t existing = strings_.find(candidate);
+      if (existing != kNone && existing < taken.size() && taken[existing])
+        continue;
+      node.name = strings_.intern(candidate);
+      if (taken.size() <= node.name)
+        taken.resize(node.name + 1, false);
+      taken[node.name] = true;
+      break;
+    }
+  }
+  return {};
+}
+
+// Phases 2-3: unique names, then operand name -> pending value index (kNone when omitted).
+Expected<std::vector<std::uint32_t>> GraphBuilder::resolveOperands() {
+  std::vector<std::uint32_t> nodeByName(strings_.size(), kNone);
+  for (std::uint32_t i = 0; i < nodes_.size(); ++i) {
+    std::uint32_t& slot = nodeByName[nodes_[i].name];
+    if (slot != kNone)
+      return Error(ErrorCode::InvalidGraph)
+             << "duplicate node name '" << strings_.str(nodes_[i].name) << "'";
+    slot = i;
+  }
+  std::vector<std::uint32_t> valueByName(strings_.size(), kNone);
+  for (std::uint32_t v = 0; v < values_.size(); ++v) {
+    std::uint32_t& slot = valueByName[values_[v].name];
+    if (values_[v].name == 0)
+      return Error(ErrorCode::InvalidGraph)
+             << "node '" << strings_.str(nodes_[values_[v].producer].name)
+             << "' has an output without a name";
+    if (slot != kNone)
+      return Error(ErrorCode::InvalidGraph)
+             << "duplicate value name '" << strings_.str(values_[v].name) << "' (produced by '"
+             << strings_.str(nodes_[values_[slot].producer].name) << "' and '"
+             << strings_.str(nodes_[values_[v].producer].name) << "')";
+    slot = v;
+  }
+  std::vector<std::uint32_t> operandValues(operandNames_.size(), kNone);
+  for (const PendingNode& node : nodes_) {
+    for (std::uint32_t i = node.inputs.begin; i < node.inputs.end; ++i) {
+      std::uint32_t nameId = operandNames_[i];
+      if (nameId == 0) {
+        if (node.kind == NodeKind::Output)
+          return Error(ErrorCode::InvalidGraph) << "graph output " << (i - node.inputs.begin)
+                                                << " has an empty name";
+        continue;
+      }
+      if (valueByName[nameId] == kNone)
+        return Error(ErrorCode::InvalidGraph)
+               << "node '" << strings_.str(node.name) << "' ("
+               << (strings_.str(node.opType).empty() ? nodeKindName(node.kind)
+                                                     : strings_.str(node.opType))
+               << ") input '" << strings_.str(nameId) << "' names no value";
+      operandValues[i] = valueByName[nameId];
+    }
+  }
+  return operandValues;
+}
+
+std::string GraphBuilder::describeCycle(const std::vector<std::uint32_t>& stack,
+                                        std::uint32_t repeated) const {
+  auto start = std::find(stack.begin(), stack.end(), repeated);
+  std::string text;
+  for (auto it = start; it != stack.end(); ++it)
+    text += "'" + strings_.str(nodes_[*it].name) + "' -> ";
+  return text + "'" + strings_.str(nodes_[repeated].name) + "'";
+}
+
+// Phase 4: depth-first topological order that keeps an already valid creation order intact.
+// Returns the pending node indexes in their new order.
+Expected<std::vector<std::uint32_t>>
+GraphBuilder::orderTopologically(const std::vector<std::uint32_t>& operandValues) {
+  enum : std::uint8_t { kUnseen, kOnStack, kDone };
+  std::vector<std::uint8_t> state(nodes_.size(), kUnseen);
+  std::vector<std::uint32_t> order;
+  order.reserve(nodes_.size());
+  std::vector<std::uint32_t> stack, cursor; // node, next operand to look at
+  for (std::uint32_t root = 0; root < nodes_.size(); ++root) {
+    if (state[root] != kUnseen)
+      continue;
+    stack.assign(1, root);
+    cursor.assign(1, nodes_[root].inputs.begin);
+    state[root] = kOnStack;
+    while (!stack.empty()) {
+      std::uint32_t node = stack.back();
+      std::uint32_t& next = cursor.back();
+      if (next == nodes_[node].inputs.end) {
+        state[node] = kDone;
+        order.push_back(node);
+        stack.pop_back();
+        cursor.pop_back();
+        continue;
+      }
+      std::uint32_t value = operandValues[next++];
+      if (value == kNone)
+        continue;
+      std::uint32_t producer = values_[value].producer;
+      if (state[producer] == kDone)
+        continue;
+      if (state[producer] == kOnStack)
+        return Error(ErrorCode::InvalidGraph) << "cycle: " << describeCycle(stack, producer);
+      state[producer] = kOnStack;
+      stack.push_back(producer);
+      cursor.push_back(nodes_[producer].inputs.begin);
+    }
+  }
+  return order;
+}
+
+Expected<Graph> GraphBuilder::finish() && {
+  if (!outputsSet_)
+    return Error(ErrorCode::InvalidGraph) << "graph has no outputs";
+  CLEAVE_CHECK(nameUnnamedNodes());
+  CLEAVE_TRY(std::vector<std::uint32_t> operandValues, resolveOperands());
+  CLEAVE_TRY(std::vector<std::uint32_t> order, orderTopologically(operandValues));
+  // The Output node was added by setOutputs(); nothing uses it, but a later node could have
+  // been added after it, so move it to the end explicitly.
+  for (std::uint32_t i = 0; i < order.size(); ++i)
+    if (nodes_[order[i]].kind == NodeKind::Output) {
+      std::uint32_t outputIndex = order[i];
+      order.erase(order.begin() + i);
+      order.push_back(outputIndex);
+      break;
+    }
+  std::size_t outputNodes = std::count_if(nodes_.begin(), nodes_.end(), [](const PendingNode& n) {
+    return n.kind == NodeKind::Output;
+  });
+  if (outputNodes != 1)
+    return Error(ErrorCode::InvalidGraph) << "graph has " << outputNodes << " output nodes";
+
+  // Phase 5: renumber and build the flat arrays.
+  Graph graph;
+  graph.info_ = std::move(info_);
+  std::vector<std::uint32_t> newValueId(values_.size(), kNone);
+  graph.nodes_.reserve(nodes_.size());
+  graph.values_.reserve(values_.size());
+  graph.operands_.reserve(operandNames_.size());
+  graph.results_.reserve(values_.size());
+  graph.dims_.reserve(dims_.size());
+  for (std::uint32_t pending : order) {
+    const PendingNode& source = nodes_[pending];
+    auto nodeId = NodeId{u32(graph.nodes_.size())};
+    Graph::Node node{};
+    node.kind = source.kind;
+    node.implicitInputs = source.implicitInputs;
+    node.name = source.name;
+    node.domain = source.domain;
+    node.opType = source.opType;
+    node.scope = source.scope;
+    node.inputs.begin = u32(graph.operands_.size());
+    for (std::uint32_t i = source.inputs.begin; i < source.inputs.end; ++i) {
+      std::uint32_t value = operandValues[i];
+      graph.operands_.push_back(value == kNone ? kNoValue : ValueId{newValueId[value]});
+    }
+    node.inputs.end = u32(graph.operands_.size());
+    node.outputs.begin = u32(graph.results_.size());
+    for (std::uint32_t v = source.outputs.begin; v < source.outputs.end; ++v) {
+      const PendingValue& pv = values_[v];
+      newValueId[v] = u32(graph.values_.size());
+      Graph::Value value{};
+      value.name = pv.name;
+      value.producer = nodeId;
+      value.kind = pv.kind;
+      value.dtype = pv.dtype;
+      value.rankKnown = pv.rankKnown;
+      value.typeName = pv.typeName;
+      value.dims.begin = u32(graph.dims_.size());
+      graph.dims_.insert(graph.dims_.end(), dims_.begin() + pv.dims.begin,
+                         dims_.begin() + pv.dims.end);
+      value.dims.end = u32(graph.dims_.size());
+      value.bytes = pv.bytes;
+      graph.results_.push_back(ValueId{newValueId[v]});
+      graph.values_.push_back(value);
+    }
+    node.outputs.end = u32(graph.results_.size());
+    node.attrs.begin = u32(graph.attrs_.size());
+    for (std::uint32_t a = source.attrs.begin; a < source.attrs.end; ++a)
+      graph.attrs_.push_back(std::move(attrs_[a]));
+    node.attrs.end = u32(graph.attrs_.size());
+    node.params.begin = u32(graph.nodeParams_.size());
+    for (std::uint32_t p = source.params.begin; p < source.params.end; ++p)
+      graph.nodeParams_.push_back(ParamId{nodeParams_[p]});
+    node.params.end = u32(graph.nodeParams_.size());
+    if (node.kind == NodeKind::Input)
+      graph.inputNodes_.push_back(nodeId);
+    graph.nodes_.push_back(node);
+  }
+  graph.params_ = std::move(params_);
+
+  // Users: count, then fill (CSR). A node using a value twice is listed once.
+  std::vector<std::uint32_t> userCount(graph.values_.size(), 0);
+  std::vector<std::uint32_t> lastUser(graph.values_.size(), kNone);
+  for (std::uint32_t n = 0; n < graph.nodes_.size(); ++n)
+    for (ValueId value : graph.inputs(NodeId{n}))
+      if (value != kNoValue && lastUser[index(value)] != n) {
+        lastUser[index(value)] = n;
+        ++userCount[index(value)];
+      }
+  std::uint32_t offset = 0;
+  for (std::uint32_t v = 0; v < graph.values_.size(); ++v) {
+    graph.values_[v].users = IdRange{offset, offset};
+    offset += userCount[v];
+  }
+  graph.users_.resize(offset);
+  for (std::uint32_t n = 0; n < graph.nodes_.size(); ++n)
+    for (ValueId value : graph.inputs(NodeId{n})) {
+      if (value == kNoValue)
+        continue;
+      IdRange& users = graph.values_[index(value)].users;
+      if (users.end > users.begin && graph.users_[users.end - 1] == NodeId{n})
+        continue;
+      graph.users_[users.end++] = NodeId{n};
+    }
+
+  graph.strings_ = std::move(strings_);
+  graph.nodeByName_.assign(graph.strings_.size(), kNone);
+  graph.valueByName_.assign(graph.strings_.size(), kNone);
+  for (std::uint32_t n = 0; n < graph.nodes_.size(); ++n)
+    graph.nodeByName_[graph.nodes_[n].name] = n;
+  for (std::uint32_t v = 0; v < graph.values_.size(); ++v)
+    graph.valueByName_[graph.values_[v].name] = v;
+  graph.inlineData_ = std::make_shared<const std::string>(std::move(inlineData_));
+  return graph;
+}
+
+} // namespace cleave::ir

@@ -1,0 +1,95 @@
+// ir/builder.h - the only way to make a Graph.
+//
+// Readers, generators and tests add nodes in any order, naming values by string; finish() then
+//   1. gives unnamed nodes unique names "<opType>_<k>" (k counts in creation order),
+//   2. checks that node names and value names are unique,
+//   3. resolves every operand to its producer (a name nobody produces is an error),
+//   4. orders nodes topologically, keeping the creation order wherever it is already valid,
+//      and names a cycle if there is one,
+//   5. renumbers nodes and values densely in that order and builds the CSR arrays and users.
+// Complexity: O(V + E + total name length) expected time, O(V + E) memory.
+// Determinism: the result depends only on the sequence of calls.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace cleave::ir {
+
+struct OutputSpec {
+  std::string name;
+  ValueType type;
+};
+
+struct NodeSpec {
+  NodeKind kind = NodeKind::Op;
+  std::string name; // empty: generated
+  std::string domain;
+  std::string opType;
+  std::string scope;
+  std::vector<std::string> inputs; // value names; "" = omitted optional operand
+  std::uint32_t implicitInputs = 0; // how many of the trailing inputs are implicit
+  std::vector<OutputSpec> outputs;
+  std::vector<Attribute> attributes;
+  std::vector<Parameter> parameters; // module weights (FX call_module)
+};
+
+class GraphBuilder {
+public:
+  explicit GraphBuilder(SourceFormat format = SourceFormat::Synthetic);
+
+  ModelInfo& modelInfo() { return info_; }
+
+  // A graph input (placeholder) whose single value has the node's name.
+  void addInput(std::string_view name, const ValueType& type);
+  // A parameter node (initializer / get_attr) whose single value has the node's name.
+  void addParameter(Parameter parameter, const ValueType& type);
+  // Inline bytes for a parameter; returns the ParameterData to put in the Parameter.
+  ParameterData appendInlineData(std::string_view bytes);
+  void addNode(NodeSpec spec);
+  // The graph outputs, by value name, in order. Required before finish().
+  void setOutputs(std::vector<std::string> valueNames, std::string outputNodeName = "output");
+  void reserve(std::size_t nodes, std::size_t values);
+
+  [[nodiscard]] Expected<Graph> finish() &&;
+
+private:
+  struct PendingNode {
+    NodeKind kind;
+    std::uint32_t implicitInputs;
+    std::uint32_t name, domain, opType, scope;
+    IdRange inputs, outputs, attrs, params;
+  };
+  struct PendingValue {
+    std::uint32_t name;
+    ValueKind kind;
+    DType dtype;
+    bool rankKnown;
+    std::uint32_t typeName;
+    std::uint32_t producer; // pending node index
+    IdRange dims;
+    std::int64_t bytes;
+  };
+  void addPendingValue(std::string_view name, const ValueType& type, std::uint32_t producer);
+  Status nameUnnamedNodes();
+  Expected<std::vector<std::uint32_t>> resolveOperands();
+  Expected<std::vector<std::uint32_t>> orderTopologically(const std::vector<std::uint32_t>& producerOf);
+  std::string describeCycle(const std::vector<std::uint32_t>& stack, std::uint32_t repeated) const;
+
+  ModelInfo info_;
+  StringTable strings_;
+  std::vector<PendingNode> nodes_;
+  std::vector<PendingValue> values_;
+  std::vector<std::uint32_t> operandNames_; // CSR of string ids
+  std::vector<DimEntry> dims_;
+  std::vector<Attribute> attrs_;
+  std::vector<Parameter> params_;
+  std::vector<std::uint32_t> nodeParams_;
+  std::string inlineData_;
+  bool outputsSet_ = false;
+};
+
+} // namespace cleave::ir

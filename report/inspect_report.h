@@ -1,0 +1,22 @@
+// report/inspect_report.h - what `cleave inspect` prints, as text and as JSON.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "ir/analysis.h"
+#include "report/json_util.h"
+
+namespace cleave::report {
+
+struct InspectOptions {
+  bool includeNodes = false; // one entry per node (JSON) or the IR text form (text)
+  std::size_t topOps = 0;    // 0: every op type in the histogram
+};
+
+Json inspectJson(const ir::Graph& graph, const ir::GraphStats& stats, const std::string& path,
+                 const InspectOptions& options);
+void printInspectText(const ir::Graph& graph, const ir::GraphStats& stats, const std::string& path,
+                      const InspectOptions& options, std::ostream& out);
+
+} // namespace cleave::report
