@@ -1,21 +1,99 @@
 #include "base/strings.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace cleave {
 
+namespace {
+constexpr std::size_t kChunkBytes = 1 << 20;
+} // namespace
+
+StringTable::StringTable() {
+  slots_.resize(64);
+  intern("");
+}
+
+std::uint64_t StringTable::hashOf(std::string_view text) {
+  // FNV-1a over 8-byte words, then a final mix: fast for the short names graphs are made of.
+  std::uint64_t hash = 1469598103934665603ull ^ text.size();
+  std::size_t i = 0;
+  for (; i + 8 <= text.size(); i += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, text.data() + i, 8);
+    hash = (hash ^ word) * 1099511628211ull;
+  }
+  for (; i < text.size(); ++i)
+    hash = (hash ^ static_cast<unsigned char>(text[i])) * 1099511628211ull;
+  hash ^= hash >> 29;
+  hash *= 0xBF58476D1CE4E5B9ull;
+  return hash ^ (hash >> 32);
+}
+
+std::string_view StringTable::store(std::string_view text) {
+  if (text.empty())
+    return {};
+  if (chunks_.empty() || chunkUsed_ + text.size() > chunkSize_) {
+    chunkSize_ = std::max(kChunkBytes, text.size());
+    chunks_.push_back(std::make_unique<char[]>(chunkSize_));
+    chunkUsed_ = 0;
+  }
+  char* at = chunks_.back().get() + chunkUsed_;
+  std::memcpy(at, text.data(), text.size());
+  chunkUsed_ += text.size();
+  return {at, text.size()};
+}
+
+void StringTable::grow(std::size_t minSlots) {
+  std::size_t size = slots_.size();
+  while (size < minSlots)
+    size *= 2;
+  if (size == slots_.size())
+    return;
+  std::vector<Slot> slots(size);
+  std::size_t mask = size - 1;
+  for (std::uint32_t id = 0; id < views_.size(); ++id) {
+    std::uint64_t hash = hashOf(views_[id]);
+    std::size_t at = hash & mask;
+    while (slots[at].idPlusOne)
+      at = (at + 1) & mask;
+    slots[at] = Slot{id + 1, static_cast<std::uint32_t>(hash >> 32)};
+  }
+  slots_ = std::move(slots);
+}
+
+void StringTable::reserve(std::size_t count) {
+  grow(count * 2);
+  views_.reserve(count);
+}
+
 std::uint32_t StringTable::intern(std::string_view text) {
-  if (auto it = ids_.find(text); it != ids_.end())
-    return it->second;
-  auto id = static_cast<std::uint32_t>(strings_.size());
-  const std::string& stored = strings_.emplace_back(text);
-  ids_.emplace(std::string_view(stored), id);
+  std::uint64_t hash = hashOf(text);
+  auto tag = static_cast<std::uint32_t>(hash >> 32);
+  std::size_t mask = slots_.size() - 1;
+  std::size_t at = hash & mask;
+  while (slots_[at].idPlusOne) {
+    if (slots_[at].hashTag == tag && views_[slots_[at].idPlusOne - 1] == text)
+      return slots_[at].idPlusOne - 1;
+    at = (at + 1) & mask;
+  }
+  auto id = static_cast<std::uint32_t>(views_.size());
+  views_.push_back(store(text));
+  slots_[at] = Slot{id + 1, tag};
+  if (views_.size() * 2 > slots_.size())
+    grow(slots_.size() * 2);
   return id;
 }
 
 std::uint32_t StringTable::find(std::string_view text) const {
-  auto it = ids_.find(text);
-  return it == ids_.end() ? UINT32_MAX : it->second;
+  std::uint64_t hash = hashOf(text);
+  auto tag = static_cast<std::uint32_t>(hash >> 32);
+  std::size_t mask = slots_.size() - 1;
+  for (std::size_t at = hash & mask; slots_[at].idPlusOne; at = (at + 1) & mask)
+    if (slots_[at].hashTag == tag && views_[slots_[at].idPlusOne - 1] == text)
+      return slots_[at].idPlusOne - 1;
+  return UINT32_MAX;
 }
 
 std::string formatBytes(std::int64_t bytes) {

@@ -2,29 +2,44 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace cleave {
 
-// Interns strings to dense uint32 ids. Id 0 is always the empty string.
-// Storage is a deque so the string_view keys stay valid as it grows.
+// Interns strings to dense uint32 ids; id 0 is always the empty string.
+// A flat open-addressing table (linear probing, power-of-two size, load <= 1/2) whose slots keep
+// part of the hash, so a probe touches the string bytes only on a likely match. Characters live
+// in a chunked arena: a view stays valid for the table's lifetime. Complexity: expected O(length)
+// per intern or find; about 24 bytes per distinct string plus its characters.
 class StringTable {
 public:
-  StringTable() { intern(""); }
+  StringTable();
+  StringTable(StringTable&&) noexcept = default;
+  StringTable& operator=(StringTable&&) noexcept = default;
+
   std::uint32_t intern(std::string_view text);
-  // Returns the id of `text` or UINT32_MAX when it was never interned.
+  // The id of `text`, or UINT32_MAX when it was never interned.
   std::uint32_t find(std::string_view text) const;
-  const std::string& str(std::uint32_t id) const { return strings_[id]; }
-  std::size_t size() const { return strings_.size(); }
-  void reserve(std::size_t count) { ids_.reserve(count); }
+  std::string_view str(std::uint32_t id) const { return views_[id]; }
+  std::size_t size() const { return views_.size(); }
+  void reserve(std::size_t count);
 
 private:
-  std::deque<std::string> strings_;
-  std::unordered_map<std::string_view, std::uint32_t> ids_;
+  struct Slot {
+    std::uint32_t idPlusOne = 0; // 0: empty
+    std::uint32_t hashTag = 0;   // upper hash bits
+  };
+  static std::uint64_t hashOf(std::string_view text);
+  std::string_view store(std::string_view text);
+  void grow(std::size_t minSlots);
+
+  std::vector<Slot> slots_;
+  std::vector<std::string_view> views_;
+  std::vector<std::unique_ptr<char[]>> chunks_;
+  std::size_t chunkUsed_ = 0, chunkSize_ = 0;
 };
 
 // "1.5 KiB", "3.0 MiB": binary units with one decimal; plain bytes below 1 KiB.

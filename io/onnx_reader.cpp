@@ -49,8 +49,14 @@ Expected<DType> toDType(int code, const std::string& what) {
   return *dtype;
 }
 
-Expected<ir::ValueType> toValueType(const onnx::TypeProto& type, const std::string& what) {
-  ir::ValueType result;
+// Fills `result` in place (reusing its storage: this runs once per value of the model).
+Status fillValueType(const onnx::TypeProto& type, const std::string& what, ir::ValueType& result) {
+  result.kind = ir::ValueKind::Unknown;
+  result.dtype = DType::Undefined;
+  result.shape.rankKnown = false;
+  result.shape.dims.clear();
+  result.typeName.clear();
+  result.bytes = -1;
   switch (type.value_case()) {
   case onnx::TypeProto::kTensorType: {
     const auto& tensor = type.tensor_type();
@@ -67,14 +73,20 @@ Expected<ir::ValueType> toValueType(const onnx::TypeProto& type, const std::stri
           result.shape.dims.push_back(ir::Dim{-1, dim.has_dim_param() ? dim.dim_param() : ""});
       }
     }
-    return result;
+    return {};
   }
-  case onnx::TypeProto::kSequenceType: result.kind = ir::ValueKind::Sequence; result.typeName = "seq"; return result;
-  case onnx::TypeProto::kOptionalType: result.kind = ir::ValueKind::Sequence; result.typeName = "optional"; return result;
-  case onnx::TypeProto::kMapType: result.kind = ir::ValueKind::Other; result.typeName = "map"; return result;
-  case onnx::TypeProto::kSparseTensorType: result.kind = ir::ValueKind::Other; result.typeName = "sparse_tensor"; return result;
-  default: return result; // Unknown
+  case onnx::TypeProto::kSequenceType: result.kind = ir::ValueKind::Sequence; result.typeName = "seq"; return {};
+  case onnx::TypeProto::kOptionalType: result.kind = ir::ValueKind::Sequence; result.typeName = "optional"; return {};
+  case onnx::TypeProto::kMapType: result.kind = ir::ValueKind::Other; result.typeName = "map"; return {};
+  case onnx::TypeProto::kSparseTensorType: result.kind = ir::ValueKind::Other; result.typeName = "sparse_tensor"; return {};
+  default: return {}; // Unknown
   }
+}
+
+Expected<ir::ValueType> toValueType(const onnx::TypeProto& type, const std::string& what) {
+  ir::ValueType result;
+  CLEAVE_CHECK(fillValueType(type, what, result));
+  return result;
 }
 
 // Typed repeated fields -> little-endian raw bytes, as raw_data would hold them.
@@ -107,26 +119,62 @@ Expected<std::string> typedFieldsToRaw(const onnx::TensorProto& tensor, DType dt
   return raw;
 }
 
+// Declared types (graph inputs, value_info, outputs) by value name, dense by the builder's
+// string ids: the names are interned once, and node outputs later hit the same entries.
+struct DeclaredTypes {
+  std::vector<const onnx::TypeProto*> types;
+  void add(ir::GraphBuilder& builder, const onnx::ValueInfoProto& info) {
+    if (info.type().value_case() == onnx::TypeProto::VALUE_NOT_SET)
+      return;
+    std::uint32_t id = builder.intern(info.name());
+    if (id >= types.size())
+      types.resize(std::max<std::size_t>(id + 1, types.size() * 2), nullptr);
+    types[id] = &info.type();
+  }
+  const onnx::TypeProto* find(const ir::GraphBuilder& builder, std::string_view name) const {
+    std::uint32_t id = builder.findString(name);
+    return id < types.size() ? types[id] : nullptr;
+  }
+};
+
+DeclaredTypes collectDeclaredTypes(ir::GraphBuilder& builder, const onnx::GraphProto& graph) {
+  DeclaredTypes declared;
+  for (const auto& info : graph.input())
+    declared.add(builder, info);
+  for (const auto& info : graph.value_info())
+    declared.add(builder, info);
+  for (const auto& info : graph.output())
+    declared.add(builder, info);
+  return declared;
+}
+
 class OnnxGraphReader {
 public:
-  OnnxGraphReader(const onnx::ModelProto& model, std::string sourcePath)
-      : model_(model), sourcePath_(std::move(sourcePath)) {}
-  Expected<ir::Graph> read();
+  OnnxGraphReader(const onnx::ModelProto& model, std::string sourcePath, ir::GraphBuilder builder,
+                  DeclaredTypes declared)
+      : model_(model), sourcePath_(std::move(sourcePath)), builder_(std::move(builder)),
+        declared_(std::move(declared)) {}
+  // Copies everything into the builder; the protobuf tree is not needed afterwards.
+  Status read();
+  ir::GraphBuilder takeBuilder() { return std::move(builder_); }
 
 private:
   Status readModelInfo();
   Status readInitializer(const onnx::TensorProto& tensor);
   Status readNode(const onnx::NodeProto& node);
   Expected<ir::Attribute> readAttribute(const onnx::AttributeProto& attr, const std::string& nodeName);
-  Expected<ir::ValueType> typeOf(const std::string& valueName) const;
+  Status fillTypeOf(const std::string& valueName, ir::ValueType& type) const;
   void collectCaptures(const onnx::GraphProto& body, std::unordered_set<std::string> defined,
                        std::vector<std::string>& captures, std::unordered_set<std::string>& seen);
 
   const onnx::ModelProto& model_;
   std::string sourcePath_;
-  ir::GraphBuilder builder_{ir::SourceFormat::Onnx};
-  std::unordered_map<std::string_view, const onnx::TypeProto*> types_;
+  ir::GraphBuilder builder_;
+  DeclaredTypes declared_;
+  ir::NodeSpec spec_; // reused for every node: its strings and vectors keep their capacity
 };
+
+
 
 Status OnnxGraphReader::readModelInfo() {
   ir::ModelInfo& info = builder_.modelInfo();
@@ -153,11 +201,13 @@ Status OnnxGraphReader::readModelInfo() {
   return {};
 }
 
-Expected<ir::ValueType> OnnxGraphReader::typeOf(const std::string& valueName) const {
-  auto it = types_.find(valueName);
-  if (it == types_.end())
-    return ir::ValueType{};
-  return toValueType(*it->second, "value '" + valueName + "'");
+Status OnnxGraphReader::fillTypeOf(const std::string& valueName, ir::ValueType& type) const {
+  const onnx::TypeProto* declared = declared_.find(builder_, valueName);
+  if (!declared) {
+    type = ir::ValueType{};
+    return {};
+  }
+  return fillValueType(*declared, "value '" + valueName + "'", type);
 }
 
 Status OnnxGraphReader::readInitializer(const onnx::TensorProto& tensor) {
@@ -262,52 +312,56 @@ Expected<ir::Attribute> OnnxGraphReader::readAttribute(const onnx::AttributeProt
 }
 
 Status OnnxGraphReader::readNode(const onnx::NodeProto& node) {
-  ir::NodeSpec spec;
+  ir::NodeSpec& spec = spec_;
   spec.kind = ir::NodeKind::Op;
   spec.name = node.name();
-  spec.domain = node.domain() == "ai.onnx" ? "" : node.domain();
+  spec.domain = node.domain() == "ai.onnx" ? std::string() : node.domain();
   spec.opType = node.op_type();
   if (spec.opType.empty())
     return Error(ErrorCode::ParseError) << "node '" << node.name() << "' has no op_type";
   spec.scope = scopeFromNodeName(node.name());
-  spec.inputs.assign(node.input().begin(), node.input().end());
-  std::string displayName = node.name().empty() ? node.op_type() : node.name();
+  spec.inputs.resize(node.input_size());
+  for (int i = 0; i < node.input_size(); ++i)
+    spec.inputs[i] = node.input(i);
+  spec.outputs.resize(node.output_size());
   for (int i = 0; i < node.output_size(); ++i) {
-    std::string outputName = node.output(i);
-    if (outputName.empty()) // an omitted optional output still needs a unique value name
-      outputName = displayName + "__unused_output_" + std::to_string(i);
-    CLEAVE_TRY(ir::ValueType type, typeOf(outputName));
-    spec.outputs.push_back({std::move(outputName), std::move(type)});
+    ir::OutputSpec& output = spec.outputs[i];
+    output.name = node.output(i);
+    if (output.name.empty()) // an omitted optional output still needs a unique value name
+      output.name = (node.name().empty() ? node.op_type() : node.name()) + "__unused_output_" +
+                    std::to_string(i);
+    CLEAVE_CHECK(fillTypeOf(output.name, output.type));
   }
-  std::vector<std::string> captures;
-  std::unordered_set<std::string> seen;
-  for (const auto& attr : node.attribute()) {
-    CLEAVE_TRY(ir::Attribute converted, readAttribute(attr, displayName));
-    if (attr.type() == onnx::AttributeProto::GRAPH)
-      collectCaptures(attr.g(), {}, captures, seen);
-    spec.attributes.push_back(std::move(converted));
+  spec.attributes.clear();
+  spec.implicitInputs = 0;
+  if (node.attribute_size() > 0) {
+    std::vector<std::string> captures;
+    std::unordered_set<std::string> seen;
+    std::string displayName = node.name().empty() ? node.op_type() : node.name();
+    for (const auto& attr : node.attribute()) {
+      CLEAVE_TRY(ir::Attribute converted, readAttribute(attr, displayName));
+      if (attr.type() == onnx::AttributeProto::GRAPH)
+        collectCaptures(attr.g(), {}, captures, seen);
+      spec.attributes.push_back(std::move(converted));
+    }
+    spec.implicitInputs = static_cast<std::uint32_t>(captures.size());
+    for (std::string& capture : captures)
+      spec.inputs.push_back(std::move(capture));
   }
-  spec.implicitInputs = static_cast<std::uint32_t>(captures.size());
-  for (std::string& capture : captures)
-    spec.inputs.push_back(std::move(capture));
-  builder_.addNode(std::move(spec));
+  builder_.addNode(spec);
   return {};
 }
 
-Expected<ir::Graph> OnnxGraphReader::read() {
+Status OnnxGraphReader::read() {
   CLEAVE_CHECK(readModelInfo());
   const onnx::GraphProto& graph = model_.graph();
   if (graph.sparse_initializer_size() > 0)
     return Error(ErrorCode::Unsupported) << "sparse initializers are not supported";
-  for (const auto& info : graph.input())
-    types_.emplace(info.name(), &info.type());
-  for (const auto& info : graph.value_info())
-    types_.emplace(info.name(), &info.type());
-  for (const auto& info : graph.output())
-    types_.emplace(info.name(), &info.type());
-  builder_.reserve(graph.node_size() + graph.input_size() + graph.initializer_size(),
-                   graph.node_size() * 2 + graph.input_size() + graph.initializer_size());
 
+  std::size_t inlineBytes = 0;
+  for (const auto& tensor : graph.initializer())
+    inlineBytes += tensor.raw_data().size();
+  builder_.reserveInlineData(inlineBytes);
   std::unordered_set<std::string_view> initializerNames;
   for (const auto& tensor : graph.initializer()) {
     initializerNames.insert(tensor.name());
@@ -327,26 +381,25 @@ Expected<ir::Graph> OnnxGraphReader::read() {
   for (const auto& output : graph.output())
     outputs.push_back(output.name());
   builder_.setOutputs(std::move(outputs));
-  return std::move(builder_).finish();
+  return {};
 }
 
-bool everyOutputTyped(const onnx::GraphProto& graph) {
-  std::unordered_set<std::string_view> typed;
-  for (const auto& info : graph.value_info())
-    if (info.type().value_case() != onnx::TypeProto::VALUE_NOT_SET)
-      typed.insert(info.name());
-  for (const auto& info : graph.output())
-    typed.insert(info.name());
+bool everyOutputTyped(const ir::GraphBuilder& builder, const onnx::GraphProto& graph,
+                      const DeclaredTypes& declared) {
   for (const auto& node : graph.node())
     for (const std::string& output : node.output())
-      if (!output.empty() && !typed.count(output))
+      if (!output.empty() && !declared.find(builder, output))
         return false;
   return true;
 }
 
 } // namespace
 
-Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& options) {
+namespace {
+// Parses the file into an arena-held protobuf tree and copies it into a GraphBuilder. The arena
+// is released when this returns, before the builder's finish() allocates the graph: the two
+// never coexist, which keeps peak memory near max(protobuf tree, IR) instead of their sum.
+Expected<ir::GraphBuilder> readIntoBuilder(const std::string& path, const OnnxReadOptions& options) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     return Error(ErrorCode::InvalidArgument) << "'" << path << "' is a directory, not a model";
@@ -370,8 +423,14 @@ Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& opt
   if (!model->has_graph() || model->ir_version() <= 0)
     return Error(ErrorCode::ParseError) << "'" << path
                                         << "' is not an ONNX model (no graph or ir_version)";
+  const onnx::GraphProto& graph = model->graph();
+  ir::GraphBuilder builder(ir::SourceFormat::Onnx);
+  builder.reserve(graph.node_size() + graph.input_size() + graph.initializer_size(),
+                  graph.node_size() * 2 + graph.input_size() + graph.initializer_size());
+  DeclaredTypes declared = collectDeclaredTypes(builder, graph);
   bool infer = options.shapeInference == ShapeInference::Always ||
-               (options.shapeInference == ShapeInference::Auto && !everyOutputTyped(model->graph()));
+               (options.shapeInference == ShapeInference::Auto &&
+                !everyOutputTyped(builder, graph, declared));
   if (infer) {
     try {
       onnx::shape_inference::InferShapes(*model, onnx::OpSchemaRegistry::Instance(),
@@ -381,8 +440,20 @@ Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& opt
                                           << e.what();
     }
   }
-  OnnxGraphReader reader(*model, path);
-  Expected<ir::Graph> graph = reader.read();
+  if (infer) // inference added value_info entries: the old pointers may be stale
+    declared = collectDeclaredTypes(builder, model->graph());
+  OnnxGraphReader reader(*model, path, std::move(builder), std::move(declared));
+  if (Status read = reader.read(); !read)
+    return std::move(read.error().withContext(path));
+  return reader.takeBuilder();
+}
+} // namespace
+
+Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& options) {
+  Expected<ir::GraphBuilder> builder = readIntoBuilder(path, options);
+  if (!builder)
+    return std::move(builder.error());
+  Expected<ir::Graph> graph = std::move(*builder).finish();
   if (!graph)
     return std::move(graph.error().withContext(path));
   return graph;

@@ -36,21 +36,29 @@ void GraphBuilder::addPendingValue(std::string_view name, const ValueType& type,
   values_.push_back(value);
 }
 
+void GraphBuilder::addSourceNode(NodeKind kind, std::string_view name, const ValueType& type) {
+  PendingNode node{};
+  node.kind = kind;
+  node.name = strings_.intern(name);
+  auto range = [](std::size_t at) { return IdRange{u32(at), u32(at)}; };
+  node.inputs = range(operandNames_.size());
+  node.attrs = range(attrs_.size());
+  node.params = range(nodeParams_.size());
+  node.outputs.begin = u32(values_.size());
+  addPendingValue(name, type, u32(nodes_.size()));
+  node.outputs.end = u32(values_.size());
+  nodes_.push_back(node);
+}
+
 void GraphBuilder::addInput(std::string_view name, const ValueType& type) {
-  NodeSpec spec;
-  spec.kind = NodeKind::Input;
-  spec.name = std::string(name);
-  spec.outputs.push_back({std::string(name), type});
-  addNode(std::move(spec));
+  addSourceNode(NodeKind::Input, name, type);
 }
 
 void GraphBuilder::addParameter(Parameter parameter, const ValueType& type) {
-  NodeSpec spec;
-  spec.kind = NodeKind::Parameter;
-  spec.name = parameter.name;
-  spec.outputs.push_back({parameter.name, type});
-  spec.parameters.push_back(std::move(parameter));
-  addNode(std::move(spec));
+  addSourceNode(NodeKind::Parameter, parameter.name, type);
+  nodeParams_.push_back(u32(params_.size()));
+  params_.push_back(std::move(parameter));
+  nodes_.back().params.end = u32(nodeParams_.size());
 }
 
 ParameterData GraphBuilder::appendInlineData(std::string_view bytes) {
@@ -62,7 +70,7 @@ ParameterData GraphBuilder::appendInlineData(std::string_view bytes) {
   return data;
 }
 
-void GraphBuilder::addNode(NodeSpec spec) {
+void GraphBuilder::addNode(const NodeSpec& spec) {
   PendingNode node{};
   auto nodeIndex = u32(nodes_.size());
   node.kind = spec.kind;
@@ -80,13 +88,12 @@ void GraphBuilder::addNode(NodeSpec spec) {
     addPendingValue(output.name, output.type, nodeIndex);
   node.outputs.end = u32(values_.size());
   node.attrs.begin = u32(attrs_.size());
-  for (Attribute& attr : spec.attributes)
-    attrs_.push_back(std::move(attr));
+  attrs_.insert(attrs_.end(), spec.attributes.begin(), spec.attributes.end());
   node.attrs.end = u32(attrs_.size());
   node.params.begin = u32(nodeParams_.size());
-  for (Parameter& param : spec.parameters) {
+  for (const Parameter& param : spec.parameters) {
     nodeParams_.push_back(u32(params_.size()));
-    params_.push_back(std::move(param));
+    params_.push_back(param);
   }
   node.params.end = u32(nodeParams_.size());
   nodes_.push_back(node);
@@ -97,7 +104,7 @@ void GraphBuilder::setOutputs(std::vector<std::string> valueNames, std::string o
   spec.kind = NodeKind::Output;
   spec.name = std::move(outputNodeName);
   spec.inputs = std::move(valueNames);
-  addNode(std::move(spec));
+  addNode(spec);
   outputsSet_ = true;
 }
 
@@ -110,8 +117,8 @@ Status GraphBuilder::nameUnnamedNodes() {
   for (PendingNode& node : nodes_) {
     if (node.name != 0)
       continue;
-    std::string base = strings_.str(node.opType).empty() ? std::string(nodeKindName(node.kind))
-                                                         : strings_.str(node.opType);
+    std::string base(strings_.str(node.opType).empty() ? nodeKindName(node.kind)
+                                                       : strings_.str(node.opType));
     std::uint32_t& next = nextIndexByOp[node.opType];
     while (true) {
       std::string candidate = base + "_" + std::to_string(next++);
@@ -179,8 +186,8 @@ std::string GraphBuilder::describeCycle(const std::vector<std::uint32_t>& stack,
   auto start = std::find(stack.begin(), stack.end(), repeated);
   std::string text;
   for (auto it = start; it != stack.end(); ++it)
-    text += "'" + strings_.str(nodes_[*it].name) + "' -> ";
-  return text + "'" + strings_.str(nodes_[repeated].name) + "'";
+    text += "'" + std::string(strings_.str(nodes_[*it].name)) + "' -> ";
+  return text + "'" + std::string(strings_.str(nodes_[repeated].name)) + "'";
 }
 
 // Phase 4: depth-first topological order that keeps an already valid creation order intact.

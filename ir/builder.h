@@ -49,10 +49,15 @@ public:
   void addParameter(Parameter parameter, const ValueType& type);
   // Inline bytes for a parameter; returns the ParameterData to put in the Parameter.
   ParameterData appendInlineData(std::string_view bytes);
-  void addNode(NodeSpec spec);
+  // Copies what it needs: callers may reuse one NodeSpec for many nodes (no allocations then).
+  void addNode(const NodeSpec& spec);
   // The graph outputs, by value name, in order. Required before finish().
   void setOutputs(std::vector<std::string> valueNames, std::string outputNodeName = "output");
   void reserve(std::size_t nodes, std::size_t values);
+  void reserveInlineData(std::size_t bytes) { inlineData_.reserve(bytes); }
+  // The builder's string ids: readers may key side tables by them (ids are stable).
+  std::uint32_t intern(std::string_view text) { return strings_.intern(text); }
+  std::uint32_t findString(std::string_view text) const { return strings_.find(text); }
 
   [[nodiscard]] Expected<Graph> finish() &&;
 
@@ -74,6 +79,8 @@ private:
     std::int64_t bytes;
   };
   void addPendingValue(std::string_view name, const ValueType& type, std::uint32_t producer);
+  // A node with no operands and one output named like the node (inputs and parameters).
+  void addSourceNode(NodeKind kind, std::string_view name, const ValueType& type);
   Status nameUnnamedNodes();
   Expected<std::vector<std::uint32_t>> resolveOperands();
   Expected<std::vector<std::uint32_t>> orderTopologically(const std::vector<std::uint32_t>& producerOf);

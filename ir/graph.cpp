@@ -93,7 +93,7 @@ ValueType Graph::valueType(ValueId value) const {
   type.typeName = strings_.str(v.typeName);
   type.shape.rankKnown = v.rankKnown;
   for (const DimEntry& dim : dims(value))
-    type.shape.dims.push_back(Dim{dim.extent, dim.extent >= 0 ? "" : strings_.str(dim.symbol)});
+    type.shape.dims.push_back(Dim{dim.extent, std::string(dim.extent >= 0 ? "" : strings_.str(dim.symbol))});
   std::int64_t derived = byteSizeOf(type);
   if (v.bytes != derived)
     type.bytes = v.bytes;
@@ -142,7 +142,7 @@ Status verifyGraph(const Graph& graph) {
     return Error(ErrorCode::InvalidGraph) << "graph does not end with an output node";
   for (std::uint32_t n = 0; n < nodes; ++n) {
     NodeId node{n};
-    if (graph.findNode(graph.name(node)) != node)
+    if (graph.nodeByName_[graph.nodes_[n].name] != n)
       return fail(node, "name is not unique");
     if (graph.kind(node) == NodeKind::Output && n + 1 != nodes)
       return fail(node, "second output node");
@@ -164,7 +164,7 @@ Status verifyGraph(const Graph& graph) {
   }
   for (std::uint32_t v = 0; v < graph.numValues(); ++v) {
     ValueId value{v};
-    if (graph.findValue(graph.valueName(value)) != value)
+    if (graph.valueByName_[graph.values_[v].name] != v)
       return Error(ErrorCode::InvalidGraph)
              << "value '" << graph.valueName(value) << "' name is not unique";
     NodeId previous{0};

@@ -149,6 +149,7 @@ public:
 
 private:
   friend class GraphBuilder;
+  friend Status verifyGraph(const Graph& graph);
   struct Node {
     NodeKind kind;
     std::uint32_t implicitInputs;
