@@ -68,15 +68,15 @@ public:
     return constant(name, DType::F32, {}, bytes);
   }
 
-  // One ONNX op named like torch.fx names nodes: the base name, then base_1, base_2, ...
+  // One ONNX op. Its value is named like torch.fx names nodes (base, base_1, base_2, ...). Its
+  // node takes the value's name at the top level, and torch's exporter style inside a module
+  // ("/layers.0/Gemm", "/layers.0/Gemm_1"), from which readers recover the scope.
   std::string op(const std::string& opType, const std::string& baseName, std::vector<std::string> inputs,
                  const ValueType& type, std::vector<ir::Attribute> attrs = {},
                  const std::string& scope = "") {
-    std::uint32_t& count = counts_[baseName];
-    std::string name = count == 0 ? baseName : baseName + "_" + std::to_string(count);
-    ++count;
+    std::string name = uniqueName(baseName);
     ir::NodeSpec spec;
-    spec.name = name;
+    spec.name = scope.empty() ? name : uniqueName("/" + scope + "/" + opType);
     spec.opType = opType;
     spec.scope = scope;
     spec.inputs = std::move(inputs);
@@ -87,6 +87,11 @@ public:
   }
 
 private:
+  std::string uniqueName(const std::string& base) {
+    std::uint32_t& count = counts_[base];
+    return count++ == 0 ? base : base + "_" + std::to_string(count - 1);
+  }
+
   float nextUniform() { // xorshift64*: portable and fast
     rng_ ^= rng_ >> 12;
     rng_ ^= rng_ << 25;
@@ -119,7 +124,7 @@ ir::Attribute floatAttr(const std::string& name, double value) {
   ir::Attribute attr;
   attr.name = name;
   attr.kind = ir::AttrKind::Float;
-  attr.floatValue = value;
+  attr.floatValue = static_cast<float>(value); // ONNX float attributes are 32-bit
   return attr;
 }
 

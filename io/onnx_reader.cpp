@@ -431,17 +431,22 @@ Expected<ir::GraphBuilder> readIntoBuilder(const std::string& path, const OnnxRe
   bool infer = options.shapeInference == ShapeInference::Always ||
                (options.shapeInference == ShapeInference::Auto &&
                 !everyOutputTyped(builder, graph, declared));
+  // Inference runs on a copy: it also writes value_info into subgraph bodies (Loop, If), and
+  // those attributes must be written back exactly as they were read.
+  const onnx::ModelProto* typed = model;
   if (infer) {
+    auto* inferred = google::protobuf::Arena::CreateMessage<onnx::ModelProto>(&arena);
+    inferred->CopyFrom(*model);
     try {
-      onnx::shape_inference::InferShapes(*model, onnx::OpSchemaRegistry::Instance(),
+      onnx::shape_inference::InferShapes(*inferred, onnx::OpSchemaRegistry::Instance(),
                                          onnx::ShapeInferenceOptions{false, 0, false});
     } catch (const std::exception& e) {
       return Error(ErrorCode::ParseError) << "'" << path << "': onnx shape inference failed: "
                                           << e.what();
     }
+    typed = inferred;
+    declared = collectDeclaredTypes(builder, typed->graph());
   }
-  if (infer) // inference added value_info entries: the old pointers may be stale
-    declared = collectDeclaredTypes(builder, model->graph());
   OnnxGraphReader reader(*model, path, std::move(builder), std::move(declared));
   if (Status read = reader.read(); !read)
     return std::move(read.error().withContext(path));

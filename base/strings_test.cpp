@@ -1,0 +1,71 @@
+#include "base/strings.h"
+
+#include <gtest/gtest.h>
+
+namespace cleave {
+namespace {
+
+TEST(StringTable, InternReturnsTheSameIdForEqualText) {
+  StringTable table;
+  std::uint32_t a = table.intern("relu");
+  std::uint32_t b = table.intern("conv");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(table.intern("relu"), a);
+  EXPECT_EQ(table.str(a), "relu");
+  EXPECT_EQ(table.intern(""), 0u);
+}
+
+TEST(StringTable, FindDoesNotInsert) {
+  StringTable table;
+  table.intern("x");
+  EXPECT_EQ(table.find("y"), UINT32_MAX);
+  EXPECT_EQ(table.size(), 2u); // "" and "x"
+}
+
+TEST(StringTable, ViewsStayValidAcrossGrowth) {
+  StringTable table;
+  std::uint32_t first = table.intern("a-name-longer-than-the-small-string-buffer");
+  std::string_view view = table.str(first);
+  for (int i = 0; i < 200000; ++i)
+    table.intern("value_" + std::to_string(i));
+  EXPECT_EQ(view, "a-name-longer-than-the-small-string-buffer");
+  for (int i = 0; i < 200000; i += 9973)
+    EXPECT_EQ(table.str(table.find("value_" + std::to_string(i))), "value_" + std::to_string(i));
+}
+
+TEST(StringTable, DistinguishesPrefixesAndEmbeddedZeros) {
+  StringTable table;
+  std::uint32_t a = table.intern(std::string_view("ab\0c", 4));
+  std::uint32_t b = table.intern("ab");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(table.find(std::string_view("ab\0c", 4)), a);
+}
+
+TEST(FormatBytes, UsesBinaryUnits) {
+  EXPECT_EQ(formatBytes(0), "0 B");
+  EXPECT_EQ(formatBytes(1023), "1023 B");
+  EXPECT_EQ(formatBytes(1536), "1.5 KiB");
+  EXPECT_EQ(formatBytes(3 * 1024 * 1024), "3.0 MiB");
+  EXPECT_EQ(formatBytes(-1), "?");
+}
+
+TEST(SplitString, KeepsEmptyFields) {
+  auto parts = splitString("/a//b", '/');
+  ASSERT_EQ(parts.size(), 4u);
+  EXPECT_EQ(parts[0], "");
+  EXPECT_EQ(parts[2], "");
+  EXPECT_EQ(parts[3], "b");
+}
+
+TEST(MatchGlob, StarsAndQuestionMarks) {
+  EXPECT_TRUE(matchGlob("layer1.*", "layer1.0.conv1"));
+  EXPECT_TRUE(matchGlob("*conv?", "layer1.0.conv1"));
+  EXPECT_FALSE(matchGlob("layer2.*", "layer1.0.conv1"));
+  EXPECT_TRUE(matchGlob("*", ""));
+  EXPECT_FALSE(matchGlob("?", ""));
+  EXPECT_TRUE(matchGlob("a*b*c", "aXXbYYc"));
+  EXPECT_FALSE(matchGlob("a*b*c", "aXXbYY"));
+}
+
+} // namespace
+} // namespace cleave

@@ -1,0 +1,312 @@
+#include "io/onnx.h"
+
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+#include <fstream>
+#include <cstring>
+#include <unistd.h>
+
+#include "base/file_io.h"
+#include "gen/families.h"
+#include "io/model_loader.h"
+#include "ir/printer.h"
+
+namespace cleave::io {
+namespace {
+namespace fs = std::filesystem;
+
+class OnnxTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("cleave_onnx_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Writes `graph`, checks it with onnx's full check, reads it back, compares the text forms.
+  void expectRoundTrip(const ir::Graph& graph, const std::string& name, OnnxWriteOptions options = {}) {
+    std::string file = path(name);
+    Status written = writeOnnx(graph, file, options);
+    ASSERT_TRUE(written) << written.error().message();
+    Status checked = checkOnnxFile(file);
+    ASSERT_TRUE(checked) << checked.error().message();
+    Expected<ir::Graph> back = readOnnx(file);
+    ASSERT_TRUE(back) << back.error().message();
+    // ONNX lists initializers before nodes, so only the order of lines may differ.
+    EXPECT_EQ(sortedLines(ir::printGraph(*back)), sortedLines(ir::printGraph(graph))) << name;
+    ASSERT_EQ(back->numParameters(), graph.numParameters());
+    for (std::uint32_t p = 0; p < graph.numParameters(); ++p) {
+      const ir::Parameter& param = graph.parameter(ir::ParamId{p});
+      ir::NodeId node = back->findNode(param.name);
+      ASSERT_NE(node, ir::NodeId{UINT32_MAX}) << param.name;
+      Expected<std::string> a = graph.readParameterData(ir::ParamId{p});
+      Expected<std::string> b = back->readParameterData(back->parameters(node)[0]);
+      ASSERT_TRUE(a && b);
+      EXPECT_EQ(*a, *b) << param.name;
+    }
+    // A second round trip changes nothing at all, order included.
+    ASSERT_TRUE(writeOnnx(*back, file + ".again.onnx", options));
+    Expected<ir::Graph> again = readOnnx(file + ".again.onnx");
+    ASSERT_TRUE(again);
+    EXPECT_EQ(ir::printGraph(*again), ir::printGraph(*back));
+  }
+
+  static std::vector<std::string> sortedLines(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream stream(text);
+    for (std::string line; std::getline(stream, line);)
+      lines.push_back(line);
+    std::sort(lines.begin(), lines.end());
+    return lines;
+  }
+
+  // A minimal model x -> Relu -> y that tests then break in one way each.
+  static onnx::ModelProto reluModel() {
+    onnx::ModelProto model;
+    model.set_ir_version(8);
+    model.add_opset_import()->set_version(17);
+    onnx::GraphProto* graph = model.mutable_graph();
+    graph->set_name("g");
+    auto addTensor = [](onnx::ValueInfoProto* info, const std::string& name) {
+      info->set_name(name);
+      auto* tensor = info->mutable_type()->mutable_tensor_type();
+      tensor->set_elem_type(onnx::TensorProto::FLOAT);
+      tensor->mutable_shape()->add_dim()->set_dim_value(2);
+    };
+    addTensor(graph->add_input(), "x");
+    addTensor(graph->add_output(), "y");
+    onnx::NodeProto* node = graph->add_node();
+    node->set_name("relu");
+    node->set_op_type("Relu");
+    node->add_input("x");
+    node->add_output("y");
+    return model;
+  }
+  std::string save(const onnx::ModelProto& model, const std::string& name) {
+    std::string file = path(name);
+    std::ofstream out(file, std::ios::binary);
+    model.SerializeToOstream(&out);
+    return file;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(OnnxTest, EveryGeneratedFamilyRoundTripsAndPassesTheFullCheck) {
+  for (const gen::FamilyInfo& family : gen::listFamilies()) {
+    Expected<ir::Graph> graph = gen::generateFamily(family.name, 3);
+    ASSERT_TRUE(graph) << graph.error().message();
+    expectRoundTrip(*graph, std::string(family.name) + ".onnx");
+  }
+}
+
+TEST_F(OnnxTest, EveryExampleModelRoundTripsAndPassesTheFullCheck) {
+  int seen = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(CLEAVE_SOURCE_DIR) / "examples")) {
+    if (entry.path().extension() != ".onnx")
+      continue;
+    Expected<ir::Graph> graph = readOnnx(entry.path().string());
+    ASSERT_TRUE(graph) << graph.error().message();
+    expectRoundTrip(*graph, entry.path().filename().string());
+    ++seen;
+  }
+  EXPECT_GE(seen, 3);
+}
+
+TEST_F(OnnxTest, ExternalDataIsWrittenBesideTheModelAndReadLazily) {
+  Expected<ir::Graph> graph = gen::generateFamily("linear_chain", 4);
+  ASSERT_TRUE(graph);
+  expectRoundTrip(*graph, "external.onnx", {.externalDataThreshold = 1024});
+  EXPECT_TRUE(fs::exists(path("external.onnx.data")));
+  Expected<ir::Graph> back = readOnnx(path("external.onnx"));
+  ASSERT_TRUE(back);
+  const ir::Parameter& weight = back->parameter(back->parameters(back->findNode("layers.0.weight"))[0]);
+  EXPECT_EQ(weight.data.source, ir::ParameterData::Source::External);
+  EXPECT_EQ(weight.bytes, 32 * 32 * 4);
+}
+
+TEST_F(OnnxTest, MissingExternalDataIsAnErrorNamingTheParameter) {
+  Expected<ir::Graph> graph = gen::generateFamily("linear_chain", 2);
+  ASSERT_TRUE(graph);
+  ASSERT_TRUE(writeOnnx(*graph, path("m.onnx"), {.externalDataThreshold = 1024}));
+  fs::remove(path("m.onnx.data"));
+  Expected<ir::Graph> back = readOnnx(path("m.onnx")); // lazy: reading the graph still works
+  ASSERT_TRUE(back);
+  Expected<std::string> data = back->readParameterData(back->parameters(back->findNode("layers.0.weight"))[0]);
+  ASSERT_FALSE(data);
+  EXPECT_NE(data.error().message().find("layers.0.weight"), std::string::npos);
+}
+
+TEST_F(OnnxTest, ShapeInferenceFillsMissingTypes) {
+  onnx::ModelProto model = reluModel();
+  onnx::NodeProto* second = model.mutable_graph()->add_node();
+  second->set_op_type("Relu"); // unnamed: gets a generated name
+  second->add_input("y");
+  second->add_output("z");
+  model.mutable_graph()->mutable_output(0)->set_name("z");
+  model.mutable_graph()->mutable_node(0)->set_output(0, "y");
+  Expected<ir::Graph> graph = readOnnx(save(model, "infer.onnx"));
+  ASSERT_TRUE(graph) << graph.error().message();
+  ir::ValueId y = graph->findValue("y");
+  EXPECT_EQ(graph->dtype(y), ir::DType::F32);
+  EXPECT_EQ(graph->bytes(y), 8);
+  EXPECT_NE(graph->findNode("Relu_0"), ir::NodeId{UINT32_MAX});
+}
+
+TEST_F(OnnxTest, MissingFileIsNotFound) {
+  Expected<ir::Graph> graph = loadModel(path("absent.onnx"));
+  ASSERT_FALSE(graph);
+  EXPECT_EQ(graph.error().code(), ErrorCode::NotFound);
+  EXPECT_NE(graph.error().message().find("absent.onnx"), std::string::npos);
+}
+
+TEST_F(OnnxTest, TruncatedFileIsAParseError) {
+  Expected<ir::Graph> source = gen::generateFamily("chain", 4);
+  ASSERT_TRUE(source);
+  ASSERT_TRUE(writeOnnx(*source, path("full.onnx")));
+  Expected<std::string> bytes = readFile(path("full.onnx"));
+  ASSERT_TRUE(bytes);
+  ASSERT_TRUE(writeFileAtomically(path("cut.onnx"), bytes->substr(0, bytes->size() / 2)));
+  Expected<ir::Graph> graph = readOnnx(path("cut.onnx"));
+  ASSERT_FALSE(graph);
+  EXPECT_EQ(graph.error().code(), ErrorCode::ParseError);
+  EXPECT_NE(graph.error().message().find("cut.onnx"), std::string::npos);
+}
+
+TEST_F(OnnxTest, GarbageIsAParseError) {
+  ASSERT_TRUE(writeFileAtomically(path("junk.onnx"), std::string("\xff\xff\xff\xff garbage", 12)));
+  Expected<ir::Graph> graph = readOnnx(path("junk.onnx"));
+  ASSERT_FALSE(graph);
+  EXPECT_EQ(graph.error().code(), ErrorCode::ParseError);
+}
+
+TEST_F(OnnxTest, OldOpsetIsUnsupported) {
+  onnx::ModelProto model = reluModel();
+  model.mutable_opset_import(0)->set_version(9);
+  Expected<ir::Graph> graph = readOnnx(save(model, "old.onnx"));
+  ASSERT_FALSE(graph);
+  EXPECT_EQ(graph.error().code(), ErrorCode::Unsupported);
+  EXPECT_NE(graph.error().message().find("opset 9"), std::string::npos);
+}
+
+TEST_F(OnnxTest, UnknownDtypeIsNamed) {
+  onnx::ModelProto model = reluModel();
+  onnx::TensorProto* init = model.mutable_graph()->add_initializer();
+  init->set_name("w");
+  init->set_data_type(99);
+  Expected<ir::Graph> graph = readOnnx(save(model, "dtype.onnx"));
+  ASSERT_FALSE(graph);
+  EXPECT_EQ(graph.error().code(), ErrorCode::ParseError);
+  EXPECT_NE(graph.error().message().find("initializer 'w' has unknown data type 99"), std::string::npos);
+}
+
+TEST_F(OnnxTest, CycleIsNamed) {
+  onnx::ModelProto model = reluModel();
+  onnx::GraphProto* graph = model.mutable_graph();
+  graph->mutable_node(0)->set_op_type("Add");
+  graph->mutable_node(0)->add_input("back");
+  onnx::NodeProto* back = graph->add_node();
+  back->set_name("loopback");
+  back->set_op_type("Relu");
+  back->add_input("y");
+  back->add_output("back");
+  Expected<ir::Graph> result = readOnnx(save(model, "cycle.onnx"), {.shapeInference = ShapeInference::Never});
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code(), ErrorCode::InvalidGraph);
+  EXPECT_NE(result.error().message().find("cycle"), std::string::npos);
+  EXPECT_NE(result.error().message().find("'loopback'"), std::string::npos);
+}
+
+TEST_F(OnnxTest, DanglingInputIsNamed) {
+  onnx::ModelProto model = reluModel();
+  model.mutable_graph()->mutable_node(0)->set_input(0, "nowhere");
+  Expected<ir::Graph> graph = readOnnx(save(model, "dangling.onnx"), {.shapeInference = ShapeInference::Never});
+  ASSERT_FALSE(graph);
+  EXPECT_NE(graph.error().message().find("input 'nowhere' names no value"), std::string::npos);
+}
+
+TEST_F(OnnxTest, DuplicateValueNamesAreRejected) {
+  onnx::ModelProto model = reluModel();
+  onnx::NodeProto* again = model.mutable_graph()->add_node();
+  again->set_name("relu2");
+  again->set_op_type("Relu");
+  again->add_input("x");
+  again->add_output("y");
+  Expected<ir::Graph> graph = readOnnx(save(model, "dup.onnx"), {.shapeInference = ShapeInference::Never});
+  ASSERT_FALSE(graph);
+  EXPECT_NE(graph.error().message().find("duplicate value name 'y'"), std::string::npos);
+}
+
+TEST_F(OnnxTest, InitializerWithWrongByteCountIsRejected) {
+  onnx::ModelProto model = reluModel();
+  onnx::TensorProto* init = model.mutable_graph()->add_initializer();
+  init->set_name("w");
+  init->set_data_type(onnx::TensorProto::FLOAT);
+  init->add_dims(4);
+  init->set_raw_data(std::string(7, '\0'));
+  Expected<ir::Graph> graph = readOnnx(save(model, "bytes.onnx"));
+  ASSERT_FALSE(graph);
+  EXPECT_NE(graph.error().message().find("'w' holds 7 bytes"), std::string::npos);
+}
+
+TEST_F(OnnxTest, TypedFieldInitializersBecomeRawBytes) {
+  onnx::ModelProto model = reluModel();
+  onnx::TensorProto* init = model.mutable_graph()->add_initializer();
+  init->set_name("shape");
+  init->set_data_type(onnx::TensorProto::INT64);
+  init->add_dims(2);
+  init->add_int64_data(3);
+  init->add_int64_data(-1);
+  Expected<ir::Graph> graph = readOnnx(save(model, "typed.onnx"));
+  ASSERT_TRUE(graph) << graph.error().message();
+  Expected<std::string> data = graph->readParameterData(graph->parameters(graph->findNode("shape"))[0]);
+  ASSERT_TRUE(data);
+  std::int64_t values[2];
+  ASSERT_EQ(data->size(), sizeof values);
+  std::memcpy(values, data->data(), sizeof values);
+  EXPECT_EQ(values[0], 3);
+  EXPECT_EQ(values[1], -1);
+}
+
+TEST_F(OnnxTest, SubgraphCapturesBecomeImplicitInputs) {
+  Expected<ir::Graph> graph = readOnnx(std::string(CLEAVE_SOURCE_DIR) + "/examples/dlrm.onnx");
+  ASSERT_TRUE(graph) << graph.error().message();
+  int loops = 0;
+  for (std::uint32_t n = 0; n < graph->numNodes(); ++n) {
+    ir::NodeId node{n};
+    if (graph->opType(node) != "Loop")
+      continue;
+    ++loops;
+    EXPECT_GT(graph->numImplicitInputs(node), 0u) << graph->name(node);
+    EXPECT_EQ(graph->scope(node).substr(0, 11), "embeddings.");
+  }
+  EXPECT_EQ(loops, 3);
+}
+
+TEST_F(OnnxTest, FxGraphsCannotBeWrittenAsOnnx) {
+  Expected<ir::Graph> graph = loadModel(std::string(CLEAVE_SOURCE_DIR) + "/examples/cnn.fx.json");
+  ASSERT_TRUE(graph) << graph.error().message();
+  Status written = writeOnnx(*graph, path("fx.onnx"));
+  ASSERT_FALSE(written);
+  EXPECT_EQ(written.error().code(), ErrorCode::Unsupported);
+  EXPECT_FALSE(fs::exists(path("fx.onnx")));
+}
+
+TEST_F(OnnxTest, ScopesComeFromTorchNodeNames) {
+  Expected<ir::Graph> graph = readOnnx(std::string(CLEAVE_SOURCE_DIR) + "/examples/cnn.onnx");
+  ASSERT_TRUE(graph);
+  ir::NodeId conv = graph->findNode("/layer1/layer1.0/conv1/Conv");
+  ASSERT_NE(conv, ir::NodeId{UINT32_MAX});
+  EXPECT_EQ(graph->scope(conv), "layer1.0.conv1");
+}
+
+} // namespace
+} // namespace cleave::io

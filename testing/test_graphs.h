@@ -1,0 +1,77 @@
+// testing/test_graphs.h - compact graph construction for tests: one line per node.
+//
+//   TestGraph g;
+//   g.input("x").param("w", {4, 4}).op("MatMul", "mm", {"x", "w"}).op("Relu", "r", {"mm"});
+//   Graph graph = g.output({"r"}).build();
+//
+// Every value is f32[4,4] unless a node says otherwise; node and value share the name.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "ir/builder.h"
+
+namespace cleave::testing {
+
+class TestGraph {
+public:
+  explicit TestGraph(ir::SourceFormat format = ir::SourceFormat::Onnx) : builder_(format) {
+    builder_.modelInfo().opsetImports = {{"", 17}};
+    builder_.modelInfo().irVersion = 8;
+  }
+  TestGraph& input(const std::string& name, std::vector<std::int64_t> dims = {4, 4}) {
+    builder_.addInput(name, ir::ValueType::tensor(ir::DType::F32, std::move(dims)));
+    return *this;
+  }
+  TestGraph& param(const std::string& name, std::vector<std::int64_t> dims = {4, 4}) {
+    ir::Parameter p;
+    p.name = name;
+    p.dtype = ir::DType::F32;
+    p.dims = dims;
+    std::int64_t count = 1;
+    for (std::int64_t d : dims)
+      count *= d;
+    p.bytes = count * 4;
+    p.data = builder_.appendInlineData(std::string(static_cast<std::size_t>(p.bytes), '\1'));
+    builder_.addParameter(std::move(p), ir::ValueType::tensor(ir::DType::F32, std::move(dims)));
+    return *this;
+  }
+  TestGraph& op(const std::string& opType, const std::string& name, std::vector<std::string> inputs,
+                std::vector<std::int64_t> dims = {4, 4}) {
+    ir::NodeSpec spec;
+    spec.opType = opType;
+    spec.name = name;
+    spec.inputs = std::move(inputs);
+    spec.outputs.push_back({name, ir::ValueType::tensor(ir::DType::F32, std::move(dims))});
+    builder_.addNode(spec);
+    return *this;
+  }
+  TestGraph& node(ir::NodeSpec spec) {
+    builder_.addNode(spec);
+    return *this;
+  }
+  TestGraph& output(std::vector<std::string> names) {
+    builder_.setOutputs(std::move(names));
+    return *this;
+  }
+  Expected<ir::Graph> finish() { return std::move(builder_).finish(); }
+  // Builds and fails the test (returning an empty graph) when the builder refuses.
+  ir::Graph build() {
+    Expected<ir::Graph> graph = finish();
+    if (!graph) {
+      ADD_FAILURE() << "graph did not build: " << graph.error().message();
+      ir::GraphBuilder empty;
+      empty.setOutputs({});
+      return std::move(*std::move(empty).finish());
+    }
+    return std::move(*graph);
+  }
+
+private:
+  ir::GraphBuilder builder_;
+};
+
+} // namespace cleave::testing

@@ -1,0 +1,43 @@
+"""Helpers for cleave's end-to-end tests: run the binary, make temp dirs, count results."""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+CLEAVE = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "cleave"
+SOURCE_DIR = os.environ.get("CLEAVE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
+EXAMPLES = os.path.join(SOURCE_DIR, "examples")
+
+
+def run(*args, check=False):
+    """Runs `cleave ARGS`; returns (exit code, stdout, stderr)."""
+    proc = subprocess.run([CLEAVE, *map(str, args)], capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"cleave {' '.join(map(str, args))} failed ({proc.returncode}): {proc.stderr}")
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+class TempDirTest(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory(prefix="cleave_test_")
+        self.tmp = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def assertOneLineError(self, code, err, *needles):
+        self.assertEqual(code, 1, err)
+        lines = [l for l in err.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, f"expected one error line, got: {err!r}")
+        self.assertIn("error:", lines[0])
+        for needle in needles:
+            self.assertIn(needle, lines[0])
+
+
+def main():
+    sys.argv = sys.argv[:1]
+    unittest.main(verbosity=2)
