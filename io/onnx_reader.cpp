@@ -1,22 +1,27 @@
-// io/onnx_reader.cpp - ONNX ModelProto -> ir::Graph.
-// Complexity: O(file size) to parse, O(V + E) to build; shape inference is onnx's own (linear in
-// practice). The protobuf tree lives in an arena and is dropped once the graph is built.
-#include <google/protobuf/arena.h>
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl.h>
+// io/onnx_reader.cpp - ONNX file -> ir::Graph, by scanning the protobuf wire format.
+//
+// The file is memory-mapped and scanned with a bounds-checked wire reader (io/protobuf_wire.h):
+// no protobuf message tree is built, and initializer raw_data stays in the file, referenced by
+// offset (ParameterData::Source::ModelFile) and read only when a writer or runtime asks for it.
+// libprotobuf/libonnx still decode what is rare and intricate: node attributes, tensors stored in
+// typed fields, and onnx's shape inference when a node output has no declared type.
+//
+// Order of the graph: initializers, then graph inputs (those not also initializers), then nodes,
+// then outputs: the order ONNX files list them, so a read-write-read cycle is a fixed point.
+// Complexity: O(file bytes outside raw_data + V + E). Memory: the IR plus span lists; weights
+// are not copied.
+// Fails: see io/onnx.h; a scan failure names the part that is corrupt.
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
-#include <cerrno>
 #include <cstring>
-#include <fcntl.h>
-#include <filesystem>
-#include <unistd.h>
-#include <unordered_map>
+#include <deque>
 #include <unordered_set>
 
+#include "base/mapped_file.h"
 #include "io/onnx.h"
+#include "io/protobuf_wire.h"
 #include "ir/builder.h"
 
 namespace cleave::io {
@@ -49,46 +54,6 @@ Expected<DType> toDType(int code, const std::string& what) {
   return *dtype;
 }
 
-// Fills `result` in place (reusing its storage: this runs once per value of the model).
-Status fillValueType(const onnx::TypeProto& type, const std::string& what, ir::ValueType& result) {
-  result.kind = ir::ValueKind::Unknown;
-  result.dtype = DType::Undefined;
-  result.shape.rankKnown = false;
-  result.shape.dims.clear();
-  result.typeName.clear();
-  result.bytes = -1;
-  switch (type.value_case()) {
-  case onnx::TypeProto::kTensorType: {
-    const auto& tensor = type.tensor_type();
-    result.kind = ir::ValueKind::Tensor;
-    if (tensor.elem_type() != 0) {
-      CLEAVE_TRY(result.dtype, toDType(tensor.elem_type(), what));
-    }
-    if (tensor.has_shape()) {
-      result.shape.rankKnown = true;
-      for (const auto& dim : tensor.shape().dim()) {
-        if (dim.has_dim_value())
-          result.shape.dims.push_back(ir::Dim{dim.dim_value(), {}});
-        else
-          result.shape.dims.push_back(ir::Dim{-1, dim.has_dim_param() ? dim.dim_param() : ""});
-      }
-    }
-    return {};
-  }
-  case onnx::TypeProto::kSequenceType: result.kind = ir::ValueKind::Sequence; result.typeName = "seq"; return {};
-  case onnx::TypeProto::kOptionalType: result.kind = ir::ValueKind::Sequence; result.typeName = "optional"; return {};
-  case onnx::TypeProto::kMapType: result.kind = ir::ValueKind::Other; result.typeName = "map"; return {};
-  case onnx::TypeProto::kSparseTensorType: result.kind = ir::ValueKind::Other; result.typeName = "sparse_tensor"; return {};
-  default: return {}; // Unknown
-  }
-}
-
-Expected<ir::ValueType> toValueType(const onnx::TypeProto& type, const std::string& what) {
-  ir::ValueType result;
-  CLEAVE_CHECK(fillValueType(type, what, result));
-  return result;
-}
-
 // Typed repeated fields -> little-endian raw bytes, as raw_data would hold them.
 template <typename Source, typename Element>
 void appendAs(std::string& out, const Source& values) {
@@ -119,154 +84,475 @@ Expected<std::string> typedFieldsToRaw(const onnx::TensorProto& tensor, DType dt
   return raw;
 }
 
-// Declared types (graph inputs, value_info, outputs) by value name, dense by the builder's
-// string ids: the names are interned once, and node outputs later hit the same entries.
-struct DeclaredTypes {
-  std::vector<const onnx::TypeProto*> types;
-  void add(ir::GraphBuilder& builder, const onnx::ValueInfoProto& info) {
-    if (info.type().value_case() == onnx::TypeProto::VALUE_NOT_SET)
-      return;
-    std::uint32_t id = builder.intern(info.name());
-    if (id >= types.size())
-      types.resize(std::max<std::size_t>(id + 1, types.size() * 2), nullptr);
-    types[id] = &info.type();
-  }
-  const onnx::TypeProto* find(const ir::GraphBuilder& builder, std::string_view name) const {
-    std::uint32_t id = builder.findString(name);
-    return id < types.size() ? types[id] : nullptr;
-  }
-};
 
-DeclaredTypes collectDeclaredTypes(ir::GraphBuilder& builder, const onnx::GraphProto& graph) {
-  DeclaredTypes declared;
-  for (const auto& info : graph.input())
-    declared.add(builder, info);
-  for (const auto& info : graph.value_info())
-    declared.add(builder, info);
-  for (const auto& info : graph.output())
-    declared.add(builder, info);
-  return declared;
+Error corrupt(const std::string& what) {
+  return Error(ErrorCode::ParseError) << "not a valid ONNX model (" << what
+                                      << " is truncated or corrupt)";
 }
 
-class OnnxGraphReader {
+// Field numbers of onnx.proto (IR version 8) that the scanner reads.
+namespace field {
+enum Model : std::uint32_t { kIrVersion = 1, kProducerName = 2, kProducerVersion = 3, kGraph = 7,
+                             kOpsetImport = 8, kMetadataProps = 14 };
+enum Opset : std::uint32_t { kOpsetDomain = 1, kOpsetVersion = 2 };
+enum Graph : std::uint32_t { kNode = 1, kGraphName = 2, kInitializer = 5, kInput = 11, kOutput = 12,
+                             kValueInfo = 13, kSparseInitializer = 15 };
+enum Node : std::uint32_t { kNodeInput = 1, kNodeOutput = 2, kNodeName = 3, kOpType = 4,
+                            kAttribute = 5, kDomain = 7 };
+enum Tensor : std::uint32_t { kDims = 1, kDataType = 2, kFloatData = 4, kInt32Data = 5,
+                              kStringData = 6, kInt64Data = 7, kTensorName = 8, kRawData = 9,
+                              kDoubleData = 10, kUint64Data = 11, kExternalData = 13,
+                              kDataLocation = 14 };
+enum ValueInfo : std::uint32_t { kValueName = 1, kValueType = 2 };
+enum Type : std::uint32_t { kTensorType = 1, kSequenceType = 4, kMapType = 5,
+                            kSparseTensorType = 8, kOptionalType = 9 };
+enum TensorType : std::uint32_t { kElemType = 1, kShape = 2 };
+enum Shape : std::uint32_t { kDim = 1 };
+enum Dim : std::uint32_t { kDimValue = 1, kDimParam = 2 };
+enum Entry : std::uint32_t { kKey = 1, kValue = 2 };
+} // namespace field
+
+// Calls visit(field, type, reader) for each field of a message; `visit` consumes the field (or
+// returns false to have it skipped). False when the message is malformed.
+template <typename Visit> bool forEachField(std::string_view message, Visit&& visit) {
+  WireReader reader(message);
+  while (!reader.atEnd()) {
+    std::uint32_t number;
+    WireType type;
+    if (!reader.readTag(number, type))
+      return false;
+    bool ok = true;
+    if (!visit(number, type, reader, ok))
+      ok = reader.skip(type);
+    if (!ok)
+      return false;
+  }
+  return true;
+}
+
+// Reads a length-delimited field as text/bytes; false if the field has another wire type.
+bool readText(WireType type, WireReader& reader, std::string_view& out) {
+  return type == WireType::Bytes && reader.readBytes(out);
+}
+
+bool readKeyValue(std::string_view entry, std::string_view& key, std::string_view& value) {
+  return forEachField(entry, [&](std::uint32_t number, WireType type, WireReader& r, bool& ok) {
+    if (number == field::kKey)
+      return ok = readText(type, r, key), true;
+    if (number == field::kValue)
+      return ok = readText(type, r, value), true;
+    return false;
+  });
+}
+
+// Decodes a serialized TypeProto into `result`, reusing its storage.
+Status fillValueType(std::string_view typeBytes, const std::string& what, ir::ValueType& result) {
+  result.kind = ir::ValueKind::Unknown;
+  result.dtype = DType::Undefined;
+  result.shape.rankKnown = false;
+  result.shape.dims.clear();
+  result.typeName.clear();
+  result.bytes = -1;
+  std::string_view tensorType;
+  bool ok = forEachField(typeBytes, [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
+    switch (number) {
+    case field::kTensorType: fine = readText(type, r, tensorType); result.kind = ir::ValueKind::Tensor; return true;
+    case field::kSequenceType: result.kind = ir::ValueKind::Sequence; result.typeName = "seq"; return false;
+    case field::kOptionalType: result.kind = ir::ValueKind::Sequence; result.typeName = "optional"; return false;
+    case field::kMapType: result.kind = ir::ValueKind::Other; result.typeName = "map"; return false;
+    case field::kSparseTensorType: result.kind = ir::ValueKind::Other; result.typeName = "sparse_tensor"; return false;
+    default: return false;
+    }
+  });
+  if (!ok)
+    return corrupt("the type of " + what);
+  if (result.kind != ir::ValueKind::Tensor)
+    return {};
+  std::int64_t elemType = 0;
+  ok = forEachField(tensorType, [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
+    if (number == field::kElemType && type == WireType::Varint) {
+      std::uint64_t value;
+      fine = r.readVarint(value);
+      elemType = static_cast<std::int64_t>(value);
+      return true;
+    }
+    if (number != field::kShape || type != WireType::Bytes)
+      return false;
+    std::string_view shape;
+    if (!(fine = r.readBytes(shape)))
+      return true;
+    result.shape.rankKnown = true;
+    fine = forEachField(shape, [&](std::uint32_t n, WireType t, WireReader& sr, bool& dimOk) {
+      std::string_view dim;
+      if (n != field::kDim || !(dimOk = readText(t, sr, dim)))
+        return n == field::kDim;
+      ir::Dim& out = result.shape.dims.emplace_back();
+      dimOk = forEachField(dim, [&](std::uint32_t dn, WireType dt, WireReader& dr, bool& valueOk) {
+        if (dn == field::kDimValue && dt == WireType::Varint) {
+          std::uint64_t value;
+          valueOk = dr.readVarint(value);
+          out.extent = static_cast<std::int64_t>(value);
+          return true;
+        }
+        std::string_view param;
+        if (dn == field::kDimParam && (valueOk = readText(dt, dr, param))) {
+          out.symbol = std::string(param);
+          return true;
+        }
+        return dn == field::kDimParam;
+      });
+      return true;
+    });
+    return true;
+  });
+  if (!ok)
+    return corrupt("the type of " + what);
+  if (elemType != 0) {
+    CLEAVE_TRY(result.dtype, toDType(static_cast<int>(elemType), what));
+  }
+  return {};
+}
+
+// Declared types (graph inputs, value_info, outputs) by value name, dense by the builder's
+// string ids: each name is interned once and node outputs later hit the same entry.
+class DeclaredTypes {
 public:
-  OnnxGraphReader(const onnx::ModelProto& model, std::string sourcePath, ir::GraphBuilder builder,
-                  DeclaredTypes declared)
-      : model_(model), sourcePath_(std::move(sourcePath)), builder_(std::move(builder)),
-        declared_(std::move(declared)) {}
-  // Copies everything into the builder; the protobuf tree is not needed afterwards.
-  Status read();
-  ir::GraphBuilder takeBuilder() { return std::move(builder_); }
+  void add(ir::GraphBuilder& builder, std::string_view name, std::string_view type) {
+    std::uint32_t id = builder.intern(name);
+    if (id >= types_.size())
+      types_.resize(std::max<std::size_t>(id + 1, types_.size() * 2));
+    types_[id] = type;
+    present_.resize(types_.size(), false);
+    present_[id] = true;
+  }
+  const std::string_view* find(const ir::GraphBuilder& builder, std::string_view name) const {
+    std::uint32_t id = builder.findString(name);
+    return id < types_.size() && present_[id] ? &types_[id] : nullptr;
+  }
+  // Types decoded from onnx's shape inference, kept alive here.
+  std::string_view own(std::string bytes) { return owned_.emplace_back(std::move(bytes)); }
 
 private:
-  Status readModelInfo();
-  Status readInitializer(const onnx::TensorProto& tensor);
-  Status readNode(const onnx::NodeProto& node);
+  std::vector<std::string_view> types_;
+  std::vector<bool> present_;
+  std::deque<std::string> owned_;
+};
+
+// The graph's repeated fields, as spans into the file, in file order.
+struct GraphSpans {
+  std::string_view name;
+  std::vector<std::string_view> nodes, initializers, inputs, outputs, valueInfos;
+};
+
+class OnnxScanner {
+public:
+  OnnxScanner(std::shared_ptr<const MappedFile> file, const OnnxReadOptions& options)
+      : file_(std::move(file)), options_(options), builder_(ir::SourceFormat::Onnx) {}
+
+  // Fills a GraphBuilder; returns it ready for finish().
+  Expected<ir::GraphBuilder> scan();
+
+private:
+  Status scanModel();
+  Status scanGraphSpans(std::string_view graph);
+  Status declareTypes();
+  Status declareInferredTypes();
+  Status addInitializer(std::string_view tensor, const std::unordered_set<std::string_view>& inputNames,
+                        std::unordered_set<std::string_view>& initializerInputs);
+  Status addInput(std::string_view valueInfo, const std::unordered_set<std::string_view>& initializers);
+  Status addNode(std::string_view node, std::size_t index);
+  Status fillTypeOf(std::string_view valueName, ir::ValueType& type);
   Expected<ir::Attribute> readAttribute(const onnx::AttributeProto& attr, const std::string& nodeName);
-  Status fillTypeOf(const std::string& valueName, ir::ValueType& type) const;
   void collectCaptures(const onnx::GraphProto& body, std::unordered_set<std::string> defined,
                        std::vector<std::string>& captures, std::unordered_set<std::string>& seen);
 
-  const onnx::ModelProto& model_;
-  std::string sourcePath_;
+  std::shared_ptr<const MappedFile> file_;
+  OnnxReadOptions options_;
   ir::GraphBuilder builder_;
+  std::string_view graphBytes_;
+  GraphSpans spans_;
   DeclaredTypes declared_;
-  ir::NodeSpec spec_; // reused for every node: its strings and vectors keep their capacity
+  ir::NodeSpec spec_;        // reused for every node: its strings and vectors keep their capacity
 };
 
-
-
-Status OnnxGraphReader::readModelInfo() {
+Status OnnxScanner::scanModel() {
   ir::ModelInfo& info = builder_.modelInfo();
-  info.graphName = model_.graph().name();
-  info.irVersion = model_.ir_version();
-  info.producerName = model_.producer_name();
-  info.producerVersion = model_.producer_version();
-  info.sourcePath = sourcePath_;
-  for (const auto& prop : model_.metadata_props())
-    info.metadata.emplace_back(prop.key(), prop.value());
-  bool hasDefaultDomain = false;
-  for (const auto& opset : model_.opset_import()) {
-    info.opsetImports.emplace_back(opset.domain(), opset.version());
-    if (opset.domain().empty() || opset.domain() == "ai.onnx") {
-      hasDefaultDomain = true;
-      if (opset.version() < kMinOnnxOpset)
-        return Error(ErrorCode::Unsupported) << "opset " << opset.version()
-                                             << " is not supported (cleave reads opset "
-                                             << kMinOnnxOpset << " and up)";
+  info.sourcePath = file_->path();
+  bool ok = forEachField(file_->bytes(), [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
+    std::string_view text;
+    std::uint64_t value;
+    switch (number) {
+    case field::kIrVersion:
+      if (type != WireType::Varint) return false;
+      fine = r.readVarint(value);
+      info.irVersion = static_cast<std::int64_t>(value);
+      return true;
+    case field::kProducerName: fine = readText(type, r, text); info.producerName = text; return true;
+    case field::kProducerVersion: fine = readText(type, r, text); info.producerVersion = text; return true;
+    case field::kGraph: fine = readText(type, r, graphBytes_); return true;
+    case field::kOpsetImport: {
+      if (!(fine = readText(type, r, text))) return true;
+      std::string_view domain;
+      std::int64_t version = 0;
+      fine = forEachField(text, [&](std::uint32_t n, WireType t, WireReader& orr, bool& opsetOk) {
+        if (n == field::kOpsetDomain) return opsetOk = readText(t, orr, domain), true;
+        if (n == field::kOpsetVersion && t == WireType::Varint) {
+          std::uint64_t v;
+          opsetOk = orr.readVarint(v);
+          version = static_cast<std::int64_t>(v);
+          return true;
+        }
+        return false;
+      });
+      info.opsetImports.emplace_back(std::string(domain), version);
+      return true;
     }
+    case field::kMetadataProps: {
+      std::string_view key, val;
+      if ((fine = readText(type, r, text)) && (fine = readKeyValue(text, key, val)))
+        info.metadata.emplace_back(std::string(key), std::string(val));
+      return true;
+    }
+    default: return false;
+    }
+  });
+  if (!ok)
+    return Error(ErrorCode::ParseError)
+           << "not a valid ONNX model (protobuf parse failed: truncated or corrupt file?)";
+  if (graphBytes_.data() == nullptr || info.irVersion <= 0)
+    return Error(ErrorCode::ParseError) << "not an ONNX model (no graph or ir_version)";
+  bool hasDefaultDomain = false;
+  for (const auto& [domain, version] : info.opsetImports) {
+    if (!domain.empty() && domain != "ai.onnx")
+      continue;
+    hasDefaultDomain = true;
+    if (version < kMinOnnxOpset)
+      return Error(ErrorCode::Unsupported) << "opset " << version
+                                           << " is not supported (cleave reads opset "
+                                           << kMinOnnxOpset << " and up)";
   }
-  if (!hasDefaultDomain && model_.graph().node_size() > 0)
+  if (!hasDefaultDomain)
     return Error(ErrorCode::ParseError) << "model imports no ai.onnx opset";
   return {};
 }
 
-Status OnnxGraphReader::fillTypeOf(const std::string& valueName, ir::ValueType& type) const {
-  const onnx::TypeProto* declared = declared_.find(builder_, valueName);
+Status OnnxScanner::scanGraphSpans(std::string_view graph) {
+  bool sparse = false;
+  bool ok = forEachField(graph, [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
+    std::vector<std::string_view>* list = nullptr;
+    switch (number) {
+    case field::kNode: list = &spans_.nodes; break;
+    case field::kInitializer: list = &spans_.initializers; break;
+    case field::kInput: list = &spans_.inputs; break;
+    case field::kOutput: list = &spans_.outputs; break;
+    case field::kValueInfo: list = &spans_.valueInfos; break;
+    case field::kGraphName: fine = readText(type, r, spans_.name); return true;
+    case field::kSparseInitializer: sparse = true; return false;
+    default: return false;
+    }
+    fine = readText(type, r, list->emplace_back());
+    return true;
+  });
+  if (!ok)
+    return corrupt("the graph");
+  if (sparse)
+    return Error(ErrorCode::Unsupported) << "sparse initializers are not supported";
+  builder_.modelInfo().graphName = spans_.name;
+  return {};
+}
+
+// Reads a ValueInfoProto's name and type bytes.
+bool readValueInfo(std::string_view info, std::string_view& name, std::string_view& type) {
+  return forEachField(info, [&](std::uint32_t number, WireType t, WireReader& r, bool& fine) {
+    if (number == field::kValueName) return fine = readText(t, r, name), true;
+    if (number == field::kValueType) return fine = readText(t, r, type), true;
+    return false;
+  });
+}
+
+Status OnnxScanner::declareTypes() {
+  for (const auto* list : {&spans_.inputs, &spans_.valueInfos, &spans_.outputs})
+    for (std::string_view info : *list) {
+      std::string_view name, type;
+      if (!readValueInfo(info, name, type))
+        return corrupt("a value_info entry");
+      if (!type.empty())
+        declared_.add(builder_, name, type);
+    }
+  return {};
+}
+
+// Runs onnx shape inference on a protobuf copy of the model and declares what it found. The
+// model's own bytes stay untouched: inference also writes into subgraph bodies, and those
+// attributes must be written back exactly as they were read.
+Status OnnxScanner::declareInferredTypes() {
+  onnx::ModelProto model;
+  if (!model.ParseFromArray(file_->bytes().data(), static_cast<int>(file_->bytes().size())))
+    return corrupt("the model");
+  try {
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions{false, 0, false});
+  } catch (const std::exception& e) {
+    return Error(ErrorCode::ParseError) << "onnx shape inference failed: " << e.what();
+  }
+  const onnx::GraphProto& graph = model.graph();
+  for (const auto* list : {&graph.input(), &graph.value_info(), &graph.output()})
+    for (const onnx::ValueInfoProto& info : *list)
+      if (info.has_type())
+        declared_.add(builder_, info.name(), declared_.own(info.type().SerializeAsString()));
+  return {};
+}
+
+Status OnnxScanner::fillTypeOf(std::string_view valueName, ir::ValueType& type) {
+  const std::string_view* declared = declared_.find(builder_, valueName);
   if (!declared) {
     type = ir::ValueType{};
     return {};
   }
-  return fillValueType(*declared, "value '" + valueName + "'", type);
+  return fillValueType(*declared, "value '" + std::string(valueName) + "'", type);
 }
 
-Status OnnxGraphReader::readInitializer(const onnx::TensorProto& tensor) {
-  const std::string what = "initializer '" + tensor.name() + "'";
-  if (tensor.name().empty())
-    return Error(ErrorCode::ParseError) << "an initializer has no name";
-  CLEAVE_TRY(DType dtype, toDType(tensor.data_type(), what));
+Status OnnxScanner::addInitializer(std::string_view tensorBytes,
+                                   const std::unordered_set<std::string_view>& inputNames,
+                                   std::unordered_set<std::string_view>& initializerInputs) {
   ir::Parameter param;
-  param.name = tensor.name();
-  param.dtype = dtype;
+  std::int64_t dataType = 0;
+  bool typedFields = false, external = false;
+  std::string_view raw;
+  bool hasRaw = false;
+  bool ok = forEachField(tensorBytes, [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
+    std::string_view text;
+    std::uint64_t value;
+    switch (number) {
+    case field::kDims: fine = r.readInts(type, [&](std::int64_t d) { param.dims.push_back(d); }); return true;
+    case field::kDataType:
+      if (type != WireType::Varint) return false;
+      fine = r.readVarint(value);
+      dataType = static_cast<std::int64_t>(value);
+      return true;
+    case field::kTensorName:
+      if ((fine = readText(type, r, text))) {
+        param.name = text;
+        if (!inputNames.empty() && inputNames.count(text))
+          initializerInputs.insert(text);
+      }
+      return true;
+    case field::kRawData: fine = readText(type, r, raw); hasRaw = true; return true;
+    case field::kFloatData: case field::kInt32Data: case field::kStringData: case field::kInt64Data:
+    case field::kDoubleData: case field::kUint64Data: typedFields = true; return false;
+    case field::kDataLocation:
+      if (type != WireType::Varint) return false;
+      fine = r.readVarint(value);
+      external = value == onnx::TensorProto::EXTERNAL;
+      return true;
+    case field::kExternalData: {
+      std::string_view key, val;
+      if (!(fine = readText(type, r, text) && readKeyValue(text, key, val)))
+        return true;
+      if (key == "location") {
+        param.data.externalPath = val;
+      } else if (key == "offset" || key == "length") {
+        std::string number(val);
+        char* end = nullptr;
+        unsigned long long parsed = std::strtoull(number.c_str(), &end, 10);
+        if (number.empty() || *end != '\0') {
+          fine = false;
+          return true;
+        }
+        (key == "offset" ? param.data.offset : param.data.length) = parsed;
+      }
+      return true;
+    }
+    default: return false;
+    }
+  });
+  const std::string what = "initializer '" + param.name + "'";
+  if (!ok)
+    return corrupt(param.name.empty() ? std::string("an initializer") : what);
+  if (param.name.empty())
+    return Error(ErrorCode::ParseError) << "an initializer has no name";
+  CLEAVE_TRY(param.dtype, toDType(static_cast<int>(dataType), what));
   std::int64_t elements = 1;
-  for (std::int64_t dim : tensor.dims()) {
+  for (std::int64_t dim : param.dims) {
     if (dim < 0)
       return Error(ErrorCode::ParseError) << what << " has negative dimension " << dim;
-    param.dims.push_back(dim);
     elements *= dim;
   }
-  param.bytes = elements * ir::dtypeSize(dtype);
-  if (tensor.data_location() == onnx::TensorProto::EXTERNAL) {
+  param.bytes = elements * ir::dtypeSize(param.dtype);
+  if (external) {
     param.data.source = ir::ParameterData::Source::External;
-    for (const auto& entry : tensor.external_data()) {
-      if (entry.key() == "location")
-        param.data.externalPath = entry.value();
-      else if (entry.key() == "offset" || entry.key() == "length") {
-        char* end = nullptr;
-        unsigned long long number = std::strtoull(entry.value().c_str(), &end, 10);
-        if (entry.value().empty() || *end != '\0')
-          return Error(ErrorCode::ParseError) << what << " has a bad external data " << entry.key()
-                                              << " '" << entry.value() << "'";
-        (entry.key() == "offset" ? param.data.offset : param.data.length) = number;
-      }
-    }
     if (param.data.externalPath.empty())
       return Error(ErrorCode::ParseError) << what << " has external data without a location";
     if (param.data.length == 0)
       param.data.length = static_cast<std::uint64_t>(param.bytes);
-  } else if (tensor.has_raw_data()) {
-    if (static_cast<std::int64_t>(tensor.raw_data().size()) != param.bytes)
-      return Error(ErrorCode::ParseError) << what << " holds " << tensor.raw_data().size()
-                                          << " bytes, its shape needs " << param.bytes;
-    param.data = builder_.appendInlineData(tensor.raw_data());
-  } else {
-    CLEAVE_TRY(std::string raw, typedFieldsToRaw(tensor, dtype));
+  } else if (hasRaw) {
     if (static_cast<std::int64_t>(raw.size()) != param.bytes)
       return Error(ErrorCode::ParseError) << what << " holds " << raw.size()
                                           << " bytes, its shape needs " << param.bytes;
-    param.data = builder_.appendInlineData(raw);
+    param.data.source = ir::ParameterData::Source::ModelFile;
+    param.data.offset = static_cast<std::uint64_t>(raw.data() - file_->bytes().data());
+    param.data.length = raw.size();
+  } else if (typedFields || param.bytes == 0) {
+    onnx::TensorProto tensor; // rare: let protobuf decode the typed repeated fields
+    if (!tensor.ParseFromArray(tensorBytes.data(), static_cast<int>(tensorBytes.size())))
+      return corrupt(what);
+    CLEAVE_TRY(std::string converted, typedFieldsToRaw(tensor, param.dtype));
+    if (static_cast<std::int64_t>(converted.size()) != param.bytes)
+      return Error(ErrorCode::ParseError) << what << " holds " << converted.size()
+                                          << " bytes, its shape needs " << param.bytes;
+    param.data = builder_.appendInlineData(converted);
+  } else {
+    return Error(ErrorCode::ParseError) << what << " holds no data, its shape needs " << param.bytes
+                                        << " bytes";
   }
-  ir::ValueType type = ir::ValueType::tensor(dtype, param.dims);
+  ir::ValueType type = ir::ValueType::tensor(param.dtype, param.dims);
   builder_.addParameter(std::move(param), type);
   return {};
 }
 
+Status OnnxScanner::addInput(std::string_view valueInfo,
+                             const std::unordered_set<std::string_view>& initializers) {
+  std::string_view name, typeBytes;
+  if (!readValueInfo(valueInfo, name, typeBytes))
+    return corrupt("a graph input");
+  if (initializers.count(name))
+    return {}; // old-style models list initializers as inputs too
+  if (name.empty())
+    return Error(ErrorCode::ParseError) << "a graph input has no name";
+  ir::ValueType type;
+  if (!typeBytes.empty())
+    CLEAVE_CHECK(fillValueType(typeBytes, "input '" + std::string(name) + "'", type));
+  builder_.addInput(name, type);
+  return {};
+}
+
+Expected<ir::Attribute> OnnxScanner::readAttribute(const onnx::AttributeProto& attr,
+                                                   const std::string& nodeName) {
+  ir::Attribute out;
+  out.name = attr.name();
+  using A = onnx::AttributeProto;
+  switch (attr.type()) {
+  case A::INT: out.kind = ir::AttrKind::Int; out.intValue = attr.i(); break;
+  case A::FLOAT: out.kind = ir::AttrKind::Float; out.floatValue = attr.f(); break;
+  case A::STRING: out.kind = ir::AttrKind::String; out.text = attr.s(); break;
+  case A::INTS: out.kind = ir::AttrKind::Ints; out.ints.assign(attr.ints().begin(), attr.ints().end()); break;
+  case A::FLOATS: out.kind = ir::AttrKind::Floats; out.floats.assign(attr.floats().begin(), attr.floats().end()); break;
+  case A::STRINGS: out.kind = ir::AttrKind::Strings; out.strings.assign(attr.strings().begin(), attr.strings().end()); break;
+  case A::TENSOR: out.kind = ir::AttrKind::Tensor; attr.t().SerializeToString(&out.text); break;
+  case A::GRAPH: out.kind = ir::AttrKind::Graph; attr.g().SerializeToString(&out.text); break;
+  default:
+    return Error(ErrorCode::Unsupported) << "node '" << nodeName << "' attribute '" << attr.name()
+                                         << "' has unsupported type "
+                                         << A::AttributeType_Name(attr.type());
+  }
+  return out;
+}
+
 // Names read inside a subgraph that it does not define itself (recursively): the outer values
 // the node depends on. Order: first use.
-void OnnxGraphReader::collectCaptures(const onnx::GraphProto& body,
-                                      std::unordered_set<std::string> defined,
-                                      std::vector<std::string>& captures,
-                                      std::unordered_set<std::string>& seen) {
+void OnnxScanner::collectCaptures(const onnx::GraphProto& body, std::unordered_set<std::string> defined,
+                                  std::vector<std::string>& captures,
+                                  std::unordered_set<std::string>& seen) {
   for (const auto& input : body.input())
     defined.insert(input.name());
   for (const auto& init : body.initializer())
@@ -289,56 +575,58 @@ void OnnxGraphReader::collectCaptures(const onnx::GraphProto& body,
       captures.push_back(output.name());
 }
 
-Expected<ir::Attribute> OnnxGraphReader::readAttribute(const onnx::AttributeProto& attr,
-                                                       const std::string& nodeName) {
-  ir::Attribute out;
-  out.name = attr.name();
-  using A = onnx::AttributeProto;
-  switch (attr.type()) {
-  case A::INT: out.kind = ir::AttrKind::Int; out.intValue = attr.i(); break;
-  case A::FLOAT: out.kind = ir::AttrKind::Float; out.floatValue = attr.f(); break;
-  case A::STRING: out.kind = ir::AttrKind::String; out.text = attr.s(); break;
-  case A::INTS: out.kind = ir::AttrKind::Ints; out.ints.assign(attr.ints().begin(), attr.ints().end()); break;
-  case A::FLOATS: out.kind = ir::AttrKind::Floats; out.floats.assign(attr.floats().begin(), attr.floats().end()); break;
-  case A::STRINGS: out.kind = ir::AttrKind::Strings; out.strings.assign(attr.strings().begin(), attr.strings().end()); break;
-  case A::TENSOR: out.kind = ir::AttrKind::Tensor; attr.t().SerializeToString(&out.text); break;
-  case A::GRAPH: out.kind = ir::AttrKind::Graph; attr.g().SerializeToString(&out.text); break;
-  default:
-    return Error(ErrorCode::Unsupported) << "node '" << nodeName << "' attribute '" << attr.name()
-                                         << "' has unsupported type "
-                                         << A::AttributeType_Name(attr.type());
-  }
-  return out;
-}
-
-Status OnnxGraphReader::readNode(const onnx::NodeProto& node) {
+Status OnnxScanner::addNode(std::string_view nodeBytes, std::size_t index) {
   ir::NodeSpec& spec = spec_;
   spec.kind = ir::NodeKind::Op;
-  spec.name = node.name();
-  spec.domain = node.domain() == "ai.onnx" ? std::string() : node.domain();
-  spec.opType = node.op_type();
-  if (spec.opType.empty())
-    return Error(ErrorCode::ParseError) << "node '" << node.name() << "' has no op_type";
-  spec.scope = scopeFromNodeName(node.name());
-  spec.inputs.resize(node.input_size());
-  for (int i = 0; i < node.input_size(); ++i)
-    spec.inputs[i] = node.input(i);
-  spec.outputs.resize(node.output_size());
-  for (int i = 0; i < node.output_size(); ++i) {
-    ir::OutputSpec& output = spec.outputs[i];
-    output.name = node.output(i);
-    if (output.name.empty()) // an omitted optional output still needs a unique value name
-      output.name = (node.name().empty() ? node.op_type() : node.name()) + "__unused_output_" +
-                    std::to_string(i);
-    CLEAVE_CHECK(fillTypeOf(output.name, output.type));
-  }
+  spec.name.clear();
+  spec.domain.clear();
+  spec.opType.clear();
+  spec.inputs.clear();
+  spec.outputs.clear();
   spec.attributes.clear();
   spec.implicitInputs = 0;
-  if (node.attribute_size() > 0) {
+  std::size_t outputCount = 0;
+  std::vector<std::string_view> attributes;
+  bool ok = forEachField(nodeBytes, [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
+    std::string_view text;
+    switch (number) {
+    case field::kNodeInput:
+      if ((fine = readText(type, r, text)))
+        spec.inputs.emplace_back(text);
+      return true;
+    case field::kNodeOutput:
+      if ((fine = readText(type, r, text))) {
+        if (spec.outputs.size() <= outputCount)
+          spec.outputs.emplace_back();
+        spec.outputs[outputCount++].name = text;
+      }
+      return true;
+    case field::kNodeName: fine = readText(type, r, text); spec.name = text; return true;
+    case field::kOpType: fine = readText(type, r, text); spec.opType = text; return true;
+    case field::kDomain: fine = readText(type, r, text); spec.domain = text == "ai.onnx" ? "" : text; return true;
+    case field::kAttribute: fine = readText(type, r, attributes.emplace_back()); return true;
+    default: return false;
+    }
+  });
+  if (!ok)
+    return corrupt("node " + std::to_string(index) + (spec.name.empty() ? "" : " ('" + spec.name + "')"));
+  if (spec.opType.empty())
+    return Error(ErrorCode::ParseError) << "node '" << spec.name << "' has no op_type";
+  spec.scope = scopeFromNodeName(spec.name);
+  std::string displayName = spec.name.empty() ? spec.opType : spec.name;
+  for (std::size_t i = 0; i < spec.outputs.size(); ++i) {
+    ir::OutputSpec& output = spec.outputs[i];
+    if (output.name.empty()) // an omitted optional output still needs a unique value name
+      output.name = displayName + "__unused_output_" + std::to_string(i);
+    CLEAVE_CHECK(fillTypeOf(output.name, output.type));
+  }
+  if (!attributes.empty()) {
     std::vector<std::string> captures;
     std::unordered_set<std::string> seen;
-    std::string displayName = node.name().empty() ? node.op_type() : node.name();
-    for (const auto& attr : node.attribute()) {
+    for (std::string_view bytes : attributes) {
+      onnx::AttributeProto attr;
+      if (!attr.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+        return corrupt("an attribute of node '" + displayName + "'");
       CLEAVE_TRY(ir::Attribute converted, readAttribute(attr, displayName));
       if (attr.type() == onnx::AttributeProto::GRAPH)
         collectCaptures(attr.g(), {}, captures, seen);
@@ -352,112 +640,58 @@ Status OnnxGraphReader::readNode(const onnx::NodeProto& node) {
   return {};
 }
 
-Status OnnxGraphReader::read() {
-  CLEAVE_CHECK(readModelInfo());
-  const onnx::GraphProto& graph = model_.graph();
-  if (graph.sparse_initializer_size() > 0)
-    return Error(ErrorCode::Unsupported) << "sparse initializers are not supported";
+Expected<ir::GraphBuilder> OnnxScanner::scan() {
+  CLEAVE_CHECK(scanModel());
+  CLEAVE_CHECK(scanGraphSpans(graphBytes_));
+  builder_.setModelFile(file_);
+  std::size_t nodes = spans_.nodes.size() + spans_.inputs.size() + spans_.initializers.size();
+  builder_.reserve(nodes, spans_.nodes.size() * 2 + spans_.inputs.size() + spans_.initializers.size());
+  if (options_.shapeInference == ShapeInference::Always)
+    CLEAVE_CHECK(declareInferredTypes());
+  else
+    CLEAVE_CHECK(declareTypes());
 
-  std::size_t inlineBytes = 0;
-  for (const auto& tensor : graph.initializer())
-    inlineBytes += tensor.raw_data().size();
-  builder_.reserveInlineData(inlineBytes);
-  std::unordered_set<std::string_view> initializerNames;
-  for (const auto& tensor : graph.initializer()) {
-    initializerNames.insert(tensor.name());
-    CLEAVE_CHECK(readInitializer(tensor));
+  // Old-style models list initializers among the graph inputs too; those inputs are skipped.
+  // Inputs are few and initializers many, so the set holds the input names (views into the file).
+  std::unordered_set<std::string_view> inputNames, initializerInputs;
+  for (std::string_view input : spans_.inputs) {
+    std::string_view name, type;
+    if (!readValueInfo(input, name, type))
+      return corrupt("a graph input");
+    inputNames.insert(name);
   }
-  for (const auto& input : graph.input()) {
-    if (initializerNames.count(input.name()))
-      continue; // old-style models list initializers as inputs too
-    if (input.name().empty())
-      return Error(ErrorCode::ParseError) << "a graph input has no name";
-    CLEAVE_TRY(ir::ValueType type, toValueType(input.type(), "input '" + input.name() + "'"));
-    builder_.addInput(input.name(), type);
-  }
-  for (const auto& node : graph.node())
-    CLEAVE_CHECK(readNode(node));
+  for (std::string_view tensor : spans_.initializers)
+    CLEAVE_CHECK(addInitializer(tensor, inputNames, initializerInputs));
+  for (std::string_view input : spans_.inputs)
+    CLEAVE_CHECK(addInput(input, initializerInputs));
+  for (std::size_t i = 0; i < spans_.nodes.size(); ++i)
+    CLEAVE_CHECK(addNode(spans_.nodes[i], i));
   std::vector<std::string> outputs;
-  for (const auto& output : graph.output())
-    outputs.push_back(output.name());
+  for (std::string_view output : spans_.outputs) {
+    std::string_view name, type;
+    if (!readValueInfo(output, name, type))
+      return corrupt("a graph output");
+    outputs.emplace_back(name);
+  }
   builder_.setOutputs(std::move(outputs));
-  return {};
+  return std::move(builder_);
 }
 
-bool everyOutputTyped(const ir::GraphBuilder& builder, const onnx::GraphProto& graph,
-                      const DeclaredTypes& declared) {
-  for (const auto& node : graph.node())
-    for (const std::string& output : node.output())
-      if (!output.empty() && !declared.find(builder, output))
-        return false;
-  return true;
-}
-
-} // namespace
-
-namespace {
-// Parses the file into an arena-held protobuf tree and copies it into a GraphBuilder. The arena
-// is released when this returns, before the builder's finish() allocates the graph: the two
-// never coexist, which keeps peak memory near max(protobuf tree, IR) instead of their sum.
-Expected<ir::GraphBuilder> readIntoBuilder(const std::string& path, const OnnxReadOptions& options) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    return Error(ErrorCode::InvalidArgument) << "'" << path << "' is a directory, not a model";
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0)
-    return Error(ErrorCode::NotFound) << "cannot open '" << path << "': " << std::strerror(errno);
-  google::protobuf::Arena arena;
-  auto* model = google::protobuf::Arena::CreateMessage<onnx::ModelProto>(&arena);
-  bool parsed;
-  {
-    google::protobuf::io::FileInputStream stream(fd);
-    google::protobuf::io::CodedInputStream coded(&stream);
-    coded.SetTotalBytesLimit(INT32_MAX);
-    parsed = model->ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage();
-  }
-  ::close(fd);
-  if (!parsed)
-    return Error(ErrorCode::ParseError) << "'" << path
-                                        << "' is not a valid ONNX model (protobuf parse failed: "
-                                           "truncated or corrupt file?)";
-  if (!model->has_graph() || model->ir_version() <= 0)
-    return Error(ErrorCode::ParseError) << "'" << path
-                                        << "' is not an ONNX model (no graph or ir_version)";
-  const onnx::GraphProto& graph = model->graph();
-  ir::GraphBuilder builder(ir::SourceFormat::Onnx);
-  builder.reserve(graph.node_size() + graph.input_size() + graph.initializer_size(),
-                  graph.node_size() * 2 + graph.input_size() + graph.initializer_size());
-  DeclaredTypes declared = collectDeclaredTypes(builder, graph);
-  bool infer = options.shapeInference == ShapeInference::Always ||
-               (options.shapeInference == ShapeInference::Auto &&
-                !everyOutputTyped(builder, graph, declared));
-  // Inference runs on a copy: it also writes value_info into subgraph bodies (Loop, If), and
-  // those attributes must be written back exactly as they were read.
-  const onnx::ModelProto* typed = model;
-  if (infer) {
-    auto* inferred = google::protobuf::Arena::CreateMessage<onnx::ModelProto>(&arena);
-    inferred->CopyFrom(*model);
-    try {
-      onnx::shape_inference::InferShapes(*inferred, onnx::OpSchemaRegistry::Instance(),
-                                         onnx::ShapeInferenceOptions{false, 0, false});
-    } catch (const std::exception& e) {
-      return Error(ErrorCode::ParseError) << "'" << path << "': onnx shape inference failed: "
-                                          << e.what();
-    }
-    typed = inferred;
-    declared = collectDeclaredTypes(builder, typed->graph());
-  }
-  OnnxGraphReader reader(*model, path, std::move(builder), std::move(declared));
-  if (Status read = reader.read(); !read)
-    return std::move(read.error().withContext(path));
-  return reader.takeBuilder();
-}
 } // namespace
 
 Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& options) {
-  Expected<ir::GraphBuilder> builder = readIntoBuilder(path, options);
+  CLEAVE_TRY(std::shared_ptr<const MappedFile> file, MappedFile::open(path));
+  Expected<ir::GraphBuilder> builder = OnnxScanner(file, options).scan();
+  // A node output without a declared type: scan again with onnx's inferred types. Models that
+  // need this (typical framework exports) are small next to the ones that do not.
+  // (`Never` keeps the gaps; `Always` inferred on the first pass.)
+  if (builder && options.shapeInference == ShapeInference::Auto && builder->hasUntypedOpOutputs()) {
+    OnnxReadOptions again = options;
+    again.shapeInference = ShapeInference::Always;
+    builder = OnnxScanner(file, again).scan();
+  }
   if (!builder)
-    return std::move(builder.error());
+    return std::move(builder.error().withContext(path));
   Expected<ir::Graph> graph = std::move(*builder).finish();
   if (!graph)
     return std::move(graph.error().withContext(path));

@@ -108,6 +108,13 @@ void GraphBuilder::setOutputs(std::vector<std::string> valueNames, std::string o
   outputsSet_ = true;
 }
 
+bool GraphBuilder::hasUntypedOpOutputs() const {
+  for (const PendingValue& value : values_)
+    if (value.kind == ValueKind::Unknown && nodes_[value.producer].kind == NodeKind::Op)
+      return true;
+  return false;
+}
+
 // Phase 1: unnamed nodes get "<opType>_<k>", skipping names that are already taken.
 Status GraphBuilder::nameUnnamedNodes() {
   std::vector<bool> taken(strings_.size(), false);
@@ -344,6 +351,7 @@ Expected<Graph> GraphBuilder::finish() && {
   for (std::uint32_t v = 0; v < graph.values_.size(); ++v)
     graph.valueByName_[graph.values_[v].name] = v;
   graph.inlineData_ = std::make_shared<const std::string>(std::move(inlineData_));
+  graph.modelFile_ = std::move(modelFile_);
   return graph;
 }
 

@@ -53,8 +53,12 @@ public:
   void addNode(const NodeSpec& spec);
   // The graph outputs, by value name, in order. Required before finish().
   void setOutputs(std::vector<std::string> valueNames, std::string outputNodeName = "output");
+  // True when some op output has no type at all (readers then ask for shape inference).
+  bool hasUntypedOpOutputs() const;
   void reserve(std::size_t nodes, std::size_t values);
   void reserveInlineData(std::size_t bytes) { inlineData_.reserve(bytes); }
+  // The file that ModelFile parameters point into; the graph keeps it mapped.
+  void setModelFile(std::shared_ptr<const MappedFile> file) { modelFile_ = std::move(file); }
   // The builder's string ids: readers may key side tables by them (ids are stable).
   std::uint32_t intern(std::string_view text) { return strings_.intern(text); }
   std::uint32_t findString(std::string_view text) const { return strings_.find(text); }
@@ -96,6 +100,7 @@ private:
   std::vector<Parameter> params_;
   std::vector<std::uint32_t> nodeParams_;
   std::string inlineData_;
+  std::shared_ptr<const MappedFile> modelFile_;
   bool outputsSet_ = false;
 };
 

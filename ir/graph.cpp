@@ -106,6 +106,13 @@ Expected<std::string> Graph::readParameterData(ParamId param) const {
   case ParameterData::Source::None: return std::string();
   case ParameterData::Source::Inline:
     return inlineData_->substr(p.data.offset, p.data.length);
+  case ParameterData::Source::ModelFile: {
+    std::string_view file = modelFile_ ? modelFile_->bytes() : std::string_view();
+    if (p.data.offset > file.size() || p.data.length > file.size() - p.data.offset)
+      return Error(ErrorCode::ParseError) << "data of parameter '" << p.name
+                                          << "' lies outside its model file";
+    return std::string(file.substr(p.data.offset, p.data.length));
+  }
   case ParameterData::Source::External: {
     std::filesystem::path path(p.data.externalPath);
     if (path.is_relative() && !info_.sourcePath.empty())

@@ -19,6 +19,7 @@
 
 #include "base/expected.h"
 #include "base/ids.h"
+#include "base/mapped_file.h"
 #include "base/strings.h"
 #include "ir/types.h"
 
@@ -53,8 +54,11 @@ struct Attribute {
 };
 
 // Where a parameter's bytes live. Data is read only when asked for (readParameterData).
+//   Inline:    the graph's own blob (generated models, ONNX typed-field tensors)
+//   ModelFile: inside the model file the graph was read from (ONNX raw_data), via its mapping
+//   External:  an ONNX external data file, relative to the model's directory
 struct ParameterData {
-  enum class Source : std::uint8_t { None, Inline, External };
+  enum class Source : std::uint8_t { None, Inline, ModelFile, External };
   Source source = Source::None;
   std::uint64_t offset = 0; // into the inline blob, or into the external file
   std::uint64_t length = 0;
@@ -184,7 +188,8 @@ private:
   std::vector<NodeId> inputNodes_;
   std::vector<std::uint32_t> nodeByName_;  // indexed by string id
   std::vector<std::uint32_t> valueByName_; // indexed by string id
-  std::shared_ptr<const std::string> inlineData_; // parameter bytes read with the model
+  std::shared_ptr<const std::string> inlineData_;  // Inline parameter bytes
+  std::shared_ptr<const MappedFile> modelFile_;     // ModelFile parameter bytes
 };
 
 // Re-checks every structural invariant of a built graph (ids in range, topological order,

@@ -1,0 +1,36 @@
+// base/mapped_file.h - a read-only memory mapping of a whole file.
+// Pages are read from disk only when touched, so a reader can skip large regions (ONNX weights)
+// for free and come back to them later through the same mapping.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "base/expected.h"
+
+namespace cleave {
+
+class MappedFile {
+public:
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  std::string_view bytes() const { return {static_cast<const char*>(data_), size_}; }
+  const std::string& path() const { return path_; }
+
+  // Fails: NotFound (cannot open), InvalidArgument (a directory), ParseError (empty file),
+  // IoError (mmap failed).
+  static Expected<std::shared_ptr<const MappedFile>> open(const std::string& path);
+
+private:
+  MappedFile(std::string path, void* data, std::size_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
+  std::string path_;
+  void* data_;
+  std::size_t size_;
+};
+
+} // namespace cleave
