@@ -271,13 +271,7 @@ Expected<Graph> GraphBuilder::finish() && {
   for (std::uint32_t pending : order) {
     const PendingNode& source = nodes_[pending];
     auto nodeId = NodeId{u32(graph.nodes_.size())};
-    Graph::Node node{};
-    node.kind = source.kind;
-    node.implicitInputs = source.implicitInputs;
-    node.name = source.name;
-    node.domain = source.domain;
-    node.opType = source.opType;
-    node.scope = source.scope;
+    Graph::Node node = source; // kind and string ids carry over; the ranges are rebuilt below
     node.inputs.begin = u32(graph.operands_.size());
     for (std::uint32_t i = source.inputs.begin; i < source.inputs.end; ++i) {
       std::uint32_t value = operandValues[i];

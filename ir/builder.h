@@ -66,12 +66,7 @@ public:
   [[nodiscard]] Expected<Graph> finish() &&;
 
 private:
-  struct PendingNode {
-    NodeKind kind;
-    std::uint32_t implicitInputs;
-    std::uint32_t name, domain, opType, scope;
-    IdRange inputs, outputs, attrs, params;
-  };
+  using PendingNode = Graph::Node;
   struct PendingValue {
     std::uint32_t name;
     ValueKind kind;

@@ -154,6 +154,8 @@ public:
 private:
   friend class GraphBuilder;
   friend Status verifyGraph(const Graph& graph);
+  // One node: string ids and ranges into the CSR arrays. The builder uses the same record for
+  // the nodes it has not ordered yet (its ranges then index the builder's own arrays).
   struct Node {
     NodeKind kind;
     std::uint32_t implicitInputs;
