@@ -40,6 +40,8 @@ constexpr Command kCommands[] = {
     {"inspect", runInspect, "counts, sizes, op histogram, inputs/outputs, depth and width of a model"},
     {"gen", runGen, "write a synthetic ONNX model (chain, wide, linear_chain, diamonds, transformer)"},
     {"convert", runConvert, "read a model and write it back as ONNX (round trip, external data)"},
+    {"support", runSupport, "which ops of a model an accelerator profile supports, and why not"},
+    {"split", runSplit, "split a model into accelerator and CPU submodules"},
 };
 
 void printUsage(std::ostream& out) {

@@ -148,6 +148,9 @@ public:
   Expected<std::string> readParameterData(ParamId param) const;
 
   const ModelInfo& modelInfo() const { return info_; }
+  // The mapped model file behind ModelFile parameters (null for other graphs); extracted
+  // subgraphs share it so their parameters stay lazy.
+  const std::shared_ptr<const MappedFile>& modelFile() const { return modelFile_; }
   const StringTable& strings() const { return strings_; }
   std::size_t numOperands() const { return operands_.size(); }
 

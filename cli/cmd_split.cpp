@@ -1,0 +1,79 @@
+// cli/cmd_split.cpp - `cleave split MODEL --profile P -o DIR [...]`: accelerator/CPU split.
+#include <sstream>
+
+#include "cli/commands.h"
+#include "io/model_loader.h"
+#include "plan/materialize.h"
+#include "report/split_report.h"
+#include "split/splitter.h"
+
+namespace cleave::cli {
+
+int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{"Split a model into as few accelerator and CPU submodules as possible (torch.fx "
+               "splitter semantics) and write the plan, one standalone model per submodule, and "
+               "reports. FX graphs get a node -> submodule assignment instead of submodels.",
+               "cleave split"};
+  std::string path, profilePath, outDir;
+  split::SplitOptions options;
+  bool json = false, planOnly = false, preview = false;
+  double pcieGiBps = 100.0;
+  app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
+  app.add_option("--profile", profilePath, "operator-support profile (JSON)")->required();
+  app.add_option("-o,--output", outDir, "output directory (written atomically)");
+  app.add_option("--min-acc-size", options.minAccSize, "smallest acc subgraph kept (torch's min_acc_module_size)")
+      ->capture_default_str();
+  app.add_option("--max-acc-splits", options.maxSplits,
+                 "most submodules (acc + cpu) allowed; merges the least valuable acc subgraphs back "
+                 "to the CPU until it holds (0: no limit)");
+  app.add_flag("--skip-fusion", options.skipFusion, "no fusion groups");
+  app.add_flag("--allow-non-tensor", options.allowNonTensor, "allow non-tensor data between acc and cpu");
+  app.add_flag("--plan-only", planOnly, "write plan.json and reports, no submodels");
+  app.add_flag("--preview", preview, "report per acc subgraph sizes, PCIe-bound max QPS and the bottleneck");
+  app.add_option("--pcie-gbps", pcieGiBps, "PCIe bandwidth for --preview, GiB/s")->capture_default_str();
+  app.add_flag("--json", json, "print a JSON summary");
+  if (int code = parseArguments(app, args, out, err); code >= 0)
+    return code;
+  if (outDir.empty() && !preview) {
+    err << "cleave split: usage error: -o DIR is required (or --preview alone)\n";
+    return kExitUsage;
+  }
+  if (pcieGiBps <= 0) {
+    err << "cleave split: usage error: --pcie-gbps must be positive\n";
+    return kExitUsage;
+  }
+  Expected<support::Profile> profile = support::Profile::load(profilePath);
+  if (!profile)
+    return reportError("cleave split", profile.error(), err);
+  Expected<ir::Graph> graph = io::loadModel(path);
+  if (!graph)
+    return reportError("cleave split", graph.error(), err);
+  IdVector<ir::NodeId, support::Decision> decisions = support::decideAll(*graph, *profile);
+  Expected<split::SplitResult> result = split::splitGraph(*graph, decisions, options);
+  if (!result)
+    return reportError("cleave split", result.error(), err);
+
+  std::vector<plan::Boundary> boundaries = plan::computeBoundaries(*graph, result->plan);
+  report::Json summary = report::splitJson(*graph, *result, boundaries,
+                                           {.pcieBytesPerSecond = pcieGiBps * double(1ull << 30)});
+  std::ostringstream text;
+  report::printSplitText(summary, true, text);
+  if (!outDir.empty()) {
+    report::Json extra;
+    extra["profile"] = profile->name();
+    extra["settings"] = {{"min_acc_size", options.minAccSize}, {"max_acc_splits", options.maxSplits},
+                         {"skip_fusion", options.skipFusion}, {"allow_non_tensor", options.allowNonTensor}};
+    plan::MaterializeOptions materializeOptions;
+    materializeOptions.writeSubmodels = !planOnly;
+    materializeOptions.extraFiles = {{"report.txt", text.str()}, {"report.json", report::dumpJson(summary)}};
+    if (Status written = plan::materialize(*graph, result->plan, path, outDir, extra, materializeOptions); !written)
+      return reportError("cleave split", written.error(), err);
+  }
+  if (json)
+    out << report::dumpJson(summary);
+  else
+    report::printSplitText(summary, preview, out);
+  return kExitOk;
+}
+
+} // namespace cleave::cli

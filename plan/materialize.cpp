@@ -1,0 +1,189 @@
+#include "plan/materialize.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "base/file_io.h"
+#include "io/onnx.h"
+#include "ir/builder.h"
+
+namespace cleave::plan {
+using ir::NodeId;
+using ir::ValueId;
+
+std::vector<Boundary> computeBoundaries(const ir::Graph& graph, const CutPlan& plan) {
+  std::vector<Boundary> boundaries(plan.submodules.size());
+  std::vector<std::uint32_t> lastReader(plan.submodules.size(), UINT32_MAX);
+  for (std::uint32_t v = 0; v < graph.numValues(); ++v) {
+    ValueId value{v};
+    NodeId producer = graph.producer(value);
+    if (graph.kind(producer) == ir::NodeKind::Parameter)
+      continue; // copied into each submodule that reads it
+    std::uint32_t from = plan.submoduleOf[producer];
+    bool neededOutside = false;
+    for (NodeId user : graph.users(value)) {
+      std::uint32_t to = plan.submoduleOf[user];
+      if (to == from)
+        continue;
+      if (to == kNoSubmodule) { // the graph output
+        neededOutside = true;
+        continue;
+      }
+      neededOutside = true;
+      if (lastReader[to] != v) {
+        lastReader[to] = v;
+        boundaries[to].inputs.push_back(value);
+      }
+    }
+    if (from != kNoSubmodule && neededOutside)
+      boundaries[from].outputs.push_back(value);
+  }
+  return boundaries;
+}
+
+Expected<ir::Graph> extractSubmodule(const ir::Graph& graph, const CutPlan& plan,
+                                     const std::vector<Boundary>& boundaries, std::uint32_t submodule) {
+  const Submodule& sub = plan.submodules[submodule];
+  ir::GraphBuilder builder(graph.modelInfo().format);
+  ir::ModelInfo info = graph.modelInfo();
+  info.graphName = sub.name;
+  info.producerName = "cleave";
+  builder.modelInfo() = info;
+  builder.setModelFile(graph.modelFile());
+  for (ValueId value : boundaries[submodule].inputs)
+    builder.addInput(graph.valueName(value), graph.valueType(value));
+  // Parameters the submodule reads, once each, in value order.
+  std::vector<NodeId> params;
+  for (NodeId node : sub.nodes)
+    for (ValueId value : graph.inputs(node))
+      if (value != ir::kNoValue && graph.kind(graph.producer(value)) == ir::NodeKind::Parameter)
+        params.push_back(graph.producer(value));
+  std::sort(params.begin(), params.end());
+  params.erase(std::unique(params.begin(), params.end()), params.end());
+  for (NodeId paramNode : params) {
+    for (ir::ParamId param : graph.parameters(paramNode)) {
+      ir::Parameter copy = graph.parameter(param);
+      if (copy.data.source == ir::ParameterData::Source::Inline) {
+        CLEAVE_TRY(std::string bytes, graph.readParameterData(param));
+        copy.data = builder.appendInlineData(bytes);
+      }
+      builder.addParameter(std::move(copy), graph.valueType(graph.outputs(paramNode)[0]));
+    }
+  }
+  for (NodeId node : sub.nodes) {
+    ir::NodeSpec spec;
+    spec.kind = graph.kind(node);
+    spec.name = graph.name(node);
+    spec.domain = graph.opDomain(node);
+    spec.opType = graph.opType(node);
+    spec.scope = graph.scope(node);
+    spec.implicitInputs = graph.numImplicitInputs(node);
+    for (ValueId value : graph.inputs(node))
+      spec.inputs.emplace_back(value == ir::kNoValue ? std::string_view() : graph.valueName(value));
+    for (ValueId value : graph.outputs(node))
+      spec.outputs.push_back({std::string(graph.valueName(value)), graph.valueType(value)});
+    spec.attributes.assign(graph.attributes(node).begin(), graph.attributes(node).end());
+    for (ir::ParamId param : graph.parameters(node))
+      if (graph.kind(node) != ir::NodeKind::Parameter)
+        spec.parameters.push_back(graph.parameter(param));
+    builder.addNode(spec);
+  }
+  std::vector<std::string> outputs;
+  for (ValueId value : boundaries[submodule].outputs)
+    outputs.emplace_back(graph.valueName(value));
+  builder.setOutputs(std::move(outputs));
+  return std::move(builder).finish();
+}
+
+report::Json planJson(const ir::Graph& graph, const CutPlan& plan, const std::vector<Boundary>& boundaries,
+                      const std::string& modelPath, const report::Json& extra, bool withFiles) {
+  report::Json out;
+  out["schema"] = kPlanSchema;
+  out["version"] = kPlanSchemaVersion;
+  out["kind"] = std::string(planKindName(plan.kind));
+  out["model"] = modelPath;
+  for (const auto& [key, value] : extra.items())
+    out[key] = value;
+  auto sourceOf = [&](ValueId value) -> report::Json {
+    std::uint32_t from = plan.submoduleOf[graph.producer(value)];
+    return from == kNoSubmodule ? report::Json("input") : report::Json(plan.submodules[from].name);
+  };
+  report::Json submodules = report::Json::array();
+  for (std::uint32_t s = 0; s < plan.submodules.size(); ++s) {
+    const Submodule& sub = plan.submodules[s];
+    report::Json entry;
+    entry["name"] = sub.name;
+    entry["is_acc"] = sub.isAcc;
+    if (withFiles && graph.modelInfo().format != ir::SourceFormat::Fx)
+      entry["file"] = sub.name + ".onnx";
+    report::Json inputs = report::Json::array();
+    for (ValueId value : boundaries[s].inputs)
+      inputs.push_back({{"value", std::string(graph.valueName(value))}, {"from", sourceOf(value)}});
+    entry["inputs"] = std::move(inputs);
+    report::Json outputs = report::Json::array();
+    for (ValueId value : boundaries[s].outputs)
+      outputs.push_back(std::string(graph.valueName(value)));
+    entry["outputs"] = std::move(outputs);
+    report::Json nodes = report::Json::array();
+    for (NodeId node : sub.nodes)
+      nodes.push_back(std::string(graph.name(node)));
+    entry["nodes"] = std::move(nodes);
+    submodules.push_back(std::move(entry));
+  }
+  out["submodules"] = std::move(submodules);
+  report::Json outputs = report::Json::array();
+  for (ValueId value : graph.graphOutputs())
+    outputs.push_back({{"value", std::string(graph.valueName(value))}, {"from", sourceOf(value)}});
+  out["outputs"] = std::move(outputs);
+  return out;
+}
+
+namespace {
+std::string assignmentJson(const ir::Graph& graph, const CutPlan& plan) {
+  report::Json out;
+  out["schema"] = "cleave.fx_assignment";
+  out["version"] = 1;
+  report::Json tags = report::Json::array();
+  for (const Submodule& sub : plan.submodules)
+    tags.push_back(sub.name);
+  out["tags"] = std::move(tags);
+  report::Json nodes = report::Json::object();
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n)
+    if (plan.submoduleOf[NodeId{n}] != kNoSubmodule)
+      nodes[std::string(graph.name(NodeId{n}))] = plan.submodules[plan.submoduleOf[NodeId{n}]].name;
+  out["nodes"] = std::move(nodes);
+  return report::dumpJson(out);
+}
+} // namespace
+
+Status materialize(const ir::Graph& graph, const CutPlan& plan, const std::string& modelPath,
+                   const std::string& outDir, const report::Json& extra, const MaterializeOptions& options) {
+  std::vector<Boundary> boundaries = computeBoundaries(graph, plan);
+  CLEAVE_TRY(std::string staging, makeStagingDirectory(outDir));
+  auto write = [&]() -> Status {
+    bool fx = graph.modelInfo().format == ir::SourceFormat::Fx;
+    report::Json json = planJson(graph, plan, boundaries, modelPath, extra, options.writeSubmodels);
+    CLEAVE_CHECK(writeFileAtomically(staging + "/plan.json", report::dumpJson(json)));
+    if (fx)
+      CLEAVE_CHECK(writeFileAtomically(staging + "/assignment.json", assignmentJson(graph, plan)));
+    else if (options.writeSubmodels)
+      for (std::uint32_t s = 0; s < plan.submodules.size(); ++s) {
+        CLEAVE_TRY(ir::Graph sub, extractSubmodule(graph, plan, boundaries, s));
+        CLEAVE_CHECK(io::writeOnnx(sub, staging + "/" + plan.submodules[s].name + ".onnx"));
+      }
+    for (const auto& [name, contents] : options.extraFiles)
+      CLEAVE_CHECK(writeFileAtomically(staging + "/" + name, contents));
+    return {};
+  };
+  if (Status written = write(); !written) {
+    discardDirectory(staging);
+    return written;
+  }
+  if (Status committed = commitDirectory(staging, outDir); !committed) {
+    discardDirectory(staging);
+    return committed;
+  }
+  return {};
+}
+
+} // namespace cleave::plan

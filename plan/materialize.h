@@ -1,0 +1,56 @@
+// plan/materialize.h - turn a CutPlan into files: one standalone model per submodule, plan.json,
+// and (for FX graphs) the node -> submodule assignment that tools/cleave_fx.py applies with
+// torch's own split_by_tags. Shared by split, partition and pipeline.
+//
+// A submodule's inputs are the values it reads that are produced outside it (graph inputs or
+// other submodules' outputs), in value order; its outputs are the values it produces that a
+// later submodule or the graph output reads, in value order. Parameters are copied into every
+// submodule that uses them (only those), so each ONNX submodel is standalone.
+// Output directories are written under a temporary name and renamed when complete.
+// Complexity: O(V + E) for the boundaries, plus the bytes written.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/expected.h"
+#include "ir/graph.h"
+#include "plan/plan.h"
+#include "report/json_util.h"
+
+namespace cleave::plan {
+
+struct Boundary {
+  std::vector<ir::ValueId> inputs, outputs;
+};
+
+// Per submodule, in plan order.
+std::vector<Boundary> computeBoundaries(const ir::Graph& graph, const CutPlan& plan);
+
+// A standalone graph of one submodule (ONNX-writable when the source graph was ONNX).
+[[nodiscard]] Expected<ir::Graph> extractSubmodule(const ir::Graph& graph, const CutPlan& plan,
+                                                   const std::vector<Boundary>& boundaries,
+                                                   std::uint32_t submodule);
+
+// plan.json: schema "cleave.plan" version 1. `extra` is merged in at the top level (settings,
+// summary of the pass).
+report::Json planJson(const ir::Graph& graph, const CutPlan& plan,
+                      const std::vector<Boundary>& boundaries, const std::string& modelPath,
+                      const report::Json& extra, bool withFiles);
+
+struct MaterializeOptions {
+  bool writeSubmodels = true;          // false: plan.json and reports only (--plan-only)
+  std::vector<std::pair<std::string, std::string>> extraFiles; // (file name, contents)
+};
+
+// Writes `outDir` atomically: plan.json, submodels (ONNX: <submodule>.onnx; FX: assignment.json),
+// and the extra files (reports). Fails: IoError (unwritable), Unsupported (ONNX submodels of an
+// FX graph are never attempted: FX writes the assignment instead).
+[[nodiscard]] Status materialize(const ir::Graph& graph, const CutPlan& plan,
+                                 const std::string& modelPath, const std::string& outDir,
+                                 const report::Json& extra, const MaterializeOptions& options);
+
+inline constexpr const char* kPlanSchema = "cleave.plan";
+inline constexpr int kPlanSchemaVersion = 1;
+
+} // namespace cleave::plan

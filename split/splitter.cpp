@@ -1,0 +1,276 @@
+#include "split/splitter.h"
+
+#include <algorithm>
+#include <functional>
+#include <queue>
+
+#include "split/fusion_groups.h"
+
+namespace cleave::split {
+using ir::NodeId;
+
+namespace {
+
+struct Phase {
+  bool isAcc;
+  std::vector<NodeId> nodes;
+};
+
+// Dependencies between callable nodes (CSR), with the fusion-group additions.
+struct Dependencies {
+  std::vector<std::vector<NodeId>> dependents; // reverse edges: who waits for this node
+  IdVector<NodeId, std::uint32_t> remaining;   // unplaced dependencies per node
+};
+
+Dependencies buildDependencies(const ir::Graph& graph, const FusionGroups& fusion) {
+  std::uint32_t count = graph.numNodes();
+  std::vector<std::vector<NodeId>> deps(count);
+  for (std::uint32_t n = 0; n < count; ++n) {
+    NodeId node{n};
+    if (!graph.isCallable(node))
+      continue;
+    for (ir::ValueId value : graph.inputs(node))
+      if (value != ir::kNoValue && graph.isCallable(graph.producer(value)))
+        deps[n].push_back(graph.producer(value));
+  }
+  for (const std::vector<NodeId>& group : fusion.groups) {
+    if (group.empty())
+      continue;
+    auto inGroup = [&](NodeId node) { return std::binary_search(group.begin(), group.end(), node); };
+    std::vector<NodeId> outside;
+    for (NodeId member : group)
+      for (NodeId dep : deps[index(member)])
+        if (!inGroup(dep))
+          outside.push_back(dep);
+    std::vector<NodeId> users;
+    for (NodeId member : group)
+      for (ir::ValueId value : graph.outputs(member))
+        for (NodeId user : graph.users(value))
+          if (graph.isCallable(user) && !inGroup(user))
+            users.push_back(user);
+    for (NodeId member : group)
+      deps[index(member)].insert(deps[index(member)].end(), outside.begin(), outside.end());
+    for (NodeId user : users)
+      deps[index(user)].insert(deps[index(user)].end(), group.begin(), group.end());
+  }
+  Dependencies result;
+  result.dependents.resize(count);
+  result.remaining = IdVector<NodeId, std::uint32_t>(count, 0);
+  for (std::uint32_t n = 0; n < count; ++n) {
+    std::vector<NodeId>& list = deps[n];
+    std::sort(list.begin(), list.end());
+    list.erase(std::unique(list.begin(), list.end()), list.end());
+    result.remaining[NodeId{n}] = static_cast<std::uint32_t>(list.size());
+    for (NodeId dep : list)
+      result.dependents[index(dep)].push_back(NodeId{n});
+  }
+  return result;
+}
+
+using ReadyQueue = std::priority_queue<NodeId, std::vector<NodeId>, std::greater<NodeId>>;
+
+Expected<std::vector<Phase>> sweep(const ir::Graph& graph, const AccNodes& acc, Dependencies deps) {
+  ReadyQueue ready[2]; // [0] cpu, [1] acc
+  std::uint32_t callable = 0;
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
+    NodeId node{n};
+    if (!graph.isCallable(node))
+      continue;
+    ++callable;
+    if (deps.remaining[node] == 0)
+      ready[acc.isAcc[node]].push(node);
+  }
+  std::vector<Phase> phases;
+  bool accMode = ready[0].empty(); // the reference starts on the CPU when a CPU node is ready
+  std::vector<NodeId> current;
+  std::uint32_t placed = 0, emptyFlips = 0;
+  while (placed < callable) {
+    ReadyQueue& queue = ready[accMode ? 1 : 0];
+    if (queue.empty()) {
+      if (current.empty()) {
+        if (++emptyFlips > 1) // neither kind can move: only inconsistent dependencies do this
+          return Error(ErrorCode::InvalidGraph) << "splitter cannot place the remaining "
+                                                << callable - placed << " nodes (dependency cycle)";
+      } else {
+        phases.push_back({accMode, std::move(current)});
+        current.clear();
+        emptyFlips = 0;
+      }
+      accMode = !accMode;
+      continue;
+    }
+    NodeId node = queue.top();
+    queue.pop();
+    current.push_back(node);
+    ++placed;
+    for (NodeId dependent : deps.dependents[index(node)])
+      if (--deps.remaining[dependent] == 0)
+        ready[acc.isAcc[dependent]].push(dependent);
+  }
+  if (!current.empty())
+    phases.push_back({accMode, std::move(current)});
+  return phases;
+}
+
+SubgraphCounts countKinds(const std::vector<Phase>& phases) {
+  SubgraphCounts counts;
+  for (const Phase& phase : phases)
+    ++(phase.isAcc ? counts.acc : counts.cpu);
+  return counts;
+}
+
+void demote(const ir::Graph& graph, Phase& phase, plan::Placement why, const std::string& detail,
+            plan::CutPlan& plan) {
+  for (NodeId node : phase.nodes) {
+    plan.placement[node] = why;
+    plan.detail[node] = detail;
+  }
+  phase.isAcc = false;
+}
+
+// The reference's remove_small_acc_subgraphs, with reasons recorded.
+std::vector<Phase> removeSmallAccSubgraphs(const ir::Graph& graph, std::vector<Phase> phases,
+                                           std::int64_t minAccSize, plan::CutPlan& plan) {
+  std::vector<Phase> result;
+  for (Phase& phase : phases) {
+    if (phase.isAcc && static_cast<std::int64_t>(phase.nodes.size()) < minAccSize) {
+      demote(graph, phase, plan::Placement::BelowMinSize,
+             "acc subgraph of " + std::to_string(phase.nodes.size()) + " nodes is below --min-acc-size " +
+                 std::to_string(minAccSize),
+             plan);
+      if (!result.empty()) {
+        result.back().nodes.insert(result.back().nodes.end(), phase.nodes.begin(), phase.nodes.end());
+        continue;
+      }
+    } else if (!phase.isAcc && !result.empty() && !result.back().isAcc) {
+      result.back().nodes.insert(result.back().nodes.end(), phase.nodes.begin(), phase.nodes.end());
+      continue;
+    }
+    result.push_back(std::move(phase));
+  }
+  return result;
+}
+
+// Bytes of the values that cross each phase's boundary (read from, or read by, another phase).
+std::vector<std::int64_t> boundaryBytes(const ir::Graph& graph, const std::vector<Phase>& phases) {
+  IdVector<NodeId, std::uint32_t> phaseOf(graph.numNodes(), UINT32_MAX);
+  for (std::uint32_t p = 0; p < phases.size(); ++p)
+    for (NodeId node : phases[p].nodes)
+      phaseOf[node] = p;
+  std::vector<std::int64_t> bytes(phases.size(), 0);
+  for (std::uint32_t v = 0; v < graph.numValues(); ++v) {
+    ir::ValueId value{v};
+    std::uint32_t producer = phaseOf[graph.producer(value)];
+    if (graph.kind(graph.producer(value)) == ir::NodeKind::Parameter)
+      continue; // weights travel with their submodule
+    std::int64_t size = std::max<std::int64_t>(graph.bytes(value), 0);
+    std::vector<std::uint32_t> readers;
+    for (NodeId user : graph.users(value))
+      if (phaseOf[user] != producer)
+        readers.push_back(phaseOf[user]);
+    std::sort(readers.begin(), readers.end());
+    readers.erase(std::unique(readers.begin(), readers.end()), readers.end());
+    if (readers.empty())
+      continue;
+    if (producer != UINT32_MAX)
+      bytes[producer] += size;
+    for (std::uint32_t reader : readers)
+      if (reader != UINT32_MAX)
+        bytes[reader] += size;
+  }
+  return bytes;
+}
+
+// Merges the least valuable acc phases into the CPU until at most maxSplits phases remain.
+std::vector<Phase> enforceMaxSplits(const ir::Graph& graph, std::vector<Phase> phases,
+                                    std::int64_t maxSplits, plan::CutPlan& plan) {
+  if (maxSplits <= 0 || static_cast<std::int64_t>(phases.size()) <= maxSplits)
+    return phases;
+  std::vector<std::int64_t> bytes = boundaryBytes(graph, phases);
+  std::vector<std::uint32_t> candidates;
+  for (std::uint32_t p = 0; p < phases.size(); ++p)
+    if (phases[p].isAcc)
+      candidates.push_back(p);
+  // Least work per byte first: nodes_a / bytes_a < nodes_b / bytes_b, compared exactly.
+  std::stable_sort(candidates.begin(), candidates.end(), [&](std::uint32_t a, std::uint32_t b) {
+    __int128 left = static_cast<__int128>(phases[a].nodes.size()) * (bytes[b] + 1);
+    __int128 right = static_cast<__int128>(phases[b].nodes.size()) * (bytes[a] + 1);
+    return left < right;
+  });
+  std::size_t total = phases.size();
+  std::vector<std::uint8_t> isCpu(phases.size());
+  for (std::uint32_t p = 0; p < phases.size(); ++p)
+    isCpu[p] = !phases[p].isAcc;
+  for (std::uint32_t p : candidates) {
+    if (static_cast<std::int64_t>(total) <= maxSplits)
+      break;
+    // Merging removes this phase plus each CPU neighbour it joins.
+    std::size_t joined = 0;
+    if (p > 0 && isCpu[p - 1]) ++joined;
+    if (p + 1 < phases.size() && isCpu[p + 1]) ++joined;
+    total -= joined == 0 ? 0 : joined;
+    isCpu[p] = 1;
+    demote(graph, phases[p], plan::Placement::MaxSplitsMerge,
+           "acc subgraph merged back to the CPU to keep at most " + std::to_string(maxSplits) +
+               " submodules (" + std::to_string(phases[p].nodes.size()) + " nodes, " +
+               std::to_string(bytes[p]) + " boundary bytes)",
+           plan);
+  }
+  std::vector<Phase> merged;
+  for (Phase& phase : phases) {
+    if (!phase.isAcc && !merged.empty() && !merged.back().isAcc) {
+      merged.back().nodes.insert(merged.back().nodes.end(), phase.nodes.begin(), phase.nodes.end());
+      continue;
+    }
+    merged.push_back(std::move(phase));
+  }
+  return merged;
+}
+
+} // namespace
+
+Expected<SplitResult> splitGraph(const ir::Graph& graph,
+                                 const IdVector<NodeId, support::Decision>& decisions,
+                                 const SplitOptions& options) {
+  if (options.minAccSize < 0)
+    return Error(ErrorCode::InvalidArgument) << "--min-acc-size must not be negative";
+  if (options.maxSplits < 0)
+    return Error(ErrorCode::InvalidArgument) << "--max-acc-splits must not be negative";
+  SplitResult result;
+  plan::CutPlan& plan = result.plan;
+  plan.kind = plan::PlanKind::Split;
+
+  // Phase 1: acc nodes with the non-tensor reductions. Phase 2: fusion groups.
+  AccNodes acc = findAccNodes(graph, decisions, options.allowNonTensor);
+  FusionGroups fusion;
+  if (!options.skipFusion)
+    fusion = findFusionGroups(graph, acc);
+  for (const auto& group : fusion.groups)
+    result.fusionGroups += group.empty() ? 0 : 1;
+  plan.placement = acc.reason;
+  plan.detail = acc.detail;
+
+  // Phase 3: the sweep. Phase 4: small acc subgraphs. Phase 5: the submodule limit.
+  CLEAVE_TRY(std::vector<Phase> phases, sweep(graph, acc, buildDependencies(graph, fusion)));
+  result.beforeMinSize = countKinds(phases);
+  phases = removeSmallAccSubgraphs(graph, std::move(phases), options.minAccSize, plan);
+  result.afterMinSize = countKinds(phases);
+  phases = enforceMaxSplits(graph, std::move(phases), options.maxSplits, plan);
+  if (phases.size() != result.afterMinSize.acc + result.afterMinSize.cpu)
+    plan.remarks.push_back("merged " + std::to_string(result.afterMinSize.acc + result.afterMinSize.cpu - phases.size()) +
+                           " submodules to meet --max-acc-splits " + std::to_string(options.maxSplits));
+
+  // Phase 6: name the submodules.
+  for (std::uint32_t i = 0; i < phases.size(); ++i) {
+    plan::Submodule submodule;
+    submodule.isAcc = phases[i].isAcc;
+    submodule.name = (submodule.isAcc ? "_run_on_acc_" : "_run_on_cpu_") + std::to_string(i);
+    submodule.nodes = std::move(phases[i].nodes);
+    std::sort(submodule.nodes.begin(), submodule.nodes.end());
+    plan.submodules.push_back(std::move(submodule));
+  }
+  plan::indexSubmodules(graph, plan);
+  return result;
+}
+
+} // namespace cleave::split
