@@ -29,6 +29,7 @@ public:
   auto end() { return items_.end(); }
   auto begin() const { return items_.begin(); }
   auto end() const { return items_.end(); }
+  friend bool operator==(const IdVector&, const IdVector&) = default;
   std::vector<T>& raw() { return items_; }
   const std::vector<T>& raw() const { return items_; }
 

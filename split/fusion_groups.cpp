@@ -26,10 +26,12 @@ public:
       : graph_(graph), inGroup_(graph.numNodes(), 0), forward_(graph.numNodes(), 0),
         backward_(graph.numNodes(), 0) {}
 
-  std::vector<NodeId> grow(NodeId seed) {
-    members_.assign(1, seed);
-    inGroup_[seed] = 1;
-    std::vector<NodeId> queue{seed};
+  // The group grown from `seeds` (all of which are members).
+  std::vector<NodeId> grow(const std::vector<NodeId>& seeds) {
+    members_ = seeds;
+    for (NodeId seed : seeds)
+      inGroup_[seed] = 1;
+    std::vector<NodeId> queue = seeds;
     while (!queue.empty()) {
       while (!queue.empty()) {
         NodeId member = queue.back();
@@ -95,6 +97,73 @@ private:
   IdVector<NodeId, std::uint8_t> inGroup_, forward_, backward_;
 };
 
+// Strongly connected components of the graph with every group contracted to one vertex
+// (iterative Tarjan). Returns, for each component with more than one vertex, its nodes.
+std::vector<std::vector<NodeId>> cyclicComponents(const ir::Graph& graph, const FusionGroups& fusion) {
+  std::uint32_t count = graph.numNodes();
+  // Vertex of a node: its group's first member, or itself.
+  auto vertexOf = [&](NodeId node) {
+    std::uint32_t group = fusion.groupOf[node];
+    return group == kNoGroup ? node : fusion.groups[group].front();
+  };
+  std::vector<std::vector<NodeId>> successors(count);
+  for (std::uint32_t n = 0; n < count; ++n) {
+    NodeId node{n};
+    if (!graph.isCallable(node))
+      continue;
+    NodeId from = vertexOf(node);
+    forEachCallableUser(graph, node, [&](NodeId user) {
+      NodeId to = vertexOf(user);
+      if (to != from)
+        successors[index(from)].push_back(to);
+    });
+  }
+  std::vector<std::uint32_t> order(count, UINT32_MAX), low(count, 0);
+  std::vector<std::uint8_t> onStack(count, 0);
+  std::vector<NodeId> stack;
+  std::vector<std::pair<NodeId, std::size_t>> work;
+  std::vector<std::vector<NodeId>> components;
+  std::uint32_t counter = 0;
+  for (std::uint32_t root = 0; root < count; ++root) {
+    if (order[root] != UINT32_MAX || !graph.isCallable(NodeId{root}) || vertexOf(NodeId{root}) != NodeId{root})
+      continue;
+    work.push_back({NodeId{root}, 0});
+    while (!work.empty()) {
+      auto& [vertex, next] = work.back();
+      std::uint32_t v = index(vertex);
+      if (next == 0 && order[v] == UINT32_MAX) {
+        order[v] = low[v] = counter++;
+        stack.push_back(vertex);
+        onStack[v] = 1;
+      }
+      if (next < successors[v].size()) {
+        NodeId to = successors[v][next++];
+        if (order[index(to)] == UINT32_MAX)
+          work.push_back({to, 0});
+        else if (onStack[index(to)])
+          low[v] = std::min(low[v], order[index(to)]);
+        continue;
+      }
+      if (low[v] == order[v]) {
+        std::vector<NodeId> component;
+        NodeId top;
+        do {
+          top = stack.back();
+          stack.pop_back();
+          onStack[index(top)] = 0;
+          component.push_back(top);
+        } while (top != vertex);
+        if (component.size() > 1)
+          components.push_back(std::move(component));
+      }
+      work.pop_back();
+      if (!work.empty())
+        low[index(work.back().first)] = std::min(low[index(work.back().first)], low[v]);
+    }
+  }
+  return components;
+}
+
 } // namespace
 
 FusionGroups findFusionGroups(const ir::Graph& graph, AccNodes& acc) {
@@ -106,24 +175,76 @@ FusionGroups findFusionGroups(const ir::Graph& graph, AccNodes& acc) {
     if (!acc.isAcc[seed] || !graph.isCallable(seed) || hasTensorMeta(graph, seed) ||
         result.groupOf[seed] != kNoGroup)
       continue;
-    std::vector<NodeId> members = builder.grow(seed);
-    // Merge with every earlier group it touches (groups stay disjoint).
-    std::vector<std::uint32_t> touched;
-    for (NodeId member : members)
-      if (result.groupOf[member] != kNoGroup)
-        touched.push_back(result.groupOf[member]);
-    std::sort(touched.begin(), touched.end());
-    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    std::vector<NodeId> members = builder.grow({seed});
+    // Merge with every earlier group it touches, then grow again: a union of convex groups need
+    // not be convex, and a node between two merged groups would depend on itself.
     auto id = static_cast<std::uint32_t>(result.groups.size());
-    for (std::uint32_t old : touched) {
-      members.insert(members.end(), result.groups[old].begin(), result.groups[old].end());
-      result.groups[old].clear();
+    while (true) {
+      std::vector<std::uint32_t> touched;
+      for (NodeId member : members)
+        if (result.groupOf[member] != kNoGroup)
+          touched.push_back(result.groupOf[member]);
+      std::sort(touched.begin(), touched.end());
+      touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+      if (touched.empty())
+        break;
+      for (std::uint32_t old : touched) {
+        for (NodeId member : result.groups[old])
+          result.groupOf[member] = kNoGroup;
+        members.insert(members.end(), result.groups[old].begin(), result.groups[old].end());
+        result.groups[old].clear();
+      }
+      std::sort(members.begin(), members.end());
+      members.erase(std::unique(members.begin(), members.end()), members.end());
+      members = builder.grow(members);
     }
-    std::sort(members.begin(), members.end());
-    members.erase(std::unique(members.begin(), members.end()), members.end());
     for (NodeId member : members)
       result.groupOf[member] = id;
     result.groups.push_back(std::move(members));
+  }
+  // Contracting two groups can close a cycle (A reaches B and B reaches A through other
+  // nodes) even when each is convex: merge every cyclic component into one group and re-close
+  // it, until the contracted graph is acyclic. Each round removes groups, so this ends.
+  auto anyGroup = [&] {
+    return std::any_of(result.groups.begin(), result.groups.end(), [](const auto& g) { return !g.empty(); });
+  };
+  while (anyGroup()) {
+    std::vector<std::vector<NodeId>> cycles = cyclicComponents(graph, result);
+    if (cycles.empty())
+      break;
+    for (const std::vector<NodeId>& cycle : cycles) {
+      std::vector<NodeId> members;
+      for (NodeId vertex : cycle) {
+        std::uint32_t group = result.groupOf[vertex];
+        if (group == kNoGroup) {
+          members.push_back(vertex);
+          continue;
+        }
+        for (NodeId member : result.groups[group])
+          result.groupOf[member] = kNoGroup;
+        members.insert(members.end(), result.groups[group].begin(), result.groups[group].end());
+        result.groups[group].clear();
+      }
+      std::sort(members.begin(), members.end());
+      members = builder.grow(members);
+      auto id = static_cast<std::uint32_t>(result.groups.size());
+      std::vector<NodeId> absorbed; // re-closing reached other groups: take them in whole
+      for (NodeId member : members) {
+        std::uint32_t old = result.groupOf[member];
+        if (old != kNoGroup && old != id) {
+          for (NodeId other : result.groups[old])
+            result.groupOf[other] = kNoGroup;
+          absorbed.insert(absorbed.end(), result.groups[old].begin(), result.groups[old].end());
+          result.groups[old].clear();
+        }
+      }
+      members.insert(members.end(), absorbed.begin(), absorbed.end());
+      std::sort(members.begin(), members.end());
+      members.erase(std::unique(members.begin(), members.end()), members.end());
+      for (NodeId member : members)
+        result.groupOf[member] = id;
+      result.groups.push_back(std::move(members));
+    }
   }
   for (std::vector<NodeId>& group : result.groups) {
     auto cpu = std::find_if(group.begin(), group.end(), [&](NodeId node) { return !acc.isAcc[node]; });

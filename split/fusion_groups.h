@@ -8,8 +8,11 @@
 // convex closure), so a group can always be contracted without a cycle and the result does not
 // depend on iteration order. Groups that overlap are merged, so no node is in two groups (the
 // reference lets them overlap and can then fail with "Subgraph can't be empty").
+// Groups whose contraction would close a cycle between them (A reaches B and B reaches A) are
+// merged, so the sweep can always place every node (the reference can deadlock there).
 // A group holding any CPU node sends all its members to the CPU (placement FusionGroup).
-// Complexity: O(sum over groups of the topological window they span, plus its edges).
+// Complexity: O(sum over groups of the topological window they span, plus its edges), plus
+// O(V + E) per round of cycle merging (rounds: at most the number of groups; none without groups).
 #pragma once
 
 #include "split/acc_nodes.h"

@@ -227,6 +227,54 @@ std::vector<Phase> enforceMaxSplits(const ir::Graph& graph, std::vector<Phase> p
   return merged;
 }
 
+// Demotes acc nodes that, after merges, exchange a non-tensor value with a CPU submodule.
+// Returns whether any node changed.
+bool demoteNonTensorCrossings(const ir::Graph& graph, const std::vector<Phase>& phases, AccNodes& acc) {
+  IdVector<NodeId, std::uint8_t> onAcc(graph.numNodes(), 0);
+  for (const Phase& phase : phases)
+    if (phase.isAcc)
+      for (NodeId node : phase.nodes)
+        onAcc[node] = 1;
+  bool changed = false;
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
+    NodeId producer{n};
+    if (!graph.isCallable(producer) || producesTensor(graph, producer))
+      continue;
+    for (ir::ValueId value : graph.outputs(producer))
+      for (NodeId user : graph.users(value)) {
+        if (!graph.isCallable(user) || onAcc[user] == onAcc[producer])
+          continue;
+        NodeId accSide = onAcc[producer] ? producer : user;
+        if (!acc.isAcc[accSide])
+          continue;
+        acc.isAcc[accSide] = 0;
+        acc.reason[accSide] = plan::Placement::NonTensorBoundary;
+        acc.detail[accSide] = "exchanges non-tensor value '" + std::string(graph.valueName(value)) +
+                              "' with a CPU node after small subgraphs were merged";
+        changed = true;
+      }
+  }
+  return changed;
+}
+
+// A fusion group with a CPU member sends all its members to the CPU (as when groups are found).
+void dissolveGroupsWithCpuMembers(const ir::Graph& graph, FusionGroups& fusion, AccNodes& acc) {
+  for (std::vector<NodeId>& group : fusion.groups) {
+    auto cpu = std::find_if(group.begin(), group.end(), [&](NodeId node) { return !acc.isAcc[node]; });
+    if (cpu == group.end())
+      continue;
+    for (NodeId member : group) {
+      fusion.groupOf[member] = kNoGroup;
+      if (acc.isAcc[member]) {
+        acc.isAcc[member] = 0;
+        acc.reason[member] = plan::Placement::FusionGroup;
+        acc.detail[member] = "fusion group with CPU node '" + std::string(graph.name(*cpu)) + "'";
+      }
+    }
+    group.clear();
+  }
+}
+
 } // namespace
 
 Expected<SplitResult> splitGraph(const ir::Graph& graph,
@@ -245,17 +293,26 @@ Expected<SplitResult> splitGraph(const ir::Graph& graph,
   FusionGroups fusion;
   if (!options.skipFusion)
     fusion = findFusionGroups(graph, acc);
+  // Phase 3: the sweep. Phase 4: small acc subgraphs. Phase 5: the submodule limit.
+  // Phase 4 and 5 merge acc nodes into the CPU, which can leave a non-tensor value crossing
+  // between acc and cpu (the reference has this gap). Unless non-tensor flow is allowed, the acc
+  // side of such an edge is demoted and phases 3-5 run again; only demotions happen, so this
+  // ends, and graphs without non-tensor values take one round.
+  std::vector<Phase> phases;
+  while (true) {
+    plan.placement = acc.reason;
+    plan.detail = acc.detail;
+    CLEAVE_TRY(phases, sweep(graph, acc, buildDependencies(graph, fusion)));
+    result.beforeMinSize = countKinds(phases);
+    phases = removeSmallAccSubgraphs(graph, std::move(phases), options.minAccSize, plan);
+    result.afterMinSize = countKinds(phases);
+    phases = enforceMaxSplits(graph, std::move(phases), options.maxSplits, plan);
+    if (options.allowNonTensor || !demoteNonTensorCrossings(graph, phases, acc))
+      break;
+    dissolveGroupsWithCpuMembers(graph, fusion, acc);
+  }
   for (const auto& group : fusion.groups)
     result.fusionGroups += group.empty() ? 0 : 1;
-  plan.placement = acc.reason;
-  plan.detail = acc.detail;
-
-  // Phase 3: the sweep. Phase 4: small acc subgraphs. Phase 5: the submodule limit.
-  CLEAVE_TRY(std::vector<Phase> phases, sweep(graph, acc, buildDependencies(graph, fusion)));
-  result.beforeMinSize = countKinds(phases);
-  phases = removeSmallAccSubgraphs(graph, std::move(phases), options.minAccSize, plan);
-  result.afterMinSize = countKinds(phases);
-  phases = enforceMaxSplits(graph, std::move(phases), options.maxSplits, plan);
   if (phases.size() != result.afterMinSize.acc + result.afterMinSize.cpu)
     plan.remarks.push_back("merged " + std::to_string(result.afterMinSize.acc + result.afterMinSize.cpu - phases.size()) +
                            " submodules to meet --max-acc-splits " + std::to_string(options.maxSplits));

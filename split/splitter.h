@@ -7,7 +7,10 @@
 // member. It starts with CPU when a CPU node is ready at the start. Acc subgraphs smaller than
 // minAccSize join the CPU subgraph before them (or become one). Names: "_run_on_acc_<i>" and
 // "_run_on_cpu_<i>", i = position.
-// Beyond the reference: maxSplits > 0 steers instead of failing: while there are more than
+// Beyond the reference: merging small (or, below, surplus) acc subgraphs into the CPU can leave
+// a non-tensor value crossing between acc and cpu; unless allowNonTensor, the acc side of such an
+// edge is demoted (NonTensorBoundary) and the sweep runs again, so the rule always holds.
+// Also beyond the reference: maxSplits > 0 steers instead of failing: while there are more than
 // maxSplits submodules, the acc subgraph that moves the least work per byte crossing its
 // boundary (work = its node count; ties: the earlier one) is merged back to the CPU.
 // Guarantees: each callable node is in exactly one submodule; acc submodules hold only acc nodes;

@@ -10,7 +10,6 @@ reads like an ONNX model: `cleave inspect model.fx.json`.
 Command line (for tests, benchmarks and examples):
     python3 tools/cleave_fx.py family FAMILY N -o FILE      # a graph of shared/bench/reference/graphs.py
     python3 tools/cleave_fx.py torchvision MODEL -o FILE    # resnet18, mobilenet_v2, ... (random weights)
-    python3 tools/cleave_fx.py list FILE                    # the node table torch sees, as JSON
 """
 import argparse
 import json
@@ -156,6 +155,25 @@ def export_graph(gm, example_inputs, path):
         f.write("\n")
     os.replace(tmp, path)
     return data
+
+
+def apply_split(gm, out_dir):
+    """Splits `gm` as `cleave split graph.fx.json ... -o out_dir` decided, with torch's own
+    split_by_tags: reads out_dir/assignment.json (node name -> submodule tag), tags the callable
+    nodes and returns the split GraphModule (one child module per tag, in plan order)."""
+    from torch.fx.passes.split_utils import split_by_tags
+    with open(os.path.join(out_dir, "assignment.json")) as f:
+        assignment = json.load(f)
+    if assignment.get("schema") != "cleave.fx_assignment" or assignment.get("version") != 1:
+        raise ValueError(f"{out_dir}/assignment.json is not a cleave FX assignment (version 1)")
+    tags = assignment["tags"]
+    names = assignment["nodes"]
+    for node in gm.graph.nodes:
+        if node.op in ("call_function", "call_module", "call_method"):
+            if node.name not in names:
+                raise ValueError(f"node '{node.name}' has no submodule in {out_dir}/assignment.json")
+            node.tag = names[node.name]
+    return split_by_tags(gm, tags)
 
 
 def _reference_graphs():
