@@ -262,6 +262,7 @@ private:
   Status addInput(std::string_view valueInfo, const std::unordered_set<std::string_view>& initializers);
   Status addNode(std::string_view node, std::size_t index);
   Status fillTypeOf(std::string_view valueName, ir::ValueType& type);
+  Status fillPreservedRank(ir::NodeSpec& spec);
   Expected<ir::Attribute> readAttribute(const onnx::AttributeProto& attr, const std::string& nodeName);
   void collectCaptures(const onnx::GraphProto& body, std::unordered_set<std::string> defined,
                        std::vector<std::string>& captures, std::unordered_set<std::string>& seen);
@@ -391,7 +392,7 @@ Status OnnxScanner::declareInferredTypes() {
     return corrupt("the model");
   try {
     onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                       onnx::ShapeInferenceOptions{false, 0, false});
+                                       onnx::ShapeInferenceOptions{false, 0, /*enable_data_propagation=*/true});
   } catch (const std::exception& e) {
     return Error(ErrorCode::ParseError) << "onnx shape inference failed: " << e.what();
   }
@@ -410,6 +411,28 @@ Status OnnxScanner::fillTypeOf(std::string_view valueName, ir::ValueType& type) 
     return {};
   }
   return fillValueType(*declared, "value '" + std::string(valueName) + "'", type);
+}
+
+// onnx's inference leaves some outputs without a rank (Slice with computed bounds). For ops whose
+// output 0 always has the rank of input 0, give it that rank with unknown extents: submodel
+// boundaries need at least a rank to be valid ONNX graph inputs and outputs.
+Status OnnxScanner::fillPreservedRank(ir::NodeSpec& spec) {
+  static const std::unordered_set<std::string_view> kRankPreserving = {
+      "Slice", "Relu", "Sigmoid", "Tanh", "Neg", "Abs", "Sqrt", "Exp", "Log", "Erf", "Cast",
+      "Softmax", "LogSoftmax", "Dropout", "Identity", "Clip", "LeakyRelu", "Gelu"};
+  if (spec.outputs.empty() || spec.inputs.empty() || !spec.domain.empty() ||
+      !kRankPreserving.count(spec.opType))
+    return {};
+  ir::ValueType& out = spec.outputs[0].type;
+  if (out.kind != ir::ValueKind::Tensor || out.shape.rankKnown)
+    return {};
+  ir::ValueType in;
+  CLEAVE_CHECK(fillTypeOf(spec.inputs[0], in));
+  if (in.kind != ir::ValueKind::Tensor || !in.shape.rankKnown)
+    return {};
+  out.shape.rankKnown = true;
+  out.shape.dims.assign(in.shape.dims.size(), ir::Dim{});
+  return {};
 }
 
 Status OnnxScanner::addInitializer(std::string_view tensorBytes,
@@ -620,6 +643,7 @@ Status OnnxScanner::addNode(std::string_view nodeBytes, std::size_t index) {
       output.name = displayName + "__unused_output_" + std::to_string(i);
     CLEAVE_CHECK(fillTypeOf(output.name, output.type));
   }
+  CLEAVE_CHECK(fillPreservedRank(spec));
   if (!attributes.empty()) {
     std::vector<std::string> captures;
     std::unordered_set<std::string> seen;

@@ -1,0 +1,129 @@
+"""`cleave support` and `cleave split` end to end: outputs, standalone submodels, bad input."""
+import json
+import os
+
+import onnx
+
+from testlib import EXAMPLES, TempDirTest, main, run
+
+GPU = os.path.join(EXAMPLES, "profiles", "gpu.json")
+NPU = os.path.join(EXAMPLES, "profiles", "npu.json")
+
+
+class Split(TempDirTest):
+    def test_every_example_splits_into_checked_standalone_submodels(self):
+        for model in ("cnn", "transformer", "dlrm"):
+            with self.subTest(model=model):
+                out = self.path(model)
+                code, stdout, err = run("split", os.path.join(EXAMPLES, f"{model}.onnx"), "--profile", GPU,
+                                        "-o", out, "--json")
+                self.assertEqual(code, 0, err)
+                summary = json.loads(stdout)
+                plan = json.load(open(os.path.join(out, "plan.json")))
+                self.assertEqual(plan["schema"], "cleave.plan")
+                self.assertEqual(len(plan["submodules"]), summary["acc_subgraphs"] + summary["cpu_subgraphs"])
+                produced = {"input"}
+                source = onnx.load(os.path.join(EXAMPLES, f"{model}.onnx"))
+                source_inits = {i.name for i in source.graph.initializer}
+                for sub in plan["submodules"]:
+                    for value in sub["inputs"]:  # plan order: every input comes from earlier
+                        self.assertIn(value["from"], produced)
+                    produced.add(sub["name"])
+                    m = onnx.load(os.path.join(out, sub["file"]))
+                    onnx.checker.check_model(m, full_check=True)
+                    self.assertEqual([i.name for i in m.graph.input], [v["value"] for v in sub["inputs"]])
+                    self.assertEqual([o.name for o in m.graph.output], sub["outputs"])
+                    used = set()  # names read by nodes, subgraph bodies (Loop, If) included
+                    def collect(graph):
+                        for n in graph.node:
+                            used.update(n.input)
+                            for a in n.attribute:
+                                if a.HasField("g"):
+                                    collect(a.g)
+                    collect(m.graph)
+                    for init in m.graph.initializer:  # only the initializers it uses
+                        self.assertIn(init.name, used)
+                        self.assertIn(init.name, source_inits)
+                nodes = [n for sub in plan["submodules"] for n in sub["nodes"]]
+                self.assertEqual(len(nodes), len(set(nodes)))  # each node in one submodule
+                self.assertEqual(len(nodes), len(source.graph.node))
+                for name in ("report.txt", "report.json"):
+                    self.assertTrue(os.path.exists(os.path.join(out, name)))
+
+    def test_every_cpu_node_has_a_reason(self):
+        code, stdout, err = run("split", os.path.join(EXAMPLES, "transformer.onnx"), "--profile", NPU,
+                                "--preview", "--json")
+        self.assertEqual(code, 0, err)
+        summary = json.loads(stdout)
+        for node in summary["cpu_nodes"]:
+            self.assertTrue(node["reason"])
+            self.assertTrue(node["detail"], node)
+
+    def test_plan_only_writes_no_submodels_and_is_deterministic(self):
+        args = ["split", os.path.join(EXAMPLES, "cnn.onnx"), "--profile", GPU, "--plan-only"]
+        run(*args, "-o", self.path("a"), check=True)
+        run(*args, "-o", self.path("b"), check=True)
+        self.assertEqual(sorted(os.listdir(self.path("a"))), ["plan.json", "report.json", "report.txt"])
+        for name in os.listdir(self.path("a")):
+            self.assertEqual(open(self.path(f"a/{name}")).read().replace(self.path("a"), ""),
+                             open(self.path(f"b/{name}")).read().replace(self.path("b"), ""))
+
+    def test_max_acc_splits_limits_the_submodules(self):
+        run("gen", "chain", "30", "-o", self.path("c.onnx"), check=True)
+        profile = self.path("nosig.json")
+        json.dump({"ops": ["MatMul", "Relu", "Tanh", "Add"]}, open(profile, "w"))
+        free = json.loads(run("split", self.path("c.onnx"), "--profile", profile, "--preview", "--json", check=True)[1])
+        capped = json.loads(run("split", self.path("c.onnx"), "--profile", profile, "--preview", "--json",
+                                "--max-acc-splits", "3", check=True)[1])
+        self.assertGreater(len(free["subgraphs"]), 3)
+        self.assertLessEqual(len(capped["subgraphs"]), 3)
+        self.assertTrue(any(n["reason"] == "merged for max splits" for n in capped["cpu_nodes"]))
+
+    def test_fx_graph_gets_an_assignment(self):
+        out = self.path("fx")
+        run("split", os.path.join(EXAMPLES, "cnn.fx.json"), "--profile", GPU, "-o", out, check=True)
+        assignment = json.load(open(os.path.join(out, "assignment.json")))
+        self.assertEqual(assignment["schema"], "cleave.fx_assignment")
+        self.assertTrue(set(assignment["nodes"].values()) <= set(assignment["tags"]))
+
+
+class Support(TempDirTest):
+    def test_json_and_dot(self):
+        dot = self.path("s.dot")
+        code, stdout, err = run("support", os.path.join(EXAMPLES, "cnn.onnx"), "--profile", NPU, "--json", "--dot", dot)
+        self.assertEqual(code, 0, err)
+        info = json.loads(stdout)
+        self.assertEqual(sum(t["count"] for t in info["op_types"]), info["callable_nodes"])
+        self.assertTrue(any(not t["supported"] and "dtype" in t["reason"] for t in info["op_types"]))
+        text = open(dot).read()
+        self.assertIn("crimson", text)
+        self.assertIn("->", text)
+
+
+class BadInput(TempDirTest):
+    def test_malformed_profile_names_its_location(self):
+        bad = self.path("bad.json")
+        open(bad, "w").write('{"ops": {"Conv": {"inputs": [["f99"]]}}}')
+        code, _, err = run("split", os.path.join(EXAMPLES, "cnn.onnx"), "--profile", bad, "-o", self.path("o"))
+        self.assertOneLineError(code, err, "ops.Conv.inputs[0][0]", "f99")
+        self.assertFalse(os.path.exists(self.path("o")))
+
+    def test_missing_profile(self):
+        code, _, err = run("support", os.path.join(EXAMPLES, "cnn.onnx"), "--profile", self.path("none.json"))
+        self.assertOneLineError(code, err, "none.json")
+
+    def test_unwritable_output_leaves_nothing(self):
+        code, _, err = run("split", os.path.join(EXAMPLES, "cnn.onnx"), "--profile", GPU,
+                           "-o", self.path("missing/out"))
+        self.assertOneLineError(code, err, "missing")
+        self.assertEqual(os.listdir(self.tmp), [])
+
+    def test_negative_min_size(self):
+        code, _, err = run("split", os.path.join(EXAMPLES, "cnn.onnx"), "--profile", GPU, "-o", self.path("o"),
+                           "--min-acc-size", "-2")
+        self.assertOneLineError(code, err, "min-acc-size")
+        self.assertEqual(os.listdir(self.tmp), [])
+
+
+if __name__ == "__main__":
+    main()
