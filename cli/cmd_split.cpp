@@ -28,6 +28,11 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
                  "to the CPU until it holds (0: no limit)");
   app.add_flag("--skip-fusion", options.skipFusion, "no fusion groups");
   app.add_flag("--allow-non-tensor", options.allowNonTensor, "allow non-tensor data between acc and cpu");
+  app.add_flag("--extend-acc", options.extendAcc,
+               "pull acc nodes from earlier submodules into each acc submodule (torch's extend_acc_subgraph)");
+  app.add_flag("--move-non-tensor-boundary", options.moveNonTensorBoundary,
+               "move non-tensor acc nodes next to their users in another submodule (torch's "
+               "move_non_tensor_nodes_on_boundary; useful with --allow-non-tensor)");
   app.add_flag("--plan-only", planOnly, "write plan.json and reports, no submodels");
   app.add_flag("--preview", preview, "report per acc subgraph sizes, PCIe-bound max QPS and the bottleneck");
   app.add_option("--pcie-gbps", pcieGiBps, "PCIe bandwidth for --preview, GiB/s")->capture_default_str();
@@ -62,7 +67,9 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
     report::Json extra;
     extra["profile"] = profile->name();
     extra["settings"] = {{"min_acc_size", options.minAccSize}, {"max_acc_splits", options.maxSplits},
-                         {"skip_fusion", options.skipFusion}, {"allow_non_tensor", options.allowNonTensor}};
+                         {"skip_fusion", options.skipFusion}, {"allow_non_tensor", options.allowNonTensor},
+                         {"extend_acc", options.extendAcc},
+                         {"move_non_tensor_boundary", options.moveNonTensorBoundary}};
     plan::MaterializeOptions materializeOptions;
     materializeOptions.writeSubmodels = !planOnly;
     materializeOptions.extraFiles = {{"report.txt", text.str()}, {"report.json", report::dumpJson(summary)}};

@@ -1,6 +1,7 @@
 #include "split/splitter.h"
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <queue>
 
@@ -275,6 +276,197 @@ void dissolveGroupsWithCpuMembers(const ir::Graph& graph, FusionGroups& fusion, 
   }
 }
 
+// torch's extend_acc_subgraph for phase `target` (an acc phase). Complexity: O(V + E) to build
+// the reverse dependencies, plus O(moved nodes x their edges).
+void extendAccPhase(const ir::Graph& graph, const AccNodes& acc, const FusionGroups& fusion,
+                    std::vector<Phase>& phases, IdVector<NodeId, std::uint32_t>& phaseOf,
+                    std::uint32_t target, bool allowNonTensor, plan::CutPlan& plan) {
+  std::uint32_t count = graph.numNodes();
+  // Reverse dependencies: the callable users in earlier phases, with fusion groups merged.
+  std::vector<std::vector<NodeId>> waitsFor(count);
+  for (std::uint32_t n = 0; n < count; ++n) {
+    NodeId node{n};
+    if (!graph.isCallable(node))
+      continue;
+    for (ir::ValueId value : graph.outputs(node))
+      for (NodeId user : graph.users(value))
+        if (graph.isCallable(user) && phaseOf[user] < target)
+          waitsFor[n].push_back(user);
+  }
+  for (const std::vector<NodeId>& group : fusion.groups) {
+    if (group.empty())
+      continue;
+    auto inGroup = [&](NodeId node) { return std::binary_search(group.begin(), group.end(), node); };
+    std::vector<NodeId> merged;
+    for (NodeId member : group)
+      for (NodeId user : waitsFor[index(member)])
+        if (!inGroup(user))
+          merged.push_back(user);
+    for (NodeId member : group) {
+      waitsFor[index(member)] = merged;
+      for (ir::ValueId value : graph.inputs(member))
+        if (value != ir::kNoValue && graph.isCallable(graph.producer(value)) && !inGroup(graph.producer(value)))
+          waitsFor[index(graph.producer(value))].insert(waitsFor[index(graph.producer(value))].end(),
+                                                        group.begin(), group.end());
+    }
+  }
+  // Candidates: callable inputs of the phase from other phases; take those ready, to a fixpoint
+  // (the taken set is the closure, whatever the order: readiness only grows).
+  IdVector<NodeId, std::uint8_t> moved(count, 0), candidate(count, 0);
+  std::vector<NodeId> candidates;
+  auto addInputsOf = [&](NodeId node) {
+    for (ir::ValueId value : graph.inputs(node)) {
+      if (value == ir::kNoValue)
+        continue;
+      NodeId producer = graph.producer(value);
+      if (graph.isCallable(producer) && phaseOf[producer] != target && !moved[producer] && !candidate[producer]) {
+        candidate[producer] = 1;
+        candidates.push_back(producer);
+      }
+    }
+  };
+  // Beyond the reference: unless non-tensor flow is allowed, a node moves only if each non-tensor
+  // value it reads or writes stays inside the target (the reference can create such a crossing).
+  auto inTarget = [&](NodeId node) { return phaseOf[node] == target || moved[node]; };
+  auto keepsNonTensorInside = [&](NodeId node) {
+    for (ir::ValueId value : graph.inputs(node))
+      if (value != ir::kNoValue && graph.isCallable(graph.producer(value)) &&
+          !producesTensor(graph, graph.producer(value)) && !inTarget(graph.producer(value)))
+        return false;
+    if (!producesTensor(graph, node))
+      for (ir::ValueId value : graph.outputs(node))
+        for (NodeId user : graph.users(value))
+          if (!graph.isCallable(user) || !inTarget(user))
+            return false;
+    return true;
+  };
+  for (NodeId node : phases[target].nodes)
+    addInputsOf(node);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      NodeId node = candidates[i];
+      if (moved[node] || !acc.isAcc[node])
+        continue;
+      bool ready = std::all_of(waitsFor[index(node)].begin(), waitsFor[index(node)].end(),
+                               [&](NodeId user) { return moved[user] != 0; });
+      if (!ready || (!allowNonTensor && !keepsNonTensorInside(node)))
+        continue;
+      moved[node] = 1;
+      progress = true;
+      std::uint32_t group = fusion.groupOf[node];
+      if (group != kNoGroup)
+        for (NodeId buddy : fusion.groups[group])
+          if (!moved[buddy] && !candidate[buddy]) {
+            candidate[buddy] = 1;
+            candidates.push_back(buddy);
+          }
+      addInputsOf(node);
+    }
+  }
+  for (Phase& phase : phases)
+    phase.nodes.erase(std::remove_if(phase.nodes.begin(), phase.nodes.end(), [&](NodeId n) { return moved[n] != 0; }),
+                      phase.nodes.end());
+  for (NodeId node : candidates)
+    if (moved[node]) {
+      phases[target].nodes.push_back(node);
+      phaseOf[node] = target;
+      plan.placement[node] = plan::Placement::Accelerator;
+      plan.detail[node].clear();
+    }
+  std::sort(phases[target].nodes.begin(), phases[target].nodes.end());
+}
+
+// torch's move_non_tensor_nodes_on_boundary over the phases. Complexity: O(moved nodes x their
+// descendants' edges) per acc phase.
+void moveNonTensorNodesOnBoundary(const ir::Graph& graph, std::vector<Phase>& phases,
+                                  IdVector<NodeId, std::uint32_t>& phaseOf, plan::CutPlan& plan) {
+  auto children = [&](NodeId node) {
+    std::vector<NodeId> out;
+    for (ir::ValueId value : graph.outputs(node))
+      for (NodeId user : graph.users(value))
+        if (graph.isCallable(user) && phaseOf[user] != UINT32_MAX)
+          out.push_back(user);
+    return out;
+  };
+  auto hasChildrenElsewhere = [&](NodeId node, std::uint32_t phase) {
+    for (NodeId child : children(node))
+      if (phaseOf[child] != phase)
+        return true;
+    return false;
+  };
+  for (std::uint32_t from = 0; from < phases.size(); ++from) {
+    if (!phases[from].isAcc)
+      continue;
+    std::deque<NodeId> queue;
+    for (NodeId node : phases[from].nodes)
+      if (!producesTensor(graph, node) && hasChildrenElsewhere(node, from))
+        queue.push_back(node);
+    std::vector<std::uint8_t> processed(graph.numNodes(), 0);
+    while (!queue.empty()) {
+      NodeId node = queue.front();
+      queue.pop_front();
+      if (processed[index(node)] || phaseOf[node] != from)
+        continue;
+      processed[index(node)] = 1;
+      std::vector<std::uint32_t> targets;
+      for (NodeId child : children(node))
+        if (phaseOf[child] != from)
+          targets.push_back(phaseOf[child]);
+      std::sort(targets.begin(), targets.end());
+      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+      if (targets.size() != 1) {
+        plan.remarks.push_back("cannot move non-tensor node '" + std::string(graph.name(node)) +
+                               "': its users are in several submodules");
+        continue;
+      }
+      std::uint32_t to = targets[0];
+      // Descendants: in `to` the walk stops, in `from` they move along, elsewhere: cannot move.
+      std::vector<NodeId> toMove, stack{node};
+      std::vector<std::uint8_t> seen(graph.numNodes(), 0);
+      bool canMove = true;
+      while (!stack.empty() && canMove) {
+        NodeId current = stack.back();
+        stack.pop_back();
+        if (seen[index(current)])
+          continue;
+        seen[index(current)] = 1;
+        if (phaseOf[current] == to)
+          continue;
+        if (phaseOf[current] != from) {
+          canMove = false;
+          break;
+        }
+        toMove.push_back(current);
+        for (NodeId child : children(current))
+          stack.push_back(child);
+      }
+      if (canMove) {
+        for (NodeId moved : toMove) {
+          phaseOf[moved] = to;
+          phases[to].nodes.push_back(moved);
+          if (!phases[to].isAcc) {
+            plan.placement[moved] = plan::Placement::NonTensorBoundary;
+            plan.detail[moved] = "moved next to the users of non-tensor node '" + std::string(graph.name(node)) + "'";
+          }
+        }
+        auto& nodes = phases[from].nodes;
+        nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [&](NodeId n) { return phaseOf[n] != from; }),
+                    nodes.end());
+        std::sort(phases[to].nodes.begin(), phases[to].nodes.end());
+      }
+      for (ir::ValueId value : graph.inputs(node)) {
+        if (value == ir::kNoValue)
+          continue;
+        NodeId parent = graph.producer(value);
+        if (graph.isCallable(parent) && phaseOf[parent] == from && !producesTensor(graph, parent) &&
+            !processed[index(parent)] && hasChildrenElsewhere(parent, from))
+          queue.push_back(parent);
+      }
+    }
+  }
+}
+
 } // namespace
 
 Expected<SplitResult> splitGraph(const ir::Graph& graph,
@@ -291,6 +483,7 @@ Expected<SplitResult> splitGraph(const ir::Graph& graph,
   // Phase 1: acc nodes with the non-tensor reductions. Phase 2: fusion groups.
   AccNodes acc = findAccNodes(graph, decisions, options.allowNonTensor);
   FusionGroups fusion;
+  fusion.groupOf = IdVector<NodeId, std::uint32_t>(graph.numNodes(), kNoGroup);
   if (!options.skipFusion)
     fusion = findFusionGroups(graph, acc);
   // Phase 3: the sweep. Phase 4: small acc subgraphs. Phase 5: the submodule limit.
@@ -317,11 +510,32 @@ Expected<SplitResult> splitGraph(const ir::Graph& graph,
     plan.remarks.push_back("merged " + std::to_string(result.afterMinSize.acc + result.afterMinSize.cpu - phases.size()) +
                            " submodules to meet --max-acc-splits " + std::to_string(options.maxSplits));
 
-  // Phase 6: name the submodules.
+  // Phase 6: name the submodules (by position, as the reference tags them).
+  std::vector<std::string> names;
+  for (std::uint32_t i = 0; i < phases.size(); ++i)
+    names.push_back((phases[i].isAcc ? "_run_on_acc_" : "_run_on_cpu_") + std::to_string(i));
+
+  // Phase 7 (optional): move non-tensor nodes on boundaries; extend every acc submodule
+  // backwards. Submodules they empty are dropped below.
+  if (options.extendAcc || options.moveNonTensorBoundary) {
+    IdVector<NodeId, std::uint32_t> phaseOf(graph.numNodes(), UINT32_MAX);
+    for (std::uint32_t p = 0; p < phases.size(); ++p)
+      for (NodeId node : phases[p].nodes)
+        phaseOf[node] = p;
+    if (options.moveNonTensorBoundary)
+      moveNonTensorNodesOnBoundary(graph, phases, phaseOf, plan);
+    if (options.extendAcc)
+      for (std::uint32_t p = 0; p < phases.size(); ++p)
+        if (phases[p].isAcc)
+          extendAccPhase(graph, acc, fusion, phases, phaseOf, p, options.allowNonTensor, plan);
+  }
+
   for (std::uint32_t i = 0; i < phases.size(); ++i) {
+    if (phases[i].nodes.empty())
+      continue;
     plan::Submodule submodule;
     submodule.isAcc = phases[i].isAcc;
-    submodule.name = (submodule.isAcc ? "_run_on_acc_" : "_run_on_cpu_") + std::to_string(i);
+    submodule.name = names[i];
     submodule.nodes = std::move(phases[i].nodes);
     std::sort(submodule.nodes.begin(), submodule.nodes.end());
     plan.submodules.push_back(std::move(submodule));

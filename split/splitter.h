@@ -31,6 +31,15 @@ struct SplitOptions {
   std::int64_t maxSplits = 0;   // 0: no limit; else the most submodules (acc + cpu) allowed
   bool skipFusion = false;
   bool allowNonTensor = false;
+  // torch's extend_acc_subgraph, applied to every acc submodule in order: acc nodes feeding the
+  // submodule move into it once all their users in earlier submodules have moved (fusion groups
+  // move whole). Submodules left empty are dropped; the others keep their names.
+  bool extendAcc = false;
+  // torch's move_non_tensor_nodes_on_boundary (split_utils): a non-tensor node of an acc
+  // submodule whose users sit in one other submodule moves there, with its descendants in the
+  // same submodule, when none of them reaches a third submodule. Matters with allowNonTensor
+  // (without it no non-tensor value crosses submodules at all).
+  bool moveNonTensorBoundary = false;
 };
 
 struct SubgraphCounts {

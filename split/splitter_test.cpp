@@ -116,6 +116,46 @@ TEST(Splitter, OverlappingFusionGroupsMergeInsteadOfFailing) {
   EXPECT_EQ(result->plan.submodules.size(), 1u);
 }
 
+TEST(Splitter, MovesNonTensorNodesToTheSubmoduleOfTheirUsers) {
+  // a (acc) -> s (acc, non-tensor) -> v (cpu): with non-tensor flow allowed the sweep puts s in
+  // the acc submodule; the boundary move takes it to v's.
+  ir::ValueType sizeType;
+  sizeType.kind = ir::ValueKind::Shape;
+  ir::NodeSpec shapeNode{.kind = ir::NodeKind::Op, .name = "s", .opType = "Shape", .inputs = {"a"},
+                         .outputs = {{"s", sizeType}}};
+  ir::Graph g = TestGraph().input("x").op("Relu", "a", {"x"}).node(shapeNode).op("View", "v", {"a", "s"})
+                    .output({"v"}).build();
+  auto decisions = decide(g, R"({"ops": ["Relu", "Shape"]})");
+  SplitOptions options{.skipFusion = true, .allowNonTensor = true};
+  Expected<SplitResult> plain = splitGraph(g, decisions, options);
+  ASSERT_TRUE(plain);
+  using V = std::vector<std::string>;
+  EXPECT_EQ(shape(g, *plain), (std::vector<std::pair<bool, V>>{{true, V{"a", "s"}}, {false, V{"v"}}}));
+  options.moveNonTensorBoundary = true;
+  Expected<SplitResult> moved = splitGraph(g, decisions, options);
+  ASSERT_TRUE(moved);
+  EXPECT_EQ(shape(g, *moved), (std::vector<std::pair<bool, V>>{{true, V{"a"}}, {false, V{"s", "v"}}}));
+  EXPECT_EQ(moved->plan.placement[g.findNode("s")], plan::Placement::NonTensorBoundary);
+}
+
+TEST(Splitter, ExtendAccPullsSmallSubgraphsForward) {
+  // a (acc) -> b (cpu) ... with min size 2, {a} is demoted; c, d follow b. Extending {c, d}
+  // cannot take a (its user b is in an earlier submodule and is not acc), so nothing moves.
+  ir::Graph g = chain();
+  auto decisions = decide(g, R"({"ops": ["Relu"]})");
+  Expected<SplitResult> result = splitGraph(g, decisions, {.minAccSize = 2, .extendAcc = true});
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->plan.placement[g.findNode("a")], plan::Placement::BelowMinSize);
+  // x -> a (acc) -> d ; x -> b (cpu) -> c (acc) -> d: {a} alone is demoted, then pulled into {c, d}.
+  ir::Graph diamond = TestGraph().input("x").op("Relu", "a", {"x"}).op("Sigmoid", "b", {"x"})
+                          .op("Relu", "c", {"b"}).op("Add", "d", {"a", "c"}).output({"d"}).build();
+  auto diamondDecisions = decide(diamond, R"({"ops": ["Relu", "Add"]})");
+  Expected<SplitResult> extended = splitGraph(diamond, diamondDecisions, {.minAccSize = 2, .extendAcc = true});
+  ASSERT_TRUE(extended);
+  EXPECT_EQ(extended->plan.placement[diamond.findNode("a")], plan::Placement::Accelerator);
+  EXPECT_TRUE(extended->plan.submodules[extended->plan.submoduleOf[diamond.findNode("a")]].isAcc);
+}
+
 TEST(Splitter, RejectsNegativeOptions) {
   ir::Graph g = chain();
   EXPECT_FALSE(splitGraph(g, decide(g, R"({"ops": ["Relu"]})"), {.minAccSize = -1}));
@@ -169,7 +209,8 @@ RandomCase randomCase(std::uint32_t seed) {
   if (first)
     profile = R"({"ops": ["Z"]})";
   SplitOptions options{.minAccSize = 1 + pick(4), .maxSplits = pick(3) == 0 ? 1 + pick(5) : 0,
-                       .skipFusion = pick(4) == 0, .allowNonTensor = pick(4) == 0};
+                       .skipFusion = pick(4) == 0, .allowNonTensor = pick(4) == 0,
+                       .extendAcc = pick(3) == 0, .moveNonTensorBoundary = pick(3) == 0};
   return {t.build(), profile, options};
 }
 
@@ -198,7 +239,7 @@ TEST(SplitterProperties, HoldOnThousandsOfRandomGraphs) {
     for (std::uint32_t s = 0; s < plan.submodules.size(); ++s) {
       const plan::Submodule& sub = plan.submodules[s];
       ASSERT_FALSE(sub.nodes.empty());
-      if (s > 0)
+      if (s > 0 && !c.options.extendAcc && !c.options.moveNonTensorBoundary)
         ASSERT_NE(sub.isAcc, plan.submodules[s - 1].isAcc) << "kinds alternate";
       for (NodeId node : sub.nodes) {
         // Acc submodules hold only supported nodes, and every node's placement matches.
@@ -209,10 +250,10 @@ TEST(SplitterProperties, HoldOnThousandsOfRandomGraphs) {
           ASSERT_NE(plan.placement[node], plan::Placement::Accelerator);
         }
       }
-      if (sub.isAcc)
+      if (sub.isAcc && !c.options.extendAcc && !c.options.moveNonTensorBoundary)
         ASSERT_GE(static_cast<std::int64_t>(sub.nodes.size()), c.options.minAccSize);
     }
-    if (c.options.maxSplits > 0)
+    if (c.options.maxSplits > 0 && !c.options.moveNonTensorBoundary)
       ASSERT_LE(static_cast<std::int64_t>(plan.submodules.size()), c.options.maxSplits);
     // Submodule order is topological; non-tensor values never cross acc <-> cpu.
     for (std::uint32_t n = 0; n < g.numNodes(); ++n) {

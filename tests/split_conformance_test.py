@@ -37,6 +37,29 @@ def reference_subgraphs(gm, inputs, supported_targets, min_size):
     return [(s.is_acc, sorted(n.name for n in s.nodes)) for s in subgraphs]
 
 
+def reference_extended(gm, inputs, supported_targets, min_size):
+    """tag() then extend_acc_subgraph on every acc tag, in order: [(tag, sorted node names)]."""
+    argv, sys.argv = sys.argv, sys.argv[:1]
+    try:
+        settings = _SplitterSettingBase()
+        settings.min_acc_module_size = min_size
+    finally:
+        sys.argv = argv
+    splitter = _SplitterBase(gm, inputs, OperatorSupport({t: None for t in supported_targets}), settings)
+    import contextlib, io
+    with contextlib.redirect_stdout(io.StringIO()):
+        splitter.tag(splitter.remove_small_acc_subgraphs(splitter.put_nodes_into_subgraphs()))
+    for tag in splitter.tags:
+        if tag.startswith("_run_on_acc_"):
+            splitter.extend_acc_subgraph(tag)
+    groups = {}
+    for node in gm.graph.nodes:
+        if node.op in CALLABLE_NODE_OPS:
+            groups.setdefault(node.tag, []).append(node.name)
+            del node.tag
+    return [(tag, sorted(groups[tag])) for tag in splitter.tags if tag in groups]
+
+
 def targets_of(gm):
     submodules = dict(gm.named_modules())
     return sorted({get_node_target(submodules, n) for n in gm.graph.nodes if n.op in CALLABLE_NODE_OPS})
@@ -87,6 +110,33 @@ class Conformance(TempDirTest):
             gm, inputs = graphs.FAMILIES[family](size)
             self.assertEqual(self.check(gm, inputs, family, self.support_sets(gm, seed=len(family)),
                                         min_sizes=(1, 3, 8)), 6 * 3)
+
+    def test_extend_acc_subgraph(self):
+        graphs = cleave_fx._reference_graphs()
+        compared = changed = 0
+        for family, size in (("chain", 30), ("diamonds", 12), ("linear_chain", 16), ("wide", 10)):
+            torch.manual_seed(0)
+            gm, inputs = graphs.FAMILIES[family](size)
+            fx_path = self.path(f"ext_{family}.fx.json")
+            with torch.no_grad():
+                cleave_fx.export_graph(gm, inputs, fx_path)
+            for k, supported in enumerate(self.support_sets(gm, seed=11)):
+                for min_size in (2, 5):
+                    with self.subTest(family=family, support=k, min_size=min_size):
+                        expected = reference_extended(gm, inputs, supported, min_size)
+                        profile = self.path(f"ext_{family}_{k}.json")
+                        with open(profile, "w") as f:
+                            json.dump({"ops": supported}, f)
+                        code, out, err = run("split", fx_path, "--profile", profile, "--min-acc-size", min_size,
+                                             "--extend-acc", "--preview", "--json")
+                        self.assertEqual(code, 0, err)
+                        actual = [(s["name"], sorted(s["nodes"])) for s in json.loads(out)["subgraphs"]]
+                        self.assertEqual(actual, expected)
+                        compared += 1
+                        plain = reference_subgraphs(gm, inputs, supported, min_size)
+                        changed += [nodes for _, nodes in expected] != [nodes for _, nodes in plain]
+        self.assertEqual(compared, 4 * 6 * 2)
+        self.assertGreater(changed, 0)  # extension really moved nodes (2 of the first 36 cases)
 
     def test_time_splitter_support_set(self):
         """The set time_splitter.py uses: every call_function except torch.sigmoid."""
