@@ -17,6 +17,8 @@ struct OpRule {
   std::vector<std::optional<std::vector<ir::DType>>> inputs; // per positional input
   std::vector<std::pair<std::string, std::vector<ir::DType>>> kwargs;
   int maxRank = -1;
+  bool staticShapes = false;       // every tensor input has a fully known shape
+  std::int64_t maxElements = -1;   // every tensor input has at most this many elements
   std::vector<std::pair<std::string, json>> attrs; // allowed values (ints or strings)
 };
 
@@ -123,7 +125,8 @@ private:
     if (spec.is_null())
       return rule;
     if (!spec.is_object())
-      return fail(at, "expected null (any dtype) or an object with inputs/kwargs/max_rank/attrs");
+      return fail(at, "expected null (any dtype) or an object with inputs, kwargs, max_rank, static_shapes, "
+                      "max_elements, attrs");
     for (const auto& [key, value] : spec.items()) {
       std::string here = at + "." + key;
       if (key == "inputs") {
@@ -150,6 +153,14 @@ private:
         if (!value.is_number_integer() || value.get<int>() < 0)
           return fail(here, "expected a non-negative integer");
         rule.maxRank = value.get<int>();
+      } else if (key == "static_shapes") {
+        if (!value.is_boolean())
+          return fail(here, "expected true or false");
+        rule.staticShapes = value.get<bool>();
+      } else if (key == "max_elements") {
+        if (!value.is_number_integer() || value.get<std::int64_t>() < 0)
+          return fail(here, "expected a non-negative integer");
+        rule.maxElements = value.get<std::int64_t>();
       } else if (key == "attrs") {
         if (!value.is_object())
           return fail(here, "expected an object of attribute -> allowed values");
@@ -159,7 +170,7 @@ private:
           rule.attrs.emplace_back(name, allowed);
         }
       } else {
-        return fail(here, "unknown key (expected inputs, kwargs, max_rank, attrs)");
+        return fail(here, "unknown key (expected inputs, kwargs, max_rank, static_shapes, max_elements, attrs)");
       }
     }
     return rule;
@@ -210,6 +221,19 @@ Decision checkOp(const ir::Graph& graph, ir::NodeId node, const OpRule& rule) {
         return no(Reason::UnsupportedRank, describeOperand(graph, value) + " has rank " +
                                                std::to_string(graph.dims(value).size()) + ", max " +
                                                std::to_string(rule.maxRank));
+  if (rule.staticShapes || rule.maxElements >= 0)
+    for (ir::ValueId value : graph.inputs(node)) {
+      if (value == ir::kNoValue || graph.valueKind(value) != ir::ValueKind::Tensor)
+        continue;
+      ir::Shape shape = graph.valueType(value).shape;
+      if (rule.staticShapes && !shape.isStatic())
+        return no(Reason::UnsupportedShape, describeOperand(graph, value) + " has shape " + ir::formatShape(shape) +
+                                                ", static shapes required");
+      if (rule.maxElements >= 0 && shape.isStatic() && shape.numElements() > rule.maxElements)
+        return no(Reason::UnsupportedShape, describeOperand(graph, value) + " has " +
+                                                std::to_string(shape.numElements()) + " elements, max " +
+                                                std::to_string(rule.maxElements));
+    }
   for (const auto& [name, allowed] : rule.attrs) {
     const ir::Attribute* attr = findAttr(graph, node, name);
     if (!attr)
@@ -277,6 +301,7 @@ std::string_view reasonName(Reason reason) {
   case Reason::UnsupportedOp: return "unsupported op";
   case Reason::UnsupportedDtype: return "unsupported dtype";
   case Reason::UnsupportedRank: return "unsupported rank";
+  case Reason::UnsupportedShape: return "unsupported shape";
   case Reason::UnsupportedAttribute: return "unsupported attribute";
   case Reason::Denied: return "denied";
   case Reason::Forced: return "forced to cpu";

@@ -5,7 +5,7 @@
 // The full form (docs/support-profiles.md):
 //   {"name": "npu",
 //    "ops": {"Conv": {"inputs": [["i8", "f16"], ["i8", "f16"], null], "max_rank": 4,
-//                     "attrs": {"group": [1]}},
+//                     "static_shapes": true, "max_elements": 1048576, "attrs": {"group": [1]}},
 //            "_operator.add": {"inputs": [["f32"], ["f32"]], "kwargs": {"alpha": ["f32"]}},
 //            "Relu": null},
 //    "deny": ["/head/*"],          node-name globs never placed on the accelerator
@@ -34,6 +34,7 @@ enum class Reason : std::uint8_t {
   UnsupportedOp,       // op not in the profile
   UnsupportedDtype,    // an input's dtype is not allowed
   UnsupportedRank,     // an input's rank is above max_rank
+  UnsupportedShape,    // an input's shape is not static, or has too many elements
   UnsupportedAttribute,// an attribute value is not allowed
   Denied,              // the node's name matches a deny glob
   Forced,              // the node's scope matches a force_cpu glob

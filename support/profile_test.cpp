@@ -81,6 +81,29 @@ TEST(Profile, RankAndAttributePredicates) {
   EXPECT_EQ(parse(R"({"ops": {"Conv": {"attrs": {"group": [1]}}}})").decide(g, g.findNode("conv")).reason,
             Reason::UnsupportedAttribute);
   EXPECT_TRUE(parse(R"({"ops": {"Conv": {"attrs": {"group": [1, 2]}}}})").decide(g, g.findNode("conv")).supported);
+  Decision big = parse(R"({"ops": {"Conv": {"max_elements": 100}}})").decide(g, g.findNode("conv"));
+  EXPECT_EQ(big.reason, Reason::UnsupportedShape);
+  EXPECT_NE(big.detail.find("120 elements, max 100"), std::string::npos);
+  EXPECT_TRUE(parse(R"({"ops": {"Conv": {"max_elements": 120, "static_shapes": true}}})").decide(g, g.findNode("conv")).supported);
+}
+
+TEST(Profile, StaticShapePredicateRejectsSymbolicDims) {
+  ir::GraphBuilder builder;
+  ir::ValueType dynamic = ir::ValueType::tensor(ir::DType::F32, {4});
+  dynamic.shape.dims[0] = ir::Dim{-1, "batch"};
+  builder.addInput("x", dynamic);
+  ir::NodeSpec relu;
+  relu.name = "relu";
+  relu.opType = "Relu";
+  relu.inputs = {"x"};
+  relu.outputs = {{"y", dynamic}};
+  builder.addNode(relu);
+  builder.setOutputs({"y"});
+  Expected<ir::Graph> g = std::move(builder).finish();
+  ASSERT_TRUE(g);
+  Decision decision = parse(R"({"ops": {"Relu": {"static_shapes": true}}})").decide(*g, g->findNode("relu"));
+  EXPECT_EQ(decision.reason, Reason::UnsupportedShape);
+  EXPECT_NE(decision.detail.find("[batch]"), std::string::npos);
 }
 
 TEST(Profile, CustomPredicatesAnswerFirst) {

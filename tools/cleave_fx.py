@@ -157,11 +157,19 @@ def export_graph(gm, example_inputs, path):
     return data
 
 
-def apply_split(gm, out_dir):
+def apply_split(gm, out_dir, return_tuple=False):
     """Splits `gm` as `cleave split graph.fx.json ... -o out_dir` decided, with torch's own
     split_by_tags: reads out_dir/assignment.json (node name -> submodule tag), tags the callable
-    nodes and returns the split GraphModule (one child module per tag, in plan order)."""
+    nodes and returns the split GraphModule (one child module per tag, in plan order).
+    return_tuple=True makes every submodule return a tuple, also for one output (split_by_tags'
+    return_tuple; PyTorch 1.13's split_by_tags has no such parameter and refuses it)."""
+    import inspect
     from torch.fx.passes.split_utils import split_by_tags
+    extra = {}
+    if return_tuple:
+        if "return_tuple" not in inspect.signature(split_by_tags).parameters:
+            raise NotImplementedError(f"torch {torch.__version__}: split_by_tags has no return_tuple")
+        extra["return_tuple"] = True
     with open(os.path.join(out_dir, "assignment.json")) as f:
         assignment = json.load(f)
     if assignment.get("schema") != "cleave.fx_assignment" or assignment.get("version") != 1:
@@ -173,7 +181,7 @@ def apply_split(gm, out_dir):
             if node.name not in names:
                 raise ValueError(f"node '{node.name}' has no submodule in {out_dir}/assignment.json")
             node.tag = names[node.name]
-    return split_by_tags(gm, tags)
+    return split_by_tags(gm, tags, **extra)
 
 
 def _reference_graphs():
