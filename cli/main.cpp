@@ -42,6 +42,7 @@ constexpr Command kCommands[] = {
     {"convert", runConvert, "read a model and write it back as ONNX (round trip, external data)"},
     {"support", runSupport, "which ops of a model an accelerator profile supports, and why not"},
     {"split", runSplit, "split a model into accelerator and CPU submodules"},
+    {"partition", runPartition, "partition a model across devices with memory limits"},
 };
 
 void printUsage(std::ostream& out) {

@@ -89,6 +89,28 @@ class Equivalence(TempDirTest):
             self.assertSplitComputesTheSame(path, family, seeds=(4, 5), extra_args=("--min-acc-size", "3"))
             self.assertSplitComputesTheSame(path, f"{family}_capped", seeds=(6,), extra_args=("--max-acc-splits", "3"))
 
+    def test_partitioned_models(self):
+        """Size-based partitions of generated models, run in plan order, give the outputs too."""
+        rng = random.Random(7)
+        for family, n, device_bytes in (("linear_chain", 12, 20000), ("transformer", 2, 400000)):
+            with self.subTest(family=family):
+                model = self.path(f"{family}.onnx")
+                run("gen", family, n, "-o", model, check=True)
+                devices = self.path(f"{family}.devices.json")
+                with open(devices, "w") as f:
+                    json.dump({"devices": [{"logical_id": i, "available_mem_bytes": device_bytes} for i in range(8)]}, f)
+                out = self.path(f"{family}.partitioned")
+                code, stdout, err = run("partition", model, "--devices", devices, "-o", out, "--json")
+                self.assertEqual(code, 0, err)
+                self.assertGreater(len(json.loads(stdout)["partitions"]), 1)
+                inputs = self.path(f"{family}.inputs.json")
+                with open(inputs, "w") as f:
+                    json.dump(self.inputs_for(model, family, rng), f)
+                proc = subprocess.run(["node", ORACLE, model, out, inputs], capture_output=True, text=True, timeout=300)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                for value, error in json.loads(proc.stdout)["outputs"].items():
+                    self.assertTrue(error["max_abs"] <= 1e-5 or error["max_rel"] <= 1e-4, (value, error))
+
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,93 @@
+// cli/cmd_partition.cpp - `cleave partition MODEL --devices D.json --mode M -o DIR [--json]`.
+#include <sstream>
+
+#include "cli/commands.h"
+#include "io/model_loader.h"
+#include "partition/size_based.h"
+#include "plan/materialize.h"
+
+namespace cleave::cli {
+
+namespace {
+report::Json partitionJson(const ir::Graph& graph, const partition::PartitionResult& result,
+                           const std::vector<plan::Boundary>& boundaries) {
+  report::Json out;
+  out["single_partition"] = result.singlePartition;
+  report::Json list = report::Json::array();
+  for (std::size_t p = 0; p < result.partitions.size(); ++p) {
+    const plan::Submodule& sub = result.plan.submodules[p];
+    report::Json entry;
+    entry["id"] = p;
+    entry["name"] = sub.name;
+    report::Json nodes = report::Json::array();
+    for (ir::NodeId node : sub.nodes)
+      nodes.push_back(std::string(graph.name(node)));
+    entry["nodes"] = std::move(nodes);
+    entry["logical_device_ids"] = result.partitions[p].logicalDeviceIds;
+    entry["size_bytes"] = result.partitions[p].usedMemBytes;
+    report::Json inputs = report::Json::array(), outputs = report::Json::array();
+    for (ir::ValueId value : boundaries[p].inputs)
+      inputs.push_back(std::string(graph.valueName(value)));
+    for (ir::ValueId value : boundaries[p].outputs)
+      outputs.push_back(std::string(graph.valueName(value)));
+    entry["inputs"] = std::move(inputs);
+    entry["outputs"] = std::move(outputs);
+    list.push_back(std::move(entry));
+  }
+  out["partitions"] = std::move(list);
+  return out;
+}
+} // namespace
+
+int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{"Partition a model across devices with memory limits (torch.fx Partitioner "
+               "semantics) and write the partition DAG, submodels and reports.",
+               "cleave partition"};
+  std::string path, devicesPath, outDir, mode = "size_based";
+  bool json = false, planOnly = false;
+  app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
+  app.add_option("--devices", devicesPath, "devices (JSON: logical ids and available memory)")->required();
+  app.add_option("--mode", mode, "partition mode (this build: size_based)")->capture_default_str();
+  app.add_option("-o,--output", outDir, "output directory (written atomically)");
+  app.add_flag("--plan-only", planOnly, "write plan.json and reports, no submodels");
+  app.add_flag("--json", json, "print a JSON summary");
+  if (int code = parseArguments(app, args, out, err); code >= 0)
+    return code;
+  if (mode != "size_based") {
+    err << "cleave partition: usage error: mode '" << mode
+        << "' is not implemented yet (available: size_based)\n";
+    return kExitUsage;
+  }
+  Expected<partition::DeviceSet> devices = partition::loadDevices(devicesPath);
+  if (!devices)
+    return reportError("cleave partition", devices.error(), err);
+  Expected<ir::Graph> graph = io::loadModel(path);
+  if (!graph)
+    return reportError("cleave partition", graph.error(), err);
+  Expected<partition::PartitionResult> result = partition::partitionBySize(*graph, *devices);
+  if (!result)
+    return reportError("cleave partition", result.error(), err);
+  std::vector<plan::Boundary> boundaries = plan::computeBoundaries(*graph, result->plan);
+  report::Json summary = partitionJson(*graph, *result, boundaries);
+  summary["mode"] = mode;
+  std::ostringstream text;
+  text << "partitions: " << result->partitions.size() << (result->singlePartition ? " (the model fits one device)" : "")
+       << "\n";
+  for (const report::Json& entry : summary["partitions"])
+    text << "  " << entry["name"].get<std::string>() << ": " << entry["nodes"].size() << " node(s), "
+         << entry["size_bytes"].get<std::int64_t>() << " bytes, devices " << entry["logical_device_ids"].dump() << "\n";
+  if (!outDir.empty()) {
+    plan::MaterializeOptions options;
+    options.writeSubmodels = !planOnly;
+    options.extraFiles = {{"report.txt", text.str()}, {"report.json", report::dumpJson(summary)}};
+    report::Json extra;
+    extra["mode"] = mode;
+    extra["partitions"] = summary["partitions"];
+    if (Status written = plan::materialize(*graph, result->plan, path, outDir, extra, options); !written)
+      return reportError("cleave partition", written.error(), err);
+  }
+  out << (json ? report::dumpJson(summary) : text.str());
+  return kExitOk;
+}
+
+} // namespace cleave::cli

@@ -1,0 +1,39 @@
+// partition/size_based.h - memory-driven partitioning with torch's Partitioner semantics.
+//
+// partitionBySize follows Partitioner.partition_graph for PartitionMode.size_based:
+//   - the whole graph (every node's total size) fits the largest device: one partition on it
+//     (the first such device);
+//   - it exceeds all devices together: DoesNotFit;
+//   - otherwise the greedy fill of size_based_partition: walk callable nodes in order; the first
+//     node of a partition claims the first unoccupied device that holds it; a node that no longer
+//     fits opens a new partition on the next such device; once every device holds a partition,
+//     each further node gets a partition of its own, and those are mapped to the device with the
+//     least memory left that still has room (get_device_to_partitions_mapping: strictly less than
+//     what is left).
+// Partitions hold callable nodes; graph inputs and constants they read count in their memory.
+// Guarantees: every callable node in one partition; each partition's bytes fit its device; the
+// partition order is topological. Complexity: O(V + E) for the fill, O(P x D x partition edges)
+// for mapping single-node partitions.
+// Fails: DoesNotFit naming the node that fits no device, or the bytes missing overall.
+#pragma once
+
+#include "partition/devices.h"
+#include "partition/memory_model.h"
+#include "plan/plan.h"
+
+namespace cleave::partition {
+
+struct PartitionInfo {
+  std::vector<std::int64_t> logicalDeviceIds;
+  std::int64_t usedMemBytes = 0;
+};
+
+struct PartitionResult {
+  plan::CutPlan plan;                   // submodules "partition_<i>", in order
+  std::vector<PartitionInfo> partitions; // same order
+  bool singlePartition = false;
+};
+
+[[nodiscard]] Expected<PartitionResult> partitionBySize(const ir::Graph& graph, const DeviceSet& devices);
+
+} // namespace cleave::partition

@@ -1,0 +1,147 @@
+"""`cleave partition --mode size_based` against torch.fx's Partitioner (Debian's python3-torch).
+
+The modules of PyTorch's own partitioner tests (test_fx_experimental.py: find_single_partition,
+size_based_partition, partition_device_mapping) and graphs.py families, with device sets that force
+one partition, several, and single-node partitions: the partitions must have the same callable
+nodes, used_mem_bytes and logical device ids, in the same order. Errors (not enough memory, a node
+larger than every device) must be refused with one-line messages.
+"""
+import json
+import os
+import sys
+
+import torch
+from torch.fx import symbolic_trace
+from torch.fx.experimental.accelerator_partitioner import Partitioner
+from torch.fx.experimental.partitioner_utils import Device, PartitionerConfig, PartitionMode
+from torch.fx.passes import graph_manipulation
+from torch.fx.passes.tools_common import CALLABLE_NODE_OPS
+
+from testlib import SOURCE_DIR, TempDirTest, main, run
+
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
+import cleave_fx  # noqa: E402
+
+
+class AddModule(torch.nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+
+class LinearModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.c = torch.rand(4)
+
+    def forward(self, a, b):
+        add_1 = a + b
+        linear = self.linear(add_1)
+        return linear + self.c
+
+
+class MappingModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, a):
+        b = torch.rand(4)
+        add_1 = a + b
+        linear_1 = self.linear(add_1)
+        add_2 = torch.rand(4) + a
+        return add_2 + linear_1
+
+
+def reference(gm, inputs, devices):
+    graph_manipulation.get_size_of_all_nodes(gm, inputs)
+    partitioner = Partitioner()
+    config = PartitionerConfig([Device(f"dev_{i}", mem, i) for i, mem in enumerate(devices)], PartitionMode.size_based)
+    partitioner.partition_graph(gm, gm, config)
+    return [(sorted(n.name for n in p.nodes if n.op in CALLABLE_NODE_OPS), p.used_mem_bytes, p.logical_device_ids)
+            for p in partitioner.partitions]
+
+
+class Conformance(TempDirTest):
+    def cleave(self, gm, inputs, devices, name):
+        fx_path, dev_path = self.path(f"{name}.fx.json"), self.path(f"{name}.devices.json")
+        with torch.no_grad():
+            cleave_fx.export_graph(gm, inputs, fx_path)
+        with open(dev_path, "w") as f:
+            json.dump({"devices": [{"name": f"dev_{i}", "logical_id": i, "available_mem_bytes": m}
+                                   for i, m in enumerate(devices)]}, f)
+        return run("partition", fx_path, "--devices", dev_path, "--json")
+
+    def compare(self, gm, inputs, devices, name):
+        expected = reference(gm, inputs, devices)
+        code, out, err = self.cleave(gm, inputs, devices, name)
+        self.assertEqual(code, 0, err)
+        actual = [(sorted(p["nodes"]), p["size_bytes"], p["logical_device_ids"]) for p in json.loads(out)["partitions"]]
+        self.assertEqual(actual, expected)
+        return expected
+
+    def test_single_partition_on_the_largest_device(self):
+        torch.manual_seed(0)
+        gm = symbolic_trace(AddModule())
+        parts = self.compare(gm, (torch.rand(4), torch.rand(4)), [125, 150, 125], "single")
+        self.assertEqual(len(parts), 1)
+        self.assertEqual(parts[0][2], [1])
+
+    def test_size_based_three_devices(self):
+        torch.manual_seed(0)
+        gm = symbolic_trace(LinearModule())
+        parts = self.compare(gm, (torch.rand(4), torch.rand(4)), [125, 125, 125], "size_based")
+        self.assertEqual([p[1] for p in parts], [48, 112, 48])
+        self.assertEqual([p[2] for p in parts], [[0], [1], [2]])
+
+    def test_device_mapping_of_single_node_partitions(self):
+        torch.manual_seed(0)
+        gm = symbolic_trace(MappingModule())
+        parts = self.compare(gm, (torch.rand(4),), [120, 160], "mapping")
+        self.assertEqual([p[2] for p in parts], [[0], [1], [0]])
+
+    def test_graph_families(self):
+        graphs = cleave_fx._reference_graphs()
+        cases = 0
+        succeeded = 0
+        # Device sets found by scanning torch's results: several partitions, single-node partitions
+        # mapped onto devices, and refusals.
+        for family, size, devices in (("chain", 8, [3600] * 6), ("chain", 8, [16600] * 4),
+                                      ("linear_chain", 6, [5800] * 6), ("linear_chain", 6, [31900] * 4),
+                                      ("diamonds", 5, [700] * 6), ("diamonds", 5, [2700] * 4),
+                                      ("wide", 6, [400] * 4), ("wide", 6, [500] * 3), ("wide", 6, [900] * 6),
+                                      ("chain", 8, [3000] * 4), ("linear_chain", 6, [9000] * 4)):
+            torch.manual_seed(0)
+            gm, inputs = graphs.FAMILIES[family](size)
+            with self.subTest(family=family, devices=devices):
+                try:
+                    expected = reference(gm, inputs, devices)
+                except RuntimeError as e:
+                    code, _, err = self.cleave(gm, inputs, devices, f"{family}_{cases}")
+                    self.assertEqual(code, 1, f"torch refused ({e}) but cleave did not")
+                    cases += 1
+                    continue
+                code, out, err = self.cleave(gm, inputs, devices, f"{family}_{cases}")
+                self.assertEqual(code, 0, err)
+                actual = [(sorted(p["nodes"]), p["size_bytes"], p["logical_device_ids"])
+                          for p in json.loads(out)["partitions"]]
+                self.assertEqual(actual, expected)
+                self.assertGreater(len(actual), 1)
+                succeeded += 1
+                cases += 1
+        self.assertEqual(cases, 11)
+        self.assertEqual(succeeded, 9)
+
+    def test_not_enough_memory_is_refused(self):
+        gm = symbolic_trace(LinearModule())
+        code, _, err = self.cleave(gm, (torch.rand(4), torch.rand(4)), [40, 40], "short")
+        self.assertOneLineError(code, err, "short")
+
+    def test_a_node_larger_than_every_device_is_named(self):
+        gm = symbolic_trace(LinearModule())
+        code, _, err = self.cleave(gm, (torch.rand(4), torch.rand(4)), [100, 100, 100], "large")
+        self.assertOneLineError(code, err, "'linear'")
+
+
+if __name__ == "__main__":
+    main()
