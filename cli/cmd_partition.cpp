@@ -3,6 +3,8 @@
 
 #include "cli/commands.h"
 #include "io/model_loader.h"
+#include "base/file_io.h"
+#include "partition/latency.h"
 #include "partition/size_based.h"
 #include "plan/materialize.h"
 
@@ -43,12 +45,19 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"Partition a model across devices with memory limits (torch.fx Partitioner "
                "semantics) and write the partition DAG, submodels and reports.",
                "cleave partition"};
-  std::string path, devicesPath, outDir, mode = "size_based";
-  bool json = false, planOnly = false;
+  std::string path, devicesPath, outDir, mode = "size_based", latencyPath;
+  bool json = false, planOnly = false, estimate = false;
+  double transferRate = 0.0, flops = 1e12, bandwidth = 1e11;
   app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
   app.add_option("--devices", devicesPath, "devices (JSON: logical ids and available memory)")->required();
   app.add_option("--mode", mode, "partition mode (this build: size_based)")->capture_default_str();
   app.add_option("-o,--output", outDir, "output directory (written atomically)");
+  app.add_option("--latency", latencyPath, "node latencies (JSON: node -> mem_latency_sec, computer_latency_sec)");
+  app.add_flag("--estimate", estimate, "estimate node latencies from FLOPs and bytes (--flops, --bandwidth)");
+  app.add_option("--transfer-rate", transferRate,
+                 "bytes/s between devices for the critical path (default: the devices file's, else 1)");
+  app.add_option("--flops", flops, "FLOP/s for --estimate")->capture_default_str();
+  app.add_option("--bandwidth", bandwidth, "memory bytes/s for --estimate")->capture_default_str();
   app.add_flag("--plan-only", planOnly, "write plan.json and reports, no submodels");
   app.add_flag("--json", json, "print a JSON summary");
   if (int code = parseArguments(app, args, out, err); code >= 0)
@@ -70,12 +79,50 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   std::vector<plan::Boundary> boundaries = plan::computeBoundaries(*graph, result->plan);
   report::Json summary = partitionJson(*graph, *result, boundaries);
   summary["mode"] = mode;
+  if (!latencyPath.empty() || estimate) {
+    IdVector<ir::NodeId, partition::NodeLatency> latencies;
+    if (!latencyPath.empty()) {
+      Expected<std::string> text = readFile(latencyPath);
+      if (!text)
+        return reportError("cleave partition", text.error(), err);
+      Expected<IdVector<ir::NodeId, partition::NodeLatency>> parsed = partition::parseLatencies(*graph, *text, latencyPath);
+      if (!parsed)
+        return reportError("cleave partition", parsed.error(), err);
+      latencies = std::move(*parsed);
+    } else {
+      latencies = partition::estimateLatencies(*graph, flops, bandwidth);
+    }
+    double rate = transferRate > 0 ? transferRate
+                                   : (devices->transferRateBytesPerSec > 0 ? devices->transferRateBytesPerSec : 1.0);
+    std::vector<partition::PartitionLatency> perPartition = partition::partitionLatencies(*graph, result->plan, latencies);
+    std::vector<std::vector<std::int64_t>> deviceIds;
+    for (const partition::PartitionInfo& info : result->partitions)
+      deviceIds.push_back(info.logicalDeviceIds);
+    Expected<partition::CriticalPath> critical = partition::criticalPath(
+        *graph, result->plan, deviceIds, perPartition, partition::computeNodeSizes(*graph), rate);
+    if (!critical)
+      return reportError("cleave partition", critical.error(), err);
+    for (std::size_t p = 0; p < perPartition.size(); ++p)
+      summary["partitions"][p]["latency_sec"] = {{"overall", perPartition[p].overallSec},
+                                                 {"mem", perPartition[p].memSec},
+                                                 {"compute", perPartition[p].computeSec}};
+    summary["critical_path"] = critical->latencySec;
+    summary["critical_path_partitions"] = critical->partitions;
+    summary["transfer_rate_bytes_per_sec"] = rate;
+  }
   std::ostringstream text;
   text << "partitions: " << result->partitions.size() << (result->singlePartition ? " (the model fits one device)" : "")
        << "\n";
-  for (const report::Json& entry : summary["partitions"])
+  for (const report::Json& entry : summary["partitions"]) {
     text << "  " << entry["name"].get<std::string>() << ": " << entry["nodes"].size() << " node(s), "
-         << entry["size_bytes"].get<std::int64_t>() << " bytes, devices " << entry["logical_device_ids"].dump() << "\n";
+         << entry["size_bytes"].get<std::int64_t>() << " bytes, devices " << entry["logical_device_ids"].dump();
+    if (entry.contains("latency_sec"))
+      text << ", latency " << entry["latency_sec"]["overall"].get<double>() << " s";
+    text << "\n";
+  }
+  if (summary.contains("critical_path"))
+    text << "critical path: " << summary["critical_path"].get<double>() << " s through partitions "
+         << summary["critical_path_partitions"].dump() << "\n";
   if (!outDir.empty()) {
     plan::MaterializeOptions options;
     options.writeSubmodels = !planOnly;

@@ -13,7 +13,9 @@ import sys
 import torch
 from torch.fx import symbolic_trace
 from torch.fx.experimental.accelerator_partitioner import Partitioner
-from torch.fx.experimental.partitioner_utils import Device, PartitionerConfig, PartitionMode
+from torch.fx.experimental.partitioner_utils import (Device, NodeLatency, PartitionerConfig, PartitionMode,
+                                                     get_latency_of_partitioned_graph,
+                                                     get_partition_to_latency_mapping)
 from torch.fx.passes import graph_manipulation
 from torch.fx.passes.tools_common import CALLABLE_NODE_OPS
 
@@ -51,6 +53,32 @@ class MappingModule(torch.nn.Module):
         linear_1 = self.linear(add_1)
         add_2 = torch.rand(4) + a
         return add_2 + linear_1
+
+
+class LatencyModule(torch.nn.Module):
+    """The module of PyTorch's test_partition_latency."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, a):
+        add_1 = a + torch.rand(4)
+        add_2 = add_1 + torch.rand(4)
+        linear_1 = self.linear(add_1)
+        add_3 = add_2 + linear_1
+        add_4 = add_2 + add_3
+        return add_4
+
+
+def test_latency_rule(gm):
+    """PyTorch's test rule: (total, 2 x total) when a node has no weights, else (total, output)."""
+    latencies = {}
+    for node in gm.graph.nodes:
+        if node.op not in {"output", "placeholder", "get_attr"}:
+            total, out = node.size_bytes.total_size, node.size_bytes.output_size
+            latencies[node] = NodeLatency(total, 2.0 * total) if total == out else NodeLatency(total, out)
+    return latencies
 
 
 def reference(gm, inputs, devices):
@@ -131,6 +159,49 @@ class Conformance(TempDirTest):
                 cases += 1
         self.assertEqual(cases, 11)
         self.assertEqual(succeeded, 9)
+
+    def check_latency(self, gm, inputs, devices, rate, name):
+        graph_manipulation.get_size_of_all_nodes(gm, inputs)
+        partitioner = Partitioner()
+        config = PartitionerConfig([Device(f"dev_{i}", m, i) for i, m in enumerate(devices)], PartitionMode.size_based)
+        partitioner.partition_graph(gm, gm, config)
+        latencies = test_latency_rule(gm)
+        mapping = get_partition_to_latency_mapping(partitioner.partitions, latencies)
+        expected = get_latency_of_partitioned_graph(partitioner.partitions, mapping, rate)
+        latency_path = self.path(f"{name}.latency.json")
+        with open(latency_path, "w") as f:
+            json.dump({n.name: {"mem_latency_sec": l.mem_latency_sec, "computer_latency_sec": l.computer_latency_sec}
+                       for n, l in latencies.items()}, f)
+        fx_path, dev_path = self.path(f"{name}.fx.json"), self.path(f"{name}.devices.json")
+        with torch.no_grad():
+            cleave_fx.export_graph(gm, inputs, fx_path)
+        with open(dev_path, "w") as f:
+            json.dump({"devices": [{"logical_id": i, "available_mem_bytes": m} for i, m in enumerate(devices)]}, f)
+        code, out, err = run("partition", fx_path, "--devices", dev_path, "--latency", latency_path,
+                             "--transfer-rate", rate, "--json")
+        self.assertEqual(code, 0, err)
+        summary = json.loads(out)
+        self.assertAlmostEqual(summary["critical_path"], expected)
+        self.assertEqual([p["latency_sec"]["overall"] for p in summary["partitions"]],
+                         [mapping[p].overall_latency_sec for p in partitioner.partitions])
+        return expected
+
+    def test_partition_latency_as_pytorch_tests_it(self):
+        torch.manual_seed(0)
+        gm = symbolic_trace(LatencyModule())
+        # Two partitions (two 180-byte devices): PyTorch's test value, 208 at rate 2.
+        self.assertEqual(self.check_latency(gm, (torch.rand(4),), [180, 180], 2.0, "latency"), 208.0)
+        gm = symbolic_trace(LatencyModule())
+        self.assertEqual(self.check_latency(gm, (torch.rand(4),), [125, 125, 125], 2.0, "latency3"), 240.0)
+
+    def test_critical_path_on_graph_families(self):
+        graphs = cleave_fx._reference_graphs()
+        for family, size, devices in (("chain", 8, [3600] * 6), ("diamonds", 5, [700] * 6), ("wide", 6, [400] * 4),
+                                      ("linear_chain", 6, [5800] * 6)):
+            torch.manual_seed(0)
+            gm, inputs = graphs.FAMILIES[family](size)
+            with self.subTest(family=family):
+                self.assertGreater(self.check_latency(gm, inputs, devices, 3.0, family), 0.0)
 
     def test_not_enough_memory_is_refused(self):
         gm = symbolic_trace(LinearModule())
