@@ -1,0 +1,91 @@
+// bench/bench_partition.cpp - time size-based partitioning (and the critical path) of a model.
+//
+//   bench_partition MODEL DEVICES.json [--repeat N]
+//   bench_partition MODEL --reference [--repeat N]
+//
+// Loads once (timed apart), then runs partitionBySize plus latencies and the critical path N
+// times; prints best and median seconds, the partition count and the critical path.
+// --reference reproduces shared/bench/reference/time_partitioner.py's set-up: four devices of
+// total/4 + total/8 bytes (total: every node's size), every op NodeLatency(1.0, 2.0), transfer
+// rate 1e9 bytes/s. Otherwise latencies are estimated (1 TFLOP/s, 100 GB/s, 10 GB/s links).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "io/model_loader.h"
+#include "partition/latency.h"
+#include "partition/size_based.h"
+
+namespace {
+double since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: bench_partition MODEL DEVICES.json [--repeat N]\n");
+    return 2;
+  }
+  int repeat = argc > 4 && std::strcmp(argv[3], "--repeat") == 0 ? std::atoi(argv[4]) : 3;
+  bool reference = std::strcmp(argv[2], "--reference") == 0;
+  auto start = std::chrono::steady_clock::now();
+  auto graph = cleave::io::loadModel(argv[1]);
+  double loadSeconds = since(start);
+  if (!graph) {
+    std::fprintf(stderr, "bench_partition: %s\n", graph.error().message().c_str());
+    return 1;
+  }
+  cleave::Expected<cleave::partition::DeviceSet> devices = cleave::partition::DeviceSet{};
+  if (reference) {
+    std::int64_t total = 0;
+    auto sizes = cleave::partition::computeNodeSizes(*graph);
+    for (std::uint32_t n = 0; n < graph->numNodes(); ++n)
+      total += sizes[cleave::ir::NodeId{n}].totalBytes;
+    for (int i = 0; i < 4; ++i)
+      devices->devices.push_back({"dev_" + std::to_string(i), i, total / 4 + total / 8, ""});
+  } else {
+    devices = cleave::partition::loadDevices(argv[2]);
+    if (!devices) {
+      std::fprintf(stderr, "bench_partition: %s\n", devices.error().message().c_str());
+      return 1;
+    }
+  }
+  double rate = reference ? 1e9 : 1e10;
+  std::vector<double> partitionTimes, pathTimes;
+  std::size_t partitions = 0;
+  double critical = 0;
+  for (int i = 0; i < repeat; ++i) {
+    start = std::chrono::steady_clock::now();
+    auto result = cleave::partition::partitionBySize(*graph, *devices);
+    partitionTimes.push_back(since(start));
+    if (!result) {
+      std::fprintf(stderr, "bench_partition: %s\n", result.error().message().c_str());
+      return 1;
+    }
+    partitions = result->partitions.size();
+    start = std::chrono::steady_clock::now();
+    auto latencies = cleave::partition::estimateLatencies(*graph, 1e12, 1e11);
+    if (reference)
+      for (std::uint32_t n = 0; n < graph->numNodes(); ++n)
+        latencies[cleave::ir::NodeId{n}] = {1.0, 2.0};
+    auto perPartition = cleave::partition::partitionLatencies(*graph, result->plan, latencies);
+    std::vector<std::vector<std::int64_t>> ids;
+    for (const auto& info : result->partitions)
+      ids.push_back(info.logicalDeviceIds);
+    auto path = cleave::partition::criticalPath(*graph, result->plan, ids, perPartition,
+                                                cleave::partition::computeNodeSizes(*graph), rate);
+    pathTimes.push_back(since(start));
+    critical = path ? path->latencySec : -1;
+  }
+  std::sort(partitionTimes.begin(), partitionTimes.end());
+  std::sort(pathTimes.begin(), pathTimes.end());
+  std::printf("nodes=%u load_s=%.3f size_based_best_s=%.6f size_based_median_s=%.6f critical_path_best_s=%.6f "
+              "partitions=%zu critical_path=%.4f\n",
+              graph->numNodes(), loadSeconds, partitionTimes.front(), partitionTimes[partitionTimes.size() / 2],
+              pathTimes.front(), partitions, critical);
+  return 0;
+}
