@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "io/model_loader.h"
 #include "base/file_io.h"
+#include "partition/aot_and_replicas.h"
 #include "partition/latency.h"
 #include "partition/size_based.h"
 #include "plan/materialize.h"
@@ -45,12 +46,14 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"Partition a model across devices with memory limits (torch.fx Partitioner "
                "semantics) and write the partition DAG, submodels and reports.",
                "cleave partition"};
-  std::string path, devicesPath, outDir, mode = "size_based", latencyPath;
-  bool json = false, planOnly = false, estimate = false;
+  std::string path, devicesPath, outDir, mode = "size_based", latencyPath, aotPath;
+  bool json = false, planOnly = false, estimate = false, saturate = false;
   double transferRate = 0.0, flops = 1e12, bandwidth = 1e11;
   app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
   app.add_option("--devices", devicesPath, "devices (JSON: logical ids and available memory)")->required();
-  app.add_option("--mode", mode, "partition mode (this build: size_based)")->capture_default_str();
+  app.add_option("--mode", mode, "partition mode (this build: size_based, aot_based)")->capture_default_str();
+  app.add_option("--aot", aotPath, "aot_based: node -> partition and partition -> logical devices (JSON)");
+  app.add_flag("--saturate-host", saturate, "replicate the partitions onto idle devices (torch's saturate_host)");
   app.add_option("-o,--output", outDir, "output directory (written atomically)");
   app.add_option("--latency", latencyPath, "node latencies (JSON: node -> mem_latency_sec, computer_latency_sec)");
   app.add_flag("--estimate", estimate, "estimate node latencies from FLOPs and bytes (--flops, --bandwidth)");
@@ -62,9 +65,13 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_flag("--json", json, "print a JSON summary");
   if (int code = parseArguments(app, args, out, err); code >= 0)
     return code;
-  if (mode != "size_based") {
+  if (mode != "size_based" && mode != "aot_based") {
     err << "cleave partition: usage error: mode '" << mode
-        << "' is not implemented yet (available: size_based)\n";
+        << "' is not implemented yet (available: size_based, aot_based)\n";
+    return kExitUsage;
+  }
+  if ((mode == "aot_based") != !aotPath.empty()) {
+    err << "cleave partition: usage error: --aot FILE goes with --mode aot_based (and only with it)\n";
     return kExitUsage;
   }
   Expected<partition::DeviceSet> devices = partition::loadDevices(devicesPath);
@@ -73,9 +80,19 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   Expected<ir::Graph> graph = io::loadModel(path);
   if (!graph)
     return reportError("cleave partition", graph.error(), err);
-  Expected<partition::PartitionResult> result = partition::partitionBySize(*graph, *devices);
+  Expected<partition::PartitionResult> result = Error(ErrorCode::InvalidArgument);
+  if (mode == "aot_based") {
+    Expected<std::string> mapping = readFile(aotPath);
+    if (!mapping)
+      return reportError("cleave partition", mapping.error(), err);
+    result = partition::partitionAheadOfTime(*graph, *devices, *mapping, aotPath);
+  } else {
+    result = partition::partitionBySize(*graph, *devices);
+  }
   if (!result)
     return reportError("cleave partition", result.error(), err);
+  if (saturate)
+    partition::saturateHost(*devices, *result);
   std::vector<plan::Boundary> boundaries = plan::computeBoundaries(*graph, result->plan);
   report::Json summary = partitionJson(*graph, *result, boundaries);
   summary["mode"] = mode;

@@ -1,3 +1,4 @@
+#include "partition/aot_and_replicas.h"
 #include "partition/size_based.h"
 
 #include <gtest/gtest.h>
@@ -55,6 +56,42 @@ TEST(SizeBased, RefusesWhatCannotFitAndSaysByHowMuch) {
   ASSERT_FALSE(result);
   EXPECT_EQ(result.error().code(), ErrorCode::DoesNotFit);
   EXPECT_NE(result.error().message().find("92 short"), std::string::npos);
+}
+
+TEST(AheadOfTime, RefusesBadMappings) {
+  ir::Graph g = TestGraph().input("x").op("Relu", "a", {"x"}).op("Relu", "b", {"a"}).op("Relu", "c", {"b"})
+                    .output({"c"}).build();
+  DeviceSet devices = uniform(2, 1000);
+  auto error = [&](const std::string& json) {
+    Expected<PartitionResult> result = partitionAheadOfTime(g, devices, json, "aot.json");
+    EXPECT_FALSE(result);
+    return result ? std::string() : result.error().message();
+  };
+  EXPECT_NE(error(R"({"node_to_partition": {"a": 0, "b": 1, "c": 0}, "partition_to_logical_devices": {"0": [0], "1": [1]}})")
+                .find("cycle"), std::string::npos);
+  EXPECT_NE(error(R"({"node_to_partition": {"a": 0, "b": 0}, "partition_to_logical_devices": {"0": [0]}})")
+                .find("node 'c' has no partition"), std::string::npos);
+  EXPECT_NE(error(R"({"node_to_partition": {"a": 0, "b": 0, "c": 0}, "partition_to_logical_devices": {"0": [7]}})")
+                .find("unknown logical device 7"), std::string::npos);
+  EXPECT_NE(error(R"({"node_to_partition": {"a": 0, "b": 0, "c": 1}, "partition_to_logical_devices": {"0": [0]}})")
+                .find("partition 1 of node 'c' has no logical devices"), std::string::npos);
+  Expected<PartitionResult> ok = partitionAheadOfTime(
+      g, devices, R"({"node_to_partition": {"a": 1, "b": 1, "c": 0}, "partition_to_logical_devices": {"0": [0], "1": [1]}})",
+      "aot.json");
+  ASSERT_TRUE(ok);
+  // Partition 1 feeds partition 0, so it runs first.
+  EXPECT_EQ(ok->plan.submodules[0].name, "partition_1");
+  EXPECT_EQ(ok->partitions[0].logicalDeviceIds, std::vector<std::int64_t>{1});
+}
+
+TEST(SaturateHost, ReplicatesOntoIdleDevicesThatFit) {
+  ir::Graph g = TestGraph().input("x").param("w").op("MatMul", "mm", {"x", "w"}).output({"mm"}).build();
+  DeviceSet devices = uniform(4, 1000);
+  devices.devices[2].availableMemBytes = 100; // too small for the replica
+  Expected<PartitionResult> result = partitionBySize(g, devices);
+  ASSERT_TRUE(result);
+  saturateHost(devices, *result);
+  EXPECT_EQ(result->partitions[0].logicalDeviceIds, (std::vector<std::int64_t>{0, 1, 3}));
 }
 
 TEST(SizeBasedProperties, PartitionsFitTheirDevicesOnRandomGraphs) {

@@ -71,6 +71,19 @@ class LatencyModule(torch.nn.Module):
         return add_4
 
 
+class AotModule(torch.nn.Module):
+    """The module of PyTorch's test_aot_based_partition."""
+
+    def __init__(self):
+        super().__init__()
+        self.b = torch.rand(4)
+        self.c = torch.rand(4)
+
+    def forward(self, a):
+        add_1 = a + self.b
+        return self.c + add_1
+
+
 def test_latency_rule(gm):
     """PyTorch's test rule: (total, 2 x total) when a node has no weights, else (total, output)."""
     latencies = {}
@@ -202,6 +215,63 @@ class Conformance(TempDirTest):
             gm, inputs = graphs.FAMILIES[family](size)
             with self.subTest(family=family):
                 self.assertGreater(self.check_latency(gm, inputs, devices, 3.0, family), 0.0)
+
+    def test_saturate_host_as_pytorch_tests_it(self):
+        torch.manual_seed(0)
+        gm = symbolic_trace(LatencyModule())
+        inputs = (torch.rand(4),)
+        devices = [200, 200, 100, 100, 200, 100]
+        graph_manipulation.get_size_of_all_nodes(gm, inputs)
+        partitioner = Partitioner()
+        config = PartitionerConfig([Device(f"dev_{i}", m, i) for i, m in enumerate(devices)], saturate_host=True)
+        import contextlib, io
+        with contextlib.redirect_stdout(io.StringIO()):
+            partitioner.partition_graph(gm, gm, config)
+        expected = [p.logical_device_ids for p in partitioner.partitions]
+        self.assertEqual(expected, [[0, 4], [1, 2]])
+        fx_path, dev_path = self.path("sat.fx.json"), self.path("sat.devices.json")
+        with torch.no_grad():
+            cleave_fx.export_graph(gm, inputs, fx_path)
+        with open(dev_path, "w") as f:
+            json.dump({"devices": [{"logical_id": i, "available_mem_bytes": m} for i, m in enumerate(devices)]}, f)
+        code, out, err = run("partition", fx_path, "--devices", dev_path, "--saturate-host", "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual([p["logical_device_ids"] for p in json.loads(out)["partitions"]], expected)
+
+    def test_aot_based_as_pytorch_tests_it(self):
+        torch.manual_seed(0)
+        gm = symbolic_trace(AotModule())
+        inputs = (torch.rand(4),)
+        graph_manipulation.get_size_of_all_nodes(gm, inputs)
+        node_to_partition, partition_to_devices = {}, {}
+        for node in gm.graph.nodes:
+            if node.op not in {"placeholder", "get_attr", "output"}:
+                node_to_partition[node] = len(partition_to_devices)
+                partition_to_devices[len(partition_to_devices)] = [0]
+        partitioner = Partitioner()
+        config = PartitionerConfig([Device("dev_0", 200, 0)], mode=PartitionMode.aot_based,
+                                   node_to_partition_mapping=node_to_partition,
+                                   partition_to_logical_device_mapping=partition_to_devices)
+        result = partitioner.partition_graph(gm, gm, config)
+        expected = [(n.size_bytes, n.logical_device_ids) for n in result.dag.nodes]
+        self.assertEqual(expected, [(48, [0]), (48, [0])])
+        fx_path, dev_path, aot_path = self.path("aot.fx.json"), self.path("aot.devices.json"), self.path("aot.json")
+        with torch.no_grad():
+            cleave_fx.export_graph(gm, inputs, fx_path)
+        with open(dev_path, "w") as f:
+            json.dump({"devices": [{"logical_id": 0, "available_mem_bytes": 200}]}, f)
+        with open(aot_path, "w") as f:
+            json.dump({"node_to_partition": {n.name: p for n, p in node_to_partition.items()},
+                       "partition_to_logical_devices": {str(p): d for p, d in partition_to_devices.items()}}, f)
+        code, out, err = run("partition", fx_path, "--devices", dev_path, "--mode", "aot_based", "--aot", aot_path,
+                             "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual([(p["size_bytes"], p["logical_device_ids"]) for p in json.loads(out)["partitions"]], expected)
+        # A mapping naming a node the model lacks is refused.
+        with open(aot_path, "w") as f:
+            json.dump({"node_to_partition": {"ghost": 0}, "partition_to_logical_devices": {"0": [0]}}, f)
+        code, _, err = run("partition", fx_path, "--devices", dev_path, "--mode", "aot_based", "--aot", aot_path)
+        self.assertOneLineError(code, err, "'ghost'")
 
     def test_not_enough_memory_is_refused(self):
         gm = symbolic_trace(LinearModule())

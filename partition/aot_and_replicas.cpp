@@ -1,0 +1,178 @@
+#include "partition/aot_and_replicas.h"
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <set>
+
+namespace cleave::partition {
+using ir::NodeId;
+
+Expected<PartitionResult> partitionAheadOfTime(const ir::Graph& graph, const DeviceSet& devices,
+                                               std::string_view mappingJson, const std::string& sourceName) {
+  using nlohmann::json;
+  json doc = json::parse(mappingJson, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("node_to_partition") ||
+      !doc["node_to_partition"].is_object() || !doc.contains("partition_to_logical_devices") ||
+      !doc["partition_to_logical_devices"].is_object())
+    return Error(ErrorCode::ParseError) << sourceName
+                                        << ": expected {\"node_to_partition\": {...}, \"partition_to_logical_devices\": {...}}";
+  std::set<std::int64_t> knownIds;
+  for (const Device& device : devices.devices)
+    knownIds.insert(device.logicalId);
+  std::map<std::int64_t, std::vector<std::int64_t>> devicesOf;
+  for (const auto& [key, ids] : doc["partition_to_logical_devices"].items()) {
+    char* end = nullptr;
+    long long id = std::strtoll(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || !ids.is_array() || ids.empty())
+      return Error(ErrorCode::ParseError) << sourceName << ": partition '" << key
+                                          << "' needs a non-empty list of logical device ids";
+    for (const json& value : ids) {
+      if (!value.is_number_integer() || !knownIds.count(value.get<std::int64_t>()))
+        return Error(ErrorCode::InvalidArgument) << sourceName << ": partition " << key << " names unknown logical device "
+                                                 << value.dump();
+      devicesOf[id].push_back(value.get<std::int64_t>());
+    }
+  }
+  IdVector<NodeId, std::int64_t> partitionOf(graph.numNodes(), -1);
+  for (const auto& [name, value] : doc["node_to_partition"].items()) {
+    NodeId node = graph.findNode(name);
+    if (node == NodeId{UINT32_MAX})
+      return Error(ErrorCode::NotFound) << sourceName << ": node '" << name << "' is not in the model";
+    if (!value.is_number_integer())
+      return Error(ErrorCode::ParseError) << sourceName << ": node '" << name << "' needs an integer partition id";
+    if (!graph.isCallable(node))
+      continue;
+    if (!devicesOf.count(value.get<std::int64_t>()))
+      return Error(ErrorCode::InvalidArgument) << sourceName << ": partition " << value.get<std::int64_t>()
+                                               << " of node '" << name << "' has no logical devices";
+    partitionOf[node] = value.get<std::int64_t>();
+  }
+  std::map<std::int64_t, std::vector<NodeId>> members;
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
+    NodeId node{n};
+    if (!graph.isCallable(node))
+      continue;
+    if (partitionOf[node] < 0)
+      return Error(ErrorCode::InvalidArgument) << sourceName << ": node '" << graph.name(node) << "' has no partition";
+    members[partitionOf[node]].push_back(node);
+  }
+  // Order partitions so data flows forward (Kahn, ties by partition id); a cycle is an error.
+  std::vector<std::int64_t> ids;
+  std::map<std::int64_t, std::uint32_t> slot;
+  for (const auto& [id, nodes] : members) {
+    slot[id] = static_cast<std::uint32_t>(ids.size());
+    ids.push_back(id);
+  }
+  std::vector<std::set<std::uint32_t>> children(ids.size());
+  std::vector<std::uint32_t> indegree(ids.size(), 0);
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
+    NodeId node{n};
+    if (!graph.isCallable(node))
+      continue;
+    for (ir::ValueId value : graph.inputs(node)) {
+      if (value == ir::kNoValue || !graph.isCallable(graph.producer(value)))
+        continue;
+      std::uint32_t from = slot[partitionOf[graph.producer(value)]], to = slot[partitionOf[node]];
+      if (from != to && children[from].insert(to).second)
+        ++indegree[to];
+    }
+  }
+  std::priority_queue<std::uint32_t, std::vector<std::uint32_t>, std::greater<>> ready;
+  for (std::uint32_t s = 0; s < ids.size(); ++s)
+    if (indegree[s] == 0)
+      ready.push(s);
+  std::vector<std::uint32_t> order;
+  while (!ready.empty()) {
+    std::uint32_t s = ready.top();
+    ready.pop();
+    order.push_back(s);
+    for (std::uint32_t c : children[s])
+      if (--indegree[c] == 0)
+        ready.push(c);
+  }
+  if (order.size() != ids.size()) {
+    std::uint32_t stuck = 0;
+    while (indegree[stuck] == 0)
+      ++stuck;
+    return Error(ErrorCode::InvalidGraph) << sourceName << ": partitions depend on each other in a cycle (partition "
+                                          << ids[stuck] << " is on it)";
+  }
+  IdVector<NodeId, NodeSize> sizes = computeNodeSizes(graph);
+  IdVector<NodeId, std::uint8_t> in(graph.numNodes(), 0);
+  PartitionResult result;
+  result.plan.kind = plan::PlanKind::Partition;
+  result.plan.placement = IdVector<NodeId, plan::Placement>(graph.numNodes(), plan::Placement::NotPlaced);
+  result.plan.detail = IdVector<NodeId, std::string>(graph.numNodes());
+  for (std::uint32_t s : order) {
+    std::int64_t id = ids[s];
+    std::vector<NodeId> all = members[id];
+    for (NodeId node : members[id])
+      for (NodeId input : inputNodesOf(graph, node))
+        if (!graph.isCallable(input) && std::find(all.begin(), all.end(), input) == all.end())
+          all.push_back(input);
+    for (NodeId node : all)
+      in[node] = 1;
+    std::int64_t bytes = 0;
+    for (NodeId node : all)
+      bytes += extraSizeOf(graph, sizes, node, in);
+    for (NodeId node : all)
+      in[node] = 0;
+    result.plan.submodules.push_back({"partition_" + std::to_string(id), false, members[id]});
+    result.partitions.push_back({devicesOf[id], bytes});
+  }
+  plan::indexSubmodules(graph, result.plan);
+  return result;
+}
+
+void saturateHost(const DeviceSet& devices, PartitionResult& result) {
+  const std::vector<Device>& list = devices.devices;
+  std::vector<std::int64_t> left(list.size());
+  std::vector<std::vector<std::size_t>> onDevice(list.size());
+  for (std::size_t d = 0; d < list.size(); ++d)
+    left[d] = list[d].availableMemBytes;
+  for (std::size_t p = 0; p < result.partitions.size(); ++p)
+    for (std::int64_t id : result.partitions[p].logicalDeviceIds)
+      for (std::size_t d = 0; d < list.size(); ++d)
+        if (list[d].logicalId == id) {
+          onDevice[d].push_back(p);
+          left[d] -= result.partitions[p].usedMemBytes;
+        }
+  std::vector<std::size_t> used;
+  for (std::size_t d = 0; d < list.size(); ++d)
+    if (!onDevice[d].empty())
+      used.push_back(d);
+  std::vector<std::pair<std::size_t, std::size_t>> replicas; // (replica, original), in order found
+  std::vector<std::uint8_t> taken(list.size(), 0);
+  for (std::size_t d : used)
+    taken[d] = 1;
+  while (used.size() * 2 + replicas.size() <= list.size()) {
+    std::vector<std::uint8_t> roundTaken = taken;
+    std::vector<std::pair<std::size_t, std::size_t>> round;
+    bool success = true;
+    for (std::size_t original : used) {
+      std::int64_t needed = list[original].availableMemBytes - left[original];
+      std::size_t best = list.size();
+      for (std::size_t d = 0; d < list.size(); ++d)
+        if (!roundTaken[d] && list[d].availableMemBytes >= needed &&
+            (best == list.size() || list[d].availableMemBytes < list[best].availableMemBytes))
+          best = d;
+      if (best == list.size()) {
+        success = false;
+        break;
+      }
+      roundTaken[best] = 1;
+      round.emplace_back(best, original);
+    }
+    if (!success)
+      break;
+    taken = roundTaken;
+    replicas.insert(replicas.end(), round.begin(), round.end());
+  }
+  for (const auto& [replica, original] : replicas)
+    for (std::size_t p : onDevice[original])
+      result.partitions[p].logicalDeviceIds.push_back(list[replica].logicalId);
+}
+
+} // namespace cleave::partition
