@@ -246,13 +246,18 @@ FusionGroups findFusionGroups(const ir::Graph& graph, AccNodes& acc) {
       result.groups.push_back(std::move(members));
     }
   }
-  for (std::vector<NodeId>& group : result.groups) {
+  dissolveGroupsWithCpuMembers(graph, result, acc);
+  return result;
+}
+
+void dissolveGroupsWithCpuMembers(const ir::Graph& graph, FusionGroups& fusion, AccNodes& acc) {
+  for (std::vector<NodeId>& group : fusion.groups) {
     auto cpu = std::find_if(group.begin(), group.end(), [&](NodeId node) { return !acc.isAcc[node]; });
     if (cpu == group.end())
       continue;
     std::string why = "fusion group (non-tensor data flow) with CPU node '" + std::string(graph.name(*cpu)) + "'";
     for (NodeId member : group) {
-      result.groupOf[member] = kNoGroup;
+      fusion.groupOf[member] = kNoGroup;
       if (acc.isAcc[member]) {
         acc.isAcc[member] = 0;
         acc.reason[member] = plan::Placement::FusionGroup;
@@ -261,7 +266,6 @@ FusionGroups findFusionGroups(const ir::Graph& graph, AccNodes& acc) {
     }
     group.clear();
   }
-  return result;
 }
 
 } // namespace cleave::split

@@ -30,4 +30,8 @@ struct FusionGroups {
 // accelerator (updates `acc`).
 FusionGroups findFusionGroups(const ir::Graph& graph, AccNodes& acc);
 
+// A group with any CPU member sends all its members to the CPU (placement FusionGroup) and is
+// dissolved. findFusionGroups applies it; the splitter again after later demotions.
+void dissolveGroupsWithCpuMembers(const ir::Graph& graph, FusionGroups& fusion, AccNodes& acc);
+
 } // namespace cleave::split

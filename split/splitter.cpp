@@ -258,24 +258,6 @@ bool demoteNonTensorCrossings(const ir::Graph& graph, const std::vector<Phase>& 
   return changed;
 }
 
-// A fusion group with a CPU member sends all its members to the CPU (as when groups are found).
-void dissolveGroupsWithCpuMembers(const ir::Graph& graph, FusionGroups& fusion, AccNodes& acc) {
-  for (std::vector<NodeId>& group : fusion.groups) {
-    auto cpu = std::find_if(group.begin(), group.end(), [&](NodeId node) { return !acc.isAcc[node]; });
-    if (cpu == group.end())
-      continue;
-    for (NodeId member : group) {
-      fusion.groupOf[member] = kNoGroup;
-      if (acc.isAcc[member]) {
-        acc.isAcc[member] = 0;
-        acc.reason[member] = plan::Placement::FusionGroup;
-        acc.detail[member] = "fusion group with CPU node '" + std::string(graph.name(*cpu)) + "'";
-      }
-    }
-    group.clear();
-  }
-}
-
 // torch's extend_acc_subgraph for phase `target` (an acc phase). Complexity: O(V + E) to build
 // the reverse dependencies, plus O(moved nodes x their edges).
 void extendAccPhase(const ir::Graph& graph, const AccNodes& acc, const FusionGroups& fusion,
