@@ -6,6 +6,7 @@
 #include "base/file_io.h"
 #include "partition/aot_and_replicas.h"
 #include "partition/latency.h"
+#include "partition/sparse_nn.h"
 #include "partition/size_based.h"
 #include "plan/materialize.h"
 
@@ -51,7 +52,7 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   double transferRate = 0.0, flops = 1e12, bandwidth = 1e11;
   app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
   app.add_option("--devices", devicesPath, "devices (JSON: logical ids and available memory)")->required();
-  app.add_option("--mode", mode, "partition mode (this build: size_based, aot_based)")->capture_default_str();
+  app.add_option("--mode", mode, "partition mode (this build: size_based, sparse_nn, aot_based)")->capture_default_str();
   app.add_option("--aot", aotPath, "aot_based: node -> partition and partition -> logical devices (JSON)");
   app.add_flag("--saturate-host", saturate, "replicate the partitions onto idle devices (torch's saturate_host)");
   app.add_option("-o,--output", outDir, "output directory (written atomically)");
@@ -65,9 +66,9 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_flag("--json", json, "print a JSON summary");
   if (int code = parseArguments(app, args, out, err); code >= 0)
     return code;
-  if (mode != "size_based" && mode != "aot_based") {
+  if (mode != "size_based" && mode != "aot_based" && mode != "sparse_nn") {
     err << "cleave partition: usage error: mode '" << mode
-        << "' is not implemented yet (available: size_based, aot_based)\n";
+        << "' is not implemented yet (available: size_based, sparse_nn, aot_based)\n";
     return kExitUsage;
   }
   if ((mode == "aot_based") != !aotPath.empty()) {
@@ -86,6 +87,8 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
     if (!mapping)
       return reportError("cleave partition", mapping.error(), err);
     result = partition::partitionAheadOfTime(*graph, *devices, *mapping, aotPath);
+  } else if (mode == "sparse_nn") {
+    result = partition::partitionSparseNn(*graph, *devices);
   } else {
     result = partition::partitionBySize(*graph, *devices);
   }

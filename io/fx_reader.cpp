@@ -129,6 +129,13 @@ Status addFxNode(ir::GraphBuilder& builder, const json& entry,
       spec.attributes.push_back(std::move(attr));
     }
   }
+  if (entry.value("embedding", false)) { // an embedding region node (sparse_nn partitioning)
+    ir::Attribute embedding;
+    embedding.name = "embedding";
+    embedding.kind = ir::AttrKind::Int;
+    embedding.intValue = 1;
+    spec.attributes.push_back(std::move(embedding));
+  }
   if (kind == ir::NodeKind::ModuleCall || kind == ir::NodeKind::Parameter) {
     ir::Attribute target;
     target.name = "target";

@@ -24,6 +24,7 @@ public:
         member_(graph.numNodes(), 0) {}
 
   Expected<PartitionResult> run();
+  Expected<std::optional<PartitionResult>> placeWhole(); // the checks torch runs before any mode
 
 private:
   Expected<std::size_t> findDeviceFor(NodeId node, std::vector<std::uint8_t>& occupied);
@@ -145,7 +146,7 @@ PartitionResult SizeBasedPartitioner::finish(bool single) {
   return result;
 }
 
-Expected<PartitionResult> SizeBasedPartitioner::run() {
+Expected<std::optional<PartitionResult>> SizeBasedPartitioner::placeWhole() {
   std::int64_t total = 0;
   std::vector<NodeId> callable;
   for (std::uint32_t n = 0; n < graph_.numNodes(); ++n) {
@@ -171,11 +172,22 @@ Expected<PartitionResult> SizeBasedPartitioner::run() {
     whole.usedBytes = total;
     whole.deviceIds = {devices_[largest].logicalId};
     partitions_.push_back(std::move(whole));
-    return finish(true);
+    return std::optional<PartitionResult>(finish(true));
   }
   if (total > capacity)
     return Error(ErrorCode::DoesNotFit) << "the model needs " << total << " bytes, the devices have "
                                         << capacity << " together (" << total - capacity << " short)";
+  return std::optional<PartitionResult>();
+}
+
+Expected<PartitionResult> SizeBasedPartitioner::run() {
+  CLEAVE_TRY(std::optional<PartitionResult> whole, placeWhole());
+  if (whole)
+    return std::move(*whole);
+  std::vector<NodeId> callable;
+  for (std::uint32_t n = 0; n < graph_.numNodes(); ++n)
+    if (graph_.isCallable(NodeId{n}))
+      callable.push_back(NodeId{n});
 
   std::vector<std::uint8_t> occupied(devices_.size(), 0);
   std::vector<std::int64_t> left;
@@ -219,6 +231,12 @@ Expected<PartitionResult> SizeBasedPartitioner::run() {
 }
 
 } // namespace
+
+Expected<std::optional<PartitionResult>> placeWholeModel(const ir::Graph& graph, const DeviceSet& devices) {
+  if (devices.devices.empty())
+    return Error(ErrorCode::InvalidArgument) << "no devices";
+  return SizeBasedPartitioner(graph, devices).placeWhole();
+}
 
 Expected<PartitionResult> partitionBySize(const ir::Graph& graph, const DeviceSet& devices) {
   if (devices.devices.empty())

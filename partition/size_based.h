@@ -19,6 +19,8 @@
 
 #include "partition/devices.h"
 #include "partition/memory_model.h"
+#include <optional>
+
 #include "plan/plan.h"
 
 namespace cleave::partition {
@@ -35,5 +37,10 @@ struct PartitionResult {
 };
 
 [[nodiscard]] Expected<PartitionResult> partitionBySize(const ir::Graph& graph, const DeviceSet& devices);
+
+// torch's checks before any mode runs: the whole model on the largest device (a result), more
+// than all devices hold (DoesNotFit, by how many bytes), or neither (nullopt: a mode must cut it).
+[[nodiscard]] Expected<std::optional<PartitionResult>> placeWholeModel(const ir::Graph& graph,
+                                                                       const DeviceSet& devices);
 
 } // namespace cleave::partition

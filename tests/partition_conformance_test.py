@@ -84,6 +84,38 @@ class AotModule(torch.nn.Module):
         return self.c + add_1
 
 
+class RecommendationModule(torch.nn.Module):
+    """The module of PyTorch's test_sparse_nn_partition: MLPs around five EmbeddingBag tables."""
+
+    @staticmethod
+    def mlp(layers, width_in, width_out):
+        modules = torch.nn.ModuleList()
+        for _ in range(layers):
+            modules.append(torch.nn.Linear(width_in, width_out))
+            modules.append(torch.nn.ReLU())
+        return modules
+
+    def __init__(self):
+        super().__init__()
+        self.bottom_layers = torch.nn.Sequential(*self.mlp(4, 4, 4))
+        self.top_layers = torch.nn.Sequential(*self.mlp(3, 24, 24))
+        self.embedding_layers = torch.nn.ModuleList()
+        for rows in (500000, 1000000, 1000000, 1000000, 500000):
+            self.embedding_layers.append(torch.nn.EmbeddingBag(rows, 4, mode="sum", sparse=True))
+
+    def forward(self, a, b, offset):
+        x = self.bottom_layers(a)
+        y, c = [], []
+        for i in range(len(self.embedding_layers)):
+            c.append(torch.randint(10, (8,)) + b)
+        for i in range(len(self.embedding_layers)):
+            if i % 2 == 0:
+                y.append(self.embedding_layers[i](c[i], offset))
+            else:
+                y.append(self.embedding_layers[i](torch.randint(10, (8,)), offset))
+        return self.top_layers(torch.cat([x] + y, dim=1))
+
+
 def test_latency_rule(gm):
     """PyTorch's test rule: (total, 2 x total) when a node has no weights, else (total, output)."""
     latencies = {}
@@ -272,6 +304,29 @@ class Conformance(TempDirTest):
             json.dump({"node_to_partition": {"ghost": 0}, "partition_to_logical_devices": {"0": [0]}}, f)
         code, _, err = run("partition", fx_path, "--devices", dev_path, "--mode", "aot_based", "--aot", aot_path)
         self.assertOneLineError(code, err, "'ghost'")
+
+    def test_sparse_nn_as_pytorch_tests_it(self):
+        torch.manual_seed(0)
+        gm = symbolic_trace(RecommendationModule())
+        inputs = (torch.rand(2, 4), torch.randint(10, (8,)), torch.tensor([0, 4]))
+        devices = [33000000, 33000000, 33000000]
+        graph_manipulation.get_size_of_all_nodes(gm, inputs)
+        partitioner = Partitioner()
+        config = PartitionerConfig([Device(f"dev_{i}", m, i) for i, m in enumerate(devices)], PartitionMode.sparse_nn)
+        partitioner.partition_graph(gm, gm, config)
+        expected = sorted((sorted(n.name for n in p.nodes if n.op in CALLABLE_NODE_OPS), p.used_mem_bytes,
+                           p.logical_device_ids) for p in partitioner.partitions)
+        fx_path, dev_path = self.path("snn.fx.json"), self.path("snn.devices.json")
+        with torch.no_grad():
+            cleave_fx.export_graph(gm, inputs, fx_path)
+        with open(dev_path, "w") as f:
+            json.dump({"devices": [{"logical_id": i, "available_mem_bytes": m} for i, m in enumerate(devices)]}, f)
+        code, out, err = run("partition", fx_path, "--devices", dev_path, "--mode", "sparse_nn", "--json")
+        self.assertEqual(code, 0, err)
+        actual = sorted((sorted(p["nodes"]), p["size_bytes"], p["logical_device_ids"])
+                        for p in json.loads(out)["partitions"])
+        self.assertEqual(actual, expected)
+        self.assertGreaterEqual(len(actual), 3)
 
     def test_not_enough_memory_is_refused(self):
         gm = symbolic_trace(LinearModule())

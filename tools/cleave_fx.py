@@ -111,6 +111,17 @@ def _target_text(node):
     return _get_qualified_name(node.target)
 
 
+def _is_embedding_module(gm, target):
+    """torch's sparse_nn test (Partitioner.is_embedding_node): some module on the target's path
+    prints as containing 'Embedding'."""
+    module = gm
+    for atom in str(target).split("."):
+        module = getattr(module, atom)
+        if "Embedding" in str(module):
+            return True
+    return False
+
+
 def _scope_of(node):
     if node.op == "call_module":
         return node.target
@@ -131,6 +142,8 @@ def graph_to_json(gm, example_inputs):
             entry["op_target"] = get_node_target(submodules, node)
         if node.op == "call_module":
             entry["module_class"] = torch.typename(submodules[node.target])
+            if _is_embedding_module(gm, node.target):
+                entry["embedding"] = True
         entry["scope"] = _scope_of(node)
         entry["args"] = _encode_arg(list(node.args))
         entry["kwargs"] = _encode_arg(dict(node.kwargs))["dict"]
