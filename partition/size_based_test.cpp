@@ -1,4 +1,6 @@
+#include "io/onnx.h"
 #include "partition/aot_and_replicas.h"
+#include "partition/sparse_nn.h"
 #include "partition/size_based.h"
 
 #include <gtest/gtest.h>
@@ -92,6 +94,26 @@ TEST(SaturateHost, ReplicatesOntoIdleDevicesThatFit) {
   ASSERT_TRUE(result);
   saturateHost(devices, *result);
   EXPECT_EQ(result->partitions[0].logicalDeviceIds, (std::vector<std::int64_t>{0, 1, 3}));
+}
+
+TEST(SparseNn, FindsTheEmbeddingBagLoopsOfAnOnnxModel) {
+  Expected<ir::Graph> g = io::readOnnx(std::string(CLEAVE_SOURCE_DIR) + "/examples/dlrm.onnx");
+  ASSERT_TRUE(g) << g.error().message();
+  std::vector<std::string> embedding;
+  for (std::uint32_t n = 0; n < g->numNodes(); ++n)
+    if (g->isCallable(ir::NodeId{n}) && isEmbeddingNode(*g, ir::NodeId{n}))
+      embedding.emplace_back(g->name(ir::NodeId{n}));
+  EXPECT_EQ(embedding, (std::vector<std::string>{"/embeddings.0/Loop", "/embeddings.1/Loop", "/embeddings.2/Loop"}));
+}
+
+TEST(SparseNn, RefusesDevicesOfDifferentSizes) {
+  ir::Graph g = TestGraph().input("x").param("w").op("MatMul", "mm", {"x", "w"}).op("Relu", "r", {"mm"})
+                    .output({"r"}).build();
+  DeviceSet devices = uniform(2, 150);
+  devices.devices[1].availableMemBytes = 160;
+  Expected<PartitionResult> result = partitionSparseNn(g, devices);
+  ASSERT_FALSE(result);
+  EXPECT_NE(result.error().message().find("one memory size"), std::string::npos);
 }
 
 TEST(SizeBasedProperties, PartitionsFitTheirDevicesOnRandomGraphs) {
