@@ -112,13 +112,7 @@ Expected<PartitionResult> partitionAheadOfTime(const ir::Graph& graph, const Dev
       for (NodeId input : inputNodesOf(graph, node))
         if (!graph.isCallable(input) && std::find(all.begin(), all.end(), input) == all.end())
           all.push_back(input);
-    for (NodeId node : all)
-      in[node] = 1;
-    std::int64_t bytes = 0;
-    for (NodeId node : all)
-      bytes += extraSizeOf(graph, sizes, node, in);
-    for (NodeId node : all)
-      in[node] = 0;
+    std::int64_t bytes = memoryOfMembers(graph, sizes, all, in);
     result.plan.submodules.push_back({"partition_" + std::to_string(id), false, members[id]});
     result.partitions.push_back({devicesOf[id], bytes});
   }

@@ -59,4 +59,32 @@ std::int64_t extraSizeOf(const ir::Graph& graph, const IdVector<NodeId, NodeSize
   return bytes;
 }
 
+std::int64_t memoryOfMembers(const ir::Graph& graph, const IdVector<NodeId, NodeSize>& sizes,
+                             const std::vector<NodeId>& members, IdVector<NodeId, std::uint8_t>& scratch) {
+  for (NodeId member : members)
+    scratch[member] = 1;
+  std::int64_t bytes = 0;
+  for (NodeId member : members)
+    bytes += extraSizeOf(graph, sizes, member, scratch);
+  for (NodeId member : members)
+    scratch[member] = 0;
+  return bytes;
+}
+
+std::int64_t addToPartition(const ir::Graph& graph, const IdVector<NodeId, NodeSize>& sizes, NodeId node,
+                            std::vector<NodeId>& members, IdVector<NodeId, std::uint8_t>& inPartition) {
+  std::int64_t grown = extraSizeOf(graph, sizes, node, inPartition);
+  for (NodeId input : inputNodesOf(graph, node)) {
+    ir::NodeKind kind = graph.kind(input);
+    if ((kind == ir::NodeKind::Input || kind == ir::NodeKind::Parameter) && !inPartition[input]) {
+      inPartition[input] = 1;
+      members.push_back(input);
+      grown += sizes[input].totalBytes - sizes[input].outputBytes; // now counted as a member
+    }
+  }
+  inPartition[node] = 1;
+  members.push_back(node);
+  return grown;
+}
+
 } // namespace cleave::partition

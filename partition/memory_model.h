@@ -28,4 +28,15 @@ std::vector<ir::NodeId> inputNodesOf(const ir::Graph& graph, ir::NodeId node);
 std::int64_t extraSizeOf(const ir::Graph& graph, const IdVector<ir::NodeId, NodeSize>& sizes,
                          ir::NodeId node, const IdVector<ir::NodeId, std::uint8_t>& members);
 
+// Partition.recalculate_mem_size: the sum of extraSizeOf over `members` against themselves.
+// `scratch` is all zeros on entry and on return.
+std::int64_t memoryOfMembers(const ir::Graph& graph, const IdVector<ir::NodeId, NodeSize>& sizes,
+                             const std::vector<ir::NodeId>& members, IdVector<ir::NodeId, std::uint8_t>& scratch);
+
+// Partition.add_node: appends `node` and the graph inputs and constants it reads (not yet
+// members) to `members`, keeps the flags `inPartition` equal to `members`, and returns the bytes
+// the partition grows by. Precondition: no member reads `node` (nodes join in topological order).
+std::int64_t addToPartition(const ir::Graph& graph, const IdVector<ir::NodeId, NodeSize>& sizes, ir::NodeId node,
+                            std::vector<ir::NodeId>& members, IdVector<ir::NodeId, std::uint8_t>& inPartition);
+
 } // namespace cleave::partition

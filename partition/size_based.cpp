@@ -29,7 +29,6 @@ public:
 private:
   Expected<std::size_t> findDeviceFor(NodeId node, std::vector<std::uint8_t>& occupied);
   void add(Building& partition, NodeId node);
-  std::int64_t memoryOf(const std::vector<NodeId>& members, const IdVector<NodeId, std::uint8_t>& in) const;
   Status mapUnplacedPartitions();
   PartitionResult finish(bool single);
 
@@ -41,18 +40,7 @@ private:
 };
 
 void SizeBasedPartitioner::add(Building& partition, NodeId node) {
-  // Incremental recalculate_mem_size: no member read `node` before (topological order).
-  partition.usedBytes += extraSizeOf(graph_, sizes_, node, member_);
-  for (NodeId input : inputNodesOf(graph_, node)) {
-    ir::NodeKind kind = graph_.kind(input);
-    if ((kind == ir::NodeKind::Input || kind == ir::NodeKind::Parameter) && !member_[input]) {
-      member_[input] = 1;
-      partition.members.push_back(input);
-      partition.usedBytes += sizes_[input].totalBytes - sizes_[input].outputBytes;
-    }
-  }
-  member_[node] = 1;
-  partition.members.push_back(node);
+  partition.usedBytes += addToPartition(graph_, sizes_, node, partition.members, member_);
   partition.nodes.push_back(node);
 }
 
@@ -66,14 +54,6 @@ Expected<std::size_t> SizeBasedPartitioner::findDeviceFor(NodeId node, std::vect
     }
   return Error(ErrorCode::DoesNotFit) << "node '" << graph_.name(node) << "' (" << graph_.target(node)
                                       << ") needs " << needed << " bytes; no free device holds it";
-}
-
-std::int64_t SizeBasedPartitioner::memoryOf(const std::vector<NodeId>& members,
-                                            const IdVector<NodeId, std::uint8_t>& in) const {
-  std::int64_t bytes = 0;
-  for (NodeId node : members)
-    bytes += extraSizeOf(graph_, sizes_, node, in);
-  return bytes;
 }
 
 Status SizeBasedPartitioner::mapUnplacedPartitions() {
@@ -105,7 +85,9 @@ Status SizeBasedPartitioner::mapUnplacedPartitions() {
             in[node] = 1;
         for (NodeId node : partition.members)
           in[node] = 1;
-        needed = memoryOf(partition.members, in);
+        needed = 0;
+        for (NodeId node : partition.members)
+          needed += extraSizeOf(graph_, sizes_, node, in);
         for (std::size_t q : onDevice[d])
           for (NodeId node : partitions_[q].members)
             in[node] = 0;

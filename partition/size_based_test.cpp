@@ -163,8 +163,9 @@ TEST(SizeBasedProperties, PartitionsFitTheirDevicesOnRandomGraphs) {
     for (std::uint32_t n = 0; n < g.numNodes(); ++n)
       for (ir::ValueId value : g.inputs(ir::NodeId{n})) {
         ir::NodeId producer = g.producer(value);
-        if (g.isCallable(producer) && g.isCallable(ir::NodeId{n}))
+        if (g.isCallable(producer) && g.isCallable(ir::NodeId{n})) {
           ASSERT_LE(result->plan.submoduleOf[producer], result->plan.submoduleOf[ir::NodeId{n}]);
+        }
       }
   }
   EXPECT_GT(multi, 50);

@@ -45,7 +45,6 @@ private:
     return store_.size() - 1;
   }
   void add(std::size_t p, NodeId node);
-  std::int64_t memoryOf(const std::vector<NodeId>& members);
   std::vector<std::uint32_t> bfsLevels(); // by position in order_
   Status combineBySize(std::vector<std::size_t>& list);
 
@@ -62,30 +61,10 @@ void SparseNnPartitioner::add(std::size_t p, NodeId node) {
   SparsePartition& partition = store_[p];
   for (NodeId member : partition.members)
     flags_[member] = 1;
-  partition.usedBytes += extraSizeOf(graph_, sizes_, node, flags_);
-  for (NodeId input : inputNodesOf(graph_, node)) {
-    ir::NodeKind kind = graph_.kind(input);
-    if ((kind == ir::NodeKind::Input || kind == ir::NodeKind::Parameter) && !flags_[input]) {
-      flags_[input] = 1;
-      partition.members.push_back(input);
-      partition.usedBytes += sizes_[input].totalBytes - sizes_[input].outputBytes;
-    }
-  }
-  partition.members.push_back(node);
+  partition.usedBytes += addToPartition(graph_, sizes_, node, partition.members, flags_);
   partition.callable.push_back(node);
   for (NodeId member : partition.members)
     flags_[member] = 0;
-}
-
-std::int64_t SparseNnPartitioner::memoryOf(const std::vector<NodeId>& members) {
-  for (NodeId member : members)
-    flags_[member] = 1;
-  std::int64_t bytes = 0;
-  for (NodeId member : members)
-    bytes += extraSizeOf(graph_, sizes_, member, flags_);
-  for (NodeId member : members)
-    flags_[member] = 0;
-  return bytes;
 }
 
 // torch's get_bfs_level_partition re-levels a partition each time it is reached, so a level is
@@ -160,7 +139,7 @@ Status SparseNnPartitioner::combineBySize(std::vector<std::size_t>& list) {
       for (NodeId member : store_[smallest].members)
         if (std::find(merged.members.begin(), merged.members.end(), member) == merged.members.end())
           merged.members.push_back(member);
-      merged.usedBytes = memoryOf(merged.members);
+      merged.usedBytes = memoryOfMembers(graph_, sizes_, merged.members, flags_);
       if (merged.usedBytes > available_)
         continue;
       // combine_two_partitions: the union joins the end of the list, the two leave it.
