@@ -420,11 +420,11 @@ Status OnnxScanner::fillPreservedRank(ir::NodeSpec& spec) {
   static const std::unordered_set<std::string_view> kRankPreserving = {
       "Slice", "Relu", "Sigmoid", "Tanh", "Neg", "Abs", "Sqrt", "Exp", "Log", "Erf", "Cast",
       "Softmax", "LogSoftmax", "Dropout", "Identity", "Clip", "LeakyRelu", "Gelu"};
-  if (spec.outputs.empty() || spec.inputs.empty() || !spec.domain.empty() ||
-      !kRankPreserving.count(spec.opType))
+  // Cheap tests first: this runs for every node, and almost every output has its rank.
+  if (spec.outputs.empty() || spec.inputs.empty() || !spec.domain.empty())
     return {};
   ir::ValueType& out = spec.outputs[0].type;
-  if (out.kind != ir::ValueKind::Tensor || out.shape.rankKnown)
+  if (out.kind != ir::ValueKind::Tensor || out.shape.rankKnown || !kRankPreserving.count(spec.opType))
     return {};
   ir::ValueType in;
   CLEAVE_CHECK(fillTypeOf(spec.inputs[0], in));
