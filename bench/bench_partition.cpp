@@ -1,10 +1,11 @@
-// bench/bench_partition.cpp - time size-based partitioning (and the critical path) of a model.
+// bench/bench_partition.cpp - time one partition mode (and the critical path) on a model.
 //
-//   bench_partition MODEL DEVICES.json [--repeat N]
-//   bench_partition MODEL --reference [--repeat N]
+//   bench_partition MODEL DEVICES.json [--repeat N] [--mode M]
+//   bench_partition MODEL --reference [--repeat N] [--mode M]
 //
-// Loads once (timed apart), then runs partitionBySize plus latencies and the critical path N
-// times; prints best and median seconds, the partition count and the critical path.
+// M: size_based (default), cost_aware, kl_based, optimal (critical_path objective).
+// Loads once (timed apart), then runs the mode plus latencies and the critical path N times;
+// prints best and median seconds, the partition count and the critical path.
 // --reference reproduces shared/bench/reference/time_partitioner.py's set-up: four devices of
 // total/4 + total/8 bytes (total: every node's size), every op NodeLatency(1.0, 2.0), transfer
 // rate 1e9 bytes/s. Otherwise latencies are estimated (1 TFLOP/s, 100 GB/s, 10 GB/s links).
@@ -16,7 +17,10 @@
 #include <vector>
 
 #include "io/model_loader.h"
+#include "partition/cost_aware.h"
+#include "partition/kl_based.h"
 #include "partition/latency.h"
+#include "partition/optimal.h"
 #include "partition/size_based.h"
 
 namespace {
@@ -30,7 +34,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_partition MODEL DEVICES.json [--repeat N]\n");
     return 2;
   }
-  int repeat = argc > 4 && std::strcmp(argv[3], "--repeat") == 0 ? std::atoi(argv[4]) : 3;
+  int repeat = 3;
+  std::string mode = "size_based";
+  for (int a = 3; a + 1 < argc; a += 2) {
+    if (std::strcmp(argv[a], "--repeat") == 0)
+      repeat = std::atoi(argv[a + 1]);
+    else if (std::strcmp(argv[a], "--mode") == 0)
+      mode = argv[a + 1];
+  }
   bool reference = std::strcmp(argv[2], "--reference") == 0;
   auto start = std::chrono::steady_clock::now();
   auto graph = cleave::io::loadModel(argv[1]);
@@ -55,12 +66,22 @@ int main(int argc, char** argv) {
     }
   }
   double rate = reference ? 1e9 : 1e10;
+  cleave::partition::TransferRates rates{rate, &*devices};
+  auto latencies = cleave::partition::estimateLatencies(*graph, 1e12, 1e11);
+  if (reference)
+    for (std::uint32_t n = 0; n < graph->numNodes(); ++n)
+      latencies[cleave::ir::NodeId{n}] = {1.0, 2.0};
   std::vector<double> partitionTimes, pathTimes;
   std::size_t partitions = 0;
   double critical = 0;
   for (int i = 0; i < repeat; ++i) {
     start = std::chrono::steady_clock::now();
-    auto result = cleave::partition::partitionBySize(*graph, *devices);
+    auto result = mode == "cost_aware" ? cleave::partition::partitionCostAware(*graph, *devices, latencies, rates)
+                  : mode == "kl_based" ? cleave::partition::partitionKlBased(*graph, *devices, latencies, rates)
+                  : mode == "optimal"
+                      ? cleave::partition::partitionOptimal(*graph, *devices, latencies, rates,
+                                                            cleave::partition::Objective::CriticalPath)
+                      : cleave::partition::partitionBySize(*graph, *devices);
     partitionTimes.push_back(since(start));
     if (!result) {
       std::fprintf(stderr, "bench_partition: %s\n", result.error().message().c_str());
@@ -68,24 +89,20 @@ int main(int argc, char** argv) {
     }
     partitions = result->partitions.size();
     start = std::chrono::steady_clock::now();
-    auto latencies = cleave::partition::estimateLatencies(*graph, 1e12, 1e11);
-    if (reference)
-      for (std::uint32_t n = 0; n < graph->numNodes(); ++n)
-        latencies[cleave::ir::NodeId{n}] = {1.0, 2.0};
     auto perPartition = cleave::partition::partitionLatencies(*graph, result->plan, latencies);
     std::vector<std::vector<std::int64_t>> ids;
     for (const auto& info : result->partitions)
       ids.push_back(info.logicalDeviceIds);
     auto path = cleave::partition::criticalPath(*graph, result->plan, ids, perPartition,
-                                                cleave::partition::computeNodeSizes(*graph), rate);
+                                                cleave::partition::computeNodeSizes(*graph), rates);
     pathTimes.push_back(since(start));
     critical = path ? path->latencySec : -1;
   }
   std::sort(partitionTimes.begin(), partitionTimes.end());
   std::sort(pathTimes.begin(), pathTimes.end());
-  std::printf("nodes=%u load_s=%.3f size_based_best_s=%.6f size_based_median_s=%.6f critical_path_best_s=%.6f "
+  std::printf("mode=%s nodes=%u load_s=%.3f partition_best_s=%.6f partition_median_s=%.6f critical_path_best_s=%.6f "
               "partitions=%zu critical_path=%.4f\n",
-              graph->numNodes(), loadSeconds, partitionTimes.front(), partitionTimes[partitionTimes.size() / 2],
+              mode.c_str(), graph->numNodes(), loadSeconds, partitionTimes.front(), partitionTimes[partitionTimes.size() / 2],
               pathTimes.front(), partitions, critical);
   return 0;
 }

@@ -23,7 +23,7 @@ for case in "linear_chain 100" "linear_chain 1000" "diamonds 8" "diamonds 14"; d
   cleave_line="$("$root/build/release/bench_partition" "$tmp/g.json" --reference --repeat 5)"
   field() { echo "$1" | sed -n "s/.*$2=\([0-9.]*\).*/\1/p"; }
   awk -v f="$1" -v n="$2" -v nodes="$(field "$torch_line" nodes)" -v t="$(field "$torch_line" seconds)" \
-      -v c="$(field "$cleave_line" size_based_median_s)" -v tcp="$(field "$torch_line" critical_path)" \
+      -v c="$(field "$cleave_line" partition_median_s)" -v tcp="$(field "$torch_line" critical_path)" \
       -v ccp="$(field "$cleave_line" critical_path)" \
       'BEGIN { printf "%-13s %6d %7d %12.4f %12.6f %8.0fx %12.1f %12.1f\n", f, n, nodes, t, c, t / c, tcp, ccp }'
 done

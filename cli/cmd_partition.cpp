@@ -5,10 +5,14 @@
 #include "io/model_loader.h"
 #include "base/file_io.h"
 #include "partition/aot_and_replicas.h"
+#include "partition/cost_aware.h"
+#include "partition/kl_based.h"
 #include "partition/latency.h"
+#include "partition/optimal.h"
 #include "partition/sparse_nn.h"
 #include "partition/size_based.h"
 #include "plan/materialize.h"
+#include "report/memory_svg.h"
 
 namespace cleave::cli {
 
@@ -41,18 +45,38 @@ report::Json partitionJson(const ir::Graph& graph, const partition::PartitionRes
   out["partitions"] = std::move(list);
   return out;
 }
+
+// Memory per device: the bytes of the partitions placed on it (replicas count on each device).
+std::vector<report::DeviceMemoryRow> memoryPerDevice(const partition::DeviceSet& devices,
+                                                     const partition::PartitionResult& result) {
+  std::vector<report::DeviceMemoryRow> rows;
+  for (const partition::Device& device : devices.devices) {
+    report::DeviceMemoryRow row;
+    row.label = device.name + " (id " + std::to_string(device.logicalId) + ")";
+    row.capacityBytes = device.availableMemBytes;
+    for (std::size_t p = 0; p < result.partitions.size(); ++p)
+      for (std::int64_t id : result.partitions[p].logicalDeviceIds)
+        if (id == device.logicalId)
+          row.partitions.push_back({result.plan.submodules[p].name, result.partitions[p].usedMemBytes});
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+const char* const kModes = "size_based, sparse_nn, cost_aware, kl_based, optimal, aot_based";
 } // namespace
 
 int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"Partition a model across devices with memory limits (torch.fx Partitioner "
                "semantics) and write the partition DAG, submodels and reports.",
                "cleave partition"};
-  std::string path, devicesPath, outDir, mode = "size_based", latencyPath, aotPath;
-  bool json = false, planOnly = false, estimate = false, saturate = false;
+  std::string path, devicesPath, outDir, mode = "size_based", latencyPath, aotPath, objective = "critical_path";
+  bool json = false, planOnly = false, estimate = false, saturate = false, memorySvg = false;
   double transferRate = 0.0, flops = 1e12, bandwidth = 1e11;
   app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
   app.add_option("--devices", devicesPath, "devices (JSON: logical ids and available memory)")->required();
-  app.add_option("--mode", mode, "partition mode (this build: size_based, sparse_nn, aot_based)")->capture_default_str();
+  app.add_option("--mode", mode, std::string("partition mode: ") + kModes)->capture_default_str();
+  app.add_option("--objective", objective, "optimal: critical_path or bottleneck")->capture_default_str();
   app.add_option("--aot", aotPath, "aot_based: node -> partition and partition -> logical devices (JSON)");
   app.add_flag("--saturate-host", saturate, "replicate the partitions onto idle devices (torch's saturate_host)");
   app.add_option("-o,--output", outDir, "output directory (written atomically)");
@@ -63,12 +87,27 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_option("--flops", flops, "FLOP/s for --estimate")->capture_default_str();
   app.add_option("--bandwidth", bandwidth, "memory bytes/s for --estimate")->capture_default_str();
   app.add_flag("--plan-only", planOnly, "write plan.json and reports, no submodels");
+  app.add_flag("--memory-svg", memorySvg, "also write memory.svg (memory per device) into the output directory");
   app.add_flag("--json", json, "print a JSON summary");
   if (int code = parseArguments(app, args, out, err); code >= 0)
     return code;
-  if (mode != "size_based" && mode != "aot_based" && mode != "sparse_nn") {
-    err << "cleave partition: usage error: mode '" << mode
-        << "' is not implemented yet (available: size_based, sparse_nn, aot_based)\n";
+  if (mode != "size_based" && mode != "aot_based" && mode != "sparse_nn" && mode != "cost_aware" &&
+      mode != "kl_based" && mode != "optimal") {
+    err << "cleave partition: usage error: unknown mode '" << mode << "' (modes: " << kModes << ")\n";
+    return kExitUsage;
+  }
+  bool costModes = mode == "cost_aware" || mode == "kl_based" || mode == "optimal";
+  if (costModes && latencyPath.empty() && !estimate) {
+    err << "cleave partition: usage error: mode " << mode
+        << " needs node latencies: --latency FILE or --estimate\n";
+    return kExitUsage;
+  }
+  if (objective != "critical_path" && objective != "bottleneck") {
+    err << "cleave partition: usage error: --objective is critical_path or bottleneck, not '" << objective << "'\n";
+    return kExitUsage;
+  }
+  if (memorySvg && outDir.empty()) {
+    err << "cleave partition: usage error: --memory-svg needs -o DIR\n";
     return kExitUsage;
   }
   if ((mode == "aot_based") != !aotPath.empty()) {
@@ -81,6 +120,24 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   Expected<ir::Graph> graph = io::loadModel(path);
   if (!graph)
     return reportError("cleave partition", graph.error(), err);
+  bool withLatency = !latencyPath.empty() || estimate;
+  IdVector<ir::NodeId, partition::NodeLatency> latencies;
+  if (!latencyPath.empty()) {
+    Expected<std::string> text = readFile(latencyPath);
+    if (!text)
+      return reportError("cleave partition", text.error(), err);
+    Expected<IdVector<ir::NodeId, partition::NodeLatency>> parsed = partition::parseLatencies(*graph, *text, latencyPath);
+    if (!parsed)
+      return reportError("cleave partition", parsed.error(), err);
+    latencies = std::move(*parsed);
+  } else if (estimate) {
+    latencies = partition::estimateLatencies(*graph, flops, bandwidth);
+  }
+  partition::TransferRates rates;
+  rates.uniformBytesPerSec = transferRate > 0 ? transferRate
+                             : (devices->transferRateBytesPerSec > 0 ? devices->transferRateBytesPerSec : 1.0);
+  rates.devices = &*devices;
+
   Expected<partition::PartitionResult> result = Error(ErrorCode::InvalidArgument);
   if (mode == "aot_based") {
     Expected<std::string> mapping = readFile(aotPath);
@@ -89,6 +146,14 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
     result = partition::partitionAheadOfTime(*graph, *devices, *mapping, aotPath);
   } else if (mode == "sparse_nn") {
     result = partition::partitionSparseNn(*graph, *devices);
+  } else if (mode == "cost_aware") {
+    result = partition::partitionCostAware(*graph, *devices, latencies, rates);
+  } else if (mode == "kl_based") {
+    result = partition::partitionKlBased(*graph, *devices, latencies, rates);
+  } else if (mode == "optimal") {
+    result = partition::partitionOptimal(*graph, *devices, latencies, rates,
+                                         objective == "bottleneck" ? partition::Objective::Bottleneck
+                                                                   : partition::Objective::CriticalPath);
   } else {
     result = partition::partitionBySize(*graph, *devices);
   }
@@ -99,27 +164,27 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   std::vector<plan::Boundary> boundaries = plan::computeBoundaries(*graph, result->plan);
   report::Json summary = partitionJson(*graph, *result, boundaries);
   summary["mode"] = mode;
-  if (!latencyPath.empty() || estimate) {
-    IdVector<ir::NodeId, partition::NodeLatency> latencies;
-    if (!latencyPath.empty()) {
-      Expected<std::string> text = readFile(latencyPath);
-      if (!text)
-        return reportError("cleave partition", text.error(), err);
-      Expected<IdVector<ir::NodeId, partition::NodeLatency>> parsed = partition::parseLatencies(*graph, *text, latencyPath);
-      if (!parsed)
-        return reportError("cleave partition", parsed.error(), err);
-      latencies = std::move(*parsed);
-    } else {
-      latencies = partition::estimateLatencies(*graph, flops, bandwidth);
-    }
-    double rate = transferRate > 0 ? transferRate
-                                   : (devices->transferRateBytesPerSec > 0 ? devices->transferRateBytesPerSec : 1.0);
+  if (mode == "optimal")
+    summary["objective"] = objective;
+  std::vector<report::DeviceMemoryRow> memory = memoryPerDevice(*devices, *result);
+  report::Json deviceList = report::Json::array();
+  for (std::size_t d = 0; d < memory.size(); ++d) {
+    std::int64_t used = 0;
+    for (const auto& entry : memory[d].partitions)
+      used += entry.second;
+    deviceList.push_back({{"logical_id", devices->devices[d].logicalId},
+                          {"name", devices->devices[d].name},
+                          {"available_mem_bytes", devices->devices[d].availableMemBytes},
+                          {"used_mem_bytes", used}});
+  }
+  summary["devices"] = std::move(deviceList);
+  if (withLatency) {
     std::vector<partition::PartitionLatency> perPartition = partition::partitionLatencies(*graph, result->plan, latencies);
     std::vector<std::vector<std::int64_t>> deviceIds;
     for (const partition::PartitionInfo& info : result->partitions)
       deviceIds.push_back(info.logicalDeviceIds);
     Expected<partition::CriticalPath> critical = partition::criticalPath(
-        *graph, result->plan, deviceIds, perPartition, partition::computeNodeSizes(*graph), rate);
+        *graph, result->plan, deviceIds, perPartition, partition::computeNodeSizes(*graph), rates);
     if (!critical)
       return reportError("cleave partition", critical.error(), err);
     for (std::size_t p = 0; p < perPartition.size(); ++p)
@@ -128,7 +193,7 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
                                                  {"compute", perPartition[p].computeSec}};
     summary["critical_path"] = critical->latencySec;
     summary["critical_path_partitions"] = critical->partitions;
-    summary["transfer_rate_bytes_per_sec"] = rate;
+    summary["transfer_rate_bytes_per_sec"] = rates.uniformBytesPerSec;
   }
   std::ostringstream text;
   text << "partitions: " << result->partitions.size() << (result->singlePartition ? " (the model fits one device)" : "")
@@ -140,6 +205,11 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
       text << ", latency " << entry["latency_sec"]["overall"].get<double>() << " s";
     text << "\n";
   }
+  text << "memory per device:\n";
+  for (const report::Json& entry : summary["devices"])
+    text << "  " << entry["name"].get<std::string>() << " (id " << entry["logical_id"].get<std::int64_t>()
+         << "): " << entry["used_mem_bytes"].get<std::int64_t>() << " / "
+         << entry["available_mem_bytes"].get<std::int64_t>() << " bytes\n";
   if (summary.contains("critical_path"))
     text << "critical path: " << summary["critical_path"].get<double>() << " s through partitions "
          << summary["critical_path_partitions"].dump() << "\n";
@@ -147,6 +217,8 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
     plan::MaterializeOptions options;
     options.writeSubmodels = !planOnly;
     options.extraFiles = {{"report.txt", text.str()}, {"report.json", report::dumpJson(summary)}};
+    if (memorySvg)
+      options.extraFiles.push_back({"memory.svg", report::renderMemorySvg(memory)});
     report::Json extra;
     extra["mode"] = mode;
     extra["partitions"] = summary["partitions"];

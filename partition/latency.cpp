@@ -119,8 +119,8 @@ std::vector<PartitionLatency> partitionLatencies(const ir::Graph& graph, const p
 Expected<CriticalPath> criticalPath(const ir::Graph& graph, const plan::CutPlan& plan,
                                     const std::vector<std::vector<std::int64_t>>& deviceIds,
                                     const std::vector<PartitionLatency>& latencies,
-                                    const IdVector<NodeId, NodeSize>& sizes, double transferRateBytesPerSec) {
-  if (transferRateBytesPerSec <= 0)
+                                    const IdVector<NodeId, NodeSize>& sizes, const TransferRates& rates) {
+  if (rates.uniformBytesPerSec <= 0)
     return Error(ErrorCode::InvalidArgument) << "the transfer rate must be positive";
   std::size_t count = plan.submodules.size();
   // Members of each partition: its callable nodes plus the graph inputs and constants they read.
@@ -204,7 +204,10 @@ Expected<CriticalPath> criticalPath(const ir::Graph& graph, const plan::CutPlan&
     ++visited;
     for (std::uint32_t c : children[p]) {
       bool sameDevices = !deviceIds[p].empty() && deviceIds[p] == deviceIds[c];
-      double comm = sameDevices ? 0.0 : static_cast<double>(edges[p][c]) / transferRateBytesPerSec;
+      double rate = deviceIds[p].empty() || deviceIds[c].empty()
+                        ? rates.uniformBytesPerSec
+                        : rates.between(deviceIds[p].front(), deviceIds[c].front());
+      double comm = sameDevices ? 0.0 : static_cast<double>(edges[p][c]) / rate;
       double candidate = best[p] + comm + latencies[c].overallSec;
       if (from[c] == UINT32_MAX || candidate > best[c]) { // latencies are >= 0: candidate >= best[c]
         best[c] = candidate;

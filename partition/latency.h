@@ -19,6 +19,7 @@
 
 #include "base/expected.h"
 #include "ir/graph.h"
+#include "partition/devices.h"
 #include "partition/memory_model.h"
 #include "plan/plan.h"
 
@@ -51,11 +52,12 @@ struct CriticalPath {
   std::vector<std::uint32_t> partitions; // the path, in order
 };
 
-// `deviceIds[p]` are partition p's logical devices. Fails: InvalidGraph if the partition graph
-// has a cycle (naming a partition on it); InvalidArgument for a rate <= 0.
+// `deviceIds[p]` are partition p's logical devices; a transfer runs at the rate between the
+// first devices of the two partitions (the uniform rate when either has none). Fails:
+// InvalidGraph if the partition graph has a cycle; InvalidArgument for a rate <= 0.
 Expected<CriticalPath> criticalPath(const ir::Graph& graph, const plan::CutPlan& plan,
                                     const std::vector<std::vector<std::int64_t>>& deviceIds,
                                     const std::vector<PartitionLatency>& latencies,
-                                    const IdVector<ir::NodeId, NodeSize>& sizes, double transferRateBytesPerSec);
+                                    const IdVector<ir::NodeId, NodeSize>& sizes, const TransferRates& rates);
 
 } // namespace cleave::partition

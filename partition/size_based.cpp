@@ -8,19 +8,12 @@ using ir::NodeId;
 
 namespace {
 
-// A partition under construction: its callable nodes and the member flags used for memory
-// (callable nodes plus the graph inputs and constants they read).
-struct Building {
-  std::vector<NodeId> nodes;
-  std::vector<NodeId> members; // nodes + read inputs/constants, each once
-  std::vector<std::int64_t> deviceIds;
-  std::int64_t usedBytes = 0;
-};
+using Building = MappedPartition;
 
 class SizeBasedPartitioner {
 public:
-  SizeBasedPartitioner(const ir::Graph& graph, const DeviceSet& devices)
-      : graph_(graph), devices_(devices.devices), sizes_(computeNodeSizes(graph)),
+  SizeBasedPartitioner(const ir::Graph& graph, const DeviceSet& devices, const DeviceSupport* support)
+      : graph_(graph), set_(devices), devices_(devices.devices), support_(support), sizes_(computeNodeSizes(graph)),
         member_(graph.numNodes(), 0) {}
 
   Expected<PartitionResult> run();
@@ -33,7 +26,9 @@ private:
   PartitionResult finish(bool single);
 
   const ir::Graph& graph_;
+  const DeviceSet& set_;
   const std::vector<Device>& devices_;
+  const DeviceSupport* support_; // null: every device runs every node
   IdVector<NodeId, NodeSize> sizes_;
   std::vector<Building> partitions_;
   IdVector<NodeId, std::uint8_t> member_; // scratch: members of the partition being filled
@@ -48,7 +43,7 @@ Expected<std::size_t> SizeBasedPartitioner::findDeviceFor(NodeId node, std::vect
   IdVector<NodeId, std::uint8_t> none(graph_.numNodes(), 0);
   std::int64_t needed = extraSizeOf(graph_, sizes_, node, none);
   for (std::size_t d = 0; d < devices_.size(); ++d)
-    if (!occupied[d] && devices_[d].availableMemBytes >= needed) {
+    if (!occupied[d] && devices_[d].availableMemBytes >= needed && (!support_ || support_->allows(node, d))) {
       occupied[d] = 1;
       return d;
     }
@@ -57,56 +52,11 @@ Expected<std::size_t> SizeBasedPartitioner::findDeviceFor(NodeId node, std::vect
 }
 
 Status SizeBasedPartitioner::mapUnplacedPartitions() {
-  std::vector<std::int64_t> left(devices_.size());
-  std::vector<std::vector<std::size_t>> onDevice(devices_.size());
-  for (std::size_t d = 0; d < devices_.size(); ++d)
-    left[d] = devices_[d].availableMemBytes;
-  for (std::size_t p = 0; p < partitions_.size(); ++p)
-    for (std::int64_t id : partitions_[p].deviceIds)
-      for (std::size_t d = 0; d < devices_.size(); ++d)
-        if (devices_[d].logicalId == id) {
-          onDevice[d].push_back(p);
-          left[d] -= partitions_[p].usedBytes;
-        }
-  IdVector<NodeId, std::uint8_t> in(graph_.numNodes(), 0);
-  for (std::size_t p = 0; p < partitions_.size(); ++p) {
-    Building& partition = partitions_[p];
-    if (!partition.deviceIds.empty())
-      continue;
-    std::vector<std::size_t> order(devices_.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return left[a] < left[b]; });
-    bool placed = false;
-    for (std::size_t d : order) {
-      std::int64_t needed = partition.usedBytes;
-      if (!onDevice[d].empty()) { // what the device's partitions already hold is not needed again
-        for (std::size_t q : onDevice[d])
-          for (NodeId node : partitions_[q].members)
-            in[node] = 1;
-        for (NodeId node : partition.members)
-          in[node] = 1;
-        needed = 0;
-        for (NodeId node : partition.members)
-          needed += extraSizeOf(graph_, sizes_, node, in);
-        for (std::size_t q : onDevice[d])
-          for (NodeId node : partitions_[q].members)
-            in[node] = 0;
-        for (NodeId node : partition.members)
-          in[node] = 0;
-      }
-      if (needed < left[d]) {
-        onDevice[d].push_back(p);
-        partition.deviceIds.push_back(devices_[d].logicalId);
-        left[d] -= needed;
-        placed = true;
-        break;
-      }
-    }
-    if (!placed)
-      return Error(ErrorCode::DoesNotFit) << "partition " << p << " (" << partition.usedBytes
-                                          << " bytes, first node '" << graph_.name(partition.nodes.front())
-                                          << "') fits no device's remaining memory";
-  }
+  DeviceMapper mapper(graph_, sizes_, set_, support_);
+  if (std::optional<std::size_t> p = mapper.map(partitions_))
+    return Error(ErrorCode::DoesNotFit) << "partition " << *p << " (" << partitions_[*p].usedBytes
+                                        << " bytes, first node '" << graph_.name(partitions_[*p].nodes.front())
+                                        << "') fits no device's remaining memory";
   return {};
 }
 
@@ -141,14 +91,19 @@ Expected<std::optional<PartitionResult>> SizeBasedPartitioner::placeWhole() {
   }
   if (callable.empty())
     return Error(ErrorCode::InvalidArgument) << "no partition: the model has no operations";
-  std::size_t largest = 0;
+  // The largest device that runs every node (with support profiles, not every device does).
+  std::size_t largest = devices_.size();
   std::int64_t capacity = 0;
   for (std::size_t d = 0; d < devices_.size(); ++d) {
     capacity += devices_[d].availableMemBytes;
-    if (devices_[d].availableMemBytes > devices_[largest].availableMemBytes)
+    bool runsAll = true;
+    if (support_)
+      for (NodeId node : callable)
+        runsAll = runsAll && support_->allows(node, d);
+    if (runsAll && (largest == devices_.size() || devices_[d].availableMemBytes > devices_[largest].availableMemBytes))
       largest = d;
   }
-  if (total <= devices_[largest].availableMemBytes) {
+  if (largest < devices_.size() && total <= devices_[largest].availableMemBytes) {
     Building whole;
     whole.nodes = callable;
     whole.usedBytes = total;
@@ -190,7 +145,8 @@ Expected<PartitionResult> SizeBasedPartitioner::run() {
       CLEAVE_TRY(std::size_t device, findDeviceFor(node, occupied));
       left.back() = devices_[device].availableMemBytes;
       partition->deviceIds.push_back(devices_[device].logicalId);
-    } else if (left.back() < extra) {
+    } else if (left.back() < extra ||
+               (support_ && !support_->allows(node, set_.indexOf(partition->deviceIds.front())))) {
       for (NodeId m : partition->members)
         member_[m] = 0;
       if (partitions_.size() == devices_.size()) { // no device left: a partition of its own
@@ -214,16 +170,23 @@ Expected<PartitionResult> SizeBasedPartitioner::run() {
 
 } // namespace
 
-Expected<std::optional<PartitionResult>> placeWholeModel(const ir::Graph& graph, const DeviceSet& devices) {
+Expected<std::optional<DeviceSupport>> supportOf(const ir::Graph& graph, const DeviceSet& devices) {
   if (devices.devices.empty())
     return Error(ErrorCode::InvalidArgument) << "no devices";
-  return SizeBasedPartitioner(graph, devices).placeWhole();
+  if (!devices.heterogeneous())
+    return std::optional<DeviceSupport>();
+  CLEAVE_TRY(DeviceSupport support, computeDeviceSupport(graph, devices));
+  return std::optional<DeviceSupport>(std::move(support));
+}
+
+Expected<std::optional<PartitionResult>> placeWholeModel(const ir::Graph& graph, const DeviceSet& devices) {
+  CLEAVE_TRY(std::optional<DeviceSupport> support, supportOf(graph, devices));
+  return SizeBasedPartitioner(graph, devices, support ? &*support : nullptr).placeWhole();
 }
 
 Expected<PartitionResult> partitionBySize(const ir::Graph& graph, const DeviceSet& devices) {
-  if (devices.devices.empty())
-    return Error(ErrorCode::InvalidArgument) << "no devices";
-  return SizeBasedPartitioner(graph, devices).run();
+  CLEAVE_TRY(std::optional<DeviceSupport> support, supportOf(graph, devices));
+  return SizeBasedPartitioner(graph, devices, support ? &*support : nullptr).run();
 }
 
 } // namespace cleave::partition

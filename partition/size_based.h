@@ -14,12 +14,15 @@
 // Guarantees: every callable node in one partition; each partition's bytes fit its device; the
 // partition order is topological. Complexity: O(V + E) for the fill, O(P x D x partition edges)
 // for mapping single-node partitions.
+// With support profiles (heterogeneous devices) the whole-model device must run every node, a
+// partition's device must run each node added to it (else the node opens a new partition), and
+// mapping skips devices that do not run a partition's nodes.
 // Fails: DoesNotFit naming the node that fits no device, or the bytes missing overall.
 #pragma once
 
-#include "partition/devices.h"
-#include "partition/memory_model.h"
 #include <optional>
+
+#include "partition/device_mapping.h"
 
 #include "plan/plan.h"
 
@@ -35,6 +38,10 @@ struct PartitionResult {
   std::vector<PartitionInfo> partitions; // same order
   bool singlePartition = false;
 };
+
+// The devices' support masks when any device has a profile (nullopt when none has). Fails:
+// InvalidArgument (no devices), DoesNotFit (a node no device supports).
+[[nodiscard]] Expected<std::optional<DeviceSupport>> supportOf(const ir::Graph& graph, const DeviceSet& devices);
 
 [[nodiscard]] Expected<PartitionResult> partitionBySize(const ir::Graph& graph, const DeviceSet& devices);
 
