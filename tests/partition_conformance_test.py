@@ -71,6 +71,43 @@ class LatencyModule(torch.nn.Module):
         return add_4
 
 
+class CostAwareModule(torch.nn.Module):
+    """The module of PyTorch's test_cost_aware_partition."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, a):
+        add_1 = a + torch.rand(4)
+        add_2 = add_1 + torch.rand(4)
+        linear_1 = self.linear(add_1)
+        add_3 = add_2 + torch.rand(4)
+        add_4 = add_2 + linear_1
+        add_5 = add_3 + add_4
+        return add_5
+
+
+class KlModule(torch.nn.Module):
+    """The module of PyTorch's test_kl_based_partition."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.b = torch.rand(4)
+        self.c = torch.rand(4)
+        self.d = torch.rand(4)
+
+    def forward(self, a):
+        add_1 = a + self.b
+        add_2 = add_1 + self.c
+        linear_1 = self.linear(add_1)
+        add_3 = add_2 + linear_1
+        add_4 = add_2 + self.d
+        add_5 = add_3 + add_4
+        return add_4
+
+
 class AotModule(torch.nn.Module):
     """The module of PyTorch's test_aot_based_partition."""
 
@@ -123,6 +160,16 @@ def test_latency_rule(gm):
         if node.op not in {"output", "placeholder", "get_attr"}:
             total, out = node.size_bytes.total_size, node.size_bytes.output_size
             latencies[node] = NodeLatency(total, 2.0 * total) if total == out else NodeLatency(total, out)
+    return latencies
+
+
+def cost_aware_test_rule(gm):
+    """test_cost_aware_partition's rule: (total, 1) when a node has no weights, else (total, output)."""
+    latencies = {}
+    for node in gm.graph.nodes:
+        if node.op not in {"output", "placeholder", "get_attr"}:
+            total, out = node.size_bytes.total_size, node.size_bytes.output_size
+            latencies[node] = NodeLatency(total, 1) if total == out else NodeLatency(total, out)
     return latencies
 
 
@@ -327,6 +374,74 @@ class Conformance(TempDirTest):
                         for p in json.loads(out)["partitions"])
         self.assertEqual(actual, expected)
         self.assertGreaterEqual(len(actual), 3)
+
+    def run_cost_mode(self, gm, inputs, devices, latencies, rate, mode, name):
+        """torch's partitions and critical path for `mode`, and cleave's on the FX export."""
+        partitioner = Partitioner()
+        config = PartitionerConfig([Device(f"dev_{i}", m, i) for i, m in enumerate(devices)], PartitionMode[mode],
+                                   transfer_rate_bytes_per_sec=rate, node_to_latency_mapping=latencies)
+        import contextlib, io
+        with contextlib.redirect_stdout(io.StringIO()):
+            result = partitioner.partition_graph(gm, gm, config)
+        mapping = get_partition_to_latency_mapping(partitioner.partitions, latencies)
+        expected_cost = get_latency_of_partitioned_graph(partitioner.partitions, mapping, rate)
+        expected = [(sorted(n.name for n in p.nodes if n.op in CALLABLE_NODE_OPS), p.used_mem_bytes,
+                     p.logical_device_ids) for p in partitioner.partitions]
+        fx_path, dev_path, lat_path = (self.path(f"{name}.fx.json"), self.path(f"{name}.devices.json"),
+                                       self.path(f"{name}.latency.json"))
+        with torch.no_grad():
+            cleave_fx.export_graph(gm, inputs, fx_path)
+        with open(dev_path, "w") as f:
+            json.dump({"devices": [{"logical_id": i, "available_mem_bytes": m} for i, m in enumerate(devices)]}, f)
+        with open(lat_path, "w") as f:
+            json.dump({n.name: {"mem_latency_sec": l.mem_latency_sec, "computer_latency_sec": l.computer_latency_sec}
+                       for n, l in latencies.items()}, f)
+        code, out, err = run("partition", fx_path, "--devices", dev_path, "--mode", mode, "--latency", lat_path,
+                             "--transfer-rate", rate, "--json")
+        self.assertEqual(code, 0, err)
+        summary = json.loads(out)
+        actual = [(sorted(p["nodes"]), p["size_bytes"], p["logical_device_ids"]) for p in summary["partitions"]]
+        return expected, expected_cost, actual, summary["critical_path"], [n.size_bytes for n in result.dag.nodes]
+
+    def test_cost_aware_as_pytorch_tests_it(self):
+        torch.manual_seed(0)
+        gm = symbolic_trace(CostAwareModule())
+        inputs = (torch.rand(4),)
+        graph_manipulation.get_size_of_all_nodes(gm, inputs)
+        expected, expected_cost, actual, cost, _ = self.run_cost_mode(
+            gm, inputs, [125] * 4, cost_aware_test_rule(gm), 2.0, "cost_aware", "cost_aware")
+        self.assertEqual(expected_cost, 160)  # PyTorch's test value
+        self.assertEqual(cost, 160)
+        self.assertEqual(actual, expected)
+
+    def test_kl_based_as_pytorch_tests_it(self):
+        torch.manual_seed(0)
+        gm = symbolic_trace(KlModule())
+        inputs = (torch.rand(4),)
+        graph_manipulation.get_size_of_all_nodes(gm, inputs)
+        expected, expected_cost, actual, cost, dag_sizes = self.run_cost_mode(
+            gm, inputs, [200] * 4, test_latency_rule(gm), 2.0, "kl_based", "kl")
+        self.assertEqual((expected_cost, dag_sizes), (208, [176, 112]))  # PyTorch's test values
+        self.assertEqual(cost, 208)
+        self.assertEqual([p[1] for p in actual], [176, 112])
+        self.assertEqual(actual, expected)
+
+    def test_cost_modes_on_graph_families_are_as_good_as_pytorch(self):
+        """time_partitioner.py's set-up: 4 devices of total/4 + total/8, NodeLatency(1, 2), 1e9 B/s."""
+        graphs = cleave_fx._reference_graphs()
+        for family, size in (("linear_chain", 8), ("diamonds", 4), ("chain", 6)):
+            for mode in ("cost_aware", "kl_based"):
+                with self.subTest(family=family, mode=mode):
+                    torch.manual_seed(0)
+                    gm, inputs = graphs.FAMILIES[family](size)
+                    graph_manipulation.get_size_of_all_nodes(gm, inputs)
+                    total = sum(n.size_bytes.total_size for n in gm.graph.nodes if n.op != "output")
+                    latencies = {n: NodeLatency(1.0, 2.0) for n in gm.graph.nodes
+                                 if n.op not in {"placeholder", "output", "get_attr"}}
+                    _, expected_cost, actual, cost, _ = self.run_cost_mode(
+                        gm, inputs, [total // 4 + total // 8] * 4, latencies, 1e9, mode, f"{family}_{mode}")
+                    self.assertLessEqual(cost, expected_cost + 1e-9)
+                    self.assertGreater(len(actual), 1)
 
     def test_not_enough_memory_is_refused(self):
         gm = symbolic_trace(LinearModule())

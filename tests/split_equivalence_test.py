@@ -90,7 +90,7 @@ class Equivalence(TempDirTest):
             self.assertSplitComputesTheSame(path, f"{family}_capped", seeds=(6,), extra_args=("--max-acc-splits", "3"))
 
     def test_partitioned_models(self):
-        """Size-based partitions of generated models, run in plan order, give the outputs too."""
+        """Partitions of generated models in every cost mode, run in plan order, give the outputs too."""
         rng = random.Random(7)
         for family, n, device_bytes in (("linear_chain", 12, 20000), ("transformer", 2, 400000)):
             with self.subTest(family=family):
@@ -99,17 +99,20 @@ class Equivalence(TempDirTest):
                 devices = self.path(f"{family}.devices.json")
                 with open(devices, "w") as f:
                     json.dump({"devices": [{"logical_id": i, "available_mem_bytes": device_bytes} for i in range(8)]}, f)
-                out = self.path(f"{family}.partitioned")
-                code, stdout, err = run("partition", model, "--devices", devices, "-o", out, "--json")
-                self.assertEqual(code, 0, err)
-                self.assertGreater(len(json.loads(stdout)["partitions"]), 1)
                 inputs = self.path(f"{family}.inputs.json")
                 with open(inputs, "w") as f:
                     json.dump(self.inputs_for(model, family, rng), f)
-                proc = subprocess.run(["node", ORACLE, model, out, inputs], capture_output=True, text=True, timeout=300)
-                self.assertEqual(proc.returncode, 0, proc.stderr)
-                for value, error in json.loads(proc.stdout)["outputs"].items():
-                    self.assertTrue(error["max_abs"] <= 1e-5 or error["max_rel"] <= 1e-4, (value, error))
+                for mode in ("size_based", "cost_aware", "kl_based", "optimal"):
+                    out = self.path(f"{family}.{mode}")
+                    code, stdout, err = run("partition", model, "--devices", devices, "--mode", mode, "--estimate",
+                                            "-o", out, "--json")
+                    self.assertEqual(code, 0, err)
+                    self.assertGreater(len(json.loads(stdout)["partitions"]), 1, mode)
+                    proc = subprocess.run(["node", ORACLE, model, out, inputs], capture_output=True, text=True,
+                                          timeout=300)
+                    self.assertEqual(proc.returncode, 0, proc.stderr)
+                    for value, error in json.loads(proc.stdout)["outputs"].items():
+                        self.assertTrue(error["max_abs"] <= 1e-5 or error["max_rel"] <= 1e-4, (mode, value, error))
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ class TempDirTest(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.tmp, name)
 
-    def assertOneLineError(self, code, err, *needles):
-        self.assertEqual(code, 1, err)
+    def assertOneLineError(self, code, err, *needles, exit_code=1):
+        self.assertEqual(code, exit_code, err)
         lines = [l for l in err.splitlines() if l.strip()]
         self.assertEqual(len(lines), 1, f"expected one error line, got: {err!r}")
         self.assertIn("error:", lines[0])
