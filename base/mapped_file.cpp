@@ -33,4 +33,14 @@ Expected<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& 
   return std::shared_ptr<const MappedFile>(new MappedFile(path, data, size));
 }
 
+Expected<std::shared_ptr<const MappedFile>> MappedFile::fromBytes(std::string name, std::string_view bytes) {
+  if (bytes.empty())
+    return Error(ErrorCode::ParseError) << name << ": empty";
+  void* data = ::mmap(nullptr, bytes.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED)
+    return Error(ErrorCode::IoError) << name << ": cannot map " << bytes.size() << " bytes";
+  std::memcpy(data, bytes.data(), bytes.size());
+  return std::shared_ptr<const MappedFile>(new MappedFile(std::move(name), data, bytes.size()));
+}
+
 } // namespace cleave

@@ -24,6 +24,10 @@ public:
   // Fails: NotFound (cannot open), InvalidArgument (a directory), ParseError (empty file),
   // IoError (mmap failed).
   static Expected<std::shared_ptr<const MappedFile>> open(const std::string& path);
+  // An anonymous mapping holding a copy of `bytes` (a model built in memory, such as a subgraph
+  // body); `name` stands in for the path in messages. Fails: IoError (mmap failed), ParseError
+  // (empty).
+  static Expected<std::shared_ptr<const MappedFile>> fromBytes(std::string name, std::string_view bytes);
 
 private:
   MappedFile(std::string path, void* data, std::size_t size)

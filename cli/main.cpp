@@ -43,6 +43,8 @@ constexpr Command kCommands[] = {
     {"support", runSupport, "which ops of a model an accelerator profile supports, and why not"},
     {"split", runSplit, "split a model into accelerator and CPU submodules"},
     {"partition", runPartition, "partition a model across devices with memory limits"},
+    {"run", runRun, "run a model or a cut model on ATen; output summaries and timings"},
+    {"verify", runVerify, "check that a cut model computes what the original does"},
 };
 
 void printUsage(std::ostream& out) {

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/expected.h"
 #include "ir/graph.h"
@@ -32,6 +34,15 @@ inline constexpr std::int64_t kMinOnnxOpset = 11;
 // data reference), Unsupported (opset below 11, sparse initializers), InvalidGraph (dangling
 // inputs, duplicate names, cycles).
 [[nodiscard]] Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& options = {});
+
+// A subgraph attribute (a serialized GraphProto: a Loop or If body) as a graph of its own. Its
+// inputs are the body's inputs followed by `outerValues` (the outer-scope values it reads, the
+// node's implicit operands), untyped; `opsetImports` are the enclosing model's. No shape
+// inference. Fails like readOnnx; `what` names the body in messages.
+[[nodiscard]] Expected<ir::Graph> readOnnxSubgraph(std::string_view graphProtoBytes,
+                                                   const std::vector<std::string>& outerValues,
+                                                   const std::vector<std::pair<std::string, std::int64_t>>& opsetImports,
+                                                   const std::string& what);
 
 struct OnnxWriteOptions {
   // Parameters of at least this many bytes go to `<file>.data` beside the model (ONNX external

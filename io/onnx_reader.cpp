@@ -722,4 +722,35 @@ Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& opt
   return graph;
 }
 
+Expected<ir::Graph> readOnnxSubgraph(std::string_view graphProtoBytes, const std::vector<std::string>& outerValues,
+                                     const std::vector<std::pair<std::string, std::int64_t>>& opsetImports,
+                                     const std::string& what) {
+  // Wrap the body in a model whose graph also lists the outer values as inputs, then read it
+  // like any model (from memory).
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  for (const auto& [domain, version] : opsetImports) {
+    onnx::OperatorSetIdProto* opset = model.add_opset_import();
+    opset->set_domain(domain);
+    opset->set_version(version);
+  }
+  onnx::GraphProto* graph = model.mutable_graph();
+  if (!graph->ParseFromArray(graphProtoBytes.data(), static_cast<int>(graphProtoBytes.size())))
+    return Error(ErrorCode::ParseError) << what << ": not a GraphProto";
+  for (const std::string& name : outerValues)
+    graph->add_input()->set_name(name);
+  std::string bytes;
+  model.SerializeToString(&bytes);
+  CLEAVE_TRY(std::shared_ptr<const MappedFile> file, MappedFile::fromBytes(what, bytes));
+  OnnxReadOptions options;
+  options.shapeInference = ShapeInference::Never;
+  Expected<ir::GraphBuilder> builder = OnnxScanner(file, options).scan();
+  if (!builder)
+    return std::move(builder.error().withContext(what));
+  Expected<ir::Graph> result = std::move(*builder).finish();
+  if (!result)
+    return std::move(result.error().withContext(what));
+  return result;
+}
+
 } // namespace cleave::io

@@ -1,0 +1,42 @@
+#include "cli/runtime_options.h"
+
+namespace cleave::cli {
+
+void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
+  app.add_option("--backend", options.backend, "aten-cpu, aten-cuda or profile:FILE (accelerator submodules)")
+      ->capture_default_str();
+  app.add_option("--inputs", options.inputsPath, "input tensors (JSON: name -> {dtype, dims, data})");
+  app.add_option("--seed", options.seed, "seed of the random inputs used without --inputs")->capture_default_str();
+  app.add_flag("--random", options.random, "use random inputs (the default without --inputs)");
+  app.add_option("--dim", options.dims, "NAME=SIZE for a symbolic input dim (repeatable; others are 1)");
+}
+
+Expected<std::map<std::string, std::int64_t>> parseDims(const std::vector<std::string>& dims) {
+  std::map<std::string, std::int64_t> parsed;
+  for (const std::string& entry : dims) {
+    std::size_t eq = entry.find('=');
+    char* end = nullptr;
+    long long value = eq == std::string::npos ? -1 : std::strtoll(entry.c_str() + eq + 1, &end, 10);
+    if (eq == std::string::npos || eq == 0 || value < 0 || (end && *end != '\0'))
+      return Error(ErrorCode::InvalidArgument) << "--dim '" << entry << "': expected NAME=SIZE";
+    parsed[entry.substr(0, eq)] = value;
+  }
+  return parsed;
+}
+
+Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOptions& options) {
+  OpenedRunnable opened;
+  CLEAVE_TRY(opened.acc, runtime::makeBackend(options.backend));
+  CLEAVE_TRY(opened.cpu, runtime::makeBackend("aten-cpu"));
+  CLEAVE_TRY(opened.runnable, runtime::Runnable::open(path, *opened.acc, *opened.cpu));
+  return opened;
+}
+
+Expected<runtime::TensorMap> makeInputs(const runtime::Runnable& runnable, const RuntimeOptions& options) {
+  if (!options.inputsPath.empty())
+    return runtime::readTensorFile(options.inputsPath);
+  CLEAVE_TRY(auto dims, parseDims(options.dims));
+  return runnable.randomInputs(options.seed, dims);
+}
+
+} // namespace cleave::cli

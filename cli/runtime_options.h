@@ -1,0 +1,33 @@
+// cli/runtime_options.h - the options every running command shares (--backend, --inputs,
+// --seed, --dim) and opening what they run.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "cli/commands.h"
+#include "runtime/runnable.h"
+
+namespace cleave::cli {
+
+struct RuntimeOptions {
+  std::string backend = "aten-cpu";
+  std::string inputsPath;
+  std::uint64_t seed = 0;
+  std::vector<std::string> dims; // "name=value" for symbolic dims
+  bool random = false;           // --random: the default without --inputs
+};
+
+void addRuntimeOptions(CLI::App& app, RuntimeOptions& options);
+
+struct OpenedRunnable {
+  std::unique_ptr<runtime::Backend> acc, cpu; // outlive the runnable's modules
+  runtime::Runnable runnable;
+};
+
+Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOptions& options);
+Expected<std::map<std::string, std::int64_t>> parseDims(const std::vector<std::string>& dims);
+// --inputs FILE, else random inputs from --seed.
+Expected<runtime::TensorMap> makeInputs(const runtime::Runnable& runnable, const RuntimeOptions& options);
+
+} // namespace cleave::cli

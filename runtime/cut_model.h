@@ -1,0 +1,48 @@
+// runtime/cut_model.h - a cut model (a plan.json directory from split or partition) as one
+// runnable thing: its submodels lowered onto backends, run in plan order, each fed from the
+// graph inputs and earlier submodels' outputs (moved to the submodel's device), values dropped
+// once no later submodel reads them.
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "runtime/backend.h"
+
+namespace cleave::runtime {
+
+struct SubmoduleTiming {
+  std::string name;
+  std::string backend;
+  double seconds = 0.0;
+};
+
+class CutModel {
+public:
+  // Accelerator submodules (split plans) and every partition (partition plans) go to `acc`;
+  // the rest to `cpu`. Fails: NotFound/ParseError (plan.json), InvalidGraph (a submodule reads a
+  // value nothing earlier makes), what lowering fails with (naming the submodule).
+  static Expected<CutModel> load(const std::string& dir, const Backend& acc, const Backend& cpu);
+
+  Expected<TensorMap> run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings = nullptr);
+
+  std::size_t size() const { return steps_.size(); }
+  const std::vector<std::string>& graphInputs() const { return graphInputs_; }
+  // The submodels' graphs, in plan order (their inputs' types give random inputs a shape).
+  std::vector<const ir::Graph*> graphs() const;
+
+private:
+  struct Step {
+    std::string name, backend;
+    std::shared_ptr<const ir::Graph> graph;
+    std::unique_ptr<LoweredModule> module;
+    std::vector<std::string> inputs, outputs;
+  };
+  std::vector<Step> steps_;
+  std::vector<std::string> graphInputs_, outputs_;
+};
+
+// True when DIR holds a plan.json.
+bool isPlanDirectory(const std::string& path);
+
+} // namespace cleave::runtime

@@ -1,0 +1,166 @@
+#include "runtime/executor.h"
+
+#include <c10/util/Exception.h>
+
+#include "io/onnx.h"
+
+namespace cleave::runtime {
+using ir::NodeId;
+
+Executor::~Executor() = default;
+
+std::int64_t defaultOpset(const ir::Graph& graph) {
+  for (const auto& [domain, version] : graph.modelInfo().opsetImports)
+    if (domain.empty() || domain == "ai.onnx")
+      return version;
+  return 0;
+}
+
+Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::Graph> graph,
+                                                     const ExecutorOptions& options) {
+  std::unique_ptr<Executor> executor(new Executor());
+  const ir::Graph& g = *graph;
+  if (g.modelInfo().format == ir::SourceFormat::Fx)
+    return Error(ErrorCode::Unsupported) << "the runtime executes ONNX graphs; FX graphs carry torch targets, not ops";
+  executor->graph_ = std::move(graph);
+  executor->options_ = options;
+  executor->opset_ = defaultOpset(g);
+  executor->kernels_ = IdVector<NodeId, Kernel>(g.numNodes(), nullptr);
+  executor->parameters_ = IdVector<NodeId, at::Tensor>(g.numNodes());
+  const KernelTable& table = kernelTable();
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    NodeId node{n};
+    if (g.kind(node) == ir::NodeKind::Op) {
+      Kernel kernel = table.find(g.opDomain(node), g.opType(node));
+      if (!kernel)
+        return Error(ErrorCode::Unsupported) << "no kernel for op " << g.target(node) << " (node '" << g.name(node)
+                                             << "', opset " << executor->opset_ << ")";
+      executor->kernels_[node] = kernel;
+    } else if (g.kind(node) == ir::NodeKind::Parameter) {
+      CLEAVE_TRY(at::Tensor tensor, loadParameter(g, g.parameters(node)[0]));
+      executor->parameters_[node] = tensor.to(options.device);
+    } else if (g.kind(node) == ir::NodeKind::ModuleCall || g.kind(node) == ir::NodeKind::MethodCall) {
+      return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' is a module or method call";
+    }
+  }
+  executor->uses_.assign(g.numValues(), 0);
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n)
+    for (ir::ValueId value : g.inputs(NodeId{n}))
+      if (value != ir::kNoValue)
+        ++executor->uses_[index(value)];
+  return executor;
+}
+
+Executor& Executor::subgraph(NodeId node, std::string_view attribute) {
+  auto key = std::make_pair(index(node), std::string(attribute));
+  auto found = subgraphs_.find(key);
+  if (found != subgraphs_.end())
+    return *found->second;
+  const ir::Graph& g = *graph_;
+  const ir::Attribute* attr = g.findAttribute(node, attribute);
+  if (!attr || attr->kind != ir::AttrKind::Graph)
+    throw KernelError("attribute '" + std::string(attribute) + "' is not a graph");
+  std::vector<std::string> outer;
+  auto inputs = g.inputs(node);
+  for (std::size_t i = inputs.size() - g.numImplicitInputs(node); i < inputs.size(); ++i)
+    outer.emplace_back(g.valueName(inputs[i]));
+  std::vector<std::pair<std::string, std::int64_t>> opsets = g.modelInfo().opsetImports;
+  Expected<ir::Graph> body = io::readOnnxSubgraph(attr->text, outer, opsets,
+                                                  std::string(g.name(node)) + "." + std::string(attribute));
+  if (!body)
+    throw KernelError(body.error().message());
+  Expected<std::unique_ptr<Executor>> executor =
+      create(std::make_shared<const ir::Graph>(std::move(*body)), options_);
+  if (!executor)
+    throw KernelError(executor.error().message());
+  return *(subgraphs_[key] = std::move(*executor));
+}
+
+Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats) {
+  const ir::Graph& g = *graph_;
+  std::vector<at::Tensor> values(g.numValues());
+  std::vector<std::uint32_t> remaining = uses_;
+  std::int64_t live = 0, peak = 0;
+  auto bytesOf = [](const at::Tensor& t) {
+    return t.defined() ? static_cast<std::int64_t>(t.numel() * t.element_size()) : 0;
+  };
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    NodeId node{n};
+    switch (g.kind(node)) {
+    case ir::NodeKind::Input: {
+      ir::ValueId value = g.outputs(node)[0];
+      auto found = inputs.find(std::string(g.valueName(value)));
+      if (found == inputs.end())
+        return Error(ErrorCode::InvalidArgument) << "no value for input '" << g.valueName(value) << "'";
+      values[index(value)] = found->second.to(options_.device);
+      continue;
+    }
+    case ir::NodeKind::Parameter:
+      values[index(g.outputs(node)[0])] = parameters_[node];
+      continue;
+    case ir::NodeKind::Output: {
+      TensorMap outputs;
+      for (ir::ValueId value : g.inputs(node))
+        outputs[std::string(g.valueName(value))] = values[index(value)];
+      if (stats)
+        stats->peakActivationBytes = peak;
+      return outputs;
+    }
+    default: break;
+    }
+    std::vector<at::Tensor> operands;
+    operands.reserve(g.inputs(node).size());
+    for (ir::ValueId value : g.inputs(node))
+      operands.push_back(value == ir::kNoValue ? at::Tensor() : values[index(value)]);
+    KernelContext context(g, node, opset_, std::move(operands),
+                          [this, node](std::string_view attribute) -> Executor& { return subgraph(node, attribute); });
+    std::vector<at::Tensor> results;
+    auto fail = [&](std::string_view what) {
+      std::string text(what);
+      if (std::size_t newline = text.find('\n'); newline != std::string::npos)
+        text.resize(newline);
+      return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << g.target(node) << ", opset "
+                                           << opset_ << "): " << text;
+    };
+    try {
+      results = kernels_[node](context);
+    } catch (const KernelError& e) {
+      return fail(e.what());
+    } catch (const c10::Error& e) {
+      return fail(e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+    auto outputs = g.outputs(node);
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      if (i >= results.size() || !results[i].defined()) {
+        if (!g.users(outputs[i]).empty())
+          return fail("output " + std::to_string(i) + " is used but the kernel does not produce it");
+        continue;
+      }
+      values[index(outputs[i])] = std::move(results[i]);
+      live += bytesOf(values[index(outputs[i])]);
+    }
+    peak = std::max(peak, live);
+    // Free operands whose last user this was (parameters stay; graph outputs are used by the
+    // output node, so they stay until the end).
+    for (ir::ValueId value : g.inputs(node)) {
+      if (value == ir::kNoValue || --remaining[index(value)] > 0)
+        continue;
+      ir::NodeKind producerKind = g.kind(g.producer(value));
+      if (producerKind == ir::NodeKind::Parameter)
+        continue;
+      if (producerKind == ir::NodeKind::Op)
+        live -= bytesOf(values[index(value)]);
+      values[index(value)] = at::Tensor();
+    }
+    for (ir::ValueId value : outputs) // outputs nobody reads
+      if (remaining[index(value)] == 0 && values[index(value)].defined()) {
+        live -= bytesOf(values[index(value)]);
+        values[index(value)] = at::Tensor();
+      }
+  }
+  return Error(ErrorCode::InvalidGraph) << "the graph has no output node";
+}
+
+} // namespace cleave::runtime

@@ -1,0 +1,62 @@
+// runtime/executor.h - runs an ONNX graph of cleave's IR on ATen.
+//
+// create() resolves a kernel for every op node (an op without one is an error naming the op, the
+// node and the opset) and loads the parameters onto the device once. run() walks the nodes in
+// their (topological) order; each value is freed as soon as its last user ran, unless it is a
+// graph output or a parameter. Outputs come back by name.
+// Complexity: O(V + E) bookkeeping per run besides the kernels.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+
+#include "base/expected.h"
+#include "ir/graph.h"
+#include "runtime/kernel.h"
+#include "runtime/tensors.h"
+
+namespace cleave::runtime {
+
+struct ExecutorOptions {
+  at::Device device = at::kCPU;
+};
+
+struct RunStats {
+  std::int64_t peakActivationBytes = 0; // live values other than parameters
+};
+
+class Executor {
+public:
+  ~Executor();
+  // Fails: Unsupported (an op without a kernel, named with node and opset; a dtype ATen lacks),
+  // ParseError/IoError (parameter data).
+  static Expected<std::unique_ptr<Executor>> create(std::shared_ptr<const ir::Graph> graph,
+                                                    const ExecutorOptions& options = {});
+
+  // `inputs` by graph-input name (extra names are ignored). Fails: InvalidArgument (a missing
+  // input), Unsupported/InvalidArgument (a kernel refused its operands: message names the node).
+  Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats = nullptr);
+
+  const ir::Graph& graph() const { return *graph_; }
+  std::int64_t opset() const { return opset_; }
+
+private:
+  Executor() = default;
+  Executor& subgraph(ir::NodeId node, std::string_view attribute);
+
+  std::shared_ptr<const ir::Graph> graph_;
+  ExecutorOptions options_;
+  std::int64_t opset_ = 0;
+  IdVector<ir::NodeId, Kernel> kernels_;
+  IdVector<ir::NodeId, at::Tensor> parameters_; // Parameter nodes' tensors
+  std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)
+  std::map<std::pair<std::uint32_t, std::string>, std::unique_ptr<Executor>> subgraphs_;
+  Status subgraphError_ = {};
+};
+
+// The opset of the default domain a graph imports (0 when none).
+std::int64_t defaultOpset(const ir::Graph& graph);
+
+} // namespace cleave::runtime

@@ -1,0 +1,130 @@
+// runtime/ops_elementwise.cpp - element-wise ONNX ops on ATen: unary math and activations,
+// broadcasting binary ops (numpy rules, as ATen's), comparisons and logic, variadic Sum/Mean/
+// Max/Min, Where, Cast/CastLike, Clip.
+#include "runtime/kernel.h"
+
+namespace cleave::runtime {
+
+namespace {
+using Outputs = std::vector<at::Tensor>;
+
+template <at::Tensor (*Fn)(const at::Tensor&)> Outputs unary(KernelContext& c) { return {Fn(c.input(0))}; }
+
+at::Tensor onnxDivide(const at::Tensor& a, const at::Tensor& b) {
+  if (at::isIntegralType(a.scalar_type(), true) && at::isIntegralType(b.scalar_type(), true))
+    return at::div(a, b, "trunc"); // ONNX integer division truncates toward zero
+  return at::div(a, b);
+}
+
+Outputs variadic(KernelContext& c, at::Tensor (*combine)(const at::Tensor&, const at::Tensor&)) {
+  at::Tensor result = c.input(0);
+  for (std::size_t i = 1; i < c.numInputs(); ++i)
+    result = combine(result, c.input(i));
+  return {result};
+}
+
+at::Tensor maximum(const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }
+at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }
+at::Tensor add(const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); }
+} // namespace
+
+void registerElementwiseKernels(KernelTable& t) {
+  // Unary math.
+  t.add("Abs", unary<at::abs>);
+  t.add("Neg", unary<at::neg>);
+  t.add("Exp", unary<at::exp>);
+  t.add("Log", unary<at::log>);
+  t.add("Sqrt", unary<at::sqrt>);
+  t.add("Reciprocal", unary<at::reciprocal>);
+  t.add("Floor", unary<at::floor>);
+  t.add("Ceil", unary<at::ceil>);
+  t.add("Round", unary<at::round>);
+  t.add("Sign", unary<at::sign>);
+  t.add("Erf", unary<at::erf>);
+  t.add("Sin", unary<at::sin>);
+  t.add("Cos", unary<at::cos>);
+  t.add("Tan", unary<at::tan>);
+  t.add("Atan", unary<at::atan>);
+  t.add("Tanh", unary<at::tanh>);
+  t.add("Sigmoid", unary<at::sigmoid>);
+  t.add("Relu", unary<at::relu>);
+  t.add("Softsign", [](KernelContext& c) -> Outputs { return {c.input(0) / (1 + at::abs(c.input(0)))}; });
+  t.add("Not", unary<at::logical_not>);
+  t.add("IsNaN", unary<at::isnan>);
+  t.add("Identity", [](KernelContext& c) -> Outputs { return {c.input(0)}; });
+  t.add("Dropout", [](KernelContext& c) -> Outputs { // inference: identity, mask all true
+    Outputs out{c.input(0)};
+    if (c.numOutputs() > 1)
+      out.push_back(at::ones_like(c.input(0), at::TensorOptions().dtype(at::kBool)));
+    return out;
+  });
+  // Activations with attributes.
+  t.add("LeakyRelu", [](KernelContext& c) -> Outputs { return {at::leaky_relu(c.input(0), c.floatAttr("alpha", 0.01f))}; });
+  t.add("Elu", [](KernelContext& c) -> Outputs { return {at::elu(c.input(0), c.floatAttr("alpha", 1.0f))}; });
+  t.add("Selu", [](KernelContext& c) -> Outputs {
+    float alpha = c.floatAttr("alpha", 1.67326319217681884765625f), gamma = c.floatAttr("gamma", 1.05070102214813232421875f);
+    const at::Tensor& x = c.input(0);
+    return {gamma * at::where(x > 0, x, alpha * (at::exp(x) - 1))};
+  });
+  t.add("Softplus", [](KernelContext& c) -> Outputs { return {at::softplus(c.input(0))}; });
+  t.add("PRelu", [](KernelContext& c) -> Outputs {
+    const at::Tensor& x = c.input(0);
+    return {at::where(x >= 0, x, x * c.input(1))};
+  });
+  t.add("HardSigmoid", [](KernelContext& c) -> Outputs {
+    float alpha = c.floatAttr("alpha", 0.2f), beta = c.floatAttr("beta", 0.5f);
+    return {at::clamp(c.input(0) * alpha + beta, 0.0, 1.0)};
+  });
+  t.add("HardSwish", [](KernelContext& c) -> Outputs { return {at::hardswish(c.input(0))}; });
+  t.add("Gelu", [](KernelContext& c) -> Outputs { // opset 20
+    return {at::gelu(c.input(0), c.stringAttr("approximate", "none"))};
+  });
+  t.add("Clip", [](KernelContext& c) -> Outputs {
+    at::Tensor x = c.input(0);
+    if (c.opset() < 11) {
+      return {at::clamp(x, c.floatAttr("min", -std::numeric_limits<float>::infinity()),
+                        c.floatAttr("max", std::numeric_limits<float>::infinity()))};
+    }
+    if (c.has(1))
+      x = at::maximum(x, c.input(1).to(x.scalar_type()));
+    if (c.has(2))
+      x = at::minimum(x, c.input(2).to(x.scalar_type()));
+    return {x};
+  });
+  // Binary, broadcasting.
+  t.add("Add", [](KernelContext& c) -> Outputs { return {at::add(c.input(0), c.input(1))}; });
+  t.add("Sub", [](KernelContext& c) -> Outputs { return {at::sub(c.input(0), c.input(1))}; });
+  t.add("Mul", [](KernelContext& c) -> Outputs { return {at::mul(c.input(0), c.input(1))}; });
+  t.add("Div", [](KernelContext& c) -> Outputs { return {onnxDivide(c.input(0), c.input(1))}; });
+  t.add("Pow", [](KernelContext& c) -> Outputs { // the result has the base's dtype
+    const at::Tensor& base = c.input(0);
+    at::Tensor exponent = c.input(1);
+    if (at::isFloatingType(base.scalar_type()))
+      exponent = exponent.to(base.scalar_type());
+    return {at::pow(base, exponent).to(base.scalar_type())};
+  });
+  t.add("Mod", [](KernelContext& c) -> Outputs {
+    return {c.intAttr("fmod", 0) ? at::fmod(c.input(0), c.input(1)) : at::remainder(c.input(0), c.input(1))};
+  });
+  t.add("Equal", [](KernelContext& c) -> Outputs { return {at::eq(c.input(0), c.input(1))}; });
+  t.add("Greater", [](KernelContext& c) -> Outputs { return {at::gt(c.input(0), c.input(1))}; });
+  t.add("GreaterOrEqual", [](KernelContext& c) -> Outputs { return {at::ge(c.input(0), c.input(1))}; });
+  t.add("Less", [](KernelContext& c) -> Outputs { return {at::lt(c.input(0), c.input(1))}; });
+  t.add("LessOrEqual", [](KernelContext& c) -> Outputs { return {at::le(c.input(0), c.input(1))}; });
+  t.add("And", [](KernelContext& c) -> Outputs { return {at::logical_and(c.input(0), c.input(1))}; });
+  t.add("Or", [](KernelContext& c) -> Outputs { return {at::logical_or(c.input(0), c.input(1))}; });
+  t.add("Xor", [](KernelContext& c) -> Outputs { return {at::logical_xor(c.input(0), c.input(1))}; });
+  t.add("Where", [](KernelContext& c) -> Outputs { return {at::where(c.input(0).to(at::kBool), c.input(1), c.input(2))}; });
+  // Variadic.
+  t.add("Sum", [](KernelContext& c) -> Outputs { return variadic(c, add); });
+  t.add("Max", [](KernelContext& c) -> Outputs { return variadic(c, maximum); });
+  t.add("Min", [](KernelContext& c) -> Outputs { return variadic(c, minimum); });
+  t.add("Mean", [](KernelContext& c) -> Outputs {
+    return {variadic(c, add)[0] / static_cast<double>(c.numInputs())};
+  });
+  // Types.
+  t.add("Cast", [](KernelContext& c) -> Outputs { return {c.input(0).to(onnxScalarType(c.intAttr("to", 1)))}; });
+  t.add("CastLike", [](KernelContext& c) -> Outputs { return {c.input(0).to(c.input(1).scalar_type())}; });
+}
+
+} // namespace cleave::runtime

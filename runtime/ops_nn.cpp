@@ -1,0 +1,233 @@
+// runtime/ops_nn.cpp - neural-network ONNX ops on ATen: Conv/ConvTranspose and pooling (auto_pad,
+// asymmetric pads applied as explicit padding, ceil_mode, count_include_pad), normalizations,
+// Gemm (transposes, alpha, beta), MatMul, Softmax/LogSoftmax (the pre-13 2-D coercion), Einsum.
+#include <cmath>
+#include <limits>
+
+#include "runtime/kernel.h"
+
+namespace cleave::runtime {
+
+namespace {
+using Outputs = std::vector<at::Tensor>;
+
+// Spatial padding of a window op: begin and end per spatial dim, from auto_pad or pads.
+struct WindowPads {
+  std::vector<std::int64_t> begin, end;
+  bool symmetric() const { return begin == end; }
+  std::vector<std::int64_t> atenOrder() const { // last dim first, (begin, end) pairs
+    std::vector<std::int64_t> out;
+    for (std::size_t d = begin.size(); d-- > 0;) {
+      out.push_back(begin[d]);
+      out.push_back(end[d]);
+    }
+    return out;
+  }
+};
+
+WindowPads windowPads(KernelContext& c, const at::Tensor& x, const std::vector<std::int64_t>& kernel,
+                      const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& dilations,
+                      bool ceilMode = false) {
+  std::size_t n = kernel.size();
+  WindowPads pads{std::vector<std::int64_t>(n, 0), std::vector<std::int64_t>(n, 0)};
+  std::string autoPad = c.stringAttr("auto_pad", "NOTSET");
+  if (autoPad == "NOTSET") {
+    std::vector<std::int64_t> given = c.intsAttr("pads");
+    if (!given.empty()) {
+      if (given.size() != 2 * n)
+        throw KernelError("pads has " + std::to_string(given.size()) + " entries for " + std::to_string(n) + " spatial dims");
+      for (std::size_t d = 0; d < n; ++d) {
+        pads.begin[d] = given[d];
+        pads.end[d] = given[d + n];
+      }
+    }
+  } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+    for (std::size_t d = 0; d < n; ++d) {
+      std::int64_t in = x.size(static_cast<std::int64_t>(d) + 2);
+      std::int64_t out = (in + strides[d] - 1) / strides[d];
+      std::int64_t total = std::max<std::int64_t>(0, (out - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 - in);
+      std::int64_t small = total / 2;
+      pads.begin[d] = autoPad == "SAME_UPPER" ? small : total - small;
+      pads.end[d] = total - pads.begin[d];
+    }
+  } else if (autoPad != "VALID") {
+    throw KernelError("auto_pad '" + autoPad + "' is not supported");
+  }
+  (void)ceilMode;
+  return pads;
+}
+
+std::vector<std::int64_t> orOnes(std::vector<std::int64_t> values, std::size_t n) {
+  if (values.empty())
+    values.assign(n, 1);
+  return values;
+}
+
+Outputs conv(KernelContext& c) {
+  at::Tensor x = c.input(0);
+  const at::Tensor& w = c.input(1);
+  at::Tensor bias = c.has(2) ? c.input(2) : at::Tensor();
+  std::size_t n = static_cast<std::size_t>(w.dim() - 2);
+  std::vector<std::int64_t> kernel(w.sizes().begin() + 2, w.sizes().end());
+  std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
+  WindowPads pads = windowPads(c, x, kernel, strides, dilations);
+  std::vector<std::int64_t> padding = pads.begin;
+  if (!pads.symmetric()) {
+    x = at::constant_pad_nd(x, pads.atenOrder(), 0.0);
+    padding.assign(n, 0);
+  }
+  return {at::convolution(x, w, bias, strides, padding, dilations, false, std::vector<std::int64_t>(n, 0),
+                          c.intAttr("group", 1))};
+}
+
+Outputs convTranspose(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  const at::Tensor& w = c.input(1);
+  at::Tensor bias = c.has(2) ? c.input(2) : at::Tensor();
+  std::size_t n = static_cast<std::size_t>(w.dim() - 2);
+  if (!c.intsAttr("output_shape").empty() || c.stringAttr("auto_pad", "NOTSET") != "NOTSET")
+    throw KernelError("output_shape and auto_pad are not supported");
+  std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
+  std::vector<std::int64_t> pads = c.intsAttr("pads"), outputPadding = c.intsAttr("output_padding");
+  std::vector<std::int64_t> padding(n, 0), extra(n, 0);
+  for (std::size_t d = 0; d < n && !pads.empty(); ++d) {
+    if (pads[d] != pads[d + n])
+      throw KernelError("asymmetric pads are not supported");
+    padding[d] = pads[d];
+  }
+  for (std::size_t d = 0; d < outputPadding.size() && d < n; ++d)
+    extra[d] = outputPadding[d];
+  return {at::convolution(x, w, bias, strides, padding, dilations, true, extra, c.intAttr("group", 1))};
+}
+
+Outputs maxPool(KernelContext& c) {
+  if (c.outputUsed(1))
+    throw KernelError("the Indices output is not supported");
+  at::Tensor x = c.input(0);
+  std::vector<std::int64_t> kernel = c.intsAttr("kernel_shape");
+  std::size_t n = kernel.size();
+  std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
+  bool ceil = c.intAttr("ceil_mode", 0) != 0;
+  WindowPads pads = windowPads(c, x, kernel, strides, dilations);
+  std::vector<std::int64_t> padding = pads.begin;
+  bool fits = pads.symmetric();
+  for (std::size_t d = 0; d < n && fits; ++d)
+    fits = padding[d] * 2 <= kernel[d]; // ATen's limit on implicit padding
+  if (!fits) {
+    x = at::constant_pad_nd(x, pads.atenOrder(), -std::numeric_limits<double>::infinity());
+    padding.assign(n, 0);
+  }
+  switch (n) {
+  case 1: return {at::max_pool1d(x, kernel, strides, padding, dilations, ceil)};
+  case 2: return {at::max_pool2d(x, kernel, strides, padding, dilations, ceil)};
+  case 3: return {at::max_pool3d(x, kernel, strides, padding, dilations, ceil)};
+  default: throw KernelError("MaxPool over " + std::to_string(n) + " spatial dims");
+  }
+}
+
+at::Tensor averagePool(const at::Tensor& x, const std::vector<std::int64_t>& kernel, const std::vector<std::int64_t>& strides,
+                       const std::vector<std::int64_t>& padding, bool ceil, bool includePad) {
+  switch (kernel.size()) {
+  case 1: return at::avg_pool1d(x, kernel, strides, padding, ceil, includePad);
+  case 2: return at::avg_pool2d(x, kernel, strides, padding, ceil, includePad);
+  case 3: return at::avg_pool3d(x, kernel, strides, padding, ceil, includePad);
+  default: throw KernelError("AveragePool over " + std::to_string(kernel.size()) + " spatial dims");
+  }
+}
+
+Outputs avgPool(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  std::vector<std::int64_t> kernel = c.intsAttr("kernel_shape");
+  std::size_t n = kernel.size();
+  std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), ones(n, 1);
+  bool ceil = c.intAttr("ceil_mode", 0) != 0, includePad = c.intAttr("count_include_pad", 0) != 0;
+  WindowPads pads = windowPads(c, x, kernel, strides, ones);
+  bool fits = pads.symmetric();
+  for (std::size_t d = 0; d < n && fits; ++d)
+    fits = pads.begin[d] * 2 <= kernel[d];
+  if (fits)
+    return {averagePool(x, kernel, strides, pads.begin, ceil, includePad)};
+  // Explicit padding: the sum over the window divided by the count of real (or all) elements.
+  std::vector<std::int64_t> zero(n, 0);
+  at::Tensor padded = at::constant_pad_nd(x, pads.atenOrder(), 0.0);
+  at::Tensor sums = averagePool(padded, kernel, strides, zero, ceil, true);
+  if (includePad)
+    return {sums};
+  at::Tensor mask = at::constant_pad_nd(at::ones_like(x), pads.atenOrder(), 0.0);
+  return {sums / averagePool(mask, kernel, strides, zero, ceil, true)};
+}
+
+std::vector<std::int64_t> spatialDims(const at::Tensor& x) {
+  std::vector<std::int64_t> dims;
+  for (std::int64_t d = 2; d < x.dim(); ++d)
+    dims.push_back(d);
+  return dims;
+}
+
+Outputs softmaxLike(KernelContext& c, bool logarithm) {
+  const at::Tensor& x = c.input(0);
+  if (c.opset() >= 13) {
+    std::int64_t axis = normalizeAxis(c.intAttr("axis", -1), x.dim());
+    return {logarithm ? at::log_softmax(x, axis) : at::softmax(x, axis)};
+  }
+  // Before opset 13: the input is coerced to 2-D at `axis` (default 1), normalized per row.
+  std::int64_t axis = c.intAttr("axis", 1);
+  if (axis < 0)
+    axis += x.dim();
+  std::int64_t outer = 1;
+  for (std::int64_t d = 0; d < axis; ++d)
+    outer *= x.size(d);
+  at::Tensor flat = x.reshape({outer, -1});
+  return {(logarithm ? at::log_softmax(flat, 1) : at::softmax(flat, 1)).reshape(x.sizes())};
+}
+} // namespace
+
+void registerNnKernels(KernelTable& t) {
+  t.add("Conv", conv);
+  t.add("ConvTranspose", convTranspose);
+  t.add("MaxPool", maxPool);
+  t.add("AveragePool", avgPool);
+  t.add("GlobalAveragePool", [](KernelContext& c) -> Outputs { return {c.input(0).mean(spatialDims(c.input(0)), true)}; });
+  t.add("GlobalMaxPool", [](KernelContext& c) -> Outputs { return {c.input(0).amax(spatialDims(c.input(0)), true)}; });
+  t.add("BatchNormalization", [](KernelContext& c) -> Outputs {
+    if (c.intAttr("training_mode", 0) != 0)
+      throw KernelError("training_mode is not supported");
+    return {at::batch_norm(c.input(0), c.input(1), c.input(2), c.input(3), c.input(4), false, 0.0,
+                           c.floatAttr("epsilon", 1e-5f), false)};
+  });
+  t.add("InstanceNormalization", [](KernelContext& c) -> Outputs {
+    return {at::instance_norm(c.input(0), c.input(1), c.input(2), {}, {}, true, 0.0, c.floatAttr("epsilon", 1e-5f), false)};
+  });
+  t.add("LayerNormalization", [](KernelContext& c) -> Outputs {
+    const at::Tensor& x = c.input(0);
+    std::int64_t axis = normalizeAxis(c.intAttr("axis", -1), x.dim());
+    std::vector<std::int64_t> shape(x.sizes().begin() + axis, x.sizes().end());
+    at::Tensor scale = c.input(1).expand(shape), bias = c.has(2) ? c.input(2).expand(shape) : at::Tensor();
+    auto [y, mean, rstd] = at::native_layer_norm(x, shape, scale.contiguous(), bias.defined() ? bias.contiguous() : bias,
+                                                 c.floatAttr("epsilon", 1e-5f));
+    return {y, mean, rstd};
+  });
+  t.add("Gemm", [](KernelContext& c) -> Outputs {
+    at::Tensor a = c.input(0), b = c.input(1);
+    if (c.intAttr("transA", 0))
+      a = a.t();
+    if (c.intAttr("transB", 0))
+      b = b.t();
+    double alpha = c.floatAttr("alpha", 1.0f), beta = c.floatAttr("beta", 1.0f);
+    if (c.has(2) && beta != 0.0)
+      return {at::addmm(c.input(2), a, b, beta, alpha)};
+    at::Tensor product = at::mm(a, b);
+    return {alpha == 1.0 ? product : product * alpha};
+  });
+  t.add("MatMul", [](KernelContext& c) -> Outputs { return {at::matmul(c.input(0), c.input(1))}; });
+  t.add("Softmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, false); });
+  t.add("LogSoftmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, true); });
+  t.add("Einsum", [](KernelContext& c) -> Outputs {
+    std::vector<at::Tensor> operands;
+    for (std::size_t i = 0; i < c.numInputs(); ++i)
+      operands.push_back(c.input(i));
+    return {at::einsum(c.stringAttr("equation", ""), operands)};
+  });
+}
+
+} // namespace cleave::runtime

@@ -1,0 +1,94 @@
+// runtime/ops_reduce.cpp - reductions (axes as an attribute, or as an operand from opset 13 for
+// ReduceSum and 18 for the others; keepdims; noop_with_empty_axes), ArgMax/ArgMin, TopK, CumSum.
+#include "runtime/kernel.h"
+
+namespace cleave::runtime {
+
+namespace {
+using Outputs = std::vector<at::Tensor>;
+
+enum class Reduction { Mean, Sum, Max, Min, Prod, L1, L2, LogSumExp, SumSquare };
+
+template <Reduction R, int AxesOperandSince> Outputs reduce(KernelContext& c) {
+  at::Tensor x = c.input(0);
+  std::vector<std::int64_t> axes;
+  if (c.opset() >= AxesOperandSince) {
+    if (c.has(1))
+      axes = c.ints(1);
+  } else {
+    axes = c.intsAttr("axes");
+  }
+  bool keep = c.intAttr("keepdims", 1) != 0;
+  if (axes.empty()) {
+    if (c.intAttr("noop_with_empty_axes", 0) != 0)
+      return {x};
+    for (std::int64_t d = 0; d < x.dim(); ++d)
+      axes.push_back(d);
+  }
+  for (std::int64_t& a : axes)
+    a = normalizeAxis(a, x.dim());
+  switch (R) {
+  case Reduction::Mean: return {x.mean(axes, keep)};
+  case Reduction::Sum: return {x.sum(axes, keep)};
+  case Reduction::Max: return {x.amax(axes, keep)};
+  case Reduction::Min: return {x.amin(axes, keep)};
+  case Reduction::Prod: {
+    std::sort(axes.rbegin(), axes.rend());
+    for (std::int64_t a : axes)
+      x = x.prod(a, keep);
+    return {x};
+  }
+  case Reduction::L1: return {x.abs().sum(axes, keep)};
+  case Reduction::L2: return {x.pow(2).sum(axes, keep).sqrt()};
+  case Reduction::LogSumExp: return {at::logsumexp(x, axes, keep)};
+  case Reduction::SumSquare: return {x.pow(2).sum(axes, keep)};
+  }
+  return {};
+}
+
+template <bool Max> Outputs argExtreme(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  std::int64_t axis = normalizeAxis(c.intAttr("axis", 0), x.dim());
+  bool keep = c.intAttr("keepdims", 1) != 0;
+  if (c.intAttr("select_last_index", 0)) { // the last occurrence: search the flipped axis
+    at::Tensor flipped = x.flip(axis);
+    at::Tensor index = Max ? flipped.argmax(axis, keep) : flipped.argmin(axis, keep);
+    return {x.size(axis) - 1 - index};
+  }
+  return {Max ? x.argmax(axis, keep) : x.argmin(axis, keep)};
+}
+} // namespace
+
+void registerReduceKernels(KernelTable& t) {
+  t.add("ReduceMean", reduce<Reduction::Mean, 18>);
+  t.add("ReduceSum", reduce<Reduction::Sum, 13>);
+  t.add("ReduceMax", reduce<Reduction::Max, 18>);
+  t.add("ReduceMin", reduce<Reduction::Min, 18>);
+  t.add("ReduceProd", reduce<Reduction::Prod, 18>);
+  t.add("ReduceL1", reduce<Reduction::L1, 18>);
+  t.add("ReduceL2", reduce<Reduction::L2, 18>);
+  t.add("ReduceLogSumExp", reduce<Reduction::LogSumExp, 18>);
+  t.add("ReduceSumSquare", reduce<Reduction::SumSquare, 18>);
+  t.add("ArgMax", argExtreme<true>);
+  t.add("ArgMin", argExtreme<false>);
+  t.add("TopK", [](KernelContext& c) -> Outputs {
+    const at::Tensor& x = c.input(0);
+    std::int64_t k = c.opset() >= 10 ? c.ints(1).at(0) : c.intAttr("k", 1);
+    std::int64_t axis = normalizeAxis(c.intAttr("axis", -1), x.dim());
+    auto [values, indices] = at::topk(x, k, axis, c.intAttr("largest", 1) != 0, true);
+    return {values, indices};
+  });
+  t.add("CumSum", [](KernelContext& c) -> Outputs {
+    at::Tensor x = c.input(0);
+    std::int64_t axis = normalizeAxis(c.input(1).item<std::int64_t>(), x.dim());
+    bool exclusive = c.intAttr("exclusive", 0) != 0, reverse = c.intAttr("reverse", 0) != 0;
+    if (reverse)
+      x = x.flip(axis);
+    at::Tensor sums = x.cumsum(axis);
+    if (exclusive)
+      sums = sums - x;
+    return {reverse ? sums.flip(axis) : sums};
+  });
+}
+
+} // namespace cleave::runtime

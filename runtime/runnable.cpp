@@ -1,0 +1,49 @@
+#include "runtime/runnable.h"
+
+#include <chrono>
+
+#include "io/model_loader.h"
+
+namespace cleave::runtime {
+
+Expected<Runnable> Runnable::open(const std::string& path, const Backend& acc, const Backend& cpu) {
+  Runnable runnable;
+  if (isPlanDirectory(path)) {
+    CLEAVE_TRY(CutModel cut, CutModel::load(path, acc, cpu));
+    runnable.cut_.emplace(std::move(cut));
+    return runnable;
+  }
+  CLEAVE_TRY(ir::Graph graph, io::loadModel(path));
+  runnable.graph_ = std::make_shared<const ir::Graph>(std::move(graph));
+  CLEAVE_TRY(runnable.module_, acc.lower(runnable.graph_));
+  runnable.backend_ = acc.name();
+  return runnable;
+}
+
+Expected<TensorMap> Runnable::run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings) {
+  if (cut_)
+    return cut_->run(inputs, timings);
+  auto start = std::chrono::steady_clock::now();
+  CLEAVE_TRY(TensorMap outputs, module_->run(inputs));
+  if (timings)
+    timings->push_back({"model", backend_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+  return outputs;
+}
+
+Expected<TensorMap> Runnable::randomInputs(std::uint64_t seed, const std::map<std::string, std::int64_t>& dims) const {
+  if (!cut_)
+    return runtime::randomInputs(*graph_, seed, 10, dims);
+  TensorMap inputs;
+  for (const std::string& name : cut_->graphInputs())
+    for (const ir::Graph* graph : cut_->graphs()) {
+      ir::ValueId value = graph->findValue(name);
+      if (value == ir::kNoValue || graph->kind(graph->producer(value)) != ir::NodeKind::Input)
+        continue;
+      CLEAVE_TRY(at::Tensor tensor, randomTensor(*graph, value, seed, 10, dims));
+      inputs[name] = std::move(tensor);
+      break;
+    }
+  return inputs;
+}
+
+} // namespace cleave::runtime

@@ -1,0 +1,30 @@
+// runtime/runnable.h - a model file or a cut-model directory behind one interface, for the
+// commands that run things (run, verify): open, make inputs, run with per-submodule timings.
+#pragma once
+
+#include <optional>
+
+#include "runtime/cut_model.h"
+
+namespace cleave::runtime {
+
+class Runnable {
+public:
+  // A directory with plan.json is a cut model (acc submodules on `acc`, the rest on `cpu`); any
+  // other path is a model, run whole on `acc`.
+  static Expected<Runnable> open(const std::string& path, const Backend& acc, const Backend& cpu);
+
+  Expected<TensorMap> run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings = nullptr);
+  // Random inputs (tensors.h: the same seed gives a model and its cut the same tensors).
+  Expected<TensorMap> randomInputs(std::uint64_t seed, const std::map<std::string, std::int64_t>& dims = {}) const;
+  bool isCut() const { return cut_.has_value(); }
+  std::size_t submodules() const { return cut_ ? cut_->size() : 1; }
+
+private:
+  std::shared_ptr<const ir::Graph> graph_; // a whole model
+  std::unique_ptr<LoweredModule> module_;
+  std::string backend_;
+  std::optional<CutModel> cut_;
+};
+
+} // namespace cleave::runtime

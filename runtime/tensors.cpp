@@ -1,0 +1,278 @@
+#include "runtime/tensors.h"
+
+#include <nlohmann/json.hpp>
+#include <onnx/onnx_pb.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "base/file_io.h"
+
+namespace cleave::runtime {
+
+Expected<at::ScalarType> scalarTypeOf(ir::DType dtype) {
+  switch (dtype) {
+  case ir::DType::F32: return at::kFloat;
+  case ir::DType::F64: return at::kDouble;
+  case ir::DType::F16: return at::kHalf;
+  case ir::DType::BF16: return at::kBFloat16;
+  case ir::DType::I8: return at::kChar;
+  case ir::DType::U8: return at::kByte;
+  case ir::DType::I16: return at::kShort;
+  case ir::DType::I32: return at::kInt;
+  case ir::DType::I64: return at::kLong;
+  case ir::DType::Bool: return at::kBool;
+  case ir::DType::C64: return at::kComplexFloat;
+  case ir::DType::C128: return at::kComplexDouble;
+  default:
+    return Error(ErrorCode::Unsupported) << "dtype " << ir::dtypeName(dtype) << " has no ATen tensor type here";
+  }
+}
+
+ir::DType dtypeOf(at::ScalarType type) {
+  switch (type) {
+  case at::kFloat: return ir::DType::F32;
+  case at::kDouble: return ir::DType::F64;
+  case at::kHalf: return ir::DType::F16;
+  case at::kBFloat16: return ir::DType::BF16;
+  case at::kChar: return ir::DType::I8;
+  case at::kByte: return ir::DType::U8;
+  case at::kShort: return ir::DType::I16;
+  case at::kInt: return ir::DType::I32;
+  case at::kLong: return ir::DType::I64;
+  case at::kBool: return ir::DType::Bool;
+  case at::kComplexFloat: return ir::DType::C64;
+  case at::kComplexDouble: return ir::DType::C128;
+  default: return ir::DType::Undefined;
+  }
+}
+
+std::string_view jsonDtypeName(at::ScalarType type) {
+  switch (type) {
+  case at::kFloat: return "float32";
+  case at::kDouble: return "float64";
+  case at::kHalf: return "float16";
+  case at::kLong: return "int64";
+  case at::kInt: return "int32";
+  case at::kShort: return "int16";
+  case at::kChar: return "int8";
+  case at::kByte: return "uint8";
+  case at::kBool: return "bool";
+  default: return "";
+  }
+}
+
+namespace {
+std::optional<at::ScalarType> parseJsonDtype(std::string_view name) {
+  for (at::ScalarType type : {at::kFloat, at::kDouble, at::kHalf, at::kLong, at::kInt, at::kShort, at::kChar,
+                              at::kByte, at::kBool})
+    if (jsonDtypeName(type) == name)
+      return type;
+  return std::nullopt;
+}
+
+at::Tensor fromBytes(const void* data, std::size_t bytes, std::vector<std::int64_t> dims, at::ScalarType type) {
+  at::Tensor tensor = at::empty(dims, at::TensorOptions().dtype(type));
+  if (bytes)
+    std::memcpy(tensor.data_ptr(), data, bytes);
+  return tensor;
+}
+} // namespace
+
+Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param) {
+  const ir::Parameter& p = graph.parameter(param);
+  CLEAVE_TRY(at::ScalarType type, scalarTypeOf(p.dtype));
+  CLEAVE_TRY(std::string bytes, graph.readParameterData(param));
+  std::int64_t elements = 1;
+  for (std::int64_t d : p.dims)
+    elements *= d;
+  std::size_t expected = static_cast<std::size_t>(elements) * at::elementSize(type);
+  if (bytes.size() != expected)
+    return Error(ErrorCode::ParseError) << "parameter '" << p.name << "' has " << bytes.size() << " bytes, its shape needs "
+                                        << expected;
+  return fromBytes(bytes.data(), bytes.size(), p.dims, type);
+}
+
+Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what) {
+  onnx::TensorProto proto;
+  if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return Error(ErrorCode::ParseError) << what << ": not a TensorProto";
+  std::optional<ir::DType> dtype = ir::dtypeFromOnnx(proto.data_type());
+  if (!dtype)
+    return Error(ErrorCode::ParseError) << what << ": unknown dtype code " << proto.data_type();
+  CLEAVE_TRY(at::ScalarType type, scalarTypeOf(*dtype));
+  std::vector<std::int64_t> dims(proto.dims().begin(), proto.dims().end());
+  std::int64_t elements = 1;
+  for (std::int64_t d : dims)
+    elements *= d;
+  std::size_t size = static_cast<std::size_t>(elements) * at::elementSize(type);
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL)
+    return Error(ErrorCode::Unsupported) << what << ": external data in an attribute tensor";
+  if (proto.has_raw_data()) {
+    if (proto.raw_data().size() != size)
+      return Error(ErrorCode::ParseError) << what << ": raw_data has " << proto.raw_data().size() << " bytes, expected "
+                                          << size;
+    return fromBytes(proto.raw_data().data(), size, dims, type);
+  }
+  at::Tensor tensor = at::empty(dims, at::TensorOptions().dtype(type));
+  auto fill = [&](const auto& field, at::ScalarType from) -> Status {
+    if (static_cast<std::int64_t>(field.size()) != elements)
+      return Error(ErrorCode::ParseError) << what << ": " << field.size() << " values for " << elements << " elements";
+    std::vector<std::remove_cvref_t<decltype(field[0])>> values(field.begin(), field.end());
+    tensor.copy_(at::from_blob(values.data(), dims, at::TensorOptions().dtype(from)).clone().to(type));
+    return {};
+  };
+  switch (type) {
+  case at::kFloat: CLEAVE_CHECK(fill(proto.float_data(), at::kFloat)); break;
+  case at::kDouble: CLEAVE_CHECK(fill(proto.double_data(), at::kDouble)); break;
+  case at::kLong: CLEAVE_CHECK(fill(proto.int64_data(), at::kLong)); break;
+  case at::kInt: case at::kShort: case at::kChar: case at::kByte: case at::kBool:
+    CLEAVE_CHECK(fill(proto.int32_data(), at::kInt));
+    break;
+  default:
+    return Error(ErrorCode::Unsupported) << what << ": typed-field data of dtype " << ir::dtypeName(*dtype);
+  }
+  return tensor;
+}
+
+Expected<TensorMap> readTensorFile(const std::string& path) {
+  CLEAVE_TRY(std::string text, readFile(path));
+  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object())
+    return Error(ErrorCode::ParseError) << path << ": expected a JSON object of tensors";
+  TensorMap tensors;
+  for (auto& [name, spec] : doc.items()) {
+    auto fail = [&](const std::string& what) { return Error(ErrorCode::ParseError) << path << ": '" << name << "': " << what; };
+    if (!spec.is_object() || !spec.contains("dtype") || !spec.contains("dims") || !spec.contains("data"))
+      return fail("needs dtype, dims and data");
+    std::optional<at::ScalarType> type = spec["dtype"].is_string() ? parseJsonDtype(spec["dtype"].get<std::string>())
+                                                                   : std::nullopt;
+    if (!type)
+      return fail("unknown dtype " + spec["dtype"].dump());
+    std::vector<std::int64_t> dims;
+    std::int64_t elements = 1;
+    for (const auto& d : spec["dims"]) {
+      if (!d.is_number_integer() || d.get<std::int64_t>() < 0)
+        return fail("dims must be non-negative integers");
+      dims.push_back(d.get<std::int64_t>());
+      elements *= dims.back();
+    }
+    const auto& data = spec["data"];
+    if (!data.is_array() || static_cast<std::int64_t>(data.size()) != elements)
+      return fail("data has " + std::to_string(data.is_array() ? data.size() : 0) + " values, dims need " +
+                  std::to_string(elements));
+    std::vector<double> values;
+    values.reserve(data.size());
+    for (const auto& v : data) {
+      if (v.is_boolean())
+        values.push_back(v.get<bool>() ? 1.0 : 0.0);
+      else if (v.is_number())
+        values.push_back(v.get<double>());
+      else
+        return fail("data must be numbers");
+    }
+    if (*type == at::kLong) { // doubles lose int64 precision past 2^53: read integers exactly
+      std::vector<std::int64_t> ints;
+      for (const auto& v : data)
+        ints.push_back(v.is_number_integer() ? v.get<std::int64_t>() : static_cast<std::int64_t>(v.get<double>()));
+      tensors[name] = at::from_blob(ints.data(), dims, at::TensorOptions().dtype(at::kLong)).clone();
+    } else {
+      tensors[name] = at::from_blob(values.data(), dims, at::TensorOptions().dtype(at::kDouble)).to(*type).clone();
+    }
+  }
+  return tensors;
+}
+
+Status writeTensorFile(const TensorMap& tensors, const std::string& path) {
+  nlohmann::json doc = nlohmann::json::object();
+  for (const auto& [name, original] : tensors) {
+    at::Tensor tensor = original.to(at::kCPU).contiguous();
+    std::string_view dtype = jsonDtypeName(tensor.scalar_type());
+    if (dtype.empty())
+      return Error(ErrorCode::Unsupported) << "tensor '" << name << "' has dtype " << tensor.scalar_type()
+                                           << ", which tensor files do not hold";
+    nlohmann::json spec;
+    spec["dtype"] = dtype;
+    spec["dims"] = tensor.sizes().vec();
+    nlohmann::json data = nlohmann::json::array();
+    if (tensor.scalar_type() == at::kLong || tensor.scalar_type() == at::kInt || tensor.scalar_type() == at::kShort ||
+        tensor.scalar_type() == at::kChar || tensor.scalar_type() == at::kByte) {
+      at::Tensor ints = tensor.to(at::kLong).flatten();
+      const std::int64_t* p = ints.data_ptr<std::int64_t>();
+      for (std::int64_t i = 0; i < ints.numel(); ++i)
+        data.push_back(p[i]);
+    } else if (tensor.scalar_type() == at::kBool) {
+      at::Tensor flags = tensor.flatten();
+      const bool* p = flags.data_ptr<bool>();
+      for (std::int64_t i = 0; i < flags.numel(); ++i)
+        data.push_back(p[i]);
+    } else {
+      at::Tensor floats = tensor.to(at::kDouble).flatten();
+      const double* p = floats.data_ptr<double>();
+      for (std::int64_t i = 0; i < floats.numel(); ++i)
+        data.push_back(p[i]);
+    }
+    spec["data"] = std::move(data);
+    doc[name] = std::move(spec);
+  }
+  return writeFileAtomically(path, doc.dump() + "\n");
+}
+
+Expected<at::Tensor> randomTensor(const ir::Graph& graph, ir::ValueId value, std::uint64_t seed, std::int64_t intHigh,
+                                  const std::map<std::string, std::int64_t>& dimOverrides) {
+  std::string name(graph.valueName(value));
+  if (graph.valueKind(value) != ir::ValueKind::Tensor)
+    return Error(ErrorCode::Unsupported) << "input '" << name << "' is not a tensor";
+  CLEAVE_TRY(at::ScalarType type, scalarTypeOf(graph.dtype(value)));
+  std::vector<std::int64_t> dims;
+  for (const ir::DimEntry& dim : graph.dims(value)) {
+    if (dim.extent >= 0) {
+      dims.push_back(dim.extent);
+      continue;
+    }
+    auto found = dim.symbol ? dimOverrides.find(std::string(graph.symbolName(dim.symbol))) : dimOverrides.end();
+    dims.push_back(found != dimOverrides.end() ? found->second : 1);
+  }
+  // One generator per input, seeded from the seed and the input's name (FNV-1a): the same input
+  // gets the same tensor whichever graph (the model, or a submodel of its cut) asks for it.
+  std::uint64_t mixed = 1469598103934665603ull ^ seed;
+  for (char ch : name)
+    mixed = (mixed ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  at::Generator generator = at::detail::createCPUGenerator(mixed);
+  if (at::isFloatingType(type))
+    return at::randn(dims, generator, at::TensorOptions().dtype(at::kFloat)).to(type);
+  if (type == at::kBool)
+    return at::randint(0, 2, dims, generator, at::TensorOptions().dtype(at::kLong)).to(at::kBool);
+  return at::randint(0, intHigh, dims, generator, at::TensorOptions().dtype(type));
+}
+
+Expected<TensorMap> randomInputs(const ir::Graph& graph, std::uint64_t seed, std::int64_t intHigh,
+                                 const std::map<std::string, std::int64_t>& dimOverrides) {
+  TensorMap inputs;
+  for (ir::NodeId node : graph.inputNodes()) {
+    ir::ValueId value = graph.outputs(node)[0];
+    CLEAVE_TRY(at::Tensor tensor, randomTensor(graph, value, seed, intHigh, dimOverrides));
+    inputs[std::string(graph.valueName(value))] = std::move(tensor);
+  }
+  return inputs;
+}
+
+std::string summarize(const at::Tensor& original) {
+  at::Tensor tensor = original.to(at::kCPU);
+  std::ostringstream out;
+  out << ir::dtypeName(dtypeOf(tensor.scalar_type())) << "[";
+  for (std::size_t i = 0; i < tensor.sizes().size(); ++i)
+    out << (i ? "," : "") << tensor.sizes()[i];
+  out << "]";
+  if (tensor.numel() > 0 && (at::isFloatingType(tensor.scalar_type()) || at::isIntegralType(tensor.scalar_type(), true))) {
+    at::Tensor values = tensor.to(at::kDouble);
+    char buffer[160];
+    std::snprintf(buffer, sizeof buffer, " mean %.6g std %.6g min %.6g max %.6g", values.mean().item<double>(),
+                  tensor.numel() > 1 ? values.std().item<double>() : 0.0, values.min().item<double>(),
+                  values.max().item<double>());
+    out << buffer;
+  }
+  return out.str();
+}
+
+} // namespace cleave::runtime

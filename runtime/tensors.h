@@ -1,0 +1,46 @@
+// runtime/tensors.h - ATen tensors for cleave's IR: dtypes, parameters, ONNX TensorProto bytes,
+// named tensor maps and their JSON file format, random inputs, summaries.
+//
+// Tensor files (JSON; the format tests/oracle/run_plan.js reads too):
+//   {"name": {"dtype": "float32", "dims": [1, 3], "data": [0.5, 1.0, 2.0]}, ...}
+// dtypes: float32, float64, float16, int64, int32, int16, int8, uint8, bool. Data is row-major.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+
+#include "base/expected.h"
+#include "ir/graph.h"
+
+namespace cleave::runtime {
+
+// Values by name; ordered so printing and files are deterministic.
+using TensorMap = std::map<std::string, at::Tensor>;
+
+Expected<at::ScalarType> scalarTypeOf(ir::DType dtype);
+ir::DType dtypeOf(at::ScalarType type);
+std::string_view jsonDtypeName(at::ScalarType type);
+
+// A parameter's bytes as a tensor (copied out of the model file; owns its memory).
+Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param);
+// A serialized onnx.TensorProto (Constant's `value`, ConstantOfShape's `value`) as a tensor.
+Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what);
+
+Expected<TensorMap> readTensorFile(const std::string& path);
+Status writeTensorFile(const TensorMap& tensors, const std::string& path);
+
+// Random inputs for every graph input: floats ~ N(0, 1), integers in [0, intHigh), bools
+// 50/50; each input from a generator seeded by `seed` and its name, so a model and its cut get
+// the same tensors for the same inputs. Unknown dims take `dimOverrides[symbol name]`, else 1.
+Expected<TensorMap> randomInputs(const ir::Graph& graph, std::uint64_t seed, std::int64_t intHigh = 10,
+                                 const std::map<std::string, std::int64_t>& dimOverrides = {});
+
+Expected<at::Tensor> randomTensor(const ir::Graph& graph, ir::ValueId value, std::uint64_t seed, std::int64_t intHigh,
+                                  const std::map<std::string, std::int64_t>& dimOverrides = {});
+
+// "f32[1,1000] mean 0.0123 std 0.98 min -3.1 max 2.9"
+std::string summarize(const at::Tensor& tensor);
+
+} // namespace cleave::runtime

@@ -1,0 +1,146 @@
+"""Export the runtime's model zoo with Debian's python3-torch (random weights, fixed seeds).
+
+    /usr/bin/python3 tools/export_zoo.py OUT_DIR [NAME ...] [--small]
+
+Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
+  resnet50           torchvision, opset 13          mobilenet_v3_large  torchvision, opset 14
+  vit_b_16           torchvision, opset 15          transformer_encoder torch.nn.TransformerEncoder, opset 17
+  gpt2               a GPT-2-style decoder, opset 16   dlrm            DLRM-like with EmbeddingBag, opset 17
+  bert_base          a BERT-base-sized encoder (12 x 768, 12 heads), opset 17 (benchmarks)
+--small shrinks the encoder/decoder sizes and image sizes for fast tests (same op sets).
+Existing files are kept (delete them to re-export).
+"""
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim, heads, context):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.register_buffer("mask", torch.tril(torch.ones(context, context)).view(1, 1, context, context))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q = q.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
+        att = torch.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.proj(y)
+
+
+class GeluTanh(nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, context):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads, context)
+        self.ln_2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), GeluTanh(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Gpt2(nn.Module):
+    def __init__(self, vocab=1000, context=64, dim=128, heads=4, layers=2):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Embedding(context, dim)
+        self.blocks = nn.ModuleList([Block(dim, heads, context) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(dim)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, ids):
+        positions = torch.arange(0, ids.size(1), dtype=torch.long).unsqueeze(0)
+        x = self.wte(ids) + self.wpe(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+class Encoder(nn.Module):
+    def __init__(self, dim, heads, layers, ff, activation="relu"):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=ff, dropout=0.0, batch_first=True,
+                                           activation=activation)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
+def spec(tensor):
+    dtype = {torch.float32: "float32", torch.int64: "int64"}[tensor.dtype]
+    return {"dtype": dtype, "dims": list(tensor.shape), "data": tensor.flatten().tolist()}
+
+
+def zoo(small):
+    import torchvision
+    import export_examples
+    image = 64 if small else 224
+    g = torch.Generator().manual_seed(3)
+    yield ("resnet50", 13, lambda: torchvision.models.resnet50(weights=None),
+           (torch.randn(1, 3, image, image, generator=g),), ["x"])
+    yield ("mobilenet_v3_large", 14, lambda: torchvision.models.mobilenet_v3_large(weights=None),
+           (torch.randn(1, 3, image, image, generator=g),), ["x"])
+    yield ("vit_b_16", 15, lambda: torchvision.models.vit_b_16(weights=None, image_size=image),
+           (torch.randn(1, 3, image, image, generator=g),), ["x"])
+    yield ("transformer_encoder", 17, lambda: Encoder(64, 4, 2, 128, activation="gelu"),
+           (torch.randn(2, 16, 64, generator=g),), ["x"])
+    yield ("gpt2", 16, lambda: Gpt2() if small else Gpt2(vocab=5000, context=128, dim=256, heads=8, layers=4),
+           (torch.randint(0, 1000, (2, 32), generator=g),), ["ids"])
+    yield ("dlrm", 17, lambda: export_examples.Dlrm(), export_examples.dlrm_inputs(),
+           ["dense", "indices", "offsets"])
+    yield ("bert_base", 17, lambda: Encoder(768, 12, 12, 3072, activation="gelu"),
+           (torch.randn(1, 128, 768, generator=g),), ["x"])
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if not args:
+        print(__doc__)
+        sys.exit(2)
+    out_dir, names = args[0], set(args[1:])
+    small = "--small" in sys.argv
+    os.makedirs(out_dir, exist_ok=True)
+    for name, opset, make, inputs, input_names in zoo(small):
+        if names and name not in names:
+            continue
+        path = os.path.join(out_dir, f"{name}.onnx")
+        if os.path.exists(path):
+            continue
+        torch.manual_seed(0)
+        model = make().eval()
+        # Gradients stay enabled: under no_grad, TransformerEncoderLayer takes its fused fast path
+        # (aten::_transformer_encoder_layer_fwd), which has no ONNX export.
+        torch.onnx.export(model, inputs, path + ".tmp", opset_version=opset, input_names=input_names,
+                          output_names=["output"], do_constant_folding=True)
+        with open(os.path.join(out_dir, f"{name}.inputs.json"), "w") as f:
+            json.dump({n: spec(t) for n, t in zip(input_names, inputs)}, f)
+        os.replace(path + ".tmp", path)
+        print(f"wrote {path} ({os.path.getsize(path)} bytes)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
