@@ -90,6 +90,23 @@ class Encoder(nn.Module):
         return self.encoder(x)
 
 
+def randomize(model, seed=1):
+    """Random weights that make every layer matter: zero-initialized weights (ViT's head) drawn
+    from N(0, 0.02), and BatchNorm statistics and affine terms random instead of the identity."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and float(p.abs().max()) == 0.0:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.1)
+    return model
+
+
 def spec(tensor):
     dtype = {torch.float32: "float32", torch.int64: "int64"}[tensor.dtype]
     return {"dtype": dtype, "dims": list(tensor.shape), "data": tensor.flatten().tolist()}
@@ -104,8 +121,11 @@ def zoo(small):
            (torch.randn(1, 3, image, image, generator=g),), ["x"])
     yield ("mobilenet_v3_large", 14, lambda: torchvision.models.mobilenet_v3_large(weights=None),
            (torch.randn(1, 3, image, image, generator=g),), ["x"])
-    yield ("vit_b_16", 15, lambda: torchvision.models.vit_b_16(weights=None, image_size=image),
-           (torch.randn(1, 3, image, image, generator=g),), ["x"])
+    # --small: the same VisionTransformer class with 2 layers of width 64 (same ops, 1/300 of the weights).
+    vit = (lambda: torchvision.models.vision_transformer.VisionTransformer(
+        image_size=image, patch_size=16, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128)) if small else \
+        (lambda: torchvision.models.vit_b_16(weights=None, image_size=image))
+    yield ("vit_b_16", 15, vit, (torch.randn(1, 3, image, image, generator=g),), ["x"])
     yield ("transformer_encoder", 17, lambda: Encoder(64, 4, 2, 128, activation="gelu"),
            (torch.randn(2, 16, 64, generator=g),), ["x"])
     yield ("gpt2", 16, lambda: Gpt2() if small else Gpt2(vocab=5000, context=128, dim=256, heads=8, layers=4),
@@ -131,7 +151,7 @@ def main():
         if os.path.exists(path):
             continue
         torch.manual_seed(0)
-        model = make().eval()
+        model = randomize(make()).eval()
         # Gradients stay enabled: under no_grad, TransformerEncoderLayer takes its fused fast path
         # (aten::_transformer_encoder_layer_fwd), which has no ONNX export.
         torch.onnx.export(model, inputs, path + ".tmp", opset_version=opset, input_names=input_names,

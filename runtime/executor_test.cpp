@@ -1,0 +1,203 @@
+// Unit tests of the ATen executor: ONNX semantics that are easy to get wrong (Reshape 0/-1,
+// Slice negative steps and clamping, Gather negative indices, asymmetric Conv pads, Gemm flags,
+// pre-13 Softmax), error messages, memory release, tensor files and random inputs.
+#include "runtime/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "runtime/tensors.h"
+#include "testing/test_graphs.h"
+
+namespace cleave::runtime {
+namespace {
+using cleave::testing::TestGraph;
+
+ir::Attribute ints(std::string name, std::vector<std::int64_t> values) {
+  ir::Attribute a;
+  a.name = std::move(name);
+  a.kind = ir::AttrKind::Ints;
+  a.ints = std::move(values);
+  return a;
+}
+ir::Attribute integer(std::string name, std::int64_t value) {
+  ir::Attribute a;
+  a.name = std::move(name);
+  a.kind = ir::AttrKind::Int;
+  a.intValue = value;
+  return a;
+}
+ir::Attribute real(std::string name, double value) {
+  ir::Attribute a;
+  a.name = std::move(name);
+  a.kind = ir::AttrKind::Float;
+  a.floatValue = value;
+  return a;
+}
+
+ir::NodeSpec spec(std::string op, std::vector<std::string> inputs, std::vector<ir::Attribute> attributes = {},
+                  std::string name = "n") {
+  ir::NodeSpec s;
+  s.opType = std::move(op);
+  s.name = std::move(name);
+  s.inputs = std::move(inputs);
+  s.outputs.push_back({"y", ir::ValueType()});
+  s.attributes = std::move(attributes);
+  return s;
+}
+
+// One node reading graph inputs a, b, c... (untyped: the executor does not need types).
+at::Tensor runOne(ir::NodeSpec node, const TensorMap& inputs, std::int64_t opset = 17) {
+  ir::GraphBuilder builder(ir::SourceFormat::Onnx);
+  builder.modelInfo().opsetImports = {{"", opset}};
+  for (const auto& [name, tensor] : inputs)
+    builder.addInput(name, ir::ValueType());
+  builder.addNode(node);
+  builder.setOutputs({"y"});
+  Expected<ir::Graph> graph = std::move(builder).finish();
+  EXPECT_TRUE(graph) << (graph ? "" : graph.error().message());
+  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)));
+  EXPECT_TRUE(executor) << (executor ? "" : executor.error().message());
+  Expected<TensorMap> outputs = (*executor)->run(inputs);
+  EXPECT_TRUE(outputs) << (outputs ? "" : outputs.error().message());
+  return outputs ? outputs->at("y") : at::Tensor();
+}
+
+at::Tensor longs(std::vector<std::int64_t> values) {
+  return at::tensor(at::ArrayRef<std::int64_t>(values), at::TensorOptions().dtype(at::kLong));
+}
+
+TEST(Executor, ReshapeCopiesZeroDimsAndInfersMinusOne) {
+  at::Tensor x = at::arange(24, at::TensorOptions().dtype(at::kFloat)).reshape({2, 3, 4});
+  at::Tensor y = runOne(spec("Reshape", {"a", "b"}), {{"a", x}, {"b", longs({0, -1})}});
+  EXPECT_EQ(y.sizes().vec(), (std::vector<std::int64_t>{2, 12}));
+  at::Tensor z = runOne(spec("Reshape", {"a", "b"}, {integer("allowzero", 1)}),
+                        {{"a", at::zeros({0, 3})}, {"b", longs({3, 0})}});
+  EXPECT_EQ(z.sizes().vec(), (std::vector<std::int64_t>{3, 0}));
+}
+
+TEST(Executor, SliceWithNegativeStepsAndClampedBounds) {
+  at::Tensor x = at::arange(10, at::TensorOptions().dtype(at::kFloat));
+  // starts -1, ends -1000 (clamped to before the start), step -3: 9, 6, 3, 0.
+  at::Tensor y = runOne(spec("Slice", {"a", "s", "e", "ax", "st"}),
+                        {{"a", x}, {"s", longs({-1})}, {"e", longs({-1000})}, {"ax", longs({0})}, {"st", longs({-3})}});
+  EXPECT_TRUE(at::equal(y, at::tensor({9.f, 6.f, 3.f, 0.f})));
+  // ends past the size clamp; step 2.
+  at::Tensor z = runOne(spec("Slice", {"a", "s", "e", "ax", "st"}),
+                        {{"a", x}, {"s", longs({1})}, {"e", longs({INT64_MAX})}, {"ax", longs({0})}, {"st", longs({4})}});
+  EXPECT_TRUE(at::equal(z, at::tensor({1.f, 5.f, 9.f})));
+}
+
+TEST(Executor, GatherTakesNegativeIndicesAndKeepsTheirShape) {
+  at::Tensor x = at::arange(12, at::TensorOptions().dtype(at::kFloat)).reshape({3, 4});
+  at::Tensor y = runOne(spec("Gather", {"a", "i"}, {integer("axis", 1)}), {{"a", x}, {"i", longs({-1, 0}).reshape({2, 1})}});
+  EXPECT_EQ(y.sizes().vec(), (std::vector<std::int64_t>{3, 2, 1}));
+  EXPECT_EQ(y[0][0][0].item<float>(), 3.f);
+  EXPECT_EQ(y[2][1][0].item<float>(), 8.f);
+  at::Tensor scalar = runOne(spec("Gather", {"a", "i"}), {{"a", x}, {"i", at::scalar_tensor(-1, at::kLong)}});
+  EXPECT_TRUE(at::equal(scalar, x[2]));
+}
+
+TEST(Executor, ConvWithAsymmetricPadsEqualsConvOfThePaddedInput) {
+  at::manual_seed(0);
+  at::Tensor x = at::randn({1, 2, 5, 5}), w = at::randn({3, 2, 3, 3}), b = at::randn({3});
+  at::Tensor y = runOne(spec("Conv", {"a", "b", "c"}, {ints("pads", {0, 1, 2, 0}), ints("strides", {2, 1})}),
+                        {{"a", x}, {"b", w}, {"c", b}});
+  at::Tensor expected = at::conv2d(at::constant_pad_nd(x, {1, 0, 0, 2}), w, b, {2, 1});
+  EXPECT_TRUE(at::allclose(y, expected, 1e-5, 1e-6));
+  // SAME_UPPER keeps the spatial size at stride 1.
+  at::Tensor same = runOne(spec("Conv", {"a", "b"}, {[] {
+                             ir::Attribute a;
+                             a.name = "auto_pad";
+                             a.kind = ir::AttrKind::String;
+                             a.text = "SAME_UPPER";
+                             return a;
+                           }()}),
+                           {{"a", x}, {"b", w}});
+  EXPECT_EQ(same.sizes().vec(), (std::vector<std::int64_t>{1, 3, 5, 5}));
+}
+
+TEST(Executor, GemmHonoursTransposesAlphaAndBeta) {
+  at::manual_seed(1);
+  at::Tensor a = at::randn({4, 3}), b = at::randn({5, 4}), c = at::randn({5});
+  at::Tensor y = runOne(spec("Gemm", {"a", "b", "c"}, {integer("transA", 1), integer("transB", 1), real("alpha", 0.5),
+                                                       real("beta", 2.0)}),
+                        {{"a", a}, {"b", b}, {"c", c}});
+  EXPECT_TRUE(at::allclose(y, 0.5 * at::mm(a.t(), b.t()) + 2.0 * c, 1e-5, 1e-6));
+}
+
+TEST(Executor, SoftmaxBeforeOpset13CoercesTo2D) {
+  at::manual_seed(2);
+  at::Tensor x = at::randn({2, 3, 4});
+  at::Tensor old = runOne(spec("Softmax", {"a"}), {{"a", x}}, 11); // axis 1: rows of 12
+  EXPECT_TRUE(at::allclose(old, at::softmax(x.reshape({2, 12}), 1).reshape({2, 3, 4})));
+  at::Tensor now = runOne(spec("Softmax", {"a"}), {{"a", x}}, 13); // axis -1
+  EXPECT_TRUE(at::allclose(now, at::softmax(x, -1)));
+}
+
+TEST(Executor, NamesTheOpNodeAndOpsetItCannotRun) {
+  ir::GraphBuilder builder(ir::SourceFormat::Onnx);
+  builder.modelInfo().opsetImports = {{"", 15}};
+  builder.addInput("a", ir::ValueType());
+  builder.addNode(spec("Frobnicate", {"a"}, {}, "weird"));
+  builder.setOutputs({"y"});
+  Expected<ir::Graph> graph = std::move(builder).finish();
+  ASSERT_TRUE(graph);
+  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)));
+  ASSERT_FALSE(executor);
+  EXPECT_EQ(executor.error().code(), ErrorCode::Unsupported);
+  EXPECT_NE(executor.error().message().find("Frobnicate (node 'weird', opset 15)"), std::string::npos)
+      << executor.error().message();
+}
+
+TEST(Executor, FreesEachValueAfterItsLastUser) {
+  TestGraph t;
+  t.input("x", {256, 1024});
+  std::string previous = "x";
+  for (int i = 0; i < 12; ++i) {
+    t.op("Relu", "r" + std::to_string(i), {previous}, {256, 1024});
+    previous = "r" + std::to_string(i);
+  }
+  ir::Graph g = t.output({previous}).build();
+  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(g)));
+  ASSERT_TRUE(executor);
+  RunStats stats;
+  Expected<TensorMap> out = (*executor)->run({{"x", at::randn({256, 1024})}}, &stats);
+  ASSERT_TRUE(out) << out.error().message();
+  std::int64_t one = 256 * 1024 * 4;
+  EXPECT_LE(stats.peakActivationBytes, 2 * one); // a chain holds at most two values at once
+  EXPECT_GE(stats.peakActivationBytes, one);
+}
+
+TEST(Tensors, FilesRoundTripAndRandomInputsAreSeededPerName) {
+  TensorMap tensors{{"f", at::tensor({1.5f, -2.f})},
+                    {"i", longs({1, 1LL << 60})},
+                    {"b", at::tensor({1, 0}).to(at::kBool)}};
+  std::string path = ::testing::TempDir() + "/tensors.json";
+  ASSERT_TRUE(writeTensorFile(tensors, path));
+  Expected<TensorMap> back = readTensorFile(path);
+  ASSERT_TRUE(back) << back.error().message();
+  for (const auto& [name, tensor] : tensors) {
+    EXPECT_EQ(back->at(name).scalar_type(), tensor.scalar_type()) << name;
+    EXPECT_TRUE(at::equal(back->at(name), tensor)) << name;
+  }
+  std::remove(path.c_str());
+
+  TestGraph t;
+  t.input("x", {2, 3}).input("z", {4}).op("Relu", "r", {"x"}, {2, 3});
+  ir::Graph g = t.output({"r"}).build();
+  Expected<TensorMap> first = randomInputs(g, 5), again = randomInputs(g, 5), other = randomInputs(g, 6);
+  ASSERT_TRUE(first && again && other);
+  EXPECT_TRUE(at::equal(first->at("x"), again->at("x")));
+  EXPECT_FALSE(at::equal(first->at("x"), other->at("x")));
+  TestGraph u;
+  u.input("x", {2, 3}).op("Relu", "r", {"x"}, {2, 3});
+  ir::Graph h = u.output({"r"}).build();
+  Expected<TensorMap> alone = randomInputs(h, 5); // same name, same seed: same tensor
+  ASSERT_TRUE(alone);
+  EXPECT_TRUE(at::equal(first->at("x"), alone->at("x")));
+}
+
+} // namespace
+} // namespace cleave::runtime

@@ -1,0 +1,149 @@
+"""The ATen runtime against ONNX Runtime (npm onnxruntime-node) on the model zoo of issue 4:
+torchvision resnet50, mobilenet_v3_large and a ViT (torchvision's VisionTransformer), a
+torch.nn.TransformerEncoder, a GPT-2-style decoder and a DLRM-like model with EmbeddingBag
+(exported by tools/export_zoo.py --small with Debian's torch, opsets 13 to 17). Outputs must agree
+within 1e-4 relative error (max |cleave - ORT| / max |ORT|). Cut models (split with the GPU and NPU
+profiles) must verify against the original with `cleave verify`, and unsupported input must be
+refused with one-line errors."""
+import json
+import os
+import subprocess
+import sys
+
+import onnx
+from onnx import TensorProto, helper
+
+from testlib import EXAMPLES, SOURCE_DIR, TempDirTest, main, run, CLEAVE
+
+ORACLE = os.path.join(SOURCE_DIR, "tests", "oracle", "run_model.js")
+ZOO = os.path.join(os.path.dirname(os.path.abspath(CLEAVE)), "zoo_small")
+MODELS = ("resnet50", "mobilenet_v3_large", "vit_b_16", "transformer_encoder", "gpt2", "dlrm")
+GPU = os.path.join(EXAMPLES, "profiles", "gpu.json")
+NPU = os.path.join(EXAMPLES, "profiles", "npu.json")
+
+
+def export_zoo():
+    subprocess.run(["/usr/bin/python3", os.path.join(SOURCE_DIR, "tools", "export_zoo.py"), ZOO, *MODELS, "--small"],
+                   check=True, capture_output=True, text=True, timeout=900)
+
+
+def relative_error(want, got):
+    scale = max((abs(v) for v in want), default=0.0)
+    error = max((abs(a - b) for a, b in zip(want, got)), default=0.0)
+    return error / scale if scale > 0 else error
+
+
+class RuntimeOracle(TempDirTest):
+    @classmethod
+    def setUpClass(cls):
+        export_zoo()
+
+    def model(self, name):
+        return os.path.join(ZOO, f"{name}.onnx"), os.path.join(ZOO, f"{name}.inputs.json")
+
+    def test_every_zoo_model_matches_onnx_runtime(self):
+        opsets = set()
+        for name in MODELS:
+            with self.subTest(model=name):
+                model, inputs = self.model(name)
+                opsets.add(onnx.load(model, load_external_data=False).opset_import[0].version)
+                ort_out, cleave_out = self.path(f"{name}.ort.json"), self.path(f"{name}.cleave.json")
+                proc = subprocess.run(["node", ORACLE, model, inputs, ort_out], capture_output=True, text=True,
+                                      timeout=600)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                code, _, err = run("run", model, "--inputs", inputs, "--save-outputs", cleave_out)
+                self.assertEqual(code, 0, err)
+                want, got = json.load(open(ort_out)), json.load(open(cleave_out))
+                self.assertEqual(sorted(want), sorted(got))
+                for output in want:
+                    self.assertEqual(want[output]["dims"], got[output]["dims"])
+                    self.assertGreater(max(abs(v) for v in want[output]["data"]), 1e-6, "a degenerate output")
+                    self.assertLessEqual(relative_error(want[output]["data"], got[output]["data"]), 1e-4, output)
+        self.assertEqual(opsets, {13, 14, 15, 16, 17})
+
+    def test_cut_models_verify_against_the_original(self):
+        for name in MODELS:
+            model, inputs = self.model(name)
+            # A profile that leaves a few common ops on the CPU, so every model is cut several times.
+            ops = {n.op_type for n in onnx.load(model, load_external_data=False).graph.node}
+            holes = self.path(f"{name}.profile.json")
+            with open(holes, "w") as f:
+                json.dump({"name": "holes", "ops": sorted(ops - {"Relu", "Softmax", "Erf", "Gather", "HardSwish", "Tanh"})}, f)
+            for profile in (GPU, holes):
+                with self.subTest(model=name, profile=os.path.basename(profile)):
+                    out = self.path(f"{name}_{os.path.basename(profile)}")
+                    code, _, err = run("split", model, "--profile", profile, "-o", out)
+                    self.assertEqual(code, 0, err)
+                    code, stdout, err = run("verify", model, out, "--inputs", inputs, "--json")
+                    self.assertEqual(code, 0, err)
+                    report = json.loads(stdout)
+                    self.assertTrue(report["ok"])
+                    self.assertGreater(report["submodules"], 2 if profile == holes else 0)
+
+    def test_random_inputs_are_the_same_for_a_model_and_its_cut(self):
+        model, _ = self.model("transformer_encoder")
+        out = self.path("cut")
+        run("split", model, "--profile", NPU, "-o", out, check=True)
+        code, whole, err = run("run", model, "--seed", "7", "--json")
+        self.assertEqual(code, 0, err)
+        code, cut, err = run("run", out, "--seed", "7", "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(whole)["outputs"], json.loads(cut)["outputs"])
+        code, _, err = run("verify", model, out, "--seed", "7")
+        self.assertEqual(code, 0, err)
+
+
+class BadInput(TempDirTest):
+    def write_model(self, op_type, domain="", opset=17):
+        node = helper.make_node(op_type, ["x"], ["y"], name="odd_node", domain=domain)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+        imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+        path = self.path(f"{op_type}.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=imports), path)
+        return path
+
+    def test_an_op_without_kernel_is_named_with_node_and_opset(self):
+        path = self.write_model("Frobnicate", domain="com.example")
+        code, _, err = run("run", path)
+        self.assertOneLineError(code, err, "com.example::Frobnicate", "'odd_node'", "opset 17")
+
+    def test_a_kernel_refusing_its_operands_names_the_node(self):
+        node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="bad_reshape")
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                                  [helper.make_tensor("shape", TensorProto.INT64, [2], [4, 4])])
+        path = self.path("reshape.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+        code, _, err = run("run", path)
+        self.assertOneLineError(code, err, "'bad_reshape'", "Reshape")
+
+    def test_missing_and_corrupt_inputs(self):
+        path = self.write_model("Relu")
+        bad = self.path("inputs.json")
+        with open(bad, "w") as f:
+            json.dump({"other": {"dtype": "float32", "dims": [2], "data": [1, 2]}}, f)
+        code, _, err = run("run", path, "--inputs", bad)
+        self.assertOneLineError(code, err, "no value for input 'x'")
+        with open(bad, "w") as f:
+            json.dump({"x": {"dtype": "float32", "dims": [3], "data": [1, 2]}}, f)
+        code, _, err = run("run", path, "--inputs", bad)
+        self.assertOneLineError(code, err, "'x'", "dims need 3")
+        code, _, err = run("run", path, "--backend", "tpu-9000")
+        self.assertOneLineError(code, err, "unknown backend 'tpu-9000'", exit_code=1)
+
+    def test_profile_backend_refuses_what_its_profile_does_not_support(self):
+        model = os.path.join(EXAMPLES, "cnn.onnx")
+        with open(self.path("relu_only.json"), "w") as f:
+            json.dump({"ops": ["Relu"]}, f)
+        code, _, err = run("run", model, "--backend", f"profile:{self.path('relu_only.json')}")
+        self.assertOneLineError(code, err, "refuses node", "not in the profile")
+
+    def test_verify_needs_a_cut_directory(self):
+        model = os.path.join(EXAMPLES, "cnn.onnx")
+        code, _, err = run("verify", model, self.path("nothing"))
+        self.assertOneLineError(code, err, "no plan.json")
+
+
+if __name__ == "__main__":
+    main()
