@@ -2,7 +2,9 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/runtime_options.h"
 #include "io/model_loader.h"
+#include "runtime/lower_and_run.h"
 #include "plan/materialize.h"
 #include "report/split_report.h"
 #include "split/splitter.h"
@@ -16,8 +18,10 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
                "cleave split"};
   std::string path, profilePath, outDir;
   split::SplitOptions options;
-  bool json = false, planOnly = false, preview = false;
+  bool json = false, planOnly = false, preview = false, dumpInputs = false;
   double pcieGiBps = 100.0;
+  RuntimeOptions runtime;
+  runtime::Tolerance tolerance;
   app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
   app.add_option("--profile", profilePath, "operator-support profile (JSON)")->required();
   app.add_option("-o,--output", outDir, "output directory (written atomically)");
@@ -36,9 +40,20 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_flag("--plan-only", planOnly, "write plan.json and reports, no submodels");
   app.add_flag("--preview", preview, "report per acc subgraph sizes, PCIe-bound max QPS and the bottleneck");
   app.add_option("--pcie-gbps", pcieGiBps, "PCIe bandwidth for --preview, GiB/s")->capture_default_str();
+  app.add_flag("--dump-inputs", dumpInputs,
+               "write submodule_inputs.json: each submodule's inputs captured from a run of the model "
+               "on --inputs FILE or random inputs (--seed)");
+  addRuntimeOptions(app, runtime);
+  app.add_option("--rtol", tolerance.rtol, "--preview --backend: relative tolerance")->capture_default_str();
+  app.add_option("--atol", tolerance.atol, "--preview --backend: absolute tolerance")->capture_default_str();
   app.add_flag("--json", json, "print a JSON summary");
   if (int code = parseArguments(app, args, out, err); code >= 0)
     return code;
+  bool lowerAndRun = preview && app.count("--backend") > 0;
+  if (dumpInputs && outDir.empty()) {
+    err << "cleave split: usage error: --dump-inputs needs -o DIR\n";
+    return kExitUsage;
+  }
   if (outDir.empty() && !preview) {
     err << "cleave split: usage error: -o DIR is required (or --preview alone)\n";
     return kExitUsage;
@@ -61,6 +76,52 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
   std::vector<plan::Boundary> boundaries = plan::computeBoundaries(*graph, result->plan);
   report::Json summary = report::splitJson(*graph, *result, boundaries,
                                            {.pcieBytesPerSecond = pcieGiBps * double(1ull << 30)});
+  // Runs of the model: lower-and-run of each acc subgraph on --backend, captured inputs.
+  std::string submoduleInputs;
+  if (lowerAndRun || dumpInputs) {
+    // Not owning: `graph` outlives every use here.
+    std::shared_ptr<const ir::Graph> shared(&*graph, [](const ir::Graph*) {});
+    Expected<std::unique_ptr<runtime::Backend>> acc = runtime::makeBackend(runtime.backend);
+    Expected<std::unique_ptr<runtime::Backend>> cpu = runtime::makeBackend("aten-cpu");
+    if (!acc || !cpu)
+      return reportError("cleave split", acc ? cpu.error() : acc.error(), err);
+    Expected<runtime::TensorMap> inputs = makeInputs(*graph, runtime);
+    if (!inputs)
+      return reportError("cleave split", inputs.error(), err);
+    Expected<runtime::ReferenceRun> reference = runtime::ReferenceRun::run(shared, **cpu, *inputs);
+    if (!reference)
+      return reportError("cleave split", reference.error(), err);
+    if (dumpInputs) {
+      report::Json all = report::Json::object();
+      for (std::size_t s = 0; s < boundaries.size(); ++s) {
+        Expected<std::string> text = runtime::formatTensorFile(reference->valuesByName(boundaries[s].inputs));
+        if (!text)
+          return reportError("cleave split", text.error(), err);
+        all[result->plan.submodules[s].name] = report::Json::parse(*text);
+      }
+      submoduleInputs = all.dump() + "\n";
+    }
+    if (lowerAndRun) {
+      report::Json trials = report::Json::array();
+      for (const runtime::SubmoduleTrial& trial :
+           runtime::tryAccSubmodules(*reference, result->plan, **acc, tolerance)) {
+        report::Json entry = {{"submodule", trial.name},
+                              {"outcome", runtime::trialOutcomeName(trial.result.outcome)},
+                              {"max_abs", trial.result.maxAbs},
+                              {"max_rel", trial.result.maxRel}};
+        if (!trial.result.passed())
+          entry["message"] = trial.result.message;
+        if (trial.culprit) {
+          entry["culprit"] = {{"node", std::string(reference->graph().name(*trial.culprit))},
+                              {"op", reference->graph().target(*trial.culprit)},
+                              {"outcome", runtime::trialOutcomeName(trial.culpritResult.outcome)},
+                              {"message", trial.culpritResult.message}};
+        }
+        trials.push_back(std::move(entry));
+      }
+      summary["lower_and_run"] = {{"backend", runtime.backend}, {"submodules", std::move(trials)}};
+    }
+  }
   std::ostringstream text;
   report::printSplitText(summary, true, text);
   if (!outDir.empty()) {
@@ -73,6 +134,8 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
     plan::MaterializeOptions materializeOptions;
     materializeOptions.writeSubmodels = !planOnly;
     materializeOptions.extraFiles = {{"report.txt", text.str()}, {"report.json", report::dumpJson(summary)}};
+    if (dumpInputs)
+      materializeOptions.extraFiles.push_back({"submodule_inputs.json", submoduleInputs});
     if (Status written = plan::materialize(*graph, result->plan, path, outDir, extra, materializeOptions); !written)
       return reportError("cleave split", written.error(), err);
   }

@@ -3,7 +3,7 @@
 namespace cleave::cli {
 
 void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
-  app.add_option("--backend", options.backend, "aten-cpu, aten-cuda or profile:FILE (accelerator submodules)")
+  app.add_option("--backend", options.backend, "aten-cpu, aten-cpu-bf16, aten-cuda or profile:FILE (accelerator submodules)")
       ->capture_default_str();
   app.add_option("--inputs", options.inputsPath, "input tensors (JSON: name -> {dtype, dims, data})");
   app.add_option("--seed", options.seed, "seed of the random inputs used without --inputs")->capture_default_str();
@@ -37,6 +37,13 @@ Expected<runtime::TensorMap> makeInputs(const runtime::Runnable& runnable, const
     return runtime::readTensorFile(options.inputsPath);
   CLEAVE_TRY(auto dims, parseDims(options.dims));
   return runnable.randomInputs(options.seed, dims);
+}
+
+Expected<runtime::TensorMap> makeInputs(const ir::Graph& graph, const RuntimeOptions& options) {
+  if (!options.inputsPath.empty())
+    return runtime::readTensorFile(options.inputsPath);
+  CLEAVE_TRY(auto dims, parseDims(options.dims));
+  return runtime::randomInputs(graph, options.seed, 10, dims);
 }
 
 } // namespace cleave::cli

@@ -29,5 +29,6 @@ Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOpti
 Expected<std::map<std::string, std::int64_t>> parseDims(const std::vector<std::string>& dims);
 // --inputs FILE, else random inputs from --seed.
 Expected<runtime::TensorMap> makeInputs(const runtime::Runnable& runnable, const RuntimeOptions& options);
+Expected<runtime::TensorMap> makeInputs(const ir::Graph& graph, const RuntimeOptions& options);
 
 } // namespace cleave::cli

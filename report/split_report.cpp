@@ -221,6 +221,20 @@ void printSplitText(const Json& split, bool preview, std::ostream& out) {
   if (preview)
     out << "max qps (PCIe bound): " << formatQps(split["max_qps"].get<double>()) << ", bottleneck: "
         << (split["bottleneck"].get<std::string>().empty() ? "none" : split["bottleneck"].get<std::string>()) << "\n";
+  if (split.contains("lower_and_run")) {
+    const Json& trials = split["lower_and_run"];
+    out << "lower and run on " << trials["backend"].get<std::string>() << ":\n";
+    for (const Json& trial : trials["submodules"]) {
+      out << "  " << trial["submodule"].get<std::string>() << ": " << trial["outcome"].get<std::string>();
+      if (trial.contains("message"))
+        out << " (" << trial["message"].get<std::string>() << ")";
+      out << "\n";
+      if (trial.contains("culprit"))
+        out << "    culprit: " << trial["culprit"]["node"].get<std::string>() << " ("
+            << trial["culprit"]["op"].get<std::string>() << "): " << trial["culprit"]["outcome"].get<std::string>()
+            << "\n";
+    }
+  }
   for (const Json& remark : split["remarks"])
     out << "note: " << remark.get<std::string>() << "\n";
   if (!split["cpu_nodes"].empty()) {

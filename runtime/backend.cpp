@@ -17,7 +17,8 @@ private:
 
 class AtenBackend final : public Backend {
 public:
-  AtenBackend(std::string name, at::Device device) : name_(std::move(name)), device_(device) {}
+  AtenBackend(std::string name, at::Device device, std::optional<at::ScalarType> floatType = std::nullopt)
+      : name_(std::move(name)), device_(device), floatType_(floatType) {}
   const std::string& name() const override { return name_; }
   Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const override {
     if (device_.is_cuda() && !at::hasCUDA())
@@ -26,6 +27,7 @@ public:
                                               "pointing at a CUDA-enabled libtorch)";
     ExecutorOptions options;
     options.device = device_;
+    options.floatType = floatType_;
     CLEAVE_TRY(std::unique_ptr<Executor> executor, Executor::create(std::move(graph), options));
     return std::unique_ptr<LoweredModule>(new ExecutorModule(std::move(executor), device_));
   }
@@ -33,6 +35,7 @@ public:
 private:
   std::string name_;
   at::Device device_;
+  std::optional<at::ScalarType> floatType_;
 };
 
 class ProfileBackend final : public Backend {
@@ -62,6 +65,8 @@ private:
 Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec) {
   if (spec == "aten-cpu")
     return std::unique_ptr<Backend>(new AtenBackend(spec, at::kCPU));
+  if (spec == "aten-cpu-bf16")
+    return std::unique_ptr<Backend>(new AtenBackend(spec, at::kCPU, at::kBFloat16));
   if (spec == "aten-cuda")
     return std::unique_ptr<Backend>(new AtenBackend(spec, at::Device(at::kCUDA, 0)));
   if (spec.rfind("profile:", 0) == 0) {
@@ -69,7 +74,7 @@ Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec) {
     return std::unique_ptr<Backend>(new ProfileBackend(spec, std::move(profile)));
   }
   return Error(ErrorCode::InvalidArgument) << "unknown backend '" << spec
-                                           << "' (backends: aten-cpu, aten-cuda, profile:FILE)";
+                                           << "' (backends: aten-cpu, aten-cpu-bf16, aten-cuda, profile:FILE)";
 }
 
 } // namespace cleave::runtime

@@ -1,6 +1,9 @@
 // runtime/backend.h - where a (sub)model runs: lower it once, run it many times.
 //
 //   aten-cpu       the ATen executor on the CPU
+//   aten-cpu-bf16  the ATen executor on the CPU computing in bfloat16 (floating inputs and
+//                  parameters cast, outputs cast back to float32): a low-precision device whose
+//                  disagreements exercise verify, preview and minimize
 //   aten-cuda      the ATen executor on CUDA device 0; lowering fails unless libtorch was built
 //                  with CUDA (configure with -DCLEAVE_TORCH_DIR pointing at such a libtorch)
 //   profile:FILE   refuses, at lowering, any node the support profile FILE does not support

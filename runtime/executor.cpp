@@ -38,6 +38,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
       executor->kernels_[node] = kernel;
     } else if (g.kind(node) == ir::NodeKind::Parameter) {
       CLEAVE_TRY(at::Tensor tensor, loadParameter(g, g.parameters(node)[0]));
+      if (options.floatType && at::isFloatingType(tensor.scalar_type()))
+        tensor = tensor.to(*options.floatType);
       executor->parameters_[node] = tensor.to(options.device);
     } else if (g.kind(node) == ir::NodeKind::ModuleCall || g.kind(node) == ir::NodeKind::MethodCall) {
       return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' is a module or method call";
@@ -76,7 +78,7 @@ Executor& Executor::subgraph(NodeId node, std::string_view attribute) {
   return *(subgraphs_[key] = std::move(*executor));
 }
 
-Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats) {
+Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, const Observer* observe) {
   const ir::Graph& g = *graph_;
   std::vector<at::Tensor> values(g.numValues());
   std::vector<std::uint32_t> remaining = uses_;
@@ -93,6 +95,10 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats) {
       if (found == inputs.end())
         return Error(ErrorCode::InvalidArgument) << "no value for input '" << g.valueName(value) << "'";
       values[index(value)] = found->second.to(options_.device);
+      if (options_.floatType && at::isFloatingType(found->second.scalar_type()))
+        values[index(value)] = values[index(value)].to(*options_.floatType);
+      if (observe)
+        (*observe)(value, values[index(value)]);
       continue;
     }
     case ir::NodeKind::Parameter:
@@ -100,8 +106,12 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats) {
       continue;
     case ir::NodeKind::Output: {
       TensorMap outputs;
-      for (ir::ValueId value : g.inputs(node))
-        outputs[std::string(g.valueName(value))] = values[index(value)];
+      for (ir::ValueId value : g.inputs(node)) {
+        at::Tensor tensor = values[index(value)];
+        if (options_.floatType && tensor.defined() && tensor.scalar_type() == *options_.floatType)
+          tensor = tensor.to(at::kFloat);
+        outputs[std::string(g.valueName(value))] = tensor;
+      }
       if (stats)
         stats->peakActivationBytes = peak;
       return outputs;
@@ -140,6 +150,8 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats) {
       }
       values[index(outputs[i])] = std::move(results[i]);
       live += bytesOf(values[index(outputs[i])]);
+      if (observe)
+        (*observe)(outputs[i], values[index(outputs[i])]);
     }
     peak = std::max(peak, live);
     // Free operands whose last user this was (parameters stay; graph outputs are used by the

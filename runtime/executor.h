@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include <map>
+#include <optional>
 #include <memory>
 
 #include "base/expected.h"
@@ -21,6 +22,9 @@ namespace cleave::runtime {
 
 struct ExecutorOptions {
   at::Device device = at::kCPU;
+  // When set (e.g. bfloat16): floating parameters and inputs are cast to it, and floating outputs
+  // cast back to float32: a lower-precision device, for exercising disagreement paths.
+  std::optional<at::ScalarType> floatType;
 };
 
 struct RunStats {
@@ -35,9 +39,12 @@ public:
   static Expected<std::unique_ptr<Executor>> create(std::shared_ptr<const ir::Graph> graph,
                                                     const ExecutorOptions& options = {});
 
+  // Called with every value as it is made (graph inputs and op outputs), before it may be freed.
+  using Observer = std::function<void(ir::ValueId, const at::Tensor&)>;
+
   // `inputs` by graph-input name (extra names are ignored). Fails: InvalidArgument (a missing
   // input), Unsupported/InvalidArgument (a kernel refused its operands: message names the node).
-  Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats = nullptr);
+  Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats = nullptr, const Observer* observe = nullptr);
 
   const ir::Graph& graph() const { return *graph_; }
   std::int64_t opset() const { return opset_; }

@@ -183,7 +183,7 @@ Expected<TensorMap> readTensorFile(const std::string& path) {
   return tensors;
 }
 
-Status writeTensorFile(const TensorMap& tensors, const std::string& path) {
+Expected<std::string> formatTensorFile(const TensorMap& tensors) {
   nlohmann::json doc = nlohmann::json::object();
   for (const auto& [name, original] : tensors) {
     at::Tensor tensor = original.to(at::kCPU).contiguous();
@@ -215,7 +215,12 @@ Status writeTensorFile(const TensorMap& tensors, const std::string& path) {
     spec["data"] = std::move(data);
     doc[name] = std::move(spec);
   }
-  return writeFileAtomically(path, doc.dump() + "\n");
+  return doc.dump() + "\n";
+}
+
+Status writeTensorFile(const TensorMap& tensors, const std::string& path) {
+  CLEAVE_TRY(std::string text, formatTensorFile(tensors));
+  return writeFileAtomically(path, text);
 }
 
 Expected<at::Tensor> randomTensor(const ir::Graph& graph, ir::ValueId value, std::uint64_t seed, std::int64_t intHigh,

@@ -30,6 +30,8 @@ Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& 
 
 Expected<TensorMap> readTensorFile(const std::string& path);
 Status writeTensorFile(const TensorMap& tensors, const std::string& path);
+// The text writeTensorFile writes (one JSON object and a newline).
+Expected<std::string> formatTensorFile(const TensorMap& tensors);
 
 // Random inputs for every graph input: floats ~ N(0, 1), integers in [0, intHigh), bools
 // 50/50; each input from a generator seeded by `seed` and its name, so a model and its cut get

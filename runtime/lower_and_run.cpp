@@ -1,0 +1,124 @@
+#include "runtime/lower_and_run.h"
+
+#include "plan/materialize.h"
+
+namespace cleave::runtime {
+using ir::NodeId;
+
+std::string_view trialOutcomeName(TrialOutcome outcome) {
+  switch (outcome) {
+  case TrialOutcome::Passed: return "passed";
+  case TrialOutcome::LoweringFailed: return "lowering_failed";
+  case TrialOutcome::RunFailed: return "run_failed";
+  case TrialOutcome::Mismatch: return "mismatch";
+  }
+  return "?";
+}
+
+Expected<ReferenceRun> ReferenceRun::run(std::shared_ptr<const ir::Graph> graph, const Backend& backend,
+                                         const TensorMap& inputs) {
+  ReferenceRun reference;
+  reference.graph_ = graph;
+  reference.values_.resize(graph->numValues());
+  // The backend must accept the whole model; the values are then observed on an executor of the
+  // backend's device (every backend here is an ATen executor underneath).
+  CLEAVE_TRY(std::unique_ptr<LoweredModule> module, backend.lower(graph));
+  ExecutorOptions options;
+  options.device = module->device();
+  CLEAVE_TRY(std::unique_ptr<Executor> executor, Executor::create(graph, options));
+  Executor::Observer keep = [&](ir::ValueId value, const at::Tensor& tensor) {
+    reference.values_[index(value)] = tensor.to(at::kCPU);
+  };
+  CLEAVE_TRY(TensorMap outputs, executor->run(inputs, nullptr, &keep));
+  for (std::uint32_t n = 0; n < graph->numNodes(); ++n) // parameters are values too
+    if (graph->kind(NodeId{n}) == ir::NodeKind::Parameter) {
+      CLEAVE_TRY(at::Tensor tensor, loadParameter(*graph, graph->parameters(NodeId{n})[0]));
+      reference.values_[index(graph->outputs(NodeId{n})[0])] = tensor;
+    }
+  return reference;
+}
+
+TensorMap ReferenceRun::valuesByName(const std::vector<ir::ValueId>& values) const {
+  TensorMap byName;
+  for (ir::ValueId value : values)
+    byName[std::string(graph_->valueName(value))] = values_[index(value)];
+  return byName;
+}
+
+namespace {
+plan::CutPlan singleSubmodule(const ir::Graph& graph, const std::vector<NodeId>& nodes) {
+  plan::CutPlan plan;
+  plan.kind = plan::PlanKind::Split;
+  plan.submodules.push_back({"trial", true, nodes});
+  plan::indexSubmodules(graph, plan);
+  return plan;
+}
+} // namespace
+
+Expected<std::pair<ir::Graph, TensorMap>> extractNodes(const ReferenceRun& reference, const std::vector<NodeId>& nodes) {
+  const ir::Graph& graph = reference.graph();
+  plan::CutPlan plan = singleSubmodule(graph, nodes);
+  std::vector<plan::Boundary> boundaries = plan::computeBoundaries(graph, plan);
+  CLEAVE_TRY(ir::Graph part, plan::extractSubmodule(graph, plan, boundaries, 0));
+  return std::make_pair(std::move(part), reference.valuesByName(boundaries[0].inputs));
+}
+
+TrialResult tryNodes(const ReferenceRun& reference, const std::vector<NodeId>& nodes, const Backend& backend,
+                     const Tolerance& tolerance) {
+  TrialResult result;
+  Expected<std::pair<ir::Graph, TensorMap>> part = extractNodes(reference, nodes);
+  if (!part)
+    return {TrialOutcome::LoweringFailed, part.error().message()};
+  auto graph = std::make_shared<const ir::Graph>(std::move(part->first));
+  Expected<std::unique_ptr<LoweredModule>> module = backend.lower(graph);
+  if (!module)
+    return {TrialOutcome::LoweringFailed, module.error().message()};
+  Expected<TensorMap> outputs = (*module)->run(part->second);
+  if (!outputs)
+    return {TrialOutcome::RunFailed, outputs.error().message()};
+  for (ir::ValueId value : graph->graphOutputs()) {
+    std::string name(graph->valueName(value));
+    at::Tensor want = reference.value(reference.graph().findValue(name));
+    at::Tensor got = outputs->at(name).to(at::kCPU);
+    if (want.sizes() != got.sizes() || want.scalar_type() != got.scalar_type()) {
+      return {TrialOutcome::Mismatch, "output '" + name + "' has another shape or dtype"};
+    }
+    if (want.numel() == 0 || !(at::isFloatingType(want.scalar_type()) || at::isIntegralType(want.scalar_type(), true)))
+      continue;
+    at::Tensor a = want.to(at::kDouble), b = got.to(at::kDouble), diff = (a - b).abs();
+    double maxAbs = diff.max().item<double>(), maxRel = (diff / a.abs().clamp_min(1e-12)).max().item<double>();
+    result.maxAbs = std::max(result.maxAbs, maxAbs);
+    result.maxRel = std::max(result.maxRel, maxRel);
+    if (!(diff <= tolerance.atol + tolerance.rtol * a.abs()).all().item<bool>() && result.passed()) {
+      result.outcome = TrialOutcome::Mismatch;
+      result.message = "output '" + name + "' differs: max abs " + std::to_string(maxAbs) + ", max rel " +
+                       std::to_string(maxRel);
+    }
+  }
+  return result;
+}
+
+std::vector<SubmoduleTrial> tryAccSubmodules(const ReferenceRun& reference, const plan::CutPlan& plan,
+                                             const Backend& backend, const Tolerance& tolerance) {
+  std::vector<SubmoduleTrial> trials;
+  for (const plan::Submodule& submodule : plan.submodules) {
+    if (!submodule.isAcc)
+      continue;
+    SubmoduleTrial trial;
+    trial.name = submodule.name;
+    trial.result = tryNodes(reference, submodule.nodes, backend, tolerance);
+    if (!trial.result.passed())
+      for (NodeId node : submodule.nodes) {
+        TrialResult alone = tryNodes(reference, {node}, backend, tolerance);
+        if (!alone.passed()) {
+          trial.culprit = node;
+          trial.culpritResult = alone;
+          break;
+        }
+      }
+    trials.push_back(std::move(trial));
+  }
+  return trials;
+}
+
+} // namespace cleave::runtime

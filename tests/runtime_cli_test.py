@@ -1,0 +1,124 @@
+"""The runtime's commands end to end on the committed examples: `cleave run` (models and cut
+models, repeat, saved outputs), `cleave split --dump-inputs` and `--preview --backend`
+(lower-and-run with a culprit), `cleave minimize` in its four modes with a repro submodel."""
+import json
+import os
+
+import onnx
+
+from testlib import EXAMPLES, TempDirTest, main, run
+
+CNN = os.path.join(EXAMPLES, "cnn.onnx")
+
+
+class RuntimeCli(TempDirTest):
+    def profile(self, name, drop=()):
+        ops = {n.op_type for n in onnx.load(CNN).graph.node} - set(drop)
+        path = self.path(f"{name}.json")
+        with open(path, "w") as f:
+            json.dump({"name": name, "ops": sorted(ops)}, f)
+        return path
+
+    def test_run_prints_summaries_and_saves_outputs(self):
+        code, out, err = run("run", CNN, "--seed", "3", "--repeat", "3", "--json", "--save-outputs", self.path("o.json"))
+        self.assertEqual(code, 0, err)
+        summary = json.loads(out)
+        self.assertEqual(summary["timing"]["runs"], 3)
+        self.assertEqual(list(summary["outputs"]), ["logits"])
+        saved = json.load(open(self.path("o.json")))
+        self.assertEqual(saved["logits"]["dims"], [1, 10])
+        code, again, _ = run("run", CNN, "--seed", "3", "--json")
+        self.assertEqual(json.loads(again)["outputs"], summary["outputs"])  # deterministic
+
+    def test_dumped_inputs_are_what_each_submodule_reads(self):
+        out = self.path("cut")
+        code, _, err = run("split", CNN, "--profile", self.profile("holes", drop=("Relu",)), "-o", out,
+                           "--dump-inputs", "--seed", "4")
+        self.assertEqual(code, 0, err)
+        plan = json.load(open(os.path.join(out, "plan.json")))
+        dumped = json.load(open(os.path.join(out, "submodule_inputs.json")))
+        self.assertEqual(sorted(dumped), sorted(s["name"] for s in plan["submodules"]))
+        for index, sub in enumerate(plan["submodules"]):
+            self.assertEqual(sorted(dumped[sub["name"]]), sorted(i["value"] for i in sub["inputs"]))
+            if index + 1 == len(plan["submodules"]):
+                continue
+            # Running a submodule on its dumped inputs gives the next one's dumped inputs.
+            with open(self.path("in.json"), "w") as f:
+                json.dump(dumped[sub["name"]], f)
+            code, _, err = run("run", os.path.join(out, sub["file"]), "--inputs", self.path("in.json"),
+                               "--save-outputs", self.path("out.json"))
+            self.assertEqual(code, 0, err)
+            produced = json.load(open(self.path("out.json")))
+            following = dumped[plan["submodules"][index + 1]["name"]]
+            for name, tensor in following.items():
+                if name in produced:
+                    diffs = [abs(a - b) for a, b in zip(produced[name]["data"], tensor["data"])]
+                    self.assertLessEqual(max(diffs), 1e-5, name)
+
+    def test_preview_lowers_and_runs_each_acc_subgraph_and_finds_the_culprit(self):
+        full, weaker = self.profile("full"), self.profile("weaker", drop=("GlobalAveragePool",))
+        code, out, err = run("split", CNN, "--profile", full, "--preview", "--backend", "aten-cpu", "--json")
+        self.assertEqual(code, 0, err)
+        trials = json.loads(out)["lower_and_run"]["submodules"]
+        self.assertTrue(trials and all(t["outcome"] == "passed" for t in trials))
+        code, out, err = run("split", CNN, "--profile", full, "--preview", "--backend", f"profile:{weaker}", "--json")
+        self.assertEqual(code, 0, err)
+        failing = [t for t in json.loads(out)["lower_and_run"]["submodules"] if t["outcome"] != "passed"]
+        self.assertEqual(len(failing), 1)
+        self.assertEqual(failing[0]["outcome"], "lowering_failed")
+        self.assertEqual(failing[0]["culprit"]["op"], "GlobalAveragePool")
+        code, out, err = run("split", CNN, "--profile", full, "--preview", "--backend", "aten-cpu-bf16",
+                             "--rtol", "0", "--atol", "0", "--json")
+        self.assertEqual(code, 0, err)
+        self.assertTrue(any(t["outcome"] == "mismatch" and "culprit" in t
+                            for t in json.loads(out)["lower_and_run"]["submodules"]))
+
+    def test_minimize_finds_the_refused_node_in_every_mode(self):
+        full, weaker = self.profile("full"), self.profile("weaker", drop=("GlobalAveragePool",))
+        pool = [n.name for n in onnx.load(CNN).graph.node if n.op_type == "GlobalAveragePool"]
+        for mode in ("sequential", "binary", "accumulate", "block"):
+            with self.subTest(mode=mode):
+                out = self.path(mode)
+                code, stdout, err = run("minimize", CNN, "--profile", full, "--backend-b", f"profile:{weaker}",
+                                        "--mode", mode, "-o", out, "--json")
+                self.assertEqual(code, 0, err)
+                report = json.loads(stdout)
+                culprit = report["culprits"][0]
+                self.assertEqual(culprit["outcome"], "lowering_failed")
+                self.assertIn(pool[0], culprit["nodes"])
+                if mode in ("sequential", "binary", "block"):
+                    self.assertEqual(culprit["nodes"], pool)
+                # The repro runs on the reference backend and fails on the tested one.
+                repro, inputs = os.path.join(out, "repro.onnx"), os.path.join(out, "repro_inputs.json")
+                onnx.checker.check_model(repro, full_check=True)
+                code, _, err = run("run", repro, "--inputs", inputs)
+                self.assertEqual(code, 0, err)
+                code, _, err = run("run", repro, "--inputs", inputs, "--backend", f"profile:{weaker}")
+                self.assertOneLineError(code, err, "refuses node")
+
+    def test_minimize_finds_numeric_disagreement(self):
+        code, stdout, err = run("minimize", CNN, "--profile", self.profile("full"), "--backend-b", "aten-cpu-bf16",
+                                "--mode", "sequential", "--rtol", "1e-6", "--atol", "0", "--json")
+        self.assertEqual(code, 0, err)
+        report = json.loads(stdout)
+        self.assertTrue(report["culprits"])
+        self.assertTrue(all(c["outcome"] == "mismatch" and c["max_abs"] > 0 for c in report["culprits"]))
+        # A loose tolerance lets bfloat16 through.
+        code, stdout, err = run("minimize", CNN, "--profile", self.profile("full"), "--backend-b", "aten-cpu-bf16",
+                                "--mode", "binary", "--rtol", "1", "--atol", "10", "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(stdout)["culprits"], [])
+
+    def test_bad_requests(self):
+        code, _, err = run("minimize", CNN, "--profile", self.profile("full"), "--backend-b", "aten-cpu", "--mode", "magic")
+        self.assertOneLineError(code, err, "magic", exit_code=2)
+        code, _, err = run("split", CNN, "--profile", self.profile("full"), "--dump-inputs")
+        self.assertOneLineError(code, err, "-o DIR", exit_code=2)
+        code, _, err = run("run", CNN, "--repeat", "0")
+        self.assertOneLineError(code, err, "--repeat", exit_code=2)
+        code, _, err = run("run", os.path.join(EXAMPLES, "cnn.fx.json"))
+        self.assertOneLineError(code, err, "FX")
+
+
+if __name__ == "__main__":
+    main()
