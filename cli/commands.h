@@ -25,6 +25,7 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err);
 int runRun(const Args& args, std::ostream& out, std::ostream& err);
 int runVerify(const Args& args, std::ostream& out, std::ostream& err);
 int runMinimize(const Args& args, std::ostream& out, std::ostream& err);
+int runShapes(const Args& args, std::ostream& out, std::ostream& err);
 
 // Parses `args` with `app`. Returns -1 to go on, or the exit code (0 after --help, 2 on a
 // usage error, printed as one line).

@@ -45,6 +45,7 @@ constexpr Command kCommands[] = {
     {"partition", runPartition, "partition a model across devices with memory limits"},
     {"run", runRun, "run a model or a cut model on ATen; output summaries and timings"},
     {"verify", runVerify, "check that a cut model computes what the original does"},
+    {"shapes", runShapes, "record every value's dtype and shape from a run on sample inputs"},
     {"minimize", runMinimize, "find the smallest node set where one backend fails or disagrees with another"},
 };
 

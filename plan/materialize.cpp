@@ -42,8 +42,10 @@ std::vector<Boundary> computeBoundaries(const ir::Graph& graph, const CutPlan& p
 }
 
 Expected<ir::Graph> extractSubmodule(const ir::Graph& graph, const CutPlan& plan,
-                                     const std::vector<Boundary>& boundaries, std::uint32_t submodule) {
+                                     const std::vector<Boundary>& boundaries, std::uint32_t submodule,
+                                     const IdVector<ValueId, ir::ValueType>* types) {
   const Submodule& sub = plan.submodules[submodule];
+  auto typeOf = [&](ValueId value) { return types ? (*types)[value] : graph.valueType(value); };
   ir::GraphBuilder builder(graph.modelInfo().format);
   ir::ModelInfo info = graph.modelInfo();
   info.graphName = sub.name;
@@ -51,7 +53,7 @@ Expected<ir::Graph> extractSubmodule(const ir::Graph& graph, const CutPlan& plan
   builder.modelInfo() = info;
   builder.setModelFile(graph.modelFile());
   for (ValueId value : boundaries[submodule].inputs)
-    builder.addInput(graph.valueName(value), graph.valueType(value));
+    builder.addInput(graph.valueName(value), typeOf(value));
   // Parameters the submodule reads, once each, in value order.
   std::vector<NodeId> params;
   for (NodeId node : sub.nodes)
@@ -81,7 +83,7 @@ Expected<ir::Graph> extractSubmodule(const ir::Graph& graph, const CutPlan& plan
     for (ValueId value : graph.inputs(node))
       spec.inputs.emplace_back(value == ir::kNoValue ? std::string_view() : graph.valueName(value));
     for (ValueId value : graph.outputs(node))
-      spec.outputs.push_back({std::string(graph.valueName(value)), graph.valueType(value)});
+      spec.outputs.push_back({std::string(graph.valueName(value)), typeOf(value)});
     spec.attributes.assign(graph.attributes(node).begin(), graph.attributes(node).end());
     for (ir::ParamId param : graph.parameters(node))
       if (graph.kind(node) != ir::NodeKind::Parameter)

@@ -27,10 +27,12 @@ struct Boundary {
 // Per submodule, in plan order.
 std::vector<Boundary> computeBoundaries(const ir::Graph& graph, const CutPlan& plan);
 
-// A standalone graph of one submodule (ONNX-writable when the source graph was ONNX).
+// A standalone graph of one submodule (ONNX-writable when the source graph was ONNX). `types`,
+// when given, replaces the source graph's value types (shape propagation).
 [[nodiscard]] Expected<ir::Graph> extractSubmodule(const ir::Graph& graph, const CutPlan& plan,
                                                    const std::vector<Boundary>& boundaries,
-                                                   std::uint32_t submodule);
+                                                   std::uint32_t submodule,
+                                                   const IdVector<ir::ValueId, ir::ValueType>* types = nullptr);
 
 // plan.json: schema "cleave.plan" version 1. `extra` is merged in at the top level (settings,
 // summary of the pass).

@@ -109,6 +109,33 @@ class RuntimeCli(TempDirTest):
         self.assertEqual(code, 0, err)
         self.assertEqual(json.loads(stdout)["culprits"], [])
 
+    def test_shapes_completes_dynamic_dims_from_a_run(self):
+        import subprocess
+        model = self.path("dynamic.onnx")
+        script = (
+            "import torch\n"
+            "torch.manual_seed(0)\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()\n"
+            f"torch.onnx.export(m, (torch.randn(2, 8),), {model!r}, input_names=['x'], output_names=['y'],\n"
+            "                  dynamic_axes={'x': {0: 'batch'}, 'y': {0: 'batch'}}, opset_version=17)\n")
+        subprocess.run(["/usr/bin/python3", "-c", script], check=True, capture_output=True)
+        code, out, err = run("inspect", model, "--json")
+        self.assertEqual(code, 0, err)
+        self.assertGreater(json.loads(out)["unknown_size_values"], 0)
+        typed = self.path("typed.onnx")
+        code, out, err = run("shapes", model, "--dim", "batch=5", "-o", typed, "--json")
+        self.assertEqual(code, 0, err)
+        self.assertGreater(json.loads(out)["completed"], 0)
+        code, out, err = run("inspect", typed, "--json", "--check")
+        self.assertEqual(code, 0, err)
+        summary = json.loads(out)
+        self.assertEqual(summary["unknown_size_values"], 0)
+        self.assertEqual(summary["inputs"][0]["shape"], [5, 8])
+        code, whole, _ = run("run", model, "--dim", "batch=5", "--seed", "2", "--json")
+        code2, again, _ = run("run", typed, "--seed", "2", "--json")
+        self.assertEqual((code, code2), (0, 0))
+        self.assertEqual(json.loads(whole)["outputs"], json.loads(again)["outputs"])
+
     def test_bad_requests(self):
         code, _, err = run("minimize", CNN, "--profile", self.profile("full"), "--backend-b", "aten-cpu", "--mode", "magic")
         self.assertOneLineError(code, err, "magic", exit_code=2)
