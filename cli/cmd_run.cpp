@@ -16,11 +16,12 @@ int runRun(const Args& args, std::ostream& out, std::ostream& err) {
   std::string path, saveOutputs;
   RuntimeOptions runtime;
   int repeat = 1;
-  bool json = false;
+  bool json = false, profile = false;
   app.add_option("MODEL", path, "ONNX model, or a directory with plan.json")->required();
   addRuntimeOptions(app, runtime);
   app.add_option("--repeat", repeat, "runs to time (the first one is included)")->capture_default_str();
   app.add_option("--save-outputs", saveOutputs, "write the outputs to a tensor file (JSON)");
+  app.add_flag("--profile", profile, "time every kernel; report seconds per op type (last run)");
   app.add_flag("--json", json, "print a JSON summary");
   if (int code = parseArguments(app, args, out, err); code >= 0)
     return code;
@@ -37,10 +38,13 @@ int runRun(const Args& args, std::ostream& out, std::ostream& err) {
   std::vector<double> seconds;
   std::vector<runtime::SubmoduleTiming> timings;
   runtime::TensorMap outputs;
+  runtime::RunStats stats;
   for (int i = 0; i < repeat; ++i) {
     std::vector<runtime::SubmoduleTiming> these;
+    stats = runtime::RunStats();
+    stats.profileOps = profile;
     auto start = std::chrono::steady_clock::now();
-    Expected<runtime::TensorMap> result = opened->runnable.run(*inputs, &these);
+    Expected<runtime::TensorMap> result = opened->runnable.run(*inputs, &these, &stats);
     seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (!result)
       return reportError("cleave run", result.error(), err);
@@ -68,6 +72,12 @@ int runRun(const Args& args, std::ostream& out, std::ostream& err) {
   for (const runtime::SubmoduleTiming& timing : timings)
     steps.push_back({{"name", timing.name}, {"backend", timing.backend}, {"min_s", timing.seconds}});
   summary["timing"]["steps"] = std::move(steps);
+  // Op types by kernel time, largest first (ties by name).
+  std::vector<std::pair<std::string, double>> byOp(stats.secondsByOp.begin(), stats.secondsByOp.end());
+  std::stable_sort(byOp.begin(), byOp.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  if (profile)
+    for (const auto& [op, seconds] : byOp)
+      summary["profile"].push_back({{"op", op}, {"seconds", seconds}});
   if (json) {
     out << report::dumpJson(summary);
     return kExitOk;
@@ -77,6 +87,11 @@ int runRun(const Args& args, std::ostream& out, std::ostream& err) {
     text << name << ": " << runtime::summarize(tensor) << "\n";
   text << "time: median " << sorted[sorted.size() / 2] * 1e3 << " ms, min " << sorted.front() * 1e3 << " ms over "
        << repeat << " run(s)\n";
+  if (profile) {
+    text << "kernel time by op (last run):\n";
+    for (const auto& [op, seconds] : byOp)
+      text << "  " << op << ": " << seconds * 1e3 << " ms\n";
+  }
   if (timings.size() > 1)
     for (const runtime::SubmoduleTiming& timing : timings)
       text << "  " << timing.name << " (" << timing.backend << "): " << timing.seconds * 1e3 << " ms\n";

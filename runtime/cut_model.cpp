@@ -68,7 +68,7 @@ std::vector<const ir::Graph*> CutModel::graphs() const {
   return graphs;
 }
 
-Expected<TensorMap> CutModel::run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings) {
+Expected<TensorMap> CutModel::run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings, RunStats* stats) {
   TensorMap values;
   for (const std::string& name : graphInputs_) {
     auto found = inputs.find(name);
@@ -87,7 +87,7 @@ Expected<TensorMap> CutModel::run(const TensorMap& inputs, std::vector<Submodule
     for (const std::string& name : step.inputs)
       feeds[name] = values.at(name).to(step.module->device());
     auto start = std::chrono::steady_clock::now();
-    Expected<TensorMap> results = step.module->run(feeds);
+    Expected<TensorMap> results = step.module->run(feeds, stats);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!results)
       return std::move(results.error().withContext("submodule '" + step.name + "'"));

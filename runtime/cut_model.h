@@ -24,7 +24,8 @@ public:
   // value nothing earlier makes), what lowering fails with (naming the submodule).
   static Expected<CutModel> load(const std::string& dir, const Backend& acc, const Backend& cpu);
 
-  Expected<TensorMap> run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings = nullptr);
+  Expected<TensorMap> run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings = nullptr,
+                          RunStats* stats = nullptr);
 
   std::size_t size() const { return steps_.size(); }
   const std::vector<std::string>& graphInputs() const { return graphInputs_; }

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <chrono>
+
 #include "io/onnx.h"
 
 namespace cleave::runtime {
@@ -18,6 +20,7 @@ std::int64_t defaultOpset(const ir::Graph& graph) {
 
 Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::Graph> graph,
                                                      const ExecutorOptions& options) {
+  configureThreads();
   std::unique_ptr<Executor> executor(new Executor());
   const ir::Graph& g = *graph;
   if (g.modelInfo().format == ir::SourceFormat::Fx)
@@ -27,6 +30,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
   executor->opset_ = defaultOpset(g);
   executor->kernels_ = IdVector<NodeId, Kernel>(g.numNodes(), nullptr);
   executor->parameters_ = IdVector<NodeId, at::Tensor>(g.numNodes());
+  executor->caches_ = IdVector<NodeId, at::Tensor>(g.numNodes());
   const KernelTable& table = kernelTable();
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
     NodeId node{n};
@@ -123,7 +127,8 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
     for (ir::ValueId value : g.inputs(node))
       operands.push_back(value == ir::kNoValue ? at::Tensor() : values[index(value)]);
     KernelContext context(g, node, opset_, std::move(operands),
-                          [this, node](std::string_view attribute) -> Executor& { return subgraph(node, attribute); });
+                          [this, node](std::string_view attribute) -> Executor& { return subgraph(node, attribute); },
+                          &caches_[node]);
     std::vector<at::Tensor> results;
     auto fail = [&](std::string_view what) {
       std::string text(what);
@@ -133,7 +138,14 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
                                            << opset_ << "): " << text;
     };
     try {
-      results = kernels_[node](context);
+      if (stats && stats->profileOps) {
+        auto start = std::chrono::steady_clock::now();
+        results = kernels_[node](context);
+        stats->secondsByOp[g.target(node)] +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      } else {
+        results = kernels_[node](context);
+      }
     } catch (const KernelError& e) {
       return fail(e.what());
     } catch (const c10::Error& e) {

@@ -29,6 +29,8 @@ struct ExecutorOptions {
 
 struct RunStats {
   std::int64_t peakActivationBytes = 0; // live values other than parameters
+  bool profileOps = false;              // in: time every kernel
+  std::map<std::string, double> secondsByOp; // out with profileOps: kernel seconds per op type
 };
 
 class Executor {
@@ -58,6 +60,7 @@ private:
   std::int64_t opset_ = 0;
   IdVector<ir::NodeId, Kernel> kernels_;
   IdVector<ir::NodeId, at::Tensor> parameters_; // Parameter nodes' tensors
+  IdVector<ir::NodeId, at::Tensor> caches_;     // per op node: what its kernel keeps (packed weights)
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)
   std::map<std::pair<std::uint32_t, std::string>, std::unique_ptr<Executor>> subgraphs_;
   Status subgraphError_ = {};

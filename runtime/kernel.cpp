@@ -1,6 +1,11 @@
 #include "runtime/kernel.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include <ATen/Parallel.h>
 
 #include "runtime/tensors.h"
 
@@ -54,6 +59,83 @@ at::Tensor KernelContext::tensorAttr(std::string_view name) const {
   if (!tensor)
     throw KernelError(tensor.error().message());
   return *tensor;
+}
+
+bool KernelContext::inputIsParameter(std::size_t i) const {
+  auto operands = graph_.inputs(node_);
+  if (i >= operands.size() || operands[i] == ir::kNoValue)
+    return false;
+  // Through Identity chains: exporters forward shared weights that way.
+  ir::NodeId producer = graph_.producer(operands[i]);
+  while (graph_.kind(producer) == ir::NodeKind::Op && graph_.opType(producer) == "Identity" &&
+         graph_.opDomain(producer).empty() && !graph_.inputs(producer).empty() &&
+         graph_.inputs(producer)[0] != ir::kNoValue)
+    producer = graph_.producer(graph_.inputs(producer)[0]);
+  return graph_.kind(producer) == ir::NodeKind::Parameter;
+}
+
+void configureThreads() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("OMP_NUM_THREADS"))
+      return;
+    unsigned threads = std::thread::hardware_concurrency();
+    if (threads > 0 && at::get_num_threads() < static_cast<int>(threads))
+      at::set_num_threads(static_cast<int>(threads));
+  });
+}
+
+at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
+                  const at::Tensor& bias, bool weightCacheable) {
+  bool onednn = at::hasMKLDNN() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+                weight.scalar_type() == at::kFloat && weight.dim() == 2 && x.dim() >= 1 && x.numel() > 0 &&
+                (!bias.defined() || (bias.scalar_type() == at::kFloat && bias.dim() == 1));
+  if (!onednn) {
+    at::Tensor product = at::matmul(x, weightIsNK ? weight.t() : weight);
+    return bias.defined() ? product + bias : product;
+  }
+  at::Tensor* cache = weightCacheable ? c.cache() : nullptr;
+  at::Tensor packed;
+  if (cache && cache->defined()) {
+    packed = *cache;
+  } else {
+    packed = (weightIsNK ? weight : weight.t()).contiguous().to_mkldnn();
+    if (cache)
+      *cache = packed;
+  }
+  std::int64_t k = x.size(-1), n = packed.size(0);
+  std::vector<std::int64_t> shape = x.sizes().vec();
+  shape.back() = n;
+  at::Tensor rows = x.reshape({-1, k}).contiguous().to_mkldnn();
+  at::Tensor out = bias.defined() ? at::mkldnn_linear(rows, packed, bias.contiguous().to_mkldnn())
+                                  : at::mkldnn_linear(rows, packed, c10::nullopt);
+  return out.to_dense().reshape(shape);
+}
+
+at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) {
+  bool onednn = at::hasMKLDNN() && a.device().is_cpu() && b.device().is_cpu() && a.scalar_type() == at::kFloat &&
+                b.scalar_type() == at::kFloat && a.dim() >= 3 && b.dim() >= 3 && a.numel() > 0 && b.numel() > 0;
+  if (!onednn)
+    return at::matmul(a, b);
+  // Broadcast the batch dims, then one oneDNN product per batch entry.
+  std::vector<std::int64_t> batchA(a.sizes().begin(), a.sizes().end() - 2), batchB(b.sizes().begin(), b.sizes().end() - 2);
+  std::vector<std::int64_t> batch = at::infer_size(batchA, batchB);
+  std::int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1), count = 1;
+  for (std::int64_t d : batch)
+    count *= d;
+  std::vector<std::int64_t> shapeA = batch, shapeB = batch;
+  shapeA.insert(shapeA.end(), {m, k});
+  shapeB.insert(shapeB.end(), {k, n});
+  at::Tensor left = a.expand(shapeA).reshape({count, m, k}), right = b.expand(shapeB).reshape({count, k, n});
+  std::vector<at::Tensor> products;
+  products.reserve(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i)
+    products.push_back(at::mkldnn_linear(left[i].contiguous().to_mkldnn(), right[i].t().contiguous().to_mkldnn(),
+                                         c10::nullopt)
+                           .to_dense());
+  std::vector<std::int64_t> shape = batch;
+  shape.insert(shape.end(), {m, n});
+  return at::stack(products).reshape(shape);
 }
 
 std::vector<std::int64_t> KernelContext::ints(std::size_t i) const {

@@ -24,8 +24,9 @@ struct KernelError : std::runtime_error {
 class KernelContext {
 public:
   KernelContext(const ir::Graph& graph, ir::NodeId node, std::int64_t opset, std::vector<at::Tensor> inputs,
-                std::function<Executor&(std::string_view)> subgraph)
-      : graph_(graph), node_(node), opset_(opset), inputs_(std::move(inputs)), subgraph_(std::move(subgraph)) {}
+                std::function<Executor&(std::string_view)> subgraph, at::Tensor* cache = nullptr)
+      : graph_(graph), node_(node), opset_(opset), inputs_(std::move(inputs)), subgraph_(std::move(subgraph)),
+        cache_(cache) {}
 
   std::int64_t opset() const { return opset_; }
   const ir::Graph& graph() const { return graph_; }
@@ -46,6 +47,12 @@ public:
   std::vector<float> floatsAttr(std::string_view name) const;
   at::Tensor tensorAttr(std::string_view name) const; // undefined when absent
 
+  // True when operand i is a parameter (constant across runs): derived forms may be cached.
+  bool inputIsParameter(std::size_t i) const;
+  // A tensor slot that lives as long as the executor, one per node (a prepacked weight); null
+  // when the executor keeps none.
+  at::Tensor* cache() const { return cache_; }
+
   // Integer values of a small operand tensor (shapes, axes, pads).
   std::vector<std::int64_t> ints(std::size_t i) const;
   // The executor for a subgraph attribute ("body", "then_branch"), built once per node.
@@ -57,6 +64,7 @@ private:
   std::int64_t opset_;
   std::vector<at::Tensor> inputs_;
   std::function<Executor&(std::string_view)> subgraph_;
+  at::Tensor* cache_;
 };
 
 using Kernel = std::vector<at::Tensor> (*)(KernelContext&);
@@ -83,6 +91,18 @@ void registerReduceKernels(KernelTable& table);
 void registerControlKernels(KernelTable& table);
 
 // Helpers shared by kernel files.
+// x[..., K] times a 2-D weight, with `weightIsNK` telling whether it is laid out [N, K] (Gemm's
+// transB, torch's Linear) or [K, N]; plus an optional bias [N]. On the CPU in float32 this runs on
+// oneDNN (mkldnn_linear; the reordered weight is cached when the weight is a parameter), which is
+// many times faster than the generic BLAS some libtorch builds (Debian's) use.
+at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
+                  const at::Tensor& bias, bool weightCacheable);
+// A batched product of two activations (attention's Q K^T and P V): oneDNN per batch entry on
+// the CPU in float32, else at::matmul.
+at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
+// The runtime's thread count: the hardware's, unless OMP_NUM_THREADS says otherwise (some
+// libtorch builds start with one thread). Idempotent.
+void configureThreads();
 std::int64_t normalizeAxis(std::int64_t axis, std::int64_t rank); // throws KernelError when out of range
 at::ScalarType onnxScalarType(std::int64_t onnxDtype);              // throws KernelError when unknown
 

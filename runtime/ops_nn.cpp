@@ -208,18 +208,26 @@ void registerNnKernels(KernelTable& t) {
     return {y, mean, rstd};
   });
   t.add("Gemm", [](KernelContext& c) -> Outputs {
-    at::Tensor a = c.input(0), b = c.input(1);
+    at::Tensor a = c.input(0);
     if (c.intAttr("transA", 0))
       a = a.t();
-    if (c.intAttr("transB", 0))
-      b = b.t();
     double alpha = c.floatAttr("alpha", 1.0f), beta = c.floatAttr("beta", 1.0f);
-    if (c.has(2) && beta != 0.0)
-      return {at::addmm(c.input(2), a, b, beta, alpha)};
+    at::Tensor bias = c.has(2) && beta != 0.0 ? c.input(2) : at::Tensor();
+    // torch.nn.Linear's export: Gemm(x, W, b, transB=1) with a 1-D bias and unit scales.
+    if (alpha == 1.0 && (!bias.defined() || (beta == 1.0 && bias.dim() == 1)))
+      return {linear(c, a, c.input(1), c.intAttr("transB", 0) != 0, bias, c.inputIsParameter(1))};
+    at::Tensor b = c.intAttr("transB", 0) ? c.input(1).t() : c.input(1);
+    if (bias.defined())
+      return {at::addmm(bias, a, b, beta, alpha)};
     at::Tensor product = at::mm(a, b);
     return {alpha == 1.0 ? product : product * alpha};
   });
-  t.add("MatMul", [](KernelContext& c) -> Outputs { return {at::matmul(c.input(0), c.input(1))}; });
+  t.add("MatMul", [](KernelContext& c) -> Outputs {
+    const at::Tensor &a = c.input(0), &b = c.input(1);
+    if (b.dim() == 2 && a.dim() >= 2) // activations times a weight matrix
+      return {linear(c, a, b, false, at::Tensor(), c.inputIsParameter(1))};
+    return {batchedMatmul(a, b)};
+  });
   t.add("Softmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, false); });
   t.add("LogSoftmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, true); });
   t.add("Einsum", [](KernelContext& c) -> Outputs {

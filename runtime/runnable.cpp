@@ -20,11 +20,11 @@ Expected<Runnable> Runnable::open(const std::string& path, const Backend& acc, c
   return runnable;
 }
 
-Expected<TensorMap> Runnable::run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings) {
+Expected<TensorMap> Runnable::run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings, RunStats* stats) {
   if (cut_)
-    return cut_->run(inputs, timings);
+    return cut_->run(inputs, timings, stats);
   auto start = std::chrono::steady_clock::now();
-  CLEAVE_TRY(TensorMap outputs, module_->run(inputs));
+  CLEAVE_TRY(TensorMap outputs, module_->run(inputs, stats));
   if (timings)
     timings->push_back({"model", backend_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
   return outputs;

@@ -14,7 +14,9 @@ public:
   // other path is a model, run whole on `acc`.
   static Expected<Runnable> open(const std::string& path, const Backend& acc, const Backend& cpu);
 
-  Expected<TensorMap> run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings = nullptr);
+  // `stats` (optional) gathers every executor's statistics (per-op seconds when asked for).
+  Expected<TensorMap> run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings = nullptr,
+                          RunStats* stats = nullptr);
   // Random inputs (tensors.h: the same seed gives a model and its cut the same tensors).
   Expected<TensorMap> randomInputs(std::uint64_t seed, const std::map<std::string, std::int64_t>& dims = {}) const;
   bool isCut() const { return cut_.has_value(); }

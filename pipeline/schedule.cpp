@@ -1,0 +1,270 @@
+#include "pipeline/schedule.h"
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+
+#include "base/strings.h"
+
+namespace cleave::pipeline {
+
+namespace {
+constexpr std::string_view kTypeNames[kActionTypes] = {"F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
+
+bool isComm(ActionType type) { return type >= ActionType::SendF; }
+} // namespace
+
+std::string formatAction(const Action& action) {
+  return std::to_string(action.stage) + std::string(kTypeNames[static_cast<int>(action.type)]) +
+         std::to_string(action.microbatch);
+}
+
+Expected<Action> parseAction(std::string_view text) {
+  auto fail = [&] { return Error(ErrorCode::ParseError) << "'" << text << "' is not an action (e.g. 1F0, 0B3, 2SEND_B2)"; };
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9')
+    ++digits;
+  std::size_t tail = text.size();
+  while (tail > digits && text[tail - 1] >= '0' && text[tail - 1] <= '9')
+    --tail;
+  if (digits == 0 || tail == text.size() || tail == digits)
+    return fail();
+  Action action;
+  std::from_chars(text.data(), text.data() + digits, action.stage);
+  std::from_chars(text.data() + tail, text.data() + text.size(), action.microbatch);
+  std::string_view type = text.substr(digits, tail - digits);
+  for (int t = 0; t < kActionTypes; ++t)
+    if (type == kTypeNames[t]) {
+      action.type = static_cast<ActionType>(t);
+      return action;
+    }
+  return fail();
+}
+
+std::optional<ScheduleKind> parseScheduleKind(std::string_view name) {
+  if (name == "gpipe") return ScheduleKind::GPipe;
+  if (name == "1f1b") return ScheduleKind::OneFOneB;
+  if (name == "interleaved" || name == "interleaved_1f1b") return ScheduleKind::Interleaved1F1B;
+  if (name == "looped_bfs") return ScheduleKind::LoopedBFS;
+  if (name == "zero_bubble") return ScheduleKind::ZeroBubble;
+  return std::nullopt;
+}
+
+std::string_view scheduleKindName(ScheduleKind kind) {
+  switch (kind) {
+  case ScheduleKind::GPipe: return "gpipe";
+  case ScheduleKind::OneFOneB: return "1f1b";
+  case ScheduleKind::Interleaved1F1B: return "interleaved";
+  case ScheduleKind::LoopedBFS: return "looped_bfs";
+  case ScheduleKind::ZeroBubble: return "zero_bubble";
+  }
+  return "?";
+}
+
+bool Schedule::hasCommunication() const {
+  for (const auto& actions : perRank)
+    for (const Action& action : actions)
+      if (isComm(action.type))
+        return true;
+  return false;
+}
+
+namespace {
+using A = ActionType;
+
+void oneFOneB(Schedule& s) {
+  std::uint32_t S = s.stages, M = s.microbatches;
+  for (std::uint32_t r = 0; r < s.ranks; ++r) {
+    auto& out = s.perRank[r];
+    std::uint32_t warmup = std::min(M, S - r - 1), f = 0, b = 0;
+    for (; f < warmup; ++f)
+      out.push_back({r, A::Forward, f});
+    while (f < M) {
+      out.push_back({r, A::Forward, f++});
+      out.push_back({r, A::Backward, b++});
+    }
+    while (b < M)
+      out.push_back({r, A::Backward, b++});
+  }
+}
+
+void interleaved(Schedule& s) {
+  std::uint32_t R = s.ranks, M = s.microbatches, v = s.stages / s.ranks, total = M * v;
+  auto forwardAt = [&](std::uint32_t r, std::uint32_t k) {
+    std::uint32_t chunk = (k / R) % v, mb = (k / (R * v)) * R + k % R;
+    return Action{chunk * R + r, A::Forward, mb};
+  };
+  auto backwardAt = [&](std::uint32_t r, std::uint32_t k) {
+    std::uint32_t chunk = v - 1 - (k / R) % v, mb = (k / (R * v)) * R + k % R;
+    return Action{chunk * R + r, A::Backward, mb};
+  };
+  for (std::uint32_t r = 0; r < R; ++r) {
+    auto& out = s.perRank[r];
+    std::uint32_t warmup = std::min(total, (R - r - 1) * 2 + (v - 1) * R), f = 0, b = 0;
+    for (; f < warmup; ++f)
+      out.push_back(forwardAt(r, f));
+    while (f < total) {
+      out.push_back(forwardAt(r, f++));
+      out.push_back(backwardAt(r, b++));
+    }
+    while (b < total)
+      out.push_back(backwardAt(r, b++));
+  }
+}
+
+void loopedBfs(Schedule& s) {
+  std::uint32_t R = s.ranks, v = s.stages / s.ranks;
+  for (std::uint32_t r = 0; r < R; ++r)
+    for (std::uint32_t c = 0; c < v; ++c)
+      for (std::uint32_t m = 0; m < s.microbatches; ++m)
+        s.perRank[r].push_back({c * R + r, A::Forward, m});
+  for (std::uint32_t r = 0; r < R; ++r)
+    for (std::uint32_t c = v; c-- > 0;)
+      for (std::uint32_t m = 0; m < s.microbatches; ++m)
+        s.perRank[r].push_back({c * R + r, A::Backward, m});
+}
+
+// Unit-time list scheduling: each step every rank runs one ready action, preferring I, then F
+// (while fewer than S - r microbatches hold activations), then W.
+void zeroBubble(Schedule& s) {
+  std::uint32_t S = s.stages, M = s.microbatches;
+  std::vector<std::vector<std::uint8_t>> forward(S, std::vector<std::uint8_t>(M, 0)), input = forward, weight = forward;
+  std::vector<std::uint32_t> nextF(S, 0), inflight(S, 0);
+  std::size_t remaining = static_cast<std::size_t>(S) * M * 3;
+  while (remaining > 0) {
+    std::vector<Action> step;
+    for (std::uint32_t r = 0; r < S; ++r) {
+      std::optional<Action> pick;
+      for (std::uint32_t m = 0; m < M && !pick; ++m)
+        if (forward[r][m] && !input[r][m] && (r + 1 == S || input[r + 1][m]))
+          pick = Action{r, A::BackwardInput, m};
+      if (!pick && nextF[r] < M && (r == 0 || forward[r - 1][nextF[r]]) && inflight[r] < S - r)
+        pick = Action{r, A::Forward, nextF[r]};
+      for (std::uint32_t m = 0; m < M && !pick; ++m)
+        if (input[r][m] && !weight[r][m])
+          pick = Action{r, A::BackwardWeight, m};
+      if (pick)
+        step.push_back(*pick);
+    }
+    for (const Action& a : step) { // completions become visible at the next step
+      if (a.type == A::Forward) {
+        forward[a.stage][a.microbatch] = 1;
+        ++nextF[a.stage];
+        ++inflight[a.stage];
+      } else if (a.type == A::BackwardInput) {
+        input[a.stage][a.microbatch] = 1;
+      } else {
+        weight[a.stage][a.microbatch] = 1;
+        --inflight[a.stage];
+      }
+      s.perRank[a.stage].push_back(a);
+      --remaining;
+    }
+  }
+}
+} // namespace
+
+Expected<Schedule> generateSchedule(ScheduleKind kind, std::uint32_t stages, std::uint32_t microbatches,
+                                    std::uint32_t ranks) {
+  if (stages == 0 || microbatches == 0 || ranks == 0)
+    return Error(ErrorCode::InvalidArgument) << "stages, microbatches and ranks must be positive";
+  if (stages % ranks != 0)
+    return Error(ErrorCode::InvalidArgument) << stages << " stages do not divide over " << ranks << " ranks";
+  bool single = kind == ScheduleKind::GPipe || kind == ScheduleKind::OneFOneB || kind == ScheduleKind::ZeroBubble;
+  if (single && stages != ranks)
+    return Error(ErrorCode::InvalidArgument) << scheduleKindName(kind) << " runs one stage per rank (" << stages
+                                             << " stages on " << ranks << " ranks); use interleaved or looped_bfs";
+  if (kind == ScheduleKind::Interleaved1F1B && microbatches % ranks != 0)
+    return Error(ErrorCode::InvalidArgument) << "interleaved needs microbatches (" << microbatches
+                                             << ") to be a multiple of the ranks (" << ranks << ")";
+  Schedule s;
+  s.stages = stages;
+  s.ranks = ranks;
+  s.microbatches = microbatches;
+  s.perRank.resize(ranks);
+  switch (kind) {
+  case ScheduleKind::GPipe:
+    for (std::uint32_t r = 0; r < ranks; ++r) {
+      for (std::uint32_t m = 0; m < microbatches; ++m)
+        s.perRank[r].push_back({r, A::Forward, m});
+      for (std::uint32_t m = 0; m < microbatches; ++m)
+        s.perRank[r].push_back({r, A::Backward, m});
+    }
+    break;
+  case ScheduleKind::OneFOneB: oneFOneB(s); break;
+  case ScheduleKind::Interleaved1F1B: interleaved(s); break;
+  case ScheduleKind::LoopedBFS: loopedBfs(s); break;
+  case ScheduleKind::ZeroBubble: zeroBubble(s); break;
+  }
+  return s;
+}
+
+Schedule withCommunication(const Schedule& schedule) {
+  Schedule out = schedule;
+  for (auto& actions : out.perRank)
+    actions.clear();
+  for (std::uint32_t r = 0; r < schedule.ranks; ++r)
+    for (const Action& a : schedule.perRank[r]) {
+      bool isBackward = a.type == A::Backward || a.type == A::BackwardInput;
+      if (a.type == A::Forward && a.stage > 0 && schedule.rankOf(a.stage - 1) != r)
+        out.perRank[r].push_back({a.stage, A::RecvF, a.microbatch});
+      if (isBackward && a.stage + 1 < schedule.stages && schedule.rankOf(a.stage + 1) != r)
+        out.perRank[r].push_back({a.stage, A::RecvB, a.microbatch});
+      out.perRank[r].push_back(a);
+      if (a.type == A::Forward && a.stage + 1 < schedule.stages && schedule.rankOf(a.stage + 1) != r)
+        out.perRank[r].push_back({a.stage, A::SendF, a.microbatch});
+      if (isBackward && a.stage > 0 && schedule.rankOf(a.stage - 1) != r)
+        out.perRank[r].push_back({a.stage, A::SendB, a.microbatch});
+    }
+  return out;
+}
+
+std::string formatCsv(const Schedule& schedule) {
+  std::string text;
+  for (const auto& actions : schedule.perRank) {
+    for (std::size_t i = 0; i < actions.size(); ++i)
+      text += (i ? "," : "") + formatAction(actions[i]);
+    text += "\n";
+  }
+  return text;
+}
+
+Expected<Schedule> parseCsv(std::string_view text, std::uint32_t stages, std::uint32_t microbatches) {
+  Schedule s;
+  std::uint32_t maxStage = 0, maxMicrobatch = 0;
+  bool any = false;
+  std::size_t line = 0;
+  for (std::string_view row : splitString(text, '\n')) {
+    ++line;
+    if (!row.empty() && row.back() == '\r')
+      row.remove_suffix(1);
+    if (row.empty())
+      continue;
+    auto& actions = s.perRank.emplace_back();
+    for (std::string_view cell : splitString(row, ',')) {
+      while (!cell.empty() && (cell.front() == ' ' || cell.front() == '\t'))
+        cell.remove_prefix(1);
+      while (!cell.empty() && (cell.back() == ' ' || cell.back() == '\t'))
+        cell.remove_suffix(1);
+      if (cell.empty())
+        continue; // an idle step
+      Expected<Action> action = parseAction(cell);
+      if (!action)
+        return std::move(action.error().withContext("line " + std::to_string(line)));
+      actions.push_back(*action);
+      maxStage = std::max(maxStage, action->stage);
+      maxMicrobatch = std::max(maxMicrobatch, action->microbatch);
+      any = true;
+    }
+  }
+  if (s.perRank.empty() || !any)
+    return Error(ErrorCode::ParseError) << "a schedule CSV needs one line of actions per rank";
+  s.ranks = static_cast<std::uint32_t>(s.perRank.size());
+  s.stages = stages ? stages : maxStage + 1;
+  s.microbatches = microbatches ? microbatches : maxMicrobatch + 1;
+  if (s.stages % s.ranks != 0)
+    return Error(ErrorCode::InvalidArgument) << s.stages << " stages do not divide over " << s.ranks << " ranks";
+  return s;
+}
+
+} // namespace cleave::pipeline

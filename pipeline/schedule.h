@@ -1,0 +1,66 @@
+// pipeline/schedule.h - pipeline schedules as data: per rank, the ordered actions it performs.
+//
+// Action notation (PyTorch's pipelining schedules): STAGE TYPE MICROBATCH, e.g. "1F0" (stage 1,
+// forward, microbatch 0), "0B3" (full backward), "2I1" / "0W3" (backward for the input / for
+// the weights: the two halves of a backward in zero-bubble schedules), "2SEND_B2", "1RECV_F1".
+// Stage s runs on rank s % ranks (loop placement; with one stage per rank, stage = rank).
+//
+// Generators (compute actions only; withCommunication adds the sends and receives):
+//   gpipe          all forwards, then all backwards               1 stage per rank
+//   1f1b           warm-up forwards, then one forward one backward 1 stage per rank
+//   interleaved    Megatron's interleaved 1F1B over v stages per rank (microbatches a multiple
+//                  of the ranks)
+//   looped_bfs     each local stage's forwards for every microbatch, breadth first, backwards in
+//                  reverse
+//   zero_bubble    backward split into I and W; list scheduling that runs I before F before W,
+//                  with 1F1B's in-flight limit, so the W's fill what would be bubbles (ZB-H1
+//                  style), 1 stage per rank
+// CSV: one line per rank, its actions separated by commas (an empty cell is an idle step).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/expected.h"
+
+namespace cleave::pipeline {
+
+enum class ActionType : std::uint8_t { Forward, Backward, BackwardInput, BackwardWeight, SendF, RecvF, SendB, RecvB };
+inline constexpr int kActionTypes = 8;
+
+struct Action {
+  std::uint32_t stage = 0;
+  ActionType type = ActionType::Forward;
+  std::uint32_t microbatch = 0;
+  friend bool operator==(const Action&, const Action&) = default;
+};
+
+std::string formatAction(const Action& action);
+Expected<Action> parseAction(std::string_view text);
+
+enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved1F1B, LoopedBFS, ZeroBubble };
+std::optional<ScheduleKind> parseScheduleKind(std::string_view name);
+std::string_view scheduleKindName(ScheduleKind kind);
+
+struct Schedule {
+  std::uint32_t stages = 0, ranks = 0, microbatches = 0;
+  std::vector<std::vector<Action>> perRank; // ranks entries
+  std::uint32_t rankOf(std::uint32_t stage) const { return stage % ranks; }
+  bool hasCommunication() const;
+};
+
+// Fails: InvalidArgument (zero stages/ranks/microbatches, stages not a multiple of ranks, more
+// than one stage per rank for gpipe/1f1b/zero_bubble, interleaved microbatches not a multiple of
+// the ranks).
+Expected<Schedule> generateSchedule(ScheduleKind kind, std::uint32_t stages, std::uint32_t microbatches,
+                                    std::uint32_t ranks);
+
+// Adds SEND_F after each forward whose next stage is on another rank and RECV_F before that
+// stage's forward; SEND_B / RECV_B likewise for backwards (B or I).
+Schedule withCommunication(const Schedule& schedule);
+
+std::string formatCsv(const Schedule& schedule);
+// Stages and microbatches are inferred (the largest index + 1) unless given (non-zero).
+Expected<Schedule> parseCsv(std::string_view text, std::uint32_t stages = 0, std::uint32_t microbatches = 0);
+
+} // namespace cleave::pipeline
