@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/runtime_options.h"
 #include "report/json_util.h"
+#include "runtime/microbatch.h"
 
 namespace cleave::cli {
 
@@ -16,17 +17,25 @@ int runRun(const Args& args, std::ostream& out, std::ostream& err) {
   std::string path, saveOutputs;
   RuntimeOptions runtime;
   int repeat = 1;
-  bool json = false, profile = false;
+  bool json = false, profile = false, pipelined = false;
+  std::int64_t microbatches = 1;
   app.add_option("MODEL", path, "ONNX model, or a directory with plan.json")->required();
   addRuntimeOptions(app, runtime);
   app.add_option("--repeat", repeat, "runs to time (the first one is included)")->capture_default_str();
   app.add_option("--save-outputs", saveOutputs, "write the outputs to a tensor file (JSON)");
+  app.add_flag("--pipeline", pipelined,
+               "run a pipeline plan's stages microbatch by microbatch (inputs split along dim 0, outputs merged)");
+  app.add_option("--microbatches", microbatches, "microbatches for --pipeline")->capture_default_str();
   app.add_flag("--profile", profile, "time every kernel; report seconds per op type (last run)");
   app.add_flag("--json", json, "print a JSON summary");
   if (int code = parseArguments(app, args, out, err); code >= 0)
     return code;
   if (repeat < 1) {
     err << "cleave run: usage error: --repeat must be at least 1\n";
+    return kExitUsage;
+  }
+  if (pipelined && !runtime::isPlanDirectory(path)) {
+    err << "cleave run: usage error: --pipeline runs a cut model directory (cleave pipeline -o DIR)\n";
     return kExitUsage;
   }
   Expected<OpenedRunnable> opened = openRunnable(path, runtime);
@@ -44,7 +53,22 @@ int runRun(const Args& args, std::ostream& out, std::ostream& err) {
     stats = runtime::RunStats();
     stats.profileOps = profile;
     auto start = std::chrono::steady_clock::now();
-    Expected<runtime::TensorMap> result = opened->runnable.run(*inputs, &these, &stats);
+    Expected<runtime::TensorMap> result = Error(ErrorCode::InvalidArgument);
+    if (pipelined) {
+      Expected<std::vector<runtime::TensorMap>> chunks = runtime::splitMicrobatches(*inputs, microbatches);
+      if (!chunks)
+        return reportError("cleave run", chunks.error(), err);
+      std::vector<runtime::TensorMap> outs;
+      for (const runtime::TensorMap& chunk : *chunks) {
+        Expected<runtime::TensorMap> part = opened->runnable.run(chunk, &these, &stats);
+        if (!part)
+          return reportError("cleave run", part.error(), err);
+        outs.push_back(std::move(*part));
+      }
+      result = runtime::mergeMicrobatches(outs);
+    } else {
+      result = opened->runnable.run(*inputs, &these, &stats);
+    }
     seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (!result)
       return reportError("cleave run", result.error(), err);
@@ -63,6 +87,8 @@ int runRun(const Args& args, std::ostream& out, std::ostream& err) {
   report::Json summary;
   summary["model"] = path;
   summary["submodules"] = opened->runnable.submodules();
+  if (pipelined)
+    summary["microbatches"] = microbatches;
   for (const auto& [name, tensor] : outputs) {
     at::Tensor cpu = tensor.to(at::kCPU);
     summary["outputs"][name] = {{"summary", runtime::summarize(cpu)}, {"shape", cpu.sizes().vec()}};

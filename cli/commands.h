@@ -26,6 +26,8 @@ int runRun(const Args& args, std::ostream& out, std::ostream& err);
 int runVerify(const Args& args, std::ostream& out, std::ostream& err);
 int runMinimize(const Args& args, std::ostream& out, std::ostream& err);
 int runShapes(const Args& args, std::ostream& out, std::ostream& err);
+int runPipeline(const Args& args, std::ostream& out, std::ostream& err);
+int runSchedule(const Args& args, std::ostream& out, std::ostream& err);
 
 // Parses `args` with `app`. Returns -1 to go on, or the exit code (0 after --help, 2 on a
 // usage error, printed as one line).

@@ -43,6 +43,8 @@ constexpr Command kCommands[] = {
     {"support", runSupport, "which ops of a model an accelerator profile supports, and why not"},
     {"split", runSplit, "split a model into accelerator and CPU submodules"},
     {"partition", runPartition, "partition a model across devices with memory limits"},
+    {"pipeline", runPipeline, "cut a model into pipeline stages; parameters, skip connections, backward plan"},
+    {"schedule", runSchedule, "generate, validate and simulate pipeline schedules (GPipe, 1F1B, ...)"},
     {"run", runRun, "run a model or a cut model on ATen; output summaries and timings"},
     {"verify", runVerify, "check that a cut model computes what the original does"},
     {"shapes", runShapes, "record every value's dtype and shape from a run on sample inputs"},

@@ -68,6 +68,8 @@ double flopsOf(const ir::Graph& graph, NodeId node) {
 }
 } // namespace
 
+double estimateFlops(const ir::Graph& graph, NodeId node) { return flopsOf(graph, node); }
+
 IdVector<NodeId, NodeLatency> estimateLatencies(const ir::Graph& graph, double flopsPerSec, double bytesPerSec) {
   IdVector<NodeId, NodeLatency> latencies(graph.numNodes());
   for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {

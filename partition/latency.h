@@ -43,6 +43,8 @@ Expected<IdVector<ir::NodeId, NodeLatency>> parseLatencies(const ir::Graph& grap
 // bytesPerSec. FLOPs: MatMul/Gemm 2*M*N*K, Conv 2*outputs*Cin/groups*kernel, others one per
 // output element.
 IdVector<ir::NodeId, NodeLatency> estimateLatencies(const ir::Graph& graph, double flopsPerSec, double bytesPerSec);
+// The FLOPs of one node by the rule above.
+double estimateFlops(const ir::Graph& graph, ir::NodeId node);
 
 std::vector<PartitionLatency> partitionLatencies(const ir::Graph& graph, const plan::CutPlan& plan,
                                                  const IdVector<ir::NodeId, NodeLatency>& latencies);

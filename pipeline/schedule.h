@@ -18,6 +18,7 @@
 // CSV: one line per rank, its actions separated by commas (an empty cell is an idle step).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 

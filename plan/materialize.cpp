@@ -11,7 +11,8 @@ namespace cleave::plan {
 using ir::NodeId;
 using ir::ValueId;
 
-std::vector<Boundary> computeBoundaries(const ir::Graph& graph, const CutPlan& plan) {
+std::vector<Boundary> computeBoundaries(const ir::Graph& graph, const CutPlan& plan,
+                                        const std::vector<std::pair<ValueId, std::uint32_t>>& transmitted) {
   std::vector<Boundary> boundaries(plan.submodules.size());
   std::vector<std::uint32_t> lastReader(plan.submodules.size(), UINT32_MAX);
   for (std::uint32_t v = 0; v < graph.numValues(); ++v) {
@@ -38,6 +39,20 @@ std::vector<Boundary> computeBoundaries(const ir::Graph& graph, const CutPlan& p
     if (from != kNoSubmodule && neededOutside)
       boundaries[from].outputs.push_back(value);
   }
+  for (const auto& [value, owner] : transmitted) {
+    std::vector<std::uint8_t> reads(plan.submodules.size(), 0);
+    for (NodeId user : graph.users(value))
+      if (std::uint32_t to = plan.submoduleOf[user]; to != kNoSubmodule && to != owner)
+        reads[to] = 1;
+    bool sent = false;
+    for (std::uint32_t s = 0; s < reads.size(); ++s)
+      if (reads[s]) {
+        boundaries[s].inputs.push_back(value);
+        sent = true;
+      }
+    if (sent)
+      boundaries[owner].outputs.push_back(value);
+  }
   return boundaries;
 }
 
@@ -62,7 +77,10 @@ Expected<ir::Graph> extractSubmodule(const ir::Graph& graph, const CutPlan& plan
         params.push_back(graph.producer(value));
   std::sort(params.begin(), params.end());
   params.erase(std::unique(params.begin(), params.end()), params.end());
+  const std::vector<ValueId>& taken = boundaries[submodule].inputs;
   for (NodeId paramNode : params) {
+    if (std::find(taken.begin(), taken.end(), graph.outputs(paramNode)[0]) != taken.end())
+      continue; // sent by the submodule that owns it
     for (ir::ParamId param : graph.parameters(paramNode)) {
       ir::Parameter copy = graph.parameter(param);
       if (copy.data.source == ir::ParameterData::Source::Inline) {
@@ -108,6 +126,10 @@ report::Json planJson(const ir::Graph& graph, const CutPlan& plan, const std::ve
     out[key] = value;
   auto sourceOf = [&](ValueId value) -> report::Json {
     std::uint32_t from = plan.submoduleOf[graph.producer(value)];
+    if (from == kNoSubmodule && graph.kind(graph.producer(value)) == ir::NodeKind::Parameter)
+      for (std::uint32_t s = 0; s < boundaries.size(); ++s) // a transmitted parameter: its owner
+        if (std::find(boundaries[s].outputs.begin(), boundaries[s].outputs.end(), value) != boundaries[s].outputs.end())
+          return report::Json(plan.submodules[s].name);
     return from == kNoSubmodule ? report::Json("input") : report::Json(plan.submodules[from].name);
   };
   report::Json submodules = report::Json::array();
@@ -160,7 +182,7 @@ std::string assignmentJson(const ir::Graph& graph, const CutPlan& plan) {
 
 Status materialize(const ir::Graph& graph, const CutPlan& plan, const std::string& modelPath,
                    const std::string& outDir, const report::Json& extra, const MaterializeOptions& options) {
-  std::vector<Boundary> boundaries = computeBoundaries(graph, plan);
+  std::vector<Boundary> boundaries = computeBoundaries(graph, plan, options.transmitted);
   CLEAVE_TRY(std::string staging, makeStagingDirectory(outDir));
   auto write = [&]() -> Status {
     bool fx = graph.modelInfo().format == ir::SourceFormat::Fx;

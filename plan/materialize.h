@@ -24,8 +24,10 @@ struct Boundary {
   std::vector<ir::ValueId> inputs, outputs;
 };
 
-// Per submodule, in plan order.
-std::vector<Boundary> computeBoundaries(const ir::Graph& graph, const CutPlan& plan);
+// Per submodule, in plan order. Parameters are copied into each submodule that reads them
+// unless `transmitted` routes them (see MaterializeOptions).
+std::vector<Boundary> computeBoundaries(const ir::Graph& graph, const CutPlan& plan,
+                                        const std::vector<std::pair<ir::ValueId, std::uint32_t>>& transmitted = {});
 
 // A standalone graph of one submodule (ONNX-writable when the source graph was ONNX). `types`,
 // when given, replaces the source graph's value types (shape propagation).
@@ -42,6 +44,10 @@ report::Json planJson(const ir::Graph& graph, const CutPlan& plan,
 
 struct MaterializeOptions {
   bool writeSubmodels = true;          // false: plan.json and reports only (--plan-only)
+  // Parameters one submodule owns and sends to the others that read them (pipeline
+  // --multi-use transmit): (parameter value, owner submodule). Readers take it as an input; the
+  // owner lists it among its outputs.
+  std::vector<std::pair<ir::ValueId, std::uint32_t>> transmitted;
   std::vector<std::pair<std::string, std::string>> extraFiles; // (file name, contents)
 };
 

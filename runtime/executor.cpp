@@ -30,7 +30,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
   executor->opset_ = defaultOpset(g);
   executor->kernels_ = IdVector<NodeId, Kernel>(g.numNodes(), nullptr);
   executor->parameters_ = IdVector<NodeId, at::Tensor>(g.numNodes());
-  executor->caches_ = IdVector<NodeId, at::Tensor>(g.numNodes());
+  executor->caches_ = IdVector<NodeId, KernelCache>(g.numNodes());
   const KernelTable& table = kernelTable();
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
     NodeId node{n};

@@ -60,7 +60,7 @@ private:
   std::int64_t opset_ = 0;
   IdVector<ir::NodeId, Kernel> kernels_;
   IdVector<ir::NodeId, at::Tensor> parameters_; // Parameter nodes' tensors
-  IdVector<ir::NodeId, at::Tensor> caches_;     // per op node: what its kernel keeps (packed weights)
+  IdVector<ir::NodeId, KernelCache> caches_;    // per op node: what its kernel keeps (packed weights)
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)
   std::map<std::pair<std::uint32_t, std::string>, std::unique_ptr<Executor>> subgraphs_;
   Status subgraphError_ = {};

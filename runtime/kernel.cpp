@@ -61,19 +61,6 @@ at::Tensor KernelContext::tensorAttr(std::string_view name) const {
   return *tensor;
 }
 
-bool KernelContext::inputIsParameter(std::size_t i) const {
-  auto operands = graph_.inputs(node_);
-  if (i >= operands.size() || operands[i] == ir::kNoValue)
-    return false;
-  // Through Identity chains: exporters forward shared weights that way.
-  ir::NodeId producer = graph_.producer(operands[i]);
-  while (graph_.kind(producer) == ir::NodeKind::Op && graph_.opType(producer) == "Identity" &&
-         graph_.opDomain(producer).empty() && !graph_.inputs(producer).empty() &&
-         graph_.inputs(producer)[0] != ir::kNoValue)
-    producer = graph_.producer(graph_.inputs(producer)[0]);
-  return graph_.kind(producer) == ir::NodeKind::Parameter;
-}
-
 void configureThreads() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -86,7 +73,7 @@ void configureThreads() {
 }
 
 at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
-                  const at::Tensor& bias, bool weightCacheable) {
+                  const at::Tensor& bias) {
   bool onednn = at::hasMKLDNN() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
                 weight.scalar_type() == at::kFloat && weight.dim() == 2 && x.dim() >= 1 && x.numel() > 0 &&
                 (!bias.defined() || (bias.scalar_type() == at::kFloat && bias.dim() == 1));
@@ -94,14 +81,16 @@ at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weigh
     at::Tensor product = at::matmul(x, weightIsNK ? weight.t() : weight);
     return bias.defined() ? product + bias : product;
   }
-  at::Tensor* cache = weightCacheable ? c.cache() : nullptr;
+  KernelCache* cache = c.cache();
   at::Tensor packed;
-  if (cache && cache->defined()) {
-    packed = *cache;
+  if (cache && cache->derived.defined() && cache->source.is_same(weight)) {
+    packed = cache->derived;
   } else {
     packed = (weightIsNK ? weight : weight.t()).contiguous().to_mkldnn();
-    if (cache)
-      *cache = packed;
+    if (cache) { // the source stays referenced, so its identity cannot be reused by another tensor
+      cache->source = weight;
+      cache->derived = packed;
+    }
   }
   std::int64_t k = x.size(-1), n = packed.size(0);
   std::vector<std::int64_t> shape = x.sizes().vec();

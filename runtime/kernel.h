@@ -17,6 +17,12 @@ namespace cleave::runtime {
 
 class Executor;
 
+// What a kernel keeps between runs of its node: a derived form of an operand (a prepacked
+// weight) and the operand it was derived from, to know when it still applies.
+struct KernelCache {
+  at::Tensor source, derived;
+};
+
 struct KernelError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -24,7 +30,7 @@ struct KernelError : std::runtime_error {
 class KernelContext {
 public:
   KernelContext(const ir::Graph& graph, ir::NodeId node, std::int64_t opset, std::vector<at::Tensor> inputs,
-                std::function<Executor&(std::string_view)> subgraph, at::Tensor* cache = nullptr)
+                std::function<Executor&(std::string_view)> subgraph, KernelCache* cache = nullptr)
       : graph_(graph), node_(node), opset_(opset), inputs_(std::move(inputs)), subgraph_(std::move(subgraph)),
         cache_(cache) {}
 
@@ -47,11 +53,9 @@ public:
   std::vector<float> floatsAttr(std::string_view name) const;
   at::Tensor tensorAttr(std::string_view name) const; // undefined when absent
 
-  // True when operand i is a parameter (constant across runs): derived forms may be cached.
-  bool inputIsParameter(std::size_t i) const;
   // A tensor slot that lives as long as the executor, one per node (a prepacked weight); null
   // when the executor keeps none.
-  at::Tensor* cache() const { return cache_; }
+  KernelCache* cache() const { return cache_; }
 
   // Integer values of a small operand tensor (shapes, axes, pads).
   std::vector<std::int64_t> ints(std::size_t i) const;
@@ -64,7 +68,7 @@ private:
   std::int64_t opset_;
   std::vector<at::Tensor> inputs_;
   std::function<Executor&(std::string_view)> subgraph_;
-  at::Tensor* cache_;
+  KernelCache* cache_;
 };
 
 using Kernel = std::vector<at::Tensor> (*)(KernelContext&);
@@ -94,9 +98,11 @@ void registerControlKernels(KernelTable& table);
 // x[..., K] times a 2-D weight, with `weightIsNK` telling whether it is laid out [N, K] (Gemm's
 // transB, torch's Linear) or [K, N]; plus an optional bias [N]. On the CPU in float32 this runs on
 // oneDNN (mkldnn_linear; the reordered weight is cached when the weight is a parameter), which is
-// many times faster than the generic BLAS some libtorch builds (Debian's) use.
+// many times faster than the generic BLAS some libtorch builds (Debian's) use. The reordered
+// weight is kept while the same weight tensor comes back (a parameter, or a weight another
+// submodel forwards).
 at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
-                  const at::Tensor& bias, bool weightCacheable);
+                  const at::Tensor& bias);
 // A batched product of two activations (attention's Q K^T and P V): oneDNN per batch entry on
 // the CPU in float32, else at::matmul.
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);

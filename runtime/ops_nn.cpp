@@ -215,7 +215,7 @@ void registerNnKernels(KernelTable& t) {
     at::Tensor bias = c.has(2) && beta != 0.0 ? c.input(2) : at::Tensor();
     // torch.nn.Linear's export: Gemm(x, W, b, transB=1) with a 1-D bias and unit scales.
     if (alpha == 1.0 && (!bias.defined() || (beta == 1.0 && bias.dim() == 1)))
-      return {linear(c, a, c.input(1), c.intAttr("transB", 0) != 0, bias, c.inputIsParameter(1))};
+      return {linear(c, a, c.input(1), c.intAttr("transB", 0) != 0, bias)};
     at::Tensor b = c.intAttr("transB", 0) ? c.input(1).t() : c.input(1);
     if (bias.defined())
       return {at::addmm(bias, a, b, beta, alpha)};
@@ -225,7 +225,7 @@ void registerNnKernels(KernelTable& t) {
   t.add("MatMul", [](KernelContext& c) -> Outputs {
     const at::Tensor &a = c.input(0), &b = c.input(1);
     if (b.dim() == 2 && a.dim() >= 2) // activations times a weight matrix
-      return {linear(c, a, b, false, at::Tensor(), c.inputIsParameter(1))};
+      return {linear(c, a, b, false, at::Tensor())};
     return {batchedMatmul(a, b)};
   });
   t.add("Softmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, false); });

@@ -27,6 +27,29 @@ SCHEMA = "cleave.fx_graph"
 SCHEMA_VERSION = 1
 
 
+_ACTIVE_TRACER = None
+
+
+def pipe_split():
+    """A pipeline split marker (the role of torch.distributed.pipelining's pipe_split, which
+    PyTorch 1.13 lacks): `symbolic_trace` below records each call as a call_function node;
+    `cleave pipeline` cuts where each stands. Outside tracing it does nothing."""
+    if _ACTIVE_TRACER is not None:
+        _ACTIVE_TRACER.create_proxy("call_function", pipe_split, (), {})
+
+
+def symbolic_trace(module):
+    """torch.fx.symbolic_trace that also records pipe_split() markers."""
+    global _ACTIVE_TRACER
+    tracer = torch.fx.Tracer()
+    _ACTIVE_TRACER = tracer
+    try:
+        graph = tracer.trace(module)
+    finally:
+        _ACTIVE_TRACER = None
+    return torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
+
+
 def _dtype_name(dtype):
     return str(dtype).replace("torch.", "")
 

@@ -1,0 +1,269 @@
+// Tests of pipeline/: balancing (PyTorch's example vector, brute force), schedules (PyTorch's
+// TestSchedulePlan grid, round trips, the validator's refusals, the simulator), stage planning
+// on ONNX-style graphs (markers, split points, parameters, loss, backward plan).
+#include "pipeline/balance.h"
+#include "pipeline/schedule_sim.h"
+#include "pipeline/stages.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "testing/test_graphs.h"
+
+namespace cleave::pipeline {
+namespace {
+using cleave::testing::TestGraph;
+
+TEST(Balance, OptimalFindsTheBottleneckOf60WhereGreedyGets63) {
+  std::vector<double> weights{24, 33, 6, 3, 54, 15, 12, 33};
+  Expected<std::vector<std::size_t>> best = cutOptimal(weights, 4);
+  ASSERT_TRUE(best);
+  EXPECT_EQ(best->size(), 4u);
+  EXPECT_DOUBLE_EQ(bottleneckOf(weights, *best), 60.0);
+  EXPECT_GE(bottleneckOf(weights, cutGreedy(weights, 4)), 63.0);
+}
+
+// Every cut into at most K stages, the smallest bottleneck within the memory limit.
+double bruteForce(const std::vector<double>& w, std::size_t k, const std::vector<std::int64_t>& mem, std::int64_t limit) {
+  double best = 1e300;
+  std::size_t n = w.size();
+  std::function<void(std::size_t, std::size_t, double)> go = [&](std::size_t start, std::size_t used, double worst) {
+    if (start == n) {
+      best = std::min(best, worst);
+      return;
+    }
+    if (used == k)
+      return;
+    double sum = 0;
+    std::int64_t bytes = 0;
+    for (std::size_t end = start + 1; end <= n; ++end) {
+      sum += w[end - 1];
+      bytes += mem.empty() ? 0 : mem[end - 1];
+      if (limit > 0 && bytes > limit)
+        break;
+      go(end, used + 1, std::max(worst, sum));
+    }
+  };
+  go(0, 0, 0.0);
+  return best;
+}
+
+TEST(Balance, OptimalAgreesWithBruteForce) {
+  std::mt19937 rng(11);
+  int compared = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    std::size_t n = 1 + rng() % 10, k = 1 + rng() % 5;
+    std::vector<double> w(n);
+    std::vector<std::int64_t> mem(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      w[i] = static_cast<double>(1 + rng() % 60);
+      mem[i] = static_cast<std::int64_t>(1 + rng() % 20);
+    }
+    std::int64_t limit = trial % 2 ? static_cast<std::int64_t>(15 + rng() % 40) : 0;
+    double expected = bruteForce(w, k, mem, limit);
+    Expected<std::vector<std::size_t>> got = cutOptimal(w, k, mem, limit);
+    if (expected > 1e299) {
+      EXPECT_FALSE(got);
+      continue;
+    }
+    ASSERT_TRUE(got) << got.error().message();
+    EXPECT_DOUBLE_EQ(bottleneckOf(w, *got), expected) << "trial " << trial;
+    EXPECT_LE(got->size(), k);
+    for (std::size_t s = 0; s < got->size(); ++s) { // memory holds
+      std::size_t end = s + 1 < got->size() ? (*got)[s + 1] : n;
+      std::int64_t bytes = std::accumulate(mem.begin() + static_cast<std::ptrdiff_t>((*got)[s]),
+                                           mem.begin() + static_cast<std::ptrdiff_t>(end), std::int64_t{0});
+      if (limit > 0)
+        EXPECT_LE(bytes, limit);
+    }
+    ++compared;
+  }
+  EXPECT_GT(compared, 300);
+}
+
+TEST(Schedule, PyTorchsPlanGridValidatesForInterleavedAndLoopedBfs) {
+  // (local stages, microbatches, ranks) from PyTorch's TestSchedulePlan.test_pipeline_order.
+  const std::uint32_t grid[][3] = {{2, 2, 2},  {2, 4, 4},  {2, 8, 2},  {2, 8, 4},  {2, 8, 8},   {4, 4, 4}, {4, 8, 4},
+                                   {4, 8, 8},  {4, 16, 4}, {4, 32, 4}, {4, 64, 4}, {4, 16, 16}, {4, 32, 32},
+                                   {4, 128, 64}, {3, 2, 2}, {3, 8, 2}, {3, 12, 4}, {4, 6, 3},  {4, 10, 5}};
+  for (ScheduleKind kind : {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS})
+    for (const auto& [local, microbatches, ranks] : grid) {
+      SCOPED_TRACE(std::string(scheduleKindName(kind)) + " " + std::to_string(local) + "," +
+                   std::to_string(microbatches) + "," + std::to_string(ranks));
+      Expected<Schedule> s = generateSchedule(kind, local * ranks, microbatches, ranks);
+      ASSERT_TRUE(s) << s.error().message();
+      EXPECT_TRUE(validateSchedule(*s));
+      Schedule withComm = withCommunication(*s);
+      EXPECT_TRUE(validateSchedule(withComm));
+      Expected<SimulationResult> sim = simulateSchedule(withComm);
+      ASSERT_TRUE(sim);
+      EXPECT_GT(sim->makespan, 0.0);
+    }
+}
+
+TEST(Schedule, SingleStagePerRankKindsValidateAndRank) {
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubble})
+    for (std::uint32_t stages : {1u, 2u, 4u, 7u})
+      for (std::uint32_t microbatches : {1u, 3u, 8u, 16u}) {
+        SCOPED_TRACE(std::string(scheduleKindName(kind)) + " " + std::to_string(stages) + "x" +
+                     std::to_string(microbatches));
+        Expected<Schedule> s = generateSchedule(kind, stages, microbatches, stages);
+        ASSERT_TRUE(s);
+        EXPECT_TRUE(validateSchedule(withCommunication(*s)));
+      }
+  // 1F1B holds fewer activations than GPipe for the same makespan; zero bubble has fewer bubbles.
+  auto simulate = [](ScheduleKind kind) {
+    return *simulateSchedule(*generateSchedule(kind, 4, 8, 4));
+  };
+  SimulationResult gpipe = simulate(ScheduleKind::GPipe), oneF = simulate(ScheduleKind::OneFOneB),
+                   zero = simulate(ScheduleKind::ZeroBubble);
+  EXPECT_EQ(gpipe.peakActivationBytes[0], 8);
+  EXPECT_EQ(oneF.peakActivationBytes[0], 4);
+  EXPECT_DOUBLE_EQ(gpipe.makespan, oneF.makespan);
+  EXPECT_DOUBLE_EQ(oneF.makespan, 33.0); // (M + S - 1) x (F + B) = 11 x 3
+  EXPECT_LT(zero.bubbleFraction, oneF.bubbleFraction);
+}
+
+TEST(Schedule, ActionsAndCsvRoundTrip) {
+  for (const char* text : {"1F0", "2I1", "0W3", "0B3", "2SEND_B2", "1RECV_F1", "13SEND_F127"}) {
+    Expected<Action> action = parseAction(text);
+    ASSERT_TRUE(action) << text;
+    EXPECT_EQ(formatAction(*action), text);
+  }
+  for (const char* bad : {"F0", "1F", "1X0", "", "1SENDF0"})
+    EXPECT_FALSE(parseAction(bad)) << bad;
+  Schedule s = withCommunication(*generateSchedule(ScheduleKind::Interleaved1F1B, 8, 8, 4));
+  Expected<Schedule> back = parseCsv(formatCsv(s));
+  ASSERT_TRUE(back) << back.error().message();
+  EXPECT_EQ(back->perRank.size(), s.perRank.size());
+  for (std::size_t r = 0; r < s.perRank.size(); ++r)
+    EXPECT_EQ(back->perRank[r], s.perRank[r]);
+}
+
+TEST(Schedule, TheValidatorRefusesBrokenSchedules) {
+  auto message = [](const std::string& csv) {
+    Expected<Schedule> s = parseCsv(csv);
+    if (!s)
+      return s.error().message();
+    Status valid = validateSchedule(*s);
+    return valid ? std::string() : valid.error().message();
+  };
+  // Rank 0 waits for stage 1's backward before running its forward: a deadlock.
+  EXPECT_NE(message("0F0,0B0\n1B0,1F0\n").find("deadlocks"), std::string::npos);
+  EXPECT_NE(message("0F0\n1F0,1B0\n").find("no backward"), std::string::npos);
+  EXPECT_NE(message("0F0,0B0,1F0\n1F0,1B0\n").find("belongs to rank 1"), std::string::npos);
+  EXPECT_NE(message("0F0,0B0,0F0\n1F0,1B0\n").find("twice"), std::string::npos);
+  EXPECT_NE(message("0F0,0I0\n1F0,1B0\n").find("no backward"), std::string::npos);
+  EXPECT_EQ(message("0F0,0I0,0W0\n1F0,1B0\n"), "");
+}
+
+// x -> r0 .. r7 (Relu), a parameter read by r1 and r6, a skip from r2 to r7, output "loss".
+ir::Graph chainWithSkip(bool markers) {
+  TestGraph t;
+  t.input("x").param("w");
+  t.op("Relu", "r0", {"x"}).op("Add", "r1", {"r0", "w"}).op("Relu", "r2", {"r1"});
+  if (markers) {
+    ir::NodeSpec marker;
+    marker.opType = "PipeSplit";
+    marker.domain = "cleave";
+    marker.name = "split_a";
+    t.node(marker);
+  }
+  t.op("Relu", "r3", {"r2"}).op("Relu", "r4", {"r3"});
+  if (markers) {
+    ir::NodeSpec marker;
+    marker.opType = "PipeSplit";
+    marker.domain = "cleave";
+    marker.name = "split_b";
+    t.node(marker);
+    marker.name = "split_c"; // consecutive: collapses into split_b
+    t.node(marker);
+  }
+  t.op("Relu", "r5", {"r4"}).op("Add", "r6", {"r5", "w"}).op("Add", "loss", {"r6", "r2"});
+  return t.output({"loss"}).build();
+}
+
+TEST(Stages, MarkersCutAndParametersAndSkipsAreRouted) {
+  ir::Graph g = chainWithSkip(true);
+  Expected<PipelinePlan> plan = planPipeline(g, {});
+  ASSERT_TRUE(plan) << plan.error().message();
+  ASSERT_EQ(plan->plan.submodules.size(), 3u);
+  EXPECT_EQ(plan->plan.submodules[0].nodes.size(), 3u);
+  EXPECT_EQ(plan->plan.submodules[1].nodes.size(), 2u);
+  EXPECT_EQ(plan->plan.submodules[2].nodes.size(), 3u);
+  ASSERT_EQ(plan->parameters.size(), 1u);
+  EXPECT_EQ(plan->parameters[0].stages, (std::vector<std::uint32_t>{0, 2}));
+  // r2 goes straight from stage 0 to stage 2.
+  ir::ValueId r2 = g.findValue("r2");
+  EXPECT_NE(std::find(plan->boundaries[2].inputs.begin(), plan->boundaries[2].inputs.end(), r2),
+            plan->boundaries[2].inputs.end());
+  // Backward: stage 2 first; it sends r2's gradient to stage 0, which also receives it from stage 1
+  // (through r3): accumulated.
+  ASSERT_TRUE(plan->loss);
+  ASSERT_EQ(plan->backward.size(), 3u);
+  EXPECT_EQ(plan->backward[0].stage, 2u);
+  const BackwardStep& first = plan->backward[2];
+  EXPECT_EQ(first.stage, 0u);
+  ASSERT_EQ(first.receives.size(), 1u);
+  EXPECT_EQ(first.receives[0].fromStages, (std::vector<std::uint32_t>{1, 2}));
+  // Transmit: stage 2 takes w from stage 0.
+  PipelineOptions transmit;
+  transmit.multiUse = MultiUse::Transmit;
+  Expected<PipelinePlan> sent = planPipeline(g, transmit);
+  ASSERT_TRUE(sent);
+  ASSERT_EQ(sent->transmitted.size(), 1u);
+  ir::ValueId w = g.findValue("w");
+  EXPECT_NE(std::find(sent->boundaries[2].inputs.begin(), sent->boundaries[2].inputs.end(), w),
+            sent->boundaries[2].inputs.end());
+  EXPECT_NE(std::find(sent->boundaries[0].outputs.begin(), sent->boundaries[0].outputs.end(), w),
+            sent->boundaries[0].outputs.end());
+  EXPECT_EQ(sent->stats[2].paramBytes, 0);
+}
+
+TEST(Stages, SplitPointsPoliciesAndErrors) {
+  ir::Graph g = chainWithSkip(false);
+  PipelineOptions byNames;
+  byNames.spec = SplitSpec{{}, {"r3"}, {"r5"}};
+  Expected<PipelinePlan> plan = planPipeline(g, byNames);
+  ASSERT_TRUE(plan) << plan.error().message();
+  EXPECT_EQ(plan->plan.submodules.size(), 3u);
+  byNames.spec = SplitSpec{{}, {"r0"}, {}};
+  Expected<PipelinePlan> empty = planPipeline(g, byNames);
+  ASSERT_FALSE(empty);
+  EXPECT_NE(empty.error().message().find("split_before 'r0' would leave stage 0 empty"), std::string::npos)
+      << empty.error().message();
+  byNames.spec = SplitSpec{{{"decoder", true}}, {}, {}};
+  EXPECT_NE(planPipeline(g, byNames).error().message().find("'decoder'"), std::string::npos);
+  PipelineOptions equal;
+  equal.stages = 4;
+  Expected<PipelinePlan> four = planPipeline(g, equal);
+  ASSERT_TRUE(four);
+  EXPECT_EQ(four->plan.submodules.size(), 4u);
+  EXPECT_DOUBLE_EQ(four->imbalance, 1.0); // 8 nodes, 2 each
+  equal.stages = 9;
+  EXPECT_FALSE(planPipeline(g, equal));
+  PipelineOptions wrongLoss;
+  wrongLoss.stages = 2;
+  wrongLoss.loss = "objective";
+  Expected<PipelinePlan> noLoss = planPipeline(g, wrongLoss);
+  ASSERT_FALSE(noLoss);
+  EXPECT_NE(noLoss.error().message().find("'objective' among the outputs (loss)"), std::string::npos);
+  // A marker at the very start leaves the first stage empty.
+  TestGraph t;
+  ir::NodeSpec marker;
+  marker.opType = "PipeSplit";
+  marker.domain = "cleave";
+  marker.name = "too_early";
+  t.input("x").node(marker).op("Relu", "a", {"x"});
+  ir::Graph early = t.output({"a"}).build();
+  Expected<PipelinePlan> bad = planPipeline(early, {});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("'too_early' would leave stage 0 empty"), std::string::npos)
+      << bad.error().message();
+}
+
+} // namespace
+} // namespace cleave::pipeline

@@ -1,0 +1,53 @@
+// pipeline/schedule_sim.h - checking and timing a schedule.
+//
+// validateSchedule: every action names a stage of its rank and a microbatch in range; every
+// (stage, microbatch) has one forward and either one full backward or one I and one W; then the
+// ranks are played: each runs its next action once its dependencies are met (a forward after
+// the previous stage's forward, a backward after its own forward and the next stage's backward,
+// W after I; with explicit communication, a receive after the matching send, and a forward or
+// backward after its receive; sends never block). No rank able to move while actions remain is a
+// deadlock, reported with every rank's blocked action.
+//
+// simulateSchedule plays it in time: an action starts when its rank is free and its inputs have
+// arrived (a cross-rank dependency adds the transfer latency), and lasts its stage's cost. It
+// reports the makespan, the bubble fraction (1 - busy time / (ranks x makespan)) and each rank's
+// peak activation memory (microbatches forwarded and not yet fully backwarded, in bytes of
+// their stages' activations), plus the timeline.
+// Complexity: O(A + P x R) for A actions and P passes over the R ranks (P <= A).
+#pragma once
+
+#include "pipeline/schedule.h"
+
+namespace cleave::pipeline {
+
+Status validateSchedule(const Schedule& schedule);
+
+struct StageCosts {
+  double forward = 1.0, backward = 2.0;      // a full backward (B)
+  double backwardInput = 1.0, backwardWeight = 1.0; // I and W
+  std::int64_t activationBytes = 1;           // held from F until B (or W)
+};
+
+struct SimulationOptions {
+  std::vector<StageCosts> stages; // one per stage, or one for all (empty: defaults)
+  double transferLatency = 0.0;   // per cross-rank dependency
+};
+
+struct TimedAction {
+  std::uint32_t rank = 0;
+  Action action;
+  double start = 0.0, end = 0.0;
+};
+
+struct SimulationResult {
+  double makespan = 0.0;
+  double bubbleFraction = 0.0;
+  std::vector<double> busy;                   // per rank
+  std::vector<std::int64_t> peakActivationBytes; // per rank
+  std::vector<TimedAction> timeline;          // in execution order
+};
+
+// Fails like validateSchedule (a schedule that deadlocks cannot be timed).
+Expected<SimulationResult> simulateSchedule(const Schedule& schedule, const SimulationOptions& options = {});
+
+} // namespace cleave::pipeline

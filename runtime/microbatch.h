@@ -1,0 +1,16 @@
+// runtime/microbatch.h - splitting inputs into microbatches along the batch dimension (dim 0)
+// and merging outputs back (the seed's split_args_kwargs_into_chunks / merge_chunks).
+// Chunks follow at::chunk: ceil(rows / M) rows each, the last one smaller; a tensor without a
+// batch dimension (rank 0) goes whole to every microbatch. Merging concatenates along dim 0,
+// so split then merge gives back the same tensors exactly.
+#pragma once
+
+#include "runtime/tensors.h"
+
+namespace cleave::runtime {
+
+// Fails: InvalidArgument (M < 1, or inputs whose batch sizes differ, or fewer rows than M).
+Expected<std::vector<TensorMap>> splitMicrobatches(const TensorMap& inputs, std::int64_t microbatches);
+TensorMap mergeMicrobatches(const std::vector<TensorMap>& outputs);
+
+} // namespace cleave::runtime

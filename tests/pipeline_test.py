@@ -1,0 +1,233 @@
+"""`cleave pipeline`, `cleave run --pipeline` and `cleave schedule` end to end.
+
+The modules of PyTorch's pipelining tests (test_pipe.py's ExampleCode and MultiMLP, the model with
+a parameter alias, an 8-layer MLP stack split at layers.4), traced to FX with cleave_fx's tracer
+(which records pipe_split() markers; PyTorch 1.13 has no pipelining package): the stage counts
+PyTorch's tests expect, torch's own split_by_tags with cleave's assignment computing what the
+model computes, and stage parameter names that are the model's own. ONNX exports: stages run
+microbatch by microbatch give the original outputs."""
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from testlib import SOURCE_DIR, TempDirTest, main, run
+
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
+import cleave_fx  # noqa: E402
+from cleave_fx import pipe_split  # noqa: E402
+
+D = 16
+
+
+class ExampleCode(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mm_param1 = torch.nn.Parameter(torch.randn(D, D))
+        self.mm_param2 = torch.nn.Parameter(torch.randn(D, D))
+        self.lin1 = torch.nn.Linear(D, D)
+        self.lin2 = torch.nn.Linear(D, D)
+
+    def forward(self, x, y):
+        x = torch.mm(x, self.mm_param1)  # a multi-use parameter
+        skip_connection = x
+        x = x + y
+        x = torch.relu(x)
+        pipe_split()
+        x = torch.mm(x, self.mm_param1)
+        x = self.lin1(x)
+        pipe_split()
+        x = torch.relu(x)
+        x = x + skip_connection
+        x = torch.mm(x, self.mm_param2)
+        pipe_split()
+        x = self.lin2(x)
+        x = torch.relu(x)
+        return x
+
+
+class MLPModule(torch.nn.Module):
+    def __init__(self, d_hid):
+        super().__init__()
+        self.net1 = torch.nn.Linear(d_hid, d_hid)
+        self.relu = torch.nn.ReLU()
+        self.net2 = torch.nn.Linear(d_hid, d_hid)
+
+    def forward(self, x):
+        return self.net2(self.relu(self.net1(x)))
+
+
+class MultiMLP(torch.nn.Module):
+    def __init__(self, d_hid, n_layers=4):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([MLPModule(d_hid) for _ in range(n_layers)])
+        self.split_spec = {f"layers.{i}": "BEGINNING" for i in range(1, n_layers)}
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class ModelWithParamAlias(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mm_param1 = self.mm_param0 = torch.nn.Parameter(torch.randn(D, D))
+        self.lin1 = self.lin0 = torch.nn.Linear(D, D)
+
+    def forward(self, x, y):
+        x = torch.mm(x, self.mm_param0)
+        x = x + y
+        x = self.lin0(x)
+        x = torch.relu(x)
+        pipe_split()
+        x = torch.mm(x, self.mm_param1)
+        x = self.lin1(x)
+        x = torch.relu(x)
+        return x
+
+
+class MLPStack(torch.nn.Module):
+    def __init__(self, n_layers=8):
+        super().__init__()
+        self.layers = torch.nn.Sequential(*[MLPModule(D) for _ in range(n_layers)])
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+class PipelineFx(TempDirTest):
+    def check(self, module, inputs, expected_stages, spec=None, name="m"):
+        torch.manual_seed(0)
+        gm = cleave_fx.symbolic_trace(module)
+        fx_path = self.path(f"{name}.fx.json")
+        with torch.no_grad():
+            cleave_fx.export_graph(gm, inputs, fx_path)
+        args = ["pipeline", fx_path, "-o", self.path(name), "--json"]
+        if spec is not None:
+            with open(self.path(f"{name}.spec.json"), "w") as f:
+                json.dump({"split_spec": spec}, f)
+            args += ["--split-spec", self.path(f"{name}.spec.json")]
+        code, out, err = run(*args)
+        self.assertEqual(code, 0, err)
+        summary = json.loads(out)
+        self.assertEqual(len(summary["stages"]), expected_stages)
+        # torch's split_by_tags with cleave's assignment computes what the model computes.
+        split = cleave_fx.apply_split(cleave_fx.symbolic_trace(module), self.path(name))
+        with torch.no_grad():
+            torch.testing.assert_close(split(*inputs), module(*inputs))
+        self.assertEqual(len([c for c in split.named_children()]), expected_stages)
+        # Stage parameters are the model's own names.
+        names = set(module.state_dict().keys())
+        for stage in summary["stages"]:
+            self.assertTrue(set(stage["parameters"]) <= names, stage["parameters"])
+        return summary
+
+    def test_example_code_has_four_stages_a_shared_parameter_and_a_skip(self):
+        s = self.check(ExampleCode(), (torch.randn(8, D), torch.randn(8, D)), 4, name="example")
+        self.assertEqual(s["tie_groups"], [{"parameter": "mm_param1", "stages": [0, 1]}])
+        self.assertEqual(s["skip_connections"], [{"value": "mm", "from": 0, "to": 2}])
+        self.assertEqual(len(s["markers"]), 3)
+
+    def test_multi_mlp_split_spec_gives_four_stages(self):
+        m = MultiMLP(D, 4)
+        s = self.check(m, (torch.randn(8, D),), 4, spec=m.split_spec, name="multimlp")
+        self.assertTrue(all(n.startswith("layers_1") for n in s["stages"][1]["nodes"]), s["stages"][1]["nodes"])
+
+    def test_parameter_alias_gives_two_stages(self):
+        self.check(ModelWithParamAlias(), (torch.randn(8, D), torch.randn(8, D)), 2, name="alias")
+
+    def test_eight_layer_stack_split_at_layers_4(self):
+        s = self.check(MLPStack(8), (torch.randn(8, D),), 2, spec={"layers.4": "BEGINNING"}, name="stack")
+        self.assertEqual(len(s["stages"][0]["nodes"]), len(s["stages"][1]["nodes"]))
+
+
+class PipelineOnnx(TempDirTest):
+    def export(self, module, rows, name, output="y"):
+        path = self.path(f"{name}.onnx")
+        script = ("import sys, torch\n"
+                  f"sys.path.insert(0, {os.path.join(SOURCE_DIR, 'tests')!r})\n"
+                  "from pipeline_test import MLPStack\n"
+                  "torch.manual_seed(0)\n"
+                  f"m = MLPStack({module}).eval()\n"
+                  f"torch.onnx.export(m, (torch.randn({rows}, {D}),), {path!r}, input_names=['x'],\n"
+                  f"                  output_names=[{output!r}], dynamic_axes={{'x': {{0: 'batch'}}}}, opset_version=17)\n")
+        subprocess.run(["/usr/bin/python3", "-c", script], check=True, capture_output=True, text=True)
+        return path
+
+    def test_stages_run_microbatch_by_microbatch_give_the_original(self):
+        model = self.export(8, 4, "stack")
+        for policy in ("equal_nodes", "equal_flops", "optimal"):
+            for multi_use in ("replicate", "transmit"):
+                with self.subTest(policy=policy, multi_use=multi_use):
+                    out = self.path(f"{policy}_{multi_use}")
+                    code, stdout, err = run("pipeline", model, "--stages", "4", "--policy", policy,
+                                            "--multi-use", multi_use, "-o", out, "--json")
+                    self.assertEqual(code, 0, err)
+                    self.assertEqual(len(json.loads(stdout)["stages"]), 4)
+                    for rows, chunks in ((128, 2), (256, 2), (512, 2), (12, 5)):
+                        code, whole, err = run("run", model, "--dim", f"batch={rows}", "--seed", "3",
+                                               "--save-outputs", self.path("whole.json"))
+                        self.assertEqual(code, 0, err)
+                        code, piped, err = run("run", out, "--pipeline", "--microbatches", chunks, "--dim",
+                                               f"batch={rows}", "--seed", "3", "--save-outputs", self.path("piped.json"),
+                                               "--json")
+                        self.assertEqual(code, 0, err)
+                        want, got = json.load(open(self.path("whole.json"))), json.load(open(self.path("piped.json")))
+                        self.assertEqual(want["y"]["dims"], [rows, D])
+                        self.assertEqual(got["y"]["dims"], want["y"]["dims"])
+                        diff = max(abs(a - b) for a, b in zip(want["y"]["data"], got["y"]["data"]))
+                        self.assertLessEqual(diff, 1e-5)
+
+    def test_loss_spec_errors_name_the_outputs(self):
+        model = self.export(2, 4, "small")
+        code, _, err = run("pipeline", model, "--stages", "2", "--loss", "objective")
+        self.assertOneLineError(code, err, "'objective'", "(y)")
+        code, out, err = run("pipeline", self.export(2, 4, "lossy", output="loss"), "--stages", "2", "--json")
+        self.assertEqual(code, 0, err)
+        summary = json.loads(out)
+        self.assertEqual(summary["loss"], "loss")
+        self.assertEqual([b["stage"] for b in summary["backward"]], [1, 0])
+
+    def test_bad_requests(self):
+        model = self.export(2, 4, "small")
+        code, _, err = run("pipeline", model)
+        self.assertOneLineError(code, err, "no split markers")
+        code, _, err = run("pipeline", model, "--stages", "100")
+        self.assertOneLineError(code, err, "100 stages")
+        code, _, err = run("pipeline", model, "--stages", "2", "--policy", "random")
+        self.assertOneLineError(code, err, "random", exit_code=2)
+        with open(self.path("spec.json"), "w") as f:
+            json.dump({"split_spec": {"decoder": "MIDDLE"}}, f)
+        code, _, err = run("pipeline", model, "--split-spec", self.path("spec.json"))
+        self.assertOneLineError(code, err, "split_spec.decoder")
+
+
+class ScheduleCli(TempDirTest):
+    def test_generate_validate_simulate_and_round_trip(self):
+        csv, svg = self.path("s.csv"), self.path("s.svg")
+        code, out, err = run("schedule", "--kind", "interleaved", "--stages", "8", "--ranks", "4", "--microbatches",
+                             "8", "--comm", "--csv", csv, "--svg", svg, "--json")
+        self.assertEqual(code, 0, err)
+        summary = json.loads(out)
+        self.assertTrue(summary["valid"])
+        self.assertGreater(summary["simulation"]["makespan"], 0)
+        self.assertIn("SEND_F", open(csv).read())
+        self.assertIn("<svg", open(svg).read())
+        code, again, err = run("schedule", "--from-csv", csv, "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(again)["actions"], summary["actions"])
+
+    def test_a_deadlocking_csv_is_refused(self):
+        with open(self.path("bad.csv"), "w") as f:
+            f.write("0F0,0B0\n1B0,1F0\n")
+        code, _, err = run("schedule", "--from-csv", self.path("bad.csv"))
+        self.assertOneLineError(code, err, "deadlocks", "rank 0 at 0B0")
+        code, _, err = run("schedule", "--kind", "gpipe", "--stages", "4", "--ranks", "2", "--microbatches", "4")
+        self.assertOneLineError(code, err, "one stage per rank")
+
+
+if __name__ == "__main__":
+    main()
