@@ -11,11 +11,13 @@ class Help(TempDirTest):
     def test_top_level_help_lists_commands(self):
         code, out, _ = run("--help")
         self.assertEqual(code, 0)
-        for command in ("inspect", "gen", "convert", "support", "split", "partition"):
+        for command in ("inspect", "gen", "convert", "support", "split", "partition", "run", "verify", "shapes",
+                        "minimize", "pipeline", "schedule"):
             self.assertIn(command, out)
 
     def test_each_command_has_help(self):
-        for command in ("inspect", "gen", "convert", "support", "split", "partition"):
+        for command in ("inspect", "gen", "convert", "support", "split", "partition", "run", "verify", "shapes",
+                        "minimize", "pipeline", "schedule"):
             code, out, _ = run(command, "--help")
             self.assertEqual(code, 0, command)
             self.assertIn("--", out)
