@@ -7,6 +7,7 @@
 
 #include <cstdio>
 
+#include "runtime/microbatch.h"
 #include "runtime/tensors.h"
 #include "testing/test_graphs.h"
 
@@ -197,6 +198,24 @@ TEST(Tensors, FilesRoundTripAndRandomInputsAreSeededPerName) {
   Expected<TensorMap> alone = randomInputs(h, 5); // same name, same seed: same tensor
   ASSERT_TRUE(alone);
   EXPECT_TRUE(at::equal(first->at("x"), alone->at("x")));
+}
+
+TEST(Microbatches, SplitThenMergeIsExact) {
+  for (std::int64_t rows : {128, 256, 512}) {
+    TensorMap inputs{{"x", at::randn({rows, 7})}, {"ids", at::randint(0, 100, {rows}, at::kLong)},
+                     {"scale", at::scalar_tensor(2.5)}};
+    Expected<std::vector<TensorMap>> chunks = splitMicrobatches(inputs, 2);
+    ASSERT_TRUE(chunks);
+    ASSERT_EQ(chunks->size(), 2u);
+    EXPECT_EQ(chunks->at(0).at("x").size(0), rows / 2);
+    EXPECT_TRUE(at::equal(chunks->at(1).at("scale"), inputs.at("scale"))); // no batch dim: whole
+    TensorMap merged = mergeMicrobatches(*chunks);
+    EXPECT_TRUE(at::equal(merged.at("x"), inputs.at("x")));
+    EXPECT_TRUE(at::equal(merged.at("ids"), inputs.at("ids")));
+  }
+  EXPECT_EQ(splitMicrobatches({{"x", at::zeros({10, 2})}}, 4)->size(), 4u); // 3 + 3 + 3 + 1 rows
+  EXPECT_FALSE(splitMicrobatches({{"x", at::zeros({3, 2})}}, 4));
+  EXPECT_FALSE(splitMicrobatches({{"x", at::zeros({4, 2})}, {"y", at::zeros({5})}}, 2));
 }
 
 } // namespace

@@ -171,6 +171,15 @@ std::int64_t normalizeAxis(std::int64_t axis, std::int64_t rank) {
   return fixed;
 }
 
+at::Tensor flattenTo2d(const at::Tensor& x, std::int64_t axis) {
+  if (axis < 0)
+    axis += x.dim();
+  std::int64_t outer = 1;
+  for (std::int64_t d = 0; d < axis; ++d)
+    outer *= x.size(d);
+  return x.reshape({outer, outer == 0 ? 0 : x.numel() / std::max<std::int64_t>(outer, 1)});
+}
+
 at::ScalarType onnxScalarType(std::int64_t onnxDtype) {
   std::optional<ir::DType> dtype = ir::dtypeFromOnnx(static_cast<int>(onnxDtype));
   if (!dtype)

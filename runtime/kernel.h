@@ -111,5 +111,7 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
 void configureThreads();
 std::int64_t normalizeAxis(std::int64_t axis, std::int64_t rank); // throws KernelError when out of range
 at::ScalarType onnxScalarType(std::int64_t onnxDtype);              // throws KernelError when unknown
+// ONNX's 2-D coercion (Flatten, pre-13 Softmax): [prod(dims before axis), prod(dims from axis)].
+at::Tensor flattenTo2d(const at::Tensor& x, std::int64_t axis);
 
 } // namespace cleave::runtime

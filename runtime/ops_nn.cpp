@@ -171,13 +171,7 @@ Outputs softmaxLike(KernelContext& c, bool logarithm) {
     return {logarithm ? at::log_softmax(x, axis) : at::softmax(x, axis)};
   }
   // Before opset 13: the input is coerced to 2-D at `axis` (default 1), normalized per row.
-  std::int64_t axis = c.intAttr("axis", 1);
-  if (axis < 0)
-    axis += x.dim();
-  std::int64_t outer = 1;
-  for (std::int64_t d = 0; d < axis; ++d)
-    outer *= x.size(d);
-  at::Tensor flat = x.reshape({outer, -1});
+  at::Tensor flat = flattenTo2d(x, c.intAttr("axis", 1));
   return {(logarithm ? at::log_softmax(flat, 1) : at::softmax(flat, 1)).reshape(x.sizes())};
 }
 } // namespace

@@ -171,16 +171,7 @@ void registerShapeKernels(KernelTable& t) {
         perm.push_back(d);
     return {x.permute(perm)};
   });
-  t.add("Flatten", [](KernelContext& c) -> Outputs {
-    const at::Tensor& x = c.input(0);
-    std::int64_t axis = c.intAttr("axis", 1);
-    if (axis < 0)
-      axis += x.dim();
-    std::int64_t outer = 1;
-    for (std::int64_t d = 0; d < axis; ++d)
-      outer *= x.size(d);
-    return {x.reshape({outer, outer == 0 ? 0 : x.numel() / std::max<std::int64_t>(outer, 1)})};
-  });
+  t.add("Flatten", [](KernelContext& c) -> Outputs { return {flattenTo2d(c.input(0), c.intAttr("axis", 1))}; });
   t.add("Squeeze", [](KernelContext& c) -> Outputs {
     at::Tensor x = c.input(0);
     std::vector<std::int64_t> axes = axesOf(c, 1, 13);
