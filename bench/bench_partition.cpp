@@ -16,18 +16,13 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/bench_timing.h"
 #include "io/model_loader.h"
 #include "partition/cost_aware.h"
 #include "partition/kl_based.h"
 #include "partition/latency.h"
 #include "partition/optimal.h"
 #include "partition/size_based.h"
-
-namespace {
-double since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-} // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -45,7 +40,7 @@ int main(int argc, char** argv) {
   bool reference = std::strcmp(argv[2], "--reference") == 0;
   auto start = std::chrono::steady_clock::now();
   auto graph = cleave::io::loadModel(argv[1]);
-  double loadSeconds = since(start);
+  double loadSeconds = cleave::bench::secondsSince(start);
   if (!graph) {
     std::fprintf(stderr, "bench_partition: %s\n", graph.error().message().c_str());
     return 1;
@@ -82,7 +77,7 @@ int main(int argc, char** argv) {
                       ? cleave::partition::partitionOptimal(*graph, *devices, latencies, rates,
                                                             cleave::partition::Objective::CriticalPath)
                       : cleave::partition::partitionBySize(*graph, *devices);
-    partitionTimes.push_back(since(start));
+    partitionTimes.push_back(cleave::bench::secondsSince(start));
     if (!result) {
       std::fprintf(stderr, "bench_partition: %s\n", result.error().message().c_str());
       return 1;
@@ -95,7 +90,7 @@ int main(int argc, char** argv) {
       ids.push_back(info.logicalDeviceIds);
     auto path = cleave::partition::criticalPath(*graph, result->plan, ids, perPartition,
                                                 cleave::partition::computeNodeSizes(*graph), rates);
-    pathTimes.push_back(since(start));
+    pathTimes.push_back(cleave::bench::secondsSince(start));
     critical = path ? path->latencySec : -1;
   }
   std::sort(partitionTimes.begin(), partitionTimes.end());

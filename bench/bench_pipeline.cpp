@@ -11,25 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "bench/bench_timing.h"
 #include "io/model_loader.h"
 #include "pipeline/schedule_sim.h"
 #include "pipeline/stages.h"
-
-namespace {
-double since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-template <typename F> std::pair<double, double> timeIt(int repeat, F&& f) {
-  std::vector<double> times;
-  for (int i = 0; i < repeat; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    f();
-    times.push_back(since(start));
-  }
-  std::sort(times.begin(), times.end());
-  return {times.front(), times[times.size() / 2]};
-}
-} // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -53,7 +38,7 @@ int main(int argc, char** argv) {
   options.stages = stages;
   options.policy = cleave::pipeline::Policy::Optimal;
   double imbalance = 0;
-  auto [planBest, planMedian] = timeIt(repeat, [&] {
+  auto [planBest, planMedian] = cleave::bench::timeRepeated(repeat, [&] {
     auto plan = cleave::pipeline::planPipeline(*graph, options);
     if (!plan) {
       std::fprintf(stderr, "bench_pipeline: %s\n", plan.error().message().c_str());
@@ -68,7 +53,7 @@ int main(int argc, char** argv) {
                                std::pair{ScheduleKind::Interleaved1F1B, 2u}}) {
     double makespan = 0, bubble = 0;
     std::size_t actions = 0;
-    auto [best, median] = timeIt(repeat, [&] {
+    auto [best, median] = cleave::bench::timeRepeated(repeat, [&] {
       auto schedule = cleave::pipeline::generateSchedule(kind, 64 * perRank, 512, 64);
       auto withComm = cleave::pipeline::withCommunication(*schedule);
       auto result = cleave::pipeline::simulateSchedule(withComm);

@@ -12,14 +12,9 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/bench_timing.h"
 #include "io/model_loader.h"
 #include "split/splitter.h"
-
-namespace {
-double since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-} // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -29,7 +24,7 @@ int main(int argc, char** argv) {
   int repeat = argc > 4 && std::strcmp(argv[3], "--repeat") == 0 ? std::atoi(argv[4]) : 5;
   auto start = std::chrono::steady_clock::now();
   cleave::Expected<cleave::ir::Graph> graph = cleave::io::loadModel(argv[1]);
-  double loadSeconds = since(start);
+  double loadSeconds = cleave::bench::secondsSince(start);
   cleave::Expected<cleave::support::Profile> profile = cleave::support::Profile::load(argv[2]);
   if (!graph || !profile) {
     std::fprintf(stderr, "bench_split: %s\n", (!graph ? graph.error() : profile.error()).message().c_str());
@@ -41,7 +36,7 @@ int main(int argc, char** argv) {
     start = std::chrono::steady_clock::now();
     auto decisions = cleave::support::decideAll(*graph, *profile);
     auto result = cleave::split::splitGraph(*graph, decisions, {});
-    times.push_back(since(start));
+    times.push_back(cleave::bench::secondsSince(start));
     if (!result) {
       std::fprintf(stderr, "bench_split: %s\n", result.error().message().c_str());
       return 1;

@@ -1,5 +1,7 @@
 #include "partition/kl_based.h"
 
+#include <algorithm>
+
 #include "partition/assignment_cost.h"
 
 namespace cleave::partition {
@@ -39,26 +41,31 @@ Expected<PartitionResult> partitionKlBased(const ir::Graph& graph, const DeviceS
   AssignmentCost current = model.evaluate(partitionOf, count, &keep);
   if (current.criticalPathSec == kInfeasible)
     return start; // size_based's partitions with their own mapping are always feasible; keep them
-  const std::vector<NodeId>& callable = model.callable();
+  // Callable nodes per partition, in id order; updated as moves are applied.
   std::vector<std::vector<NodeId>> members(count);
+  for (NodeId node : model.callable())
+    members[partitionOf[node]].push_back(node);
+  auto moveNode = [&](NodeId node, std::uint32_t from, std::uint32_t to) {
+    auto& source = members[from];
+    source.erase(std::lower_bound(source.begin(), source.end(), node));
+    auto& target = members[to];
+    target.insert(std::upper_bound(target.begin(), target.end(), node), node);
+    partitionOf[node] = to;
+  };
   for (int pass = 0; pass < kMaxKlPasses; ++pass) {
     bool improved = false;
-    for (NodeId node : callable) {
+    for (NodeId node : model.callable()) {
       if (!onBoundary(graph, partitionOf, node))
         continue;
-      for (auto& list : members)
-        list.clear();
-      for (NodeId other : callable)
-        members[partitionOf[other]].push_back(other);
       std::uint32_t from = partitionOf[node];
       double bestCost = current.criticalPathSec;
       std::optional<AssignmentCost> best;
-      IdVector<NodeId, std::uint32_t> bestAssignment;
+      std::pair<std::uint32_t, NodeId> bestMove{0, NodeId{UINT32_MAX}}; // (to, partner)
       for (std::uint32_t to = 0; to < count; ++to) {
         if (to == from || members[to].empty())
           continue;
         // Candidates: move alone (partner none), or exchange with a boundary node of `to`.
-        std::vector<NodeId> partners{ir::NodeId{UINT32_MAX}};
+        std::vector<NodeId> partners{NodeId{UINT32_MAX}};
         for (NodeId other : members[to])
           if (onBoundary(graph, partitionOf, other))
             partners.push_back(other);
@@ -71,13 +78,15 @@ Expected<PartitionResult> partitionKlBased(const ir::Graph& graph, const DeviceS
           if (trial.criticalPathSec < bestCost) {
             bestCost = trial.criticalPathSec;
             best = std::move(trial);
-            bestAssignment = std::move(trialAssignment);
+            bestMove = {to, partner};
           }
         }
       }
       if (best) {
         current = std::move(*best);
-        partitionOf = std::move(bestAssignment);
+        moveNode(node, from, bestMove.first);
+        if (index(bestMove.second) != UINT32_MAX)
+          moveNode(bestMove.second, bestMove.first, from);
         improved = true;
       }
     }

@@ -65,8 +65,6 @@ bool inScope(std::string_view scope, std::string_view wanted) {
                              scope[wanted.size()] == '.');
 }
 
-// The scope a node belongs to: its own (FX modules, ONNX names), else empty.
-std::string_view scopeOf(const ir::Graph& graph, NodeId node) { return graph.scope(node); }
 } // namespace
 
 Expected<SplitSpec> parseSplitSpec(std::string_view text, const std::string& sourceName) {
@@ -195,7 +193,7 @@ Expected<PipelinePlan> planPipeline(const ir::Graph& graph, const PipelineOption
     for (const auto& [scope, beginning] : options.spec->scopes) {
       std::optional<std::size_t> first, last;
       for (std::size_t i = 0; i < count; ++i)
-        if (inScope(scopeOf(graph, units.nodes[i]), scope)) {
+        if (inScope(graph.scope(units.nodes[i]), scope)) {
           first = first.value_or(i);
           last = i;
         }
@@ -310,12 +308,16 @@ Expected<PipelinePlan> planPipeline(const ir::Graph& graph, const PipelineOption
     result.parameters.push_back(std::move(placement));
   }
   result.multiUse = options.multiUse;
-  if (options.multiUse == MultiUse::Transmit)
+  if (options.multiUse == MultiUse::Transmit) {
+    std::map<std::string_view, const ParameterPlacement*> shared; // read by several stages
+    for (const ParameterPlacement& p : result.parameters)
+      if (p.stages.size() > 1)
+        shared[p.name] = &p;
     for (std::uint32_t n = 0; n < graph.numNodes(); ++n)
       if (graph.kind(NodeId{n}) == ir::NodeKind::Parameter)
-        for (const ParameterPlacement& p : result.parameters)
-          if (p.stages.size() > 1 && p.name == graph.parameter(graph.parameters(NodeId{n})[0]).name)
-            result.transmitted.push_back({graph.outputs(NodeId{n})[0], p.owner});
+        if (auto found = shared.find(graph.parameter(graph.parameters(NodeId{n})[0]).name); found != shared.end())
+          result.transmitted.push_back({graph.outputs(NodeId{n})[0], found->second->owner});
+  }
   result.boundaries = plan::computeBoundaries(graph, result.plan, result.transmitted);
   for (std::uint32_t s = 0; s < stageCount; ++s) {
     for (ValueId value : result.boundaries[s].inputs)

@@ -23,7 +23,9 @@ namespace cleave::runtime {
 class LoweredModule {
 public:
   virtual ~LoweredModule() = default;
-  virtual Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats = nullptr) = 0;
+  // `observe`, when given, sees every value made (Executor::Observer).
+  virtual Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats = nullptr,
+                                  const Executor::Observer* observe = nullptr) = 0;
   virtual at::Device device() const = 0;
 };
 

@@ -82,6 +82,12 @@ Executor& Executor::subgraph(NodeId node, std::string_view attribute) {
   return *(subgraphs_[key] = std::move(*executor));
 }
 
+Executor& KernelContext::subgraph(std::string_view attribute) const {
+  if (!owner_)
+    throw KernelError("no executor to build the subgraph '" + std::string(attribute) + "'");
+  return owner_->subgraph(node_, attribute);
+}
+
 Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, const Observer* observe) {
   const ir::Graph& g = *graph_;
   std::vector<at::Tensor> values(g.numValues());
@@ -107,6 +113,8 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
     }
     case ir::NodeKind::Parameter:
       values[index(g.outputs(node)[0])] = parameters_[node];
+      if (observe)
+        (*observe)(g.outputs(node)[0], parameters_[node]);
       continue;
     case ir::NodeKind::Output: {
       TensorMap outputs;
@@ -126,9 +134,7 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
     operands.reserve(g.inputs(node).size());
     for (ir::ValueId value : g.inputs(node))
       operands.push_back(value == ir::kNoValue ? at::Tensor() : values[index(value)]);
-    KernelContext context(g, node, opset_, std::move(operands),
-                          [this, node](std::string_view attribute) -> Executor& { return subgraph(node, attribute); },
-                          &caches_[node]);
+    KernelContext context(g, node, opset_, std::move(operands), this, &caches_[node]);
     std::vector<at::Tensor> results;
     auto fail = [&](std::string_view what) {
       std::string text(what);

@@ -41,7 +41,8 @@ public:
   static Expected<std::unique_ptr<Executor>> create(std::shared_ptr<const ir::Graph> graph,
                                                     const ExecutorOptions& options = {});
 
-  // Called with every value as it is made (graph inputs and op outputs), before it may be freed.
+  // Called with every value as it is made (graph inputs, parameters, op outputs), before it may
+  // be freed.
   using Observer = std::function<void(ir::ValueId, const at::Tensor&)>;
 
   // `inputs` by graph-input name (extra names are ignored). Fails: InvalidArgument (a missing
@@ -52,6 +53,7 @@ public:
   std::int64_t opset() const { return opset_; }
 
 private:
+  friend class KernelContext; // builds subgraph executors through subgraph()
   Executor() = default;
   Executor& subgraph(ir::NodeId node, std::string_view attribute);
 
@@ -63,7 +65,6 @@ private:
   IdVector<ir::NodeId, KernelCache> caches_;    // per op node: what its kernel keeps (packed weights)
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)
   std::map<std::pair<std::uint32_t, std::string>, std::unique_ptr<Executor>> subgraphs_;
-  Status subgraphError_ = {};
 };
 
 // The opset of the default domain a graph imports (0 when none).

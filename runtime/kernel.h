@@ -6,7 +6,6 @@
 
 #include <ATen/ATen.h>
 
-#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -29,10 +28,10 @@ struct KernelError : std::runtime_error {
 
 class KernelContext {
 public:
+  // `owner` builds subgraph executors (Loop/If bodies); null where there are none to build.
   KernelContext(const ir::Graph& graph, ir::NodeId node, std::int64_t opset, std::vector<at::Tensor> inputs,
-                std::function<Executor&(std::string_view)> subgraph, KernelCache* cache = nullptr)
-      : graph_(graph), node_(node), opset_(opset), inputs_(std::move(inputs)), subgraph_(std::move(subgraph)),
-        cache_(cache) {}
+                Executor* owner = nullptr, KernelCache* cache = nullptr)
+      : graph_(graph), node_(node), opset_(opset), inputs_(std::move(inputs)), owner_(owner), cache_(cache) {}
 
   std::int64_t opset() const { return opset_; }
   const ir::Graph& graph() const { return graph_; }
@@ -60,14 +59,14 @@ public:
   // Integer values of a small operand tensor (shapes, axes, pads).
   std::vector<std::int64_t> ints(std::size_t i) const;
   // The executor for a subgraph attribute ("body", "then_branch"), built once per node.
-  Executor& subgraph(std::string_view attribute) const { return subgraph_(attribute); }
+  Executor& subgraph(std::string_view attribute) const;
 
 private:
   const ir::Graph& graph_;
   ir::NodeId node_;
   std::int64_t opset_;
   std::vector<at::Tensor> inputs_;
-  std::function<Executor&(std::string_view)> subgraph_;
+  Executor* owner_;
   KernelCache* cache_;
 };
 

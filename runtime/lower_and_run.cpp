@@ -20,21 +20,16 @@ Expected<ReferenceRun> ReferenceRun::run(std::shared_ptr<const ir::Graph> graph,
   ReferenceRun reference;
   reference.graph_ = graph;
   reference.values_.resize(graph->numValues());
-  // The backend must accept the whole model; the values are then observed on an executor of the
-  // backend's device (every backend here is an ATen executor underneath).
   CLEAVE_TRY(std::unique_ptr<LoweredModule> module, backend.lower(graph));
-  ExecutorOptions options;
-  options.device = module->device();
-  CLEAVE_TRY(std::unique_ptr<Executor> executor, Executor::create(graph, options));
+  // Kept on the CPU; a low-precision backend's floats in float32, the dtype trials compare in.
   Executor::Observer keep = [&](ir::ValueId value, const at::Tensor& tensor) {
-    reference.values_[index(value)] = tensor.to(at::kCPU);
+    at::Tensor cpu = tensor.to(at::kCPU);
+    if (cpu.scalar_type() == at::kBFloat16 || cpu.scalar_type() == at::kHalf)
+      cpu = cpu.to(at::kFloat);
+    reference.values_[index(value)] = cpu;
   };
-  CLEAVE_TRY(TensorMap outputs, executor->run(inputs, nullptr, &keep));
-  for (std::uint32_t n = 0; n < graph->numNodes(); ++n) // parameters are values too
-    if (graph->kind(NodeId{n}) == ir::NodeKind::Parameter) {
-      CLEAVE_TRY(at::Tensor tensor, loadParameter(*graph, graph->parameters(NodeId{n})[0]));
-      reference.values_[index(graph->outputs(NodeId{n})[0])] = tensor;
-    }
+  CLEAVE_TRY(TensorMap outputs, module->run(inputs, nullptr, &keep));
+  (void)outputs;
   return reference;
 }
 
