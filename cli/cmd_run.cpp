@@ -9,6 +9,9 @@
 #include "runtime/microbatch.h"
 
 namespace cleave::cli {
+namespace {
+constexpr std::size_t kSlowestNodes = 10000; // how many nodes --profile lists
+} // namespace
 
 int runRun(const Args& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"Run a model, or a cut model (a split/partition output directory), on ATen; print output "
@@ -26,7 +29,7 @@ int runRun(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_flag("--pipeline", pipelined,
                "run a pipeline plan's stages microbatch by microbatch (inputs split along dim 0, outputs merged)");
   app.add_option("--microbatches", microbatches, "microbatches for --pipeline")->capture_default_str();
-  app.add_flag("--profile", profile, "time every kernel; report seconds per op type (last run)");
+  app.add_flag("--profile", profile, "time every kernel; report seconds per op type and the slowest nodes (last run)");
   app.add_flag("--json", json, "print a JSON summary");
   if (int code = parseArguments(app, args, out, err); code >= 0)
     return code;
@@ -101,9 +104,16 @@ int runRun(const Args& args, std::ostream& out, std::ostream& err) {
   // Op types by kernel time, largest first (ties by name).
   std::vector<std::pair<std::string, double>> byOp(stats.secondsByOp.begin(), stats.secondsByOp.end());
   std::stable_sort(byOp.begin(), byOp.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  if (profile)
+  // The slowest nodes, largest first (ties by name).
+  std::vector<std::pair<std::string, double>> byNode(stats.secondsByNode.begin(), stats.secondsByNode.end());
+  std::stable_sort(byNode.begin(), byNode.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  byNode.resize(std::min<std::size_t>(byNode.size(), kSlowestNodes));
+  if (profile) {
     for (const auto& [op, seconds] : byOp)
       summary["profile"].push_back({{"op", op}, {"seconds", seconds}});
+    for (const auto& [node, seconds] : byNode)
+      summary["slowest_nodes"].push_back({{"node", node}, {"seconds", seconds}});
+  }
   if (json) {
     out << report::dumpJson(summary);
     return kExitOk;
@@ -117,6 +127,9 @@ int runRun(const Args& args, std::ostream& out, std::ostream& err) {
     text << "kernel time by op (last run):\n";
     for (const auto& [op, seconds] : byOp)
       text << "  " << op << ": " << seconds * 1e3 << " ms\n";
+    text << "slowest nodes (last run):\n";
+    for (const auto& [node, seconds] : byNode)
+      text << "  " << node << ": " << seconds * 1e3 << " ms\n";
   }
   if (timings.size() > 1)
     for (const runtime::SubmoduleTiming& timing : timings)

@@ -7,8 +7,9 @@ class ExecutorModule final : public LoweredModule {
 public:
   explicit ExecutorModule(std::unique_ptr<Executor> executor, at::Device device)
       : executor_(std::move(executor)), device_(device) {}
-  Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats, const Executor::Observer* observe) override {
-    return executor_->run(inputs, stats, observe);
+  Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats, const Executor::Observer* observe,
+                          OutputLayout outputLayout) override {
+    return executor_->run(inputs, stats, observe, outputLayout);
   }
   at::Device device() const override { return device_; }
 

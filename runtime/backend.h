@@ -23,9 +23,11 @@ namespace cleave::runtime {
 class LoweredModule {
 public:
   virtual ~LoweredModule() = default;
-  // `observe`, when given, sees every value made (Executor::Observer).
+  // `observe`, when given, sees every value made (Executor::Observer); `outputLayout` as
+  // Executor::run's.
   virtual Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats = nullptr,
-                                  const Executor::Observer* observe = nullptr) = 0;
+                                  const Executor::Observer* observe = nullptr,
+                                  OutputLayout outputLayout = OutputLayout::Dense) = 0;
   virtual at::Device device() const = 0;
 };
 

@@ -84,10 +84,13 @@ Expected<TensorMap> CutModel::run(const TensorMap& inputs, std::vector<Submodule
   std::set<std::string> keep(outputs_.begin(), outputs_.end());
   for (Step& step : steps_) {
     TensorMap feeds;
-    for (const std::string& name : step.inputs)
-      feeds[name] = values.at(name).to(step.module->device());
+    for (const std::string& name : step.inputs) {
+      const at::Tensor& value = values.at(name);
+      // Values in oneDNN's blocked layout pass as they are between CPU submodels.
+      feeds[name] = value.is_mkldnn() && step.module->device().is_cpu() ? value : toDense(value).to(step.module->device());
+    }
     auto start = std::chrono::steady_clock::now();
-    Expected<TensorMap> results = step.module->run(feeds, stats);
+    Expected<TensorMap> results = step.module->run(feeds, stats, nullptr, OutputLayout::AsComputed);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!results)
       return std::move(results.error().withContext("submodule '" + step.name + "'"));
@@ -101,7 +104,7 @@ Expected<TensorMap> CutModel::run(const TensorMap& inputs, std::vector<Submodule
   }
   TensorMap outputs;
   for (const std::string& name : outputs_)
-    outputs[name] = values.at(name);
+    outputs[name] = toDense(values.at(name));
   return outputs;
 }
 

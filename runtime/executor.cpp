@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "io/onnx.h"
@@ -28,18 +29,18 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
   executor->graph_ = std::move(graph);
   executor->options_ = options;
   executor->opset_ = defaultOpset(g);
-  executor->kernels_ = IdVector<NodeId, Kernel>(g.numNodes(), nullptr);
+  executor->kernels_ = IdVector<NodeId, KernelEntry>(g.numNodes());
   executor->parameters_ = IdVector<NodeId, at::Tensor>(g.numNodes());
   executor->caches_ = IdVector<NodeId, KernelCache>(g.numNodes());
   const KernelTable& table = kernelTable();
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
     NodeId node{n};
     if (g.kind(node) == ir::NodeKind::Op) {
-      Kernel kernel = table.find(g.opDomain(node), g.opType(node));
+      const KernelEntry* kernel = table.find(g.opDomain(node), g.opType(node));
       if (!kernel)
         return Error(ErrorCode::Unsupported) << "no kernel for op " << g.target(node) << " (node '" << g.name(node)
                                              << "', opset " << executor->opset_ << ")";
-      executor->kernels_[node] = kernel;
+      executor->kernels_[node] = *kernel;
     } else if (g.kind(node) == ir::NodeKind::Parameter) {
       CLEAVE_TRY(at::Tensor tensor, loadParameter(g, g.parameters(node)[0]));
       if (options.floatType && at::isFloatingType(tensor.scalar_type()))
@@ -54,6 +55,17 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
     for (ir::ValueId value : g.inputs(NodeId{n}))
       if (value != ir::kNoValue)
         ++executor->uses_[index(value)];
+  executor->blockedReaders_.assign(g.numValues(), BlockedReaders::No);
+  for (std::uint32_t v = 0; v < g.numValues(); ++v) {
+    auto users = g.users(ir::ValueId{v});
+    bool takers = !users.empty(), output = false;
+    for (NodeId user : users) {
+      output = output || g.kind(user) == ir::NodeKind::Output;
+      takers = takers && (g.kind(user) == ir::NodeKind::Output ||
+                          (g.kind(user) == ir::NodeKind::Op && executor->kernels_[user].layouts == Layouts::DenseOrBlocked));
+    }
+    executor->blockedReaders_[v] = !takers ? BlockedReaders::No : output ? BlockedReaders::IfOutputsMay : BlockedReaders::Yes;
+  }
   return executor;
 }
 
@@ -88,8 +100,14 @@ Executor& KernelContext::subgraph(std::string_view attribute) const {
   return owner_->subgraph(node_, attribute);
 }
 
-Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, const Observer* observe) {
+Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, const Observer* observe,
+                                  OutputLayout outputLayout) {
   const ir::Graph& g = *graph_;
+  auto mayStayBlocked = [&](ir::ValueId value) {
+    BlockedReaders readers = blockedReaders_[index(value)];
+    return readers == BlockedReaders::Yes ||
+           (readers == BlockedReaders::IfOutputsMay && outputLayout == OutputLayout::AsComputed);
+  };
   std::vector<at::Tensor> values(g.numValues());
   std::vector<std::uint32_t> remaining = uses_;
   std::int64_t live = 0, peak = 0;
@@ -104,11 +122,13 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
       auto found = inputs.find(std::string(g.valueName(value)));
       if (found == inputs.end())
         return Error(ErrorCode::InvalidArgument) << "no value for input '" << g.valueName(value) << "'";
-      values[index(value)] = found->second.to(options_.device);
+      // A blocked input (another submodel's output) stays so only for readers taking it, on the CPU.
+      bool keepBlocked = mayStayBlocked(value) && options_.device.is_cpu() && !options_.floatType;
+      values[index(value)] = (keepBlocked ? found->second : toDense(found->second)).to(options_.device);
       if (options_.floatType && at::isFloatingType(found->second.scalar_type()))
         values[index(value)] = values[index(value)].to(*options_.floatType);
       if (observe)
-        (*observe)(value, values[index(value)]);
+        (*observe)(value, toDense(values[index(value)]));
       continue;
     }
     case ir::NodeKind::Parameter:
@@ -132,8 +152,12 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
     }
     std::vector<at::Tensor> operands;
     operands.reserve(g.inputs(node).size());
-    for (ir::ValueId value : g.inputs(node))
+    const KernelEntry& kernel = kernels_[node];
+    for (ir::ValueId value : g.inputs(node)) {
       operands.push_back(value == ir::kNoValue ? at::Tensor() : values[index(value)]);
+      if (kernel.layouts == Layouts::Dense) // no-op: values stay blocked only for readers taking them
+        operands.back() = toDense(operands.back());
+    }
     KernelContext context(g, node, opset_, std::move(operands), this, &caches_[node]);
     std::vector<at::Tensor> results;
     auto fail = [&](std::string_view what) {
@@ -146,11 +170,12 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
     try {
       if (stats && stats->profileOps) {
         auto start = std::chrono::steady_clock::now();
-        results = kernels_[node](context);
-        stats->secondsByOp[g.target(node)] +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        results = kernel.kernel(context);
+        double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        stats->secondsByOp[g.target(node)] += seconds;
+        stats->secondsByNode[std::string(g.name(node))] += seconds;
       } else {
-        results = kernels_[node](context);
+        results = kernel.kernel(context);
       }
     } catch (const KernelError& e) {
       return fail(e.what());
@@ -166,10 +191,12 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
           return fail("output " + std::to_string(i) + " is used but the kernel does not produce it");
         continue;
       }
+      if (results[i].is_mkldnn() && !mayStayBlocked(outputs[i]))
+        results[i] = results[i].to_dense();
       values[index(outputs[i])] = std::move(results[i]);
       live += bytesOf(values[index(outputs[i])]);
       if (observe)
-        (*observe)(outputs[i], values[index(outputs[i])]);
+        (*observe)(outputs[i], toDense(values[index(outputs[i])]));
     }
     peak = std::max(peak, live);
     // Free operands whose last user this was (parameters stay; graph outputs are used by the

@@ -3,7 +3,9 @@
 // create() resolves a kernel for every op node (an op without one is an error naming the op, the
 // node and the opset) and loads the parameters onto the device once. run() walks the nodes in
 // their (topological) order; each value is freed as soon as its last user ran, unless it is a
-// graph output or a parameter. Outputs come back by name.
+// graph output or a parameter. Outputs come back by name. A value a kernel made in oneDNN's
+// blocked layout stays so while every reader takes that layout (kernel.h, Layouts), and is made
+// dense once otherwise; graph outputs and observed values are always dense.
 // Complexity: O(V + E) bookkeeping per run besides the kernels.
 #pragma once
 
@@ -27,10 +29,13 @@ struct ExecutorOptions {
   std::optional<at::ScalarType> floatType;
 };
 
+enum class OutputLayout : std::uint8_t { Dense, AsComputed };
+
 struct RunStats {
   std::int64_t peakActivationBytes = 0; // live values other than parameters
   bool profileOps = false;              // in: time every kernel
-  std::map<std::string, double> secondsByOp; // out with profileOps: kernel seconds per op type
+  std::map<std::string, double> secondsByOp;   // out with profileOps: kernel seconds per op type
+  std::map<std::string, double> secondsByNode; // out with profileOps: kernel seconds per node name
 };
 
 class Executor {
@@ -47,7 +52,10 @@ public:
 
   // `inputs` by graph-input name (extra names are ignored). Fails: InvalidArgument (a missing
   // input), Unsupported/InvalidArgument (a kernel refused its operands: message names the node).
-  Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats = nullptr, const Observer* observe = nullptr);
+  // `outputLayout` AsComputed lets graph outputs come back in oneDNN's blocked layout, for a
+  // caller that feeds them to another executor on the CPU (a cut model, between submodels).
+  Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats = nullptr, const Observer* observe = nullptr,
+                          OutputLayout outputLayout = OutputLayout::Dense);
 
   const ir::Graph& graph() const { return *graph_; }
   std::int64_t opset() const { return opset_; }
@@ -60,10 +68,14 @@ private:
   std::shared_ptr<const ir::Graph> graph_;
   ExecutorOptions options_;
   std::int64_t opset_ = 0;
-  IdVector<ir::NodeId, Kernel> kernels_;
+  IdVector<ir::NodeId, KernelEntry> kernels_;
   IdVector<ir::NodeId, at::Tensor> parameters_; // Parameter nodes' tensors
   IdVector<ir::NodeId, KernelCache> caches_;    // per op node: what its kernel keeps (packed weights)
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)
+  // Per value: whether it may stay in the blocked layout: every reader is a kernel taking it, or
+  // the graph's output (then only when the run's outputs may be blocked).
+  enum class BlockedReaders : std::uint8_t { No, Yes, IfOutputsMay };
+  std::vector<BlockedReaders> blockedReaders_;
   std::map<std::pair<std::uint32_t, std::string>, std::unique_ptr<Executor>> subgraphs_;
 };
 

@@ -1,6 +1,7 @@
 // Unit tests of the ATen executor: ONNX semantics that are easy to get wrong (Reshape 0/-1,
 // Slice negative steps and clamping, Gather negative indices, asymmetric Conv pads, Gemm flags,
-// pre-13 Softmax), error messages, memory release, tensor files and random inputs.
+// pre-13 Softmax), error messages, memory release, tensor files and random inputs; oneDNN
+// products and the blocked layout of convolution chains against ATen's dense ops.
 #include "runtime/executor.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <cstdio>
 
 #include "runtime/microbatch.h"
+#include "runtime/onednn.h"
 #include "runtime/tensors.h"
 #include "testing/test_graphs.h"
 
@@ -169,6 +171,86 @@ TEST(Executor, FreesEachValueAfterItsLastUser) {
   std::int64_t one = 256 * 1024 * 4;
   EXPECT_LE(stats.peakActivationBytes, 2 * one); // a chain holds at most two values at once
   EXPECT_GE(stats.peakActivationBytes, one);
+}
+
+TEST(OneDnn, ProductsEqualAtenForBothWeightLayoutsAndBroadcastBatches) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  at::manual_seed(3);
+  at::Tensor x = at::randn({2, 5, 8}), kn = at::randn({8, 6}), bias = at::randn({6});
+  std::shared_ptr<onednn::PackedProduct> packed;
+  for (int run = 0; run < 2; ++run) { // the second run reuses the reordered weight
+    at::Tensor y = onednn::linear(x, kn, false, bias, packed);
+    ASSERT_TRUE(y.defined());
+    EXPECT_TRUE(at::allclose(y, at::matmul(x, kn) + bias, 1e-5, 1e-5));
+  }
+  std::shared_ptr<onednn::PackedProduct> kept = packed;
+  at::Tensor nk = at::randn({6, 8}); // another weight: reordered afresh, [N, K] this time
+  at::Tensor z = onednn::linear(x, nk, true, at::Tensor(), packed);
+  EXPECT_NE(packed.get(), kept.get());
+  EXPECT_TRUE(at::allclose(z, at::matmul(x, nk.t()), 1e-5, 1e-5));
+  // Broadcast batch dims, and a transposed view read in place.
+  at::Tensor a = at::randn({3, 1, 4, 5}), b = at::randn({2, 6, 5}).transpose(-1, -2);
+  at::Tensor product = onednn::batchedMatmul(a, b);
+  ASSERT_TRUE(product.defined());
+  EXPECT_EQ(product.sizes().vec(), (std::vector<std::int64_t>{3, 2, 4, 6}));
+  EXPECT_TRUE(at::allclose(product, at::matmul(a, b), 1e-5, 1e-5));
+  // Not float32: left to ATen.
+  EXPECT_FALSE(onednn::batchedMatmul(a.to(at::kDouble), b.to(at::kDouble)).defined());
+}
+
+// conv -> relu -> conv -> add (residual) -> maxpool -> global average pool: computed in oneDNN's
+// blocked layout, equal to ATen's dense ops; outputs and observed values come back dense unless
+// the caller takes blocked outputs.
+TEST(Executor, BlockedConvolutionChainEqualsDenseAten) {
+  auto pads = ints("pads", {1, 1, 1, 1});
+  ir::GraphBuilder builder(ir::SourceFormat::Onnx);
+  builder.modelInfo().opsetImports = {{"", 17}};
+  for (const char* name : {"x", "w1", "b1", "w2"})
+    builder.addInput(name, ir::ValueType());
+  auto add = [&](ir::NodeSpec node, std::string output) {
+    node.outputs[0].name = std::move(output);
+    builder.addNode(node);
+  };
+  add(spec("Conv", {"x", "w1", "b1"}, {pads}, "c1"), "c1");
+  add(spec("Relu", {"c1"}, {}, "r1"), "r1");
+  add(spec("Conv", {"r1", "w2"}, {pads}, "c2"), "c2");
+  add(spec("Add", {"c2", "r1"}, {}, "s"), "s");
+  add(spec("MaxPool", {"s"}, {ints("kernel_shape", {2, 2}), ints("strides", {2, 2})}, "m"), "m");
+  add(spec("GlobalAveragePool", {"m"}, {}, "g"), "g");
+  builder.setOutputs({"g", "s"});
+  Expected<ir::Graph> graph = std::move(builder).finish();
+  ASSERT_TRUE(graph) << graph.error().message();
+  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)));
+  ASSERT_TRUE(executor) << executor.error().message();
+  at::manual_seed(4);
+  TensorMap inputs{{"x", at::randn({1, 8, 12, 12})}, {"w1", at::randn({8, 8, 3, 3})}, {"b1", at::randn({8})},
+                   {"w2", at::randn({8, 8, 3, 3})}};
+  auto expected = [&](const TensorMap& in) {
+    at::Tensor r1 = at::relu(at::conv2d(in.at("x"), in.at("w1"), in.at("b1"), 1, 1));
+    at::Tensor s = at::conv2d(r1, in.at("w2"), {}, 1, 1) + r1;
+    return std::make_pair(at::max_pool2d(s, {2, 2}, {2, 2}).mean({2, 3}, true), s);
+  };
+  bool observedBlocked = false;
+  Executor::Observer observe = [&](ir::ValueId, const at::Tensor& value) { observedBlocked |= value.is_mkldnn(); };
+  for (int run = 0; run < 2; ++run) { // the second run reuses the reordered weights
+    Expected<TensorMap> out = (*executor)->run(inputs, nullptr, &observe);
+    ASSERT_TRUE(out) << out.error().message();
+    auto [pooled, sum] = expected(inputs);
+    EXPECT_FALSE(out->at("g").is_mkldnn());
+    EXPECT_TRUE(at::allclose(out->at("g"), pooled, 1e-4, 1e-4));
+    EXPECT_TRUE(at::allclose(out->at("s"), sum, 1e-4, 1e-4));
+  }
+  EXPECT_FALSE(observedBlocked);
+  inputs["w2"] = at::randn({8, 8, 3, 3}); // a new weight tensor: reordered afresh
+  Expected<TensorMap> blocked = (*executor)->run(inputs, nullptr, nullptr, OutputLayout::AsComputed);
+  ASSERT_TRUE(blocked) << blocked.error().message();
+  auto [pooled, sum] = expected(inputs);
+  if (at::hasMKLDNN()) {
+    EXPECT_TRUE(blocked->at("g").is_mkldnn());
+  }
+  EXPECT_TRUE(at::allclose(toDense(blocked->at("g")), pooled, 1e-4, 1e-4));
+  EXPECT_TRUE(at::allclose(toDense(blocked->at("s")), sum, 1e-4, 1e-4));
 }
 
 TEST(Tensors, FilesRoundTripAndRandomInputsAreSeededPerName) {

@@ -74,57 +74,17 @@ void configureThreads() {
 
 at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
                   const at::Tensor& bias) {
-  bool onednn = at::hasMKLDNN() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
-                weight.scalar_type() == at::kFloat && weight.dim() == 2 && x.dim() >= 1 && x.numel() > 0 &&
-                (!bias.defined() || (bias.scalar_type() == at::kFloat && bias.dim() == 1));
-  if (!onednn) {
-    at::Tensor product = at::matmul(x, weightIsNK ? weight.t() : weight);
-    return bias.defined() ? product + bias : product;
-  }
-  KernelCache* cache = c.cache();
-  at::Tensor packed;
-  if (cache && cache->derived.defined() && cache->source.is_same(weight)) {
-    packed = cache->derived;
-  } else {
-    packed = (weightIsNK ? weight : weight.t()).contiguous().to_mkldnn();
-    if (cache) { // the source stays referenced, so its identity cannot be reused by another tensor
-      cache->source = weight;
-      cache->derived = packed;
-    }
-  }
-  std::int64_t k = x.size(-1), n = packed.size(0);
-  std::vector<std::int64_t> shape = x.sizes().vec();
-  shape.back() = n;
-  at::Tensor rows = x.reshape({-1, k}).contiguous().to_mkldnn();
-  at::Tensor out = bias.defined() ? at::mkldnn_linear(rows, packed, bias.contiguous().to_mkldnn())
-                                  : at::mkldnn_linear(rows, packed, c10::nullopt);
-  return out.to_dense().reshape(shape);
+  std::shared_ptr<onednn::PackedProduct> uncached;
+  at::Tensor out = onednn::linear(x, weight, weightIsNK, bias, c.cache() ? c.cache()->product : uncached);
+  if (out.defined())
+    return out;
+  at::Tensor product = at::matmul(x, weightIsNK ? weight.t() : weight);
+  return bias.defined() ? product + bias : product;
 }
 
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) {
-  bool onednn = at::hasMKLDNN() && a.device().is_cpu() && b.device().is_cpu() && a.scalar_type() == at::kFloat &&
-                b.scalar_type() == at::kFloat && a.dim() >= 3 && b.dim() >= 3 && a.numel() > 0 && b.numel() > 0;
-  if (!onednn)
-    return at::matmul(a, b);
-  // Broadcast the batch dims, then one oneDNN product per batch entry.
-  std::vector<std::int64_t> batchA(a.sizes().begin(), a.sizes().end() - 2), batchB(b.sizes().begin(), b.sizes().end() - 2);
-  std::vector<std::int64_t> batch = at::infer_size(batchA, batchB);
-  std::int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1), count = 1;
-  for (std::int64_t d : batch)
-    count *= d;
-  std::vector<std::int64_t> shapeA = batch, shapeB = batch;
-  shapeA.insert(shapeA.end(), {m, k});
-  shapeB.insert(shapeB.end(), {k, n});
-  at::Tensor left = a.expand(shapeA).reshape({count, m, k}), right = b.expand(shapeB).reshape({count, k, n});
-  std::vector<at::Tensor> products;
-  products.reserve(static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < count; ++i)
-    products.push_back(at::mkldnn_linear(left[i].contiguous().to_mkldnn(), right[i].t().contiguous().to_mkldnn(),
-                                         c10::nullopt)
-                           .to_dense());
-  std::vector<std::int64_t> shape = batch;
-  shape.insert(shape.end(), {m, n});
-  return at::stack(products).reshape(shape);
+  at::Tensor out = onednn::batchedMatmul(a, b);
+  return out.defined() ? out : at::matmul(a, b);
 }
 
 std::vector<std::int64_t> KernelContext::ints(std::size_t i) const {
@@ -133,14 +93,16 @@ std::vector<std::int64_t> KernelContext::ints(std::size_t i) const {
   return std::vector<std::int64_t>(p, p + values.numel());
 }
 
-void KernelTable::add(std::string opType, Kernel kernel) { entries_.emplace_back(std::move(opType), kernel); }
+void KernelTable::add(std::string opType, Kernel kernel, Layouts layouts) {
+  entries_.emplace_back(std::move(opType), KernelEntry{kernel, layouts});
+}
 
-Kernel KernelTable::find(std::string_view domain, std::string_view opType) const {
+const KernelEntry* KernelTable::find(std::string_view domain, std::string_view opType) const {
   std::string key = domain.empty() || domain == "ai.onnx" ? std::string(opType)
                                                           : std::string(domain) + "::" + std::string(opType);
   auto it = std::lower_bound(entries_.begin(), entries_.end(), key,
                              [](const auto& entry, const std::string& k) { return entry.first < k; });
-  return it != entries_.end() && it->first == key ? it->second : nullptr;
+  return it != entries_.end() && it->first == key ? &it->second : nullptr;
 }
 
 std::vector<std::string> KernelTable::names() const {
@@ -178,6 +140,14 @@ at::Tensor flattenTo2d(const at::Tensor& x, std::int64_t axis) {
   for (std::int64_t d = 0; d < axis; ++d)
     outer *= x.size(d);
   return x.reshape({outer, outer == 0 ? 0 : x.numel() / std::max<std::int64_t>(outer, 1)});
+}
+
+at::Tensor toDense(const at::Tensor& t) { return t.defined() && t.is_mkldnn() ? t.to_dense() : t; }
+
+at::Tensor toBlocked(const at::Tensor& t) { return t.is_mkldnn() ? t : t.to_mkldnn(); }
+
+bool blockable(const at::Tensor& t) {
+  return at::hasMKLDNN() && t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat;
 }
 
 at::ScalarType onnxScalarType(std::int64_t onnxDtype) {

@@ -11,15 +11,18 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "runtime/onednn.h"
 
 namespace cleave::runtime {
 
 class Executor;
 
 // What a kernel keeps between runs of its node: a derived form of an operand (a prepacked
-// weight) and the operand it was derived from, to know when it still applies.
+// weight) and the operand it was derived from, to know when it still applies; or a product's
+// reordered weight with its oneDNN primitive.
 struct KernelCache {
   at::Tensor source, derived;
+  std::shared_ptr<onednn::PackedProduct> product;
 };
 
 struct KernelError : std::runtime_error {
@@ -72,15 +75,26 @@ private:
 
 using Kernel = std::vector<at::Tensor> (*)(KernelContext&);
 
+// The layouts a kernel takes its operands in. Blocked: oneDNN's blocked activation layout (ATen's
+// mkldnn tensors), which convolutions compute in; keeping a value blocked from one convolution to
+// the next (through Relu, Add, pooling) saves two reorders per op. The executor gives blocked
+// operands only to kernels that take them and turns them dense for every other reader.
+enum class Layouts : std::uint8_t { Dense, DenseOrBlocked };
+
+struct KernelEntry {
+  Kernel kernel = nullptr;
+  Layouts layouts = Layouts::Dense;
+};
+
 // Op type (in the default ONNX domain unless spelled "domain::Op") -> kernel.
 class KernelTable {
 public:
-  void add(std::string opType, Kernel kernel);
-  Kernel find(std::string_view domain, std::string_view opType) const;
+  void add(std::string opType, Kernel kernel, Layouts layouts = Layouts::Dense);
+  const KernelEntry* find(std::string_view domain, std::string_view opType) const; // null when none
   std::vector<std::string> names() const; // sorted
 
 private:
-  std::vector<std::pair<std::string, Kernel>> entries_; // sorted by name after building
+  std::vector<std::pair<std::string, KernelEntry>> entries_; // sorted by name after building
   friend const KernelTable& kernelTable();
 };
 
@@ -96,14 +110,12 @@ void registerControlKernels(KernelTable& table);
 // Helpers shared by kernel files.
 // x[..., K] times a 2-D weight, with `weightIsNK` telling whether it is laid out [N, K] (Gemm's
 // transB, torch's Linear) or [K, N]; plus an optional bias [N]. On the CPU in float32 this runs on
-// oneDNN (mkldnn_linear; the reordered weight is cached when the weight is a parameter), which is
-// many times faster than the generic BLAS some libtorch builds (Debian's) use. The reordered
-// weight is kept while the same weight tensor comes back (a parameter, or a weight another
-// submodel forwards).
+// oneDNN (runtime/onednn.h) with the reordered weight kept in the node's cache while the same
+// weight tensor comes back (a parameter, or a weight another submodel forwards); else on ATen.
 at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
                   const at::Tensor& bias);
-// A batched product of two activations (attention's Q K^T and P V): oneDNN per batch entry on
-// the CPU in float32, else at::matmul.
+// A product with broadcast batch dims (attention's Q K^T and P V): one oneDNN call on the CPU in
+// float32, else at::matmul.
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
 // The runtime's thread count: the hardware's, unless OMP_NUM_THREADS says otherwise (some
 // libtorch builds start with one thread). Idempotent.
@@ -112,5 +124,10 @@ std::int64_t normalizeAxis(std::int64_t axis, std::int64_t rank); // throws Kern
 at::ScalarType onnxScalarType(std::int64_t onnxDtype);              // throws KernelError when unknown
 // ONNX's 2-D coercion (Flatten, pre-13 Softmax): [prod(dims before axis), prod(dims from axis)].
 at::Tensor flattenTo2d(const at::Tensor& x, std::int64_t axis);
+// Layout changes (no-ops when the tensor is already in the layout).
+at::Tensor toDense(const at::Tensor& t);
+at::Tensor toBlocked(const at::Tensor& t);
+// Whether oneDNN computes this float32 CPU tensor in its blocked layout (ATen built with it).
+bool blockable(const at::Tensor& t);
 
 } // namespace cleave::runtime

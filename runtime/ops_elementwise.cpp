@@ -26,6 +26,17 @@ Outputs variadic(KernelContext& c, at::Tensor (*combine)(const at::Tensor&, cons
 at::Tensor maximum(const at::Tensor& a, const at::Tensor& b) { return at::maximum(a, b); }
 at::Tensor minimum(const at::Tensor& a, const at::Tensor& b) { return at::minimum(a, b); }
 at::Tensor add(const at::Tensor& a, const at::Tensor& b) { return at::add(a, b); }
+
+// A residual connection of two blocked convolution outputs stays blocked; oneDNN's sum does not
+// broadcast, so operands of other shapes are made dense.
+Outputs addOperands(KernelContext& c) {
+  const at::Tensor &a = c.input(0), &b = c.input(1);
+  if (!a.is_mkldnn() && !b.is_mkldnn())
+    return {at::add(a, b)};
+  if (a.sizes() == b.sizes() && blockable(a) && blockable(b))
+    return {at::add(toBlocked(a), toBlocked(b))};
+  return {at::add(toDense(a), toDense(b))};
+}
 } // namespace
 
 void registerElementwiseKernels(KernelTable& t) {
@@ -47,7 +58,7 @@ void registerElementwiseKernels(KernelTable& t) {
   t.add("Atan", unary<at::atan>);
   t.add("Tanh", unary<at::tanh>);
   t.add("Sigmoid", unary<at::sigmoid>);
-  t.add("Relu", unary<at::relu>);
+  t.add("Relu", unary<at::relu>, Layouts::DenseOrBlocked); // ATen runs it on either layout
   t.add("Softsign", [](KernelContext& c) -> Outputs { return {c.input(0) / (1 + at::abs(c.input(0)))}; });
   t.add("Not", unary<at::logical_not>);
   t.add("IsNaN", unary<at::isnan>);
@@ -92,7 +103,7 @@ void registerElementwiseKernels(KernelTable& t) {
     return {x};
   });
   // Binary, broadcasting.
-  t.add("Add", [](KernelContext& c) -> Outputs { return {at::add(c.input(0), c.input(1))}; });
+  t.add("Add", addOperands, Layouts::DenseOrBlocked);
   t.add("Sub", [](KernelContext& c) -> Outputs { return {at::sub(c.input(0), c.input(1))}; });
   t.add("Mul", [](KernelContext& c) -> Outputs { return {at::mul(c.input(0), c.input(1))}; });
   t.add("Div", [](KernelContext& c) -> Outputs { return {onnxDivide(c.input(0), c.input(1))}; });

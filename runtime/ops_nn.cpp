@@ -1,6 +1,7 @@
 // runtime/ops_nn.cpp - neural-network ONNX ops on ATen: Conv/ConvTranspose and pooling (auto_pad,
 // asymmetric pads applied as explicit padding, ceil_mode, count_include_pad), normalizations,
 // Gemm (transposes, alpha, beta), MatMul, Softmax/LogSoftmax (the pre-13 2-D coercion), Einsum.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -63,6 +64,9 @@ std::vector<std::int64_t> orOnes(std::vector<std::int64_t> values, std::size_t n
   return values;
 }
 
+// A 2-D float32 convolution on the CPU runs on oneDNN in its blocked layout, with the weight
+// reordered once (kept in the node's cache while the same weight tensor comes back); its output
+// stays blocked for readers that take it. Anything else runs on at::convolution.
 Outputs conv(KernelContext& c) {
   at::Tensor x = c.input(0);
   const at::Tensor& w = c.input(1);
@@ -70,14 +74,31 @@ Outputs conv(KernelContext& c) {
   std::size_t n = static_cast<std::size_t>(w.dim() - 2);
   std::vector<std::int64_t> kernel(w.sizes().begin() + 2, w.sizes().end());
   std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
+  std::int64_t groups = c.intAttr("group", 1);
   WindowPads pads = windowPads(c, x, kernel, strides, dilations);
   std::vector<std::int64_t> padding = pads.begin;
   if (!pads.symmetric()) {
-    x = at::constant_pad_nd(x, pads.atenOrder(), 0.0);
+    x = at::constant_pad_nd(toDense(x), pads.atenOrder(), 0.0);
     padding.assign(n, 0);
   }
-  return {at::convolution(x, w, bias, strides, padding, dilations, false, std::vector<std::int64_t>(n, 0),
-                          c.intAttr("group", 1))};
+  bool blocked = n == 2 && x.dim() == 4 && blockable(x) && blockable(w) && !w.is_mkldnn() &&
+                 (!bias.defined() || (blockable(bias) && !bias.is_mkldnn())) && x.size(1) == w.size(1) * groups;
+  if (!blocked)
+    return {at::convolution(toDense(x), w, bias, strides, padding, dilations, false, std::vector<std::int64_t>(n, 0),
+                            groups)};
+  KernelCache* cache = c.cache();
+  at::Tensor packed;
+  if (cache && cache->derived.defined() && cache->source.is_same(w)) {
+    packed = cache->derived;
+  } else {
+    packed = at::mkldnn_reorder_conv2d_weight(w.contiguous().to_mkldnn(), padding, strides, dilations, groups);
+    if (cache) { // the source stays referenced, so its identity cannot be reused by another tensor
+      cache->source = w;
+      cache->derived = packed;
+    }
+  }
+  return {at::mkldnn_convolution(toBlocked(x), packed, bias.defined() ? bias.contiguous() : bias, padding, strides,
+                                 dilations, groups)};
 }
 
 Outputs convTranspose(KernelContext& c) {
@@ -113,6 +134,10 @@ Outputs maxPool(KernelContext& c) {
   bool fits = pads.symmetric();
   for (std::size_t d = 0; d < n && fits; ++d)
     fits = padding[d] * 2 <= kernel[d]; // ATen's limit on implicit padding
+  // oneDNN's blocked pooling: 2-D, implicit padding, no dilation.
+  bool undilated = std::all_of(dilations.begin(), dilations.end(), [](std::int64_t d) { return d == 1; });
+  if (x.is_mkldnn() && !(n == 2 && fits && undilated))
+    x = x.to_dense();
   if (!fits) {
     x = at::constant_pad_nd(x, pads.atenOrder(), -std::numeric_limits<double>::infinity());
     padding.assign(n, 0);
@@ -136,7 +161,7 @@ at::Tensor averagePool(const at::Tensor& x, const std::vector<std::int64_t>& ker
 }
 
 Outputs avgPool(KernelContext& c) {
-  const at::Tensor& x = c.input(0);
+  at::Tensor x = c.input(0);
   std::vector<std::int64_t> kernel = c.intsAttr("kernel_shape");
   std::size_t n = kernel.size();
   std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), ones(n, 1);
@@ -145,6 +170,8 @@ Outputs avgPool(KernelContext& c) {
   bool fits = pads.symmetric();
   for (std::size_t d = 0; d < n && fits; ++d)
     fits = pads.begin[d] * 2 <= kernel[d];
+  if (x.is_mkldnn() && !(n == 2 && fits)) // oneDNN's blocked pooling: 2-D, implicit padding
+    x = x.to_dense();
   if (fits)
     return {averagePool(x, kernel, strides, pads.begin, ceil, includePad)};
   // Explicit padding: the sum over the window divided by the count of real (or all) elements.
@@ -177,11 +204,17 @@ Outputs softmaxLike(KernelContext& c, bool logarithm) {
 } // namespace
 
 void registerNnKernels(KernelTable& t) {
-  t.add("Conv", conv);
+  t.add("Conv", conv, Layouts::DenseOrBlocked);
   t.add("ConvTranspose", convTranspose);
-  t.add("MaxPool", maxPool);
-  t.add("AveragePool", avgPool);
-  t.add("GlobalAveragePool", [](KernelContext& c) -> Outputs { return {c.input(0).mean(spatialDims(c.input(0)), true)}; });
+  t.add("MaxPool", maxPool, Layouts::DenseOrBlocked);
+  t.add("AveragePool", avgPool, Layouts::DenseOrBlocked);
+  t.add("GlobalAveragePool", [](KernelContext& c) -> Outputs {
+    const at::Tensor& x = c.input(0);
+    if (x.is_mkldnn() && x.dim() == 4)
+      return {at::adaptive_avg_pool2d(x, {1, 1})}; // oneDNN's blocked pooling
+    at::Tensor dense = toDense(x);
+    return {dense.mean(spatialDims(dense), true)};
+  }, Layouts::DenseOrBlocked);
   t.add("GlobalMaxPool", [](KernelContext& c) -> Outputs { return {c.input(0).amax(spatialDims(c.input(0)), true)}; });
   t.add("BatchNormalization", [](KernelContext& c) -> Outputs {
     if (c.intAttr("training_mode", 0) != 0)
