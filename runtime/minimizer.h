@@ -9,7 +9,8 @@
 //               makes its last node the culprit (with the prefix)            O(N)
 //   block       the shortest failing run: the first end whose prefix fails
 //               (binary search), then the last start whose run still fails  O(log N)
-// Binary and block assume failing is monotone in the set (a superset of a failing set fails).
+// Every reported culprit was tried and fails. Binary and block find a minimal one only when
+// failing is monotone in the set (a superset of a failing set fails); otherwise a larger one.
 #pragma once
 
 #include "runtime/lower_and_run.h"

@@ -30,6 +30,23 @@ class RuntimeCli(TempDirTest):
         code, again, _ = run("run", CNN, "--seed", "3", "--json")
         self.assertEqual(json.loads(again)["outputs"], summary["outputs"])  # deterministic
 
+    def test_profile_reports_op_types_and_the_slowest_nodes(self):
+        code, out, err = run("run", CNN, "--seed", "3", "--profile", "--json")
+        self.assertEqual(code, 0, err)
+        summary = json.loads(out)
+        graph = onnx.load(CNN).graph
+        ops, names = {n.op_type for n in graph.node}, {n.name for n in graph.node}
+        self.assertLessEqual({p["op"] for p in summary["profile"]}, ops)
+        nodes = summary["slowest_nodes"]
+        self.assertEqual(len(nodes), min(10, len(names)))
+        self.assertLessEqual({n["node"] for n in nodes}, names)
+        seconds = [n["seconds"] for n in nodes]
+        self.assertEqual(seconds, sorted(seconds, reverse=True))
+        self.assertLessEqual(sum(seconds), sum(p["seconds"] for p in summary["profile"]) + 1e-9)
+        code, text, err = run("run", CNN, "--seed", "3", "--profile")
+        self.assertEqual(code, 0, err)
+        self.assertIn("slowest nodes (last run):", text)
+
     def test_dumped_inputs_are_what_each_submodule_reads(self):
         out = self.path("cut")
         code, _, err = run("split", CNN, "--profile", self.profile("holes", drop=("Relu",)), "-o", out,
