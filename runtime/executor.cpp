@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "io/onnx.h"
+#include "runtime/fusion.h"
 
 namespace cleave::runtime {
 using ir::NodeId;
@@ -55,6 +56,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
     for (ir::ValueId value : g.inputs(NodeId{n}))
       if (value != ir::kNoValue)
         ++executor->uses_[index(value)];
+  executor->fusion_ = planFusions(g);
   executor->blockedReaders_.assign(g.numValues(), BlockedReaders::No);
   for (std::uint32_t v = 0; v < g.numValues(); ++v) {
     auto users = g.users(ir::ValueId{v});
@@ -103,6 +105,7 @@ Executor& KernelContext::subgraph(std::string_view attribute) const {
 Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, const Observer* observe,
                                   OutputLayout outputLayout) {
   const ir::Graph& g = *graph_;
+  const bool fuse = observe == nullptr; // an observer sees every value, so nothing is fused
   auto mayStayBlocked = [&](ir::ValueId value) {
     BlockedReaders readers = blockedReaders_[index(value)];
     return readers == BlockedReaders::Yes ||
@@ -150,10 +153,18 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
     }
     default: break;
     }
+    // A fused group (fusion.h) runs at its last node, on the group's operands, for all its nodes.
+    const FusedGroup* group = fuse && fusion_.groupOf[node] >= 0 ? &fusion_.groups[fusion_.groupOf[node]] : nullptr;
+    if (group && node != group->nodes.back())
+      continue;
+    const NodeId single[] = {node};
+    std::span<const NodeId> members = group ? std::span<const NodeId>(group->nodes) : std::span<const NodeId>(single);
+    std::span<const ir::ValueId> operandValues = group ? std::span<const ir::ValueId>(group->operands) : g.inputs(node);
+    KernelEntry kernel = group ? KernelEntry{fusedKernel(group->kind), Layouts::Dense} : kernels_[node];
+    std::string opName = group ? std::string(fusedName(group->kind)) : std::string(g.target(node));
     std::vector<at::Tensor> operands;
-    operands.reserve(g.inputs(node).size());
-    const KernelEntry& kernel = kernels_[node];
-    for (ir::ValueId value : g.inputs(node)) {
+    operands.reserve(operandValues.size());
+    for (ir::ValueId value : operandValues) {
       operands.push_back(value == ir::kNoValue ? at::Tensor() : values[index(value)]);
       if (kernel.layouts == Layouts::Dense) // no-op: values stay blocked only for readers taking them
         operands.back() = toDense(operands.back());
@@ -164,15 +175,15 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
       std::string text(what);
       if (std::size_t newline = text.find('\n'); newline != std::string::npos)
         text.resize(newline);
-      return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << g.target(node) << ", opset "
-                                           << opset_ << "): " << text;
+      return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << opName << ", opset " << opset_
+                                           << "): " << text;
     };
     try {
       if (stats && stats->profileOps) {
         auto start = std::chrono::steady_clock::now();
         results = kernel.kernel(context);
         double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        stats->secondsByOp[g.target(node)] += seconds;
+        stats->secondsByOp[opName] += seconds;
         stats->secondsByNode[std::string(g.name(node))] += seconds;
       } else {
         results = kernel.kernel(context);
@@ -200,17 +211,19 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
     }
     peak = std::max(peak, live);
     // Free operands whose last user this was (parameters stay; graph outputs are used by the
-    // output node, so they stay until the end).
-    for (ir::ValueId value : g.inputs(node)) {
-      if (value == ir::kNoValue || --remaining[index(value)] > 0)
-        continue;
-      ir::NodeKind producerKind = g.kind(g.producer(value));
-      if (producerKind == ir::NodeKind::Parameter)
-        continue;
-      if (producerKind == ir::NodeKind::Op)
-        live -= bytesOf(values[index(value)]);
-      values[index(value)] = at::Tensor();
-    }
+    // output node, so they stay until the end). A group's members all read now; its inner
+    // values were never made.
+    for (NodeId member : members)
+      for (ir::ValueId value : g.inputs(member)) {
+        if (value == ir::kNoValue || --remaining[index(value)] > 0)
+          continue;
+        ir::NodeKind producerKind = g.kind(g.producer(value));
+        if (producerKind == ir::NodeKind::Parameter)
+          continue;
+        if (producerKind == ir::NodeKind::Op)
+          live -= bytesOf(values[index(value)]);
+        values[index(value)] = at::Tensor();
+      }
     for (ir::ValueId value : outputs) // outputs nobody reads
       if (remaining[index(value)] == 0 && values[index(value)].defined()) {
         live -= bytesOf(values[index(value)]);

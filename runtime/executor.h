@@ -5,7 +5,8 @@
 // their (topological) order; each value is freed as soon as its last user ran, unless it is a
 // graph output or a parameter. Outputs come back by name. A value a kernel made in oneDNN's
 // blocked layout stays so while every reader takes that layout (kernel.h, Layouts), and is made
-// dense once otherwise; graph outputs and observed values are always dense.
+// dense once otherwise; graph outputs and observed values are always dense. Unobserved runs
+// run fused node groups (fusion.h: MatMul+Add bias, GELU) as one kernel each.
 // Complexity: O(V + E) bookkeeping per run besides the kernels.
 #pragma once
 
@@ -17,6 +18,7 @@
 
 #include "base/expected.h"
 #include "ir/graph.h"
+#include "runtime/fusion.h"
 #include "runtime/kernel.h"
 #include "runtime/tensors.h"
 
@@ -72,6 +74,7 @@ private:
   IdVector<ir::NodeId, at::Tensor> parameters_; // Parameter nodes' tensors
   IdVector<ir::NodeId, KernelCache> caches_;    // per op node: what its kernel keeps (packed weights)
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)
+  FusionPlan fusion_;                            // node groups run as one kernel (unobserved runs)
   // Per value: whether it may stay in the blocked layout: every reader is a kernel taking it, or
   // the graph's output (then only when the run's outputs may be blocked).
   enum class BlockedReaders : std::uint8_t { No, Yes, IfOutputsMay };

@@ -1,13 +1,16 @@
 // Unit tests of the ATen executor: ONNX semantics that are easy to get wrong (Reshape 0/-1,
 // Slice negative steps and clamping, Gather negative indices, asymmetric Conv pads, Gemm flags,
 // pre-13 Softmax), error messages, memory release, tensor files and random inputs; oneDNN
-// products and the blocked layout of convolution chains against ATen's dense ops.
+// products and the blocked layout of convolution chains against ATen's dense ops; fused groups.
 #include "runtime/executor.h"
 
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 
 #include <cstdio>
+#include <set>
 
+#include "runtime/fusion.h"
 #include "runtime/microbatch.h"
 #include "runtime/onednn.h"
 #include "runtime/tensors.h"
@@ -251,6 +254,78 @@ TEST(Executor, BlockedConvolutionChainEqualsDenseAten) {
   }
   EXPECT_TRUE(at::allclose(toDense(blocked->at("g")), pooled, 1e-4, 1e-4));
   EXPECT_TRUE(at::allclose(toDense(blocked->at("s")), sum, 1e-4, 1e-4));
+}
+
+ir::Attribute scalarTensor(float value) {
+  onnx::TensorProto proto;
+  proto.set_data_type(onnx::TensorProto::FLOAT);
+  proto.add_float_data(value);
+  ir::Attribute a;
+  a.name = "value";
+  a.kind = ir::AttrKind::Tensor;
+  a.text = proto.SerializeAsString();
+  return a;
+}
+
+// x -> MatMul(x, w) + b -> GELU as torch exports it (Div by sqrt 2, Erf, Add 1, Mul x, Mul 0.5).
+// `alsoOutput` makes one inner value of the GELU a graph output too, which forbids its fusion.
+ir::Graph linearGelu(bool alsoOutput) {
+  ir::GraphBuilder builder(ir::SourceFormat::Onnx);
+  builder.modelInfo().opsetImports = {{"", 17}};
+  for (const char* name : {"x", "w", "b"})
+    builder.addInput(name, ir::ValueType());
+  auto add = [&](ir::NodeSpec node, std::string output) {
+    node.outputs[0].name = std::move(output);
+    builder.addNode(node);
+  };
+  add(spec("Constant", {}, {scalarTensor(1.41421356f)}, "sqrt2"), "sqrt2");
+  add(spec("Constant", {}, {scalarTensor(1.0f)}, "one"), "one");
+  add(spec("Constant", {}, {scalarTensor(0.5f)}, "half"), "half");
+  add(spec("MatMul", {"x", "w"}, {}, "mm"), "mm");
+  add(spec("Add", {"b", "mm"}, {}, "biased"), "h");
+  add(spec("Div", {"h", "sqrt2"}, {}, "div"), "d");
+  add(spec("Erf", {"d"}, {}, "erf"), "e");
+  add(spec("Add", {"e", "one"}, {}, "plus"), "p");
+  add(spec("Mul", {"h", "p"}, {}, "times"), "t");
+  add(spec("Mul", {"t", "half"}, {}, "scale"), "y");
+  builder.setOutputs(alsoOutput ? std::vector<std::string>{"y", "e"} : std::vector<std::string>{"y"});
+  Expected<ir::Graph> graph = std::move(builder).finish();
+  EXPECT_TRUE(graph) << (graph ? "" : graph.error().message());
+  return std::move(*graph);
+}
+
+TEST(Fusion, LinearAndGeluRunAsGroupsAndMatchTheirNodes) {
+  ir::Graph fusible = linearGelu(false);
+  FusionPlan plan = planFusions(fusible);
+  ASSERT_EQ(plan.groups.size(), 2u);
+  EXPECT_EQ(plan.groups[0].kind, FusedGroup::Kind::MatMulBias);
+  EXPECT_EQ(plan.groups[0].nodes.size(), 2u);
+  EXPECT_EQ(plan.groups[1].kind, FusedGroup::Kind::Gelu);
+  EXPECT_EQ(plan.groups[1].nodes.size(), 5u);
+  EXPECT_EQ(planFusions(linearGelu(true)).groups.size(), 1u); // the Erf output is read outside
+
+  at::manual_seed(5);
+  TensorMap inputs{{"x", at::randn({2, 3, 8})}, {"w", at::randn({8, 16})}, {"b", at::randn({16})}};
+  at::Tensor h = at::matmul(inputs.at("x"), inputs.at("w")) + inputs.at("b");
+  at::Tensor expected = h * 0.5 * (1 + at::erf(h / std::sqrt(2.0)));
+  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(fusible)));
+  ASSERT_TRUE(executor) << executor.error().message();
+  RunStats stats;
+  stats.profileOps = true;
+  Expected<TensorMap> fused = (*executor)->run(inputs, &stats);
+  ASSERT_TRUE(fused) << fused.error().message();
+  EXPECT_TRUE(at::allclose(fused->at("y"), expected, 1e-5, 1e-5));
+  EXPECT_EQ(stats.secondsByOp.count("MatMul+Add"), 1u);
+  EXPECT_EQ(stats.secondsByOp.count("Erf"), 0u);
+  // An observed run makes every value, so it runs the nodes one by one: same result.
+  std::set<std::string> seen;
+  Executor::Observer observe = [&](ir::ValueId value, const at::Tensor&) {
+    seen.insert(std::string((*executor)->graph().valueName(value)));
+  };
+  Expected<TensorMap> unfused = (*executor)->run(inputs, nullptr, &observe);
+  ASSERT_TRUE(unfused) << unfused.error().message();
+  EXPECT_TRUE(seen.count("e") && seen.count("mm"));
+  EXPECT_TRUE(at::allclose(unfused->at("y"), fused->at("y"), 1e-5, 1e-6));
 }
 
 TEST(Tensors, FilesRoundTripAndRandomInputsAreSeededPerName) {

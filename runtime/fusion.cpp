@@ -1,0 +1,121 @@
+#include "runtime/fusion.h"
+
+#include <cmath>
+#include <optional>
+
+#include "runtime/tensors.h"
+
+namespace cleave::runtime {
+using ir::NodeId;
+using ir::ValueId;
+
+namespace {
+bool isOp(const ir::Graph& g, NodeId node, std::string_view opType) {
+  return g.kind(node) == ir::NodeKind::Op && (g.opDomain(node).empty() || g.opDomain(node) == "ai.onnx") &&
+         g.opType(node) == opType;
+}
+
+// The node that alone reads `value` (which is no graph output), if it is an `opType` op with
+// two operands.
+std::optional<NodeId> soleReader(const ir::Graph& g, ValueId value, std::string_view opType) {
+  auto users = g.users(value);
+  if (users.size() != 1 || !isOp(g, users[0], opType) || g.inputs(users[0]).size() != 2 ||
+      g.outputs(users[0]).size() != 1)
+    return std::nullopt;
+  return users[0];
+}
+
+// The operand of a binary node other than `value` (null when both are `value`).
+ValueId otherOperand(const ir::Graph& g, NodeId node, ValueId value) {
+  auto inputs = g.inputs(node);
+  if (inputs[0] == value)
+    return inputs[1] == value ? ir::kNoValue : inputs[1];
+  return inputs[1] == value ? inputs[0] : ir::kNoValue;
+}
+
+// The value of a single-element constant (a Constant node's tensor or a parameter).
+std::optional<double> scalarConstant(const ir::Graph& g, ValueId value) {
+  if (value == ir::kNoValue)
+    return std::nullopt;
+  NodeId producer = g.producer(value);
+  Expected<at::Tensor> tensor = Error(ErrorCode::NotFound);
+  if (isOp(g, producer, "Constant")) {
+    const ir::Attribute* attr = g.findAttribute(producer, "value");
+    if (!attr || attr->kind != ir::AttrKind::Tensor)
+      return std::nullopt;
+    tensor = tensorFromProto(attr->text, "constant");
+  } else if (g.kind(producer) == ir::NodeKind::Parameter && !g.parameters(producer).empty()) {
+    tensor = loadParameter(g, g.parameters(producer)[0]);
+  }
+  if (!tensor || tensor->numel() != 1 || !at::isFloatingType(tensor->scalar_type()))
+    return std::nullopt;
+  return tensor->item<double>();
+}
+
+bool near(std::optional<double> value, double expected) {
+  return value && std::abs(*value - expected) <= 1e-6 * std::abs(expected);
+}
+
+std::optional<FusedGroup> matchMatMulBias(const ir::Graph& g, NodeId matmul) {
+  if (!isOp(g, matmul, "MatMul") || g.inputs(matmul).size() != 2 || g.outputs(matmul).size() != 1)
+    return std::nullopt;
+  ValueId product = g.outputs(matmul)[0];
+  std::optional<NodeId> add = soleReader(g, product, "Add");
+  if (!add)
+    return std::nullopt;
+  ValueId bias = otherOperand(g, *add, product);
+  if (bias == ir::kNoValue)
+    return std::nullopt;
+  return FusedGroup{FusedGroup::Kind::MatMulBias, {matmul, *add}, {g.inputs(matmul)[0], g.inputs(matmul)[1], bias}};
+}
+
+std::optional<FusedGroup> matchGelu(const ir::Graph& g, NodeId div) {
+  if (!isOp(g, div, "Div") || g.inputs(div).size() != 2 || g.outputs(div).size() != 1 ||
+      !near(scalarConstant(g, g.inputs(div)[1]), std::sqrt(2.0)))
+    return std::nullopt;
+  ValueId x = g.inputs(div)[0];
+  auto users = g.users(g.outputs(div)[0]);
+  if (users.size() != 1 || !isOp(g, users[0], "Erf") || g.outputs(users[0]).size() != 1)
+    return std::nullopt;
+  NodeId erf = users[0];
+  ValueId erfOut = g.outputs(erf)[0];
+  std::optional<NodeId> plusOne = soleReader(g, erfOut, "Add");
+  if (!plusOne || !near(scalarConstant(g, otherOperand(g, *plusOne, erfOut)), 1.0))
+    return std::nullopt;
+  ValueId onePlus = g.outputs(*plusOne)[0];
+  std::optional<NodeId> timesX = soleReader(g, onePlus, "Mul");
+  if (!timesX || otherOperand(g, *timesX, onePlus) != x)
+    return std::nullopt;
+  ValueId scaled = g.outputs(*timesX)[0];
+  std::optional<NodeId> half = soleReader(g, scaled, "Mul");
+  if (!half || !near(scalarConstant(g, otherOperand(g, *half, scaled)), 0.5))
+    return std::nullopt;
+  return FusedGroup{FusedGroup::Kind::Gelu, {div, erf, *plusOne, *timesX, *half}, {x}};
+}
+} // namespace
+
+FusionPlan planFusions(const ir::Graph& g) {
+  FusionPlan plan;
+  plan.groupOf = IdVector<NodeId, std::int32_t>(g.numNodes(), -1);
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    NodeId node{n};
+    if (plan.groupOf[node] >= 0)
+      continue;
+    std::optional<FusedGroup> group = matchMatMulBias(g, node);
+    if (!group)
+      group = matchGelu(g, node);
+    if (!group)
+      continue;
+    bool free = true; // a node joins one group at most
+    for (NodeId member : group->nodes)
+      free = free && plan.groupOf[member] < 0;
+    if (!free)
+      continue;
+    for (NodeId member : group->nodes)
+      plan.groupOf[member] = static_cast<std::int32_t>(plan.groups.size());
+    plan.groups.push_back(std::move(*group));
+  }
+  return plan;
+}
+
+} // namespace cleave::runtime

@@ -1,0 +1,43 @@
+// runtime/fusion.h - which groups of ONNX nodes the executor runs as one kernel call.
+//
+// Patterns (PyTorch's ONNX exports of Linear and of the exact GELU):
+//   MatMulBias  MatMul(x, W) -> Add(., b)          one oneDNN product with the bias (kernel.h linear)
+//   Gelu        Div(x, sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)     one at::gelu
+// Add and Mul operands may come in either order. A group is fused only when each of its inner
+// values is read by the next node of the group alone (not by other nodes, not a graph output);
+// the constants (sqrt 2, 1, 0.5) must be single-element Constant nodes or parameters.
+// A group runs at its last node (every operand exists by then) and makes that node's output;
+// the inner values are never made. Observed runs (dumps, previews) do not fuse: they need
+// every value.
+// Guarantees: a group computes what its nodes compute, up to float rounding (GELU's formula is
+// evaluated in one pass; a bias that is not 1-D [N] is added after the product instead).
+// Complexity: O(N + E) to plan; each pattern is matched from its first node in O(1) steps.
+#pragma once
+
+#include <vector>
+
+#include "base/ids.h"
+#include "ir/graph.h"
+#include "runtime/kernel.h"
+
+namespace cleave::runtime {
+
+struct FusedGroup {
+  enum class Kind : std::uint8_t { MatMulBias, Gelu };
+  Kind kind;
+  std::vector<ir::NodeId> nodes;     // in graph order; the last one makes the group's output
+  std::vector<ir::ValueId> operands; // MatMulBias: x, W, b; Gelu: x
+};
+
+struct FusionPlan {
+  std::vector<FusedGroup> groups;
+  IdVector<ir::NodeId, std::int32_t> groupOf; // index into groups; -1 for nodes run alone
+};
+
+FusionPlan planFusions(const ir::Graph& graph);
+
+// The kernel running a group (runtime/ops_fused.cpp) and its name in profiles ("MatMul+Add").
+Kernel fusedKernel(FusedGroup::Kind kind);
+const char* fusedName(FusedGroup::Kind kind);
+
+} // namespace cleave::runtime
