@@ -122,6 +122,9 @@ TEST(Executor, ConvWithAsymmetricPadsEqualsConvOfThePaddedInput) {
                            }()}),
                            {{"a", x}, {"b", w}});
   EXPECT_EQ(same.sizes().vec(), (std::vector<std::int64_t>{1, 3, 5, 5}));
+  // An empty batch (no blocked layout for it) still has its shape.
+  at::Tensor empty = runOne(spec("Conv", {"a", "b"}), {{"a", at::zeros({0, 2, 5, 5})}, {"b", w}});
+  EXPECT_EQ(empty.sizes().vec(), (std::vector<std::int64_t>{0, 3, 3, 3}));
 }
 
 TEST(Executor, GemmHonoursTransposesAlphaAndBeta) {

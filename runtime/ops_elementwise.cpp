@@ -33,7 +33,7 @@ Outputs addOperands(KernelContext& c) {
   const at::Tensor &a = c.input(0), &b = c.input(1);
   if (!a.is_mkldnn() && !b.is_mkldnn())
     return {at::add(a, b)};
-  if (a.sizes() == b.sizes() && blockable(a) && blockable(b))
+  if (a.sizes() == b.sizes() && a.numel() > 0 && blockable(a) && blockable(b))
     return {at::add(toBlocked(a), toBlocked(b))};
   return {at::add(toDense(a), toDense(b))};
 }

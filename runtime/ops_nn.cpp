@@ -81,7 +81,7 @@ Outputs conv(KernelContext& c) {
     x = at::constant_pad_nd(toDense(x), pads.atenOrder(), 0.0);
     padding.assign(n, 0);
   }
-  bool blocked = n == 2 && x.dim() == 4 && blockable(x) && blockable(w) && !w.is_mkldnn() &&
+  bool blocked = n == 2 && x.dim() == 4 && x.numel() > 0 && blockable(x) && blockable(w) && !w.is_mkldnn() &&
                  (!bias.defined() || (blockable(bias) && !bias.is_mkldnn())) && x.size(1) == w.size(1) * groups;
   if (!blocked)
     return {at::convolution(toDense(x), w, bias, strides, padding, dilations, false, std::vector<std::int64_t>(n, 0),
