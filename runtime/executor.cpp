@@ -161,7 +161,7 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
     std::span<const NodeId> members = group ? std::span<const NodeId>(group->nodes) : std::span<const NodeId>(single);
     std::span<const ir::ValueId> operandValues = group ? std::span<const ir::ValueId>(group->operands) : g.inputs(node);
     KernelEntry kernel = group ? KernelEntry{fusedKernel(group->kind), Layouts::Dense} : kernels_[node];
-    std::string opName = group ? std::string(fusedName(group->kind)) : std::string(g.target(node));
+    auto opName = [&] { return group ? std::string(fusedName(group->kind)) : g.target(node); }; // errors, profiles
     std::vector<at::Tensor> operands;
     operands.reserve(operandValues.size());
     for (ir::ValueId value : operandValues) {
@@ -175,7 +175,7 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
       std::string text(what);
       if (std::size_t newline = text.find('\n'); newline != std::string::npos)
         text.resize(newline);
-      return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << opName << ", opset " << opset_
+      return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << opName() << ", opset " << opset_
                                            << "): " << text;
     };
     try {
@@ -183,7 +183,7 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
         auto start = std::chrono::steady_clock::now();
         results = kernel.kernel(context);
         double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        stats->secondsByOp[opName] += seconds;
+        stats->secondsByOp[opName()] += seconds;
         stats->secondsByNode[std::string(g.name(node))] += seconds;
       } else {
         results = kernel.kernel(context);
