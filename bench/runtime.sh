@@ -8,8 +8,10 @@
 #      `cleave run --repeat N` (median of N; the first run included), ratio cleave / ORT;
 #   2. cut overhead: the model split by a profile that leaves Relu/Softmax/Erf on the CPU, run
 #      as submodels by `cleave run OUT_DIR`, against the whole model, both on cleave.
-# The three are timed in turn, ROUNDS times (default 3), and each keeps its best median: on a
-# shared 2-core machine a burst of other load can slow one side's whole block of N runs.
+#   3. what each executor optimization gives: the whole model with --no-fusion and with
+#      --no-blocked-layout (docs/runtime.md).
+# All are timed in turn, ROUNDS times (default 3), and each keeps its best median: on a shared
+# 2-core machine a burst of other load can slow one side's whole block of N runs.
 # Goals (issue 4): cleave <= 1.5x ORT on both models; cut overhead <= 5%.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,7 +23,8 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cleave="$root/build/release/cleave"
 repeat="${REPEAT:-20}" rounds="${ROUNDS:-3}"
-printf '%-10s %10s %10s %8s %12s %12s %9s %10s\n' model ort_ms cleave_ms ratio whole_ms cut_ms overhead submodels
+printf '%-10s %10s %10s %8s %12s %12s %9s %10s %12s %12s\n' model ort_ms cleave_ms ratio whole_ms cut_ms overhead \
+  submodels nofusion_ms dense_ms
 for model in resnet50 bert_base; do
   onnx="$zoo/$model.onnx" inputs="$zoo/$model.inputs.json"
   /usr/bin/python3 - "$onnx" "$tmp/profile.json" <<'PY'
@@ -37,6 +40,10 @@ PY
       | sed 's/^/ort /' >>"$tmp/times"
     echo "whole $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --json | tr -d '\n')" >>"$tmp/times"
     echo "cut $("$cleave" run "$tmp/cut" --inputs "$inputs" --repeat "$repeat" --json | tr -d '\n')" >>"$tmp/times"
+    echo "nofusion $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-fusion --json | tr -d '\n')" \
+      >>"$tmp/times"
+    echo "dense $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-blocked-layout --json | tr -d '\n')" \
+      >>"$tmp/times"
   done
   /usr/bin/python3 - "$model" "$tmp/times" <<'PY'
 import json, sys
@@ -49,6 +56,7 @@ for line in open(sys.argv[2]):
     if side == "cut":
         submodules = run["submodules"]
 o, w, c = best["ort"], best["whole"], best["cut"]
-print(f"{model:<10} {o:10.2f} {w:10.2f} {w / o:7.2f}x {w:12.2f} {c:12.2f} {100 * (c - w) / w:8.1f}% {submodules:10d}")
+print(f"{model:<10} {o:10.2f} {w:10.2f} {w / o:7.2f}x {w:12.2f} {c:12.2f} {100 * (c - w) / w:8.1f}% {submodules:10d}"
+      f" {best['nofusion']:12.2f} {best['dense']:12.2f}")
 PY
 done

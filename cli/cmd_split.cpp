@@ -81,8 +81,8 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
   if (lowerAndRun || dumpInputs) {
     // Not owning: `graph` outlives every use here.
     std::shared_ptr<const ir::Graph> shared(&*graph, [](const ir::Graph*) {});
-    Expected<std::unique_ptr<runtime::Backend>> acc = runtime::makeBackend(runtime.backend);
-    Expected<std::unique_ptr<runtime::Backend>> cpu = runtime::makeBackend("aten-cpu");
+    Expected<std::unique_ptr<runtime::Backend>> acc = runtime::makeBackend(runtime.backend, runtime.optimizations);
+    Expected<std::unique_ptr<runtime::Backend>> cpu = runtime::makeBackend("aten-cpu", runtime.optimizations);
     if (!acc || !cpu)
       return reportError("cleave split", acc ? cpu.error() : acc.error(), err);
     Expected<runtime::TensorMap> inputs = makeInputs(*graph, runtime);

@@ -9,6 +9,9 @@ void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
   app.add_option("--seed", options.seed, "seed of the random inputs used without --inputs")->capture_default_str();
   app.add_flag("--random", options.random, "use random inputs (the default without --inputs)");
   app.add_option("--dim", options.dims, "NAME=SIZE for a symbolic input dim (repeatable; others are 1)");
+  app.add_flag("!--no-fusion", options.optimizations.fusion, "run every node alone (no fused MatMul+Add, GELU)");
+  app.add_flag("!--no-blocked-layout", options.optimizations.blockedLayout,
+               "make convolution outputs dense after each op (no oneDNN blocked layout between ops)");
 }
 
 Expected<std::map<std::string, std::int64_t>> parseDims(const std::vector<std::string>& dims) {
@@ -26,8 +29,8 @@ Expected<std::map<std::string, std::int64_t>> parseDims(const std::vector<std::s
 
 Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOptions& options) {
   OpenedRunnable opened;
-  CLEAVE_TRY(opened.acc, runtime::makeBackend(options.backend));
-  CLEAVE_TRY(opened.cpu, runtime::makeBackend("aten-cpu"));
+  CLEAVE_TRY(opened.acc, runtime::makeBackend(options.backend, options.optimizations));
+  CLEAVE_TRY(opened.cpu, runtime::makeBackend("aten-cpu", options.optimizations));
   CLEAVE_TRY(opened.runnable, runtime::Runnable::open(path, *opened.acc, *opened.cpu));
   return opened;
 }

@@ -40,6 +40,6 @@ public:
 };
 
 // Fails: InvalidArgument (unknown backend name), what loading the profile fails with.
-Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec);
+Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec, const Optimizations& optimizations = {});
 
 } // namespace cleave::runtime

@@ -66,7 +66,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
       takers = takers && (g.kind(user) == ir::NodeKind::Output ||
                           (g.kind(user) == ir::NodeKind::Op && executor->kernels_[user].layouts == Layouts::DenseOrBlocked));
     }
-    executor->blockedReaders_[v] = !takers ? BlockedReaders::No : output ? BlockedReaders::IfOutputsMay : BlockedReaders::Yes;
+    if (options.optimizations.blockedLayout)
+      executor->blockedReaders_[v] = !takers ? BlockedReaders::No : output ? BlockedReaders::IfOutputsMay : BlockedReaders::Yes;
   }
   return executor;
 }
@@ -105,7 +106,7 @@ Executor& KernelContext::subgraph(std::string_view attribute) const {
 Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, const Observer* observe,
                                   OutputLayout outputLayout) {
   const ir::Graph& g = *graph_;
-  const bool fuse = observe == nullptr; // an observer sees every value, so nothing is fused
+  const bool fuse = observe == nullptr && options_.optimizations.fusion; // an observer sees every value
   auto mayStayBlocked = [&](ir::ValueId value) {
     BlockedReaders readers = blockedReaders_[index(value)];
     return readers == BlockedReaders::Yes ||

@@ -24,8 +24,17 @@
 
 namespace cleave::runtime {
 
+// Optimizations a run may turn off, to measure what each one gives or to rule it out when
+// debugging (cleave run --no-fusion / --no-blocked-layout). Results agree either way, up to
+// float rounding.
+struct Optimizations {
+  bool fusion = true;        // run fused node groups (fusion.h) as one kernel each
+  bool blockedLayout = true; // keep convolution activations in oneDNN's blocked layout between ops
+};
+
 struct ExecutorOptions {
   at::Device device = at::kCPU;
+  Optimizations optimizations;
   // When set (e.g. bfloat16): floating parameters and inputs are cast to it, and floating outputs
   // cast back to float32: a lower-precision device, for exercising disagreement paths.
   std::optional<at::ScalarType> floatType;

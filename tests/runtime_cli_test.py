@@ -47,6 +47,17 @@ class RuntimeCli(TempDirTest):
         self.assertEqual(code, 0, err)
         self.assertIn("slowest nodes (last run):", text)
 
+    def test_optimizations_can_be_turned_off_with_the_same_results(self):
+        outputs = {}
+        for flags in ((), ("--no-fusion",), ("--no-blocked-layout",), ("--no-fusion", "--no-blocked-layout")):
+            code, _, err = run("run", CNN, "--seed", "3", "--save-outputs", self.path("o.json"), *flags)
+            self.assertEqual(code, 0, err)
+            outputs[flags] = json.load(open(self.path("o.json")))["logits"]["data"]
+        base = outputs[()]
+        for flags, data in outputs.items():
+            self.assertEqual(len(data), len(base))
+            self.assertLessEqual(max(abs(a - b) for a, b in zip(data, base)), 1e-4 * max(map(abs, base)), flags)
+
     def test_dumped_inputs_are_what_each_submodule_reads(self):
         out = self.path("cut")
         code, _, err = run("split", CNN, "--profile", self.profile("holes", drop=("Relu",)), "-o", out,
