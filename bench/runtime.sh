@@ -10,7 +10,7 @@
 #      as submodels by `cleave run OUT_DIR`, against the whole model, both on cleave.
 #   3. what each executor optimization gives: the whole model with --no-fusion and with
 #      --no-blocked-layout (docs/runtime.md).
-# All are timed in turn, ROUNDS times (default 3), and each keeps its best median: on a shared
+# All are timed in turn, ROUNDS times (default 5), and each keeps its best median: on a shared
 # 2-core machine a burst of other load can slow one side's whole block of N runs.
 # Goals (issue 4): cleave <= 1.5x ORT on both models; cut overhead <= 5%.
 set -euo pipefail
@@ -22,7 +22,7 @@ zoo="${CLEAVE_ZOO_DIR:-${TMPDIR:-/tmp}/cleave_zoo}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cleave="$root/build/release/cleave"
-repeat="${REPEAT:-20}" rounds="${ROUNDS:-3}"
+repeat="${REPEAT:-20}" rounds="${ROUNDS:-5}"
 printf '%-10s %10s %10s %8s %12s %12s %9s %10s %12s %12s\n' model ort_ms cleave_ms ratio whole_ms cut_ms overhead \
   submodels nofusion_ms dense_ms
 for model in resnet50 bert_base; do
