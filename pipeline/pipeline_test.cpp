@@ -160,28 +160,24 @@ TEST(Schedule, TheValidatorRefusesBrokenSchedules) {
   EXPECT_EQ(message("0F0,0I0,0W0\n1F0,1B0\n"), "");
 }
 
+ir::NodeSpec pipeSplit(std::string name) {
+  ir::NodeSpec marker;
+  marker.opType = "PipeSplit";
+  marker.domain = "cleave";
+  marker.name = std::move(name);
+  return marker;
+}
+
 // x -> r0 .. r7 (Relu), a parameter read by r1 and r6, a skip from r2 to r7, output "loss".
 ir::Graph chainWithSkip(bool markers) {
   TestGraph t;
   t.input("x").param("w");
   t.op("Relu", "r0", {"x"}).op("Add", "r1", {"r0", "w"}).op("Relu", "r2", {"r1"});
-  if (markers) {
-    ir::NodeSpec marker;
-    marker.opType = "PipeSplit";
-    marker.domain = "cleave";
-    marker.name = "split_a";
-    t.node(marker);
-  }
+  if (markers)
+    t.node(pipeSplit("split_a"));
   t.op("Relu", "r3", {"r2"}).op("Relu", "r4", {"r3"});
-  if (markers) {
-    ir::NodeSpec marker;
-    marker.opType = "PipeSplit";
-    marker.domain = "cleave";
-    marker.name = "split_b";
-    t.node(marker);
-    marker.name = "split_c"; // consecutive: collapses into split_b
-    t.node(marker);
-  }
+  if (markers)
+    t.node(pipeSplit("split_b")).node(pipeSplit("split_c")); // consecutive: collapse into split_b
   t.op("Relu", "r5", {"r4"}).op("Add", "r6", {"r5", "w"}).op("Add", "loss", {"r6", "r2"});
   return t.output({"loss"}).build();
 }
@@ -253,11 +249,7 @@ TEST(Stages, SplitPointsPoliciesAndErrors) {
   EXPECT_NE(noLoss.error().message().find("'objective' among the outputs (loss)"), std::string::npos);
   // A marker at the very start leaves the first stage empty.
   TestGraph t;
-  ir::NodeSpec marker;
-  marker.opType = "PipeSplit";
-  marker.domain = "cleave";
-  marker.name = "too_early";
-  t.input("x").node(marker).op("Relu", "a", {"x"});
+  t.input("x").node(pipeSplit("too_early")).op("Relu", "a", {"x"});
   ir::Graph early = t.output({"a"}).build();
   Expected<PipelinePlan> bad = planPipeline(early, {});
   ASSERT_FALSE(bad);

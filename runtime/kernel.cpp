@@ -87,6 +87,17 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) {
   return out.defined() ? out : at::matmul(a, b);
 }
 
+at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias) {
+  if (b.dim() != 2 || a.dim() < 2) {
+    at::Tensor product = batchedMatmul(a, b);
+    return bias.defined() ? at::add(product, bias) : product;
+  }
+  bool inProduct = !bias.defined() || (bias.dim() == 1 && bias.size(0) == b.size(1) && bias.scalar_type() == a.scalar_type());
+  if (inProduct)
+    return linear(c, a, b, false, bias);
+  return at::add(linear(c, a, b, false, at::Tensor()), bias);
+}
+
 std::vector<std::int64_t> KernelContext::ints(std::size_t i) const {
   at::Tensor values = input(i).to(at::kCPU).to(at::kLong).contiguous().flatten();
   const std::int64_t* p = values.data_ptr<std::int64_t>();

@@ -117,6 +117,10 @@ at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weigh
 // A product with broadcast batch dims (attention's Q K^T and P V): one oneDNN call on the CPU in
 // float32, else at::matmul.
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
+// ONNX MatMul, plus an optional bias added after it (a fused MatMul+Add): activations times a
+// 2-D weight go through linear() (a 1-D bias [N] of the same dtype inside the product), any
+// other product through batchedMatmul(); a bias of another shape is added (broadcast) after.
+at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias = at::Tensor());
 // The runtime's thread count: the hardware's, unless OMP_NUM_THREADS says otherwise (some
 // libtorch builds start with one thread). Idempotent.
 void configureThreads();

@@ -249,12 +249,7 @@ void registerNnKernels(KernelTable& t) {
     at::Tensor product = at::mm(a, b);
     return {alpha == 1.0 ? product : product * alpha};
   });
-  t.add("MatMul", [](KernelContext& c) -> Outputs {
-    const at::Tensor &a = c.input(0), &b = c.input(1);
-    if (b.dim() == 2 && a.dim() >= 2) // activations times a weight matrix
-      return {linear(c, a, b, false, at::Tensor())};
-    return {batchedMatmul(a, b)};
-  });
+  t.add("MatMul", [](KernelContext& c) -> Outputs { return {matmul(c, c.input(0), c.input(1))}; });
   t.add("Softmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, false); });
   t.add("LogSoftmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, true); });
   t.add("Einsum", [](KernelContext& c) -> Outputs {
