@@ -1,0 +1,46 @@
+# cmake/dependencies.cmake - every external dependency of cleave, each found through cleave_require.
+#
+# Guarantee: a dependency that is missing stops the configure step with one line,
+#   cleave: missing dependency NAME: install the Debian package PKG (scripts/setup installs them all)
+# (also written to BUILD_DIR/missing-dependency.txt, which scripts/build prints alone) instead of a
+# CMake trace from deep inside a package's config file. scripts/setup is the one list of packages; the names here must match it.
+
+# A macro, not a function: find_package's result variables and imported targets must land in the
+# caller's scope.
+macro(cleave_require name debian_package)
+  find_package(${name} ${ARGN} QUIET)
+  if(NOT ${name}_FOUND)
+    set(_cleave_missing "cleave: missing dependency ${name}: install the Debian package ${debian_package} (scripts/setup installs them all)")
+    # CMake wraps messages; scripts/build prints this file's one line instead.
+    file(WRITE "${CMAKE_BINARY_DIR}/missing-dependency.txt" "${_cleave_missing}\n")
+    message(FATAL_ERROR "${_cleave_missing}")
+  endif()
+endmacro()
+
+cleave_require(Protobuf "libprotobuf-dev protobuf-compiler")
+cleave_require(ONNX libonnx-dev)
+cleave_require(nlohmann_json nlohmann-json3-dev 3)
+cleave_require(CLI11 libcli11-dev)
+
+# The runtime's libtorch. CLEAVE_TORCH_DIR may point at another libtorch's CMake config (e.g. a
+# CUDA-enabled one inside a pip PyTorch: python -c 'import torch; print(torch.utils.cmake_prefix_path)').
+set(CLEAVE_TORCH_DIR "" CACHE PATH "directory holding TorchConfig.cmake (default: the system's)")
+if(CLEAVE_TORCH_DIR)
+  list(PREPEND CMAKE_PREFIX_PATH ${CLEAVE_TORCH_DIR})
+endif()
+cleave_require(Torch libtorch-dev)
+
+# oneDNN, called directly for matrix products and convolutions (runtime/onednn.h). Debian's
+# dnnl-config.cmake asks for OpenCL (its GPU runtime) as REQUIRED, which is a hard CMake error when
+# ocl-icd-opencl-dev (only a Recommends of libdnnl-dev) is absent: look for OpenCL first so that
+# case gets the one-line message too. CLEAVE_WITH_DNNL=OFF builds without it (products on ATen),
+# e.g. against a pip libtorch on a machine without libdnnl-dev.
+option(CLEAVE_WITH_DNNL "Call oneDNN (libdnnl-dev) directly for products and convolutions" ON)
+if(CLEAVE_WITH_DNNL)
+  cleave_require(OpenCL ocl-icd-opencl-dev)
+  cleave_require(dnnl libdnnl-dev CONFIG)
+endif()
+
+if(CLEAVE_BUILD_TESTS)
+  cleave_require(GTest "libgtest-dev libgmock-dev")
+endif()
