@@ -1,9 +1,11 @@
 #include "base/file_io.h"
+#include "base/output_directory.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace cleave {
@@ -49,41 +51,119 @@ TEST_F(FileIoTest, WritingIntoAMissingDirectoryFailsCleanly) {
   EXPECT_EQ(entries(), 0u);
 }
 
-TEST_F(FileIoTest, StagingDirectoryIsInvisibleUntilCommitted) {
+TEST_F(FileIoTest, ReadingAFifoOrDeviceIsRefusedWithoutBlocking) {
+  std::string fifo = (dir_ / "pipe").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Expected<std::string> fromFifo = readFile(fifo);
+  ASSERT_FALSE(fromFifo);
+  EXPECT_NE(fromFifo.error().message().find("a FIFO"), std::string::npos);
+  Expected<std::string> fromDevice = readFile("/dev/zero");
+  ASSERT_FALSE(fromDevice);
+  EXPECT_NE(fromDevice.error().message().find("a device"), std::string::npos);
+}
+
+TEST_F(FileIoTest, ReadingIsBoundedBySize) {
+  std::string path = (dir_ / "big.json").string();
+  ASSERT_TRUE(writeFileAtomically(path, std::string(100, ' ')));
+  EXPECT_TRUE(readFile(path, 100));
+  Expected<std::string> tooBig = readFile(path, 99);
+  ASSERT_FALSE(tooBig);
+  EXPECT_EQ(tooBig.error().code(), ErrorCode::InvalidArgument);
+}
+
+// OutputDirectory (base/output_directory.h)
+class OutputDirectoryTest : public FileIoTest {
+protected:
+  Expected<OutputDirectory> open(const std::string& path, OutputDirectoryOptions options = {}) {
+    return OutputDirectory::open(path, options);
+  }
+  static std::string read(const fs::path& path) { return *readFile(path.string()); }
+};
+
+TEST_F(OutputDirectoryTest, StagingIsInvisibleUntilCommitted) {
   std::string finalDir = (dir_ / "out").string();
-  Expected<std::string> staging = makeStagingDirectory(finalDir);
-  ASSERT_TRUE(staging);
-  ASSERT_TRUE(writeFileAtomically(*staging + "/plan.json", "{}"));
+  Expected<OutputDirectory> out = open(finalDir);
+  ASSERT_TRUE(out);
+  ASSERT_TRUE(writeFileAtomically(out->stagingPath() + "/plan.json", "{}"));
   EXPECT_FALSE(fs::exists(finalDir));
-  ASSERT_TRUE(commitDirectory(*staging, finalDir));
+  ASSERT_TRUE(out->commit());
   EXPECT_TRUE(fs::exists(finalDir + "/plan.json"));
-  EXPECT_FALSE(fs::exists(*staging));
+  EXPECT_NE(read(finalDir + "/" + OutputDirectory::kMarkerName).find("\nplan.json\n"), std::string::npos);
+  EXPECT_EQ(entries(), 1u); // no staging directory left
 }
 
-TEST_F(FileIoTest, CommitReplacesAnOldOutputDirectory) {
-  std::string finalDir = (dir_ / "out").string();
-  fs::create_directories(finalDir);
-  std::ofstream(finalDir + "/stale.txt") << "old";
-  Expected<std::string> staging = makeStagingDirectory(finalDir);
-  ASSERT_TRUE(staging);
-  ASSERT_TRUE(writeFileAtomically(*staging + "/new.txt", "new"));
-  ASSERT_TRUE(commitDirectory(*staging, finalDir));
-  EXPECT_FALSE(fs::exists(finalDir + "/stale.txt"));
-  EXPECT_TRUE(fs::exists(finalDir + "/new.txt"));
-}
-
-TEST_F(FileIoTest, DiscardLeavesNothing) {
-  Expected<std::string> staging = makeStagingDirectory((dir_ / "out").string());
-  ASSERT_TRUE(staging);
-  ASSERT_TRUE(writeFileAtomically(*staging + "/x", "x"));
-  discardDirectory(*staging);
+TEST_F(OutputDirectoryTest, AbandonedRunLeavesNothing) {
+  {
+    Expected<OutputDirectory> out = open((dir_ / "out").string());
+    ASSERT_TRUE(out);
+    ASSERT_TRUE(writeFileAtomically(out->stagingPath() + "/x", "x"));
+  }
   EXPECT_EQ(entries(), 0u);
 }
 
-TEST_F(FileIoTest, StagingUnderAMissingParentFails) {
-  Expected<std::string> staging = makeStagingDirectory((dir_ / "nope" / "out").string());
-  ASSERT_FALSE(staging);
-  EXPECT_EQ(staging.error().code(), ErrorCode::IoError);
+TEST_F(OutputDirectoryTest, ReplacesAnEarlierOutputButNotForeignDirectories) {
+  std::string finalDir = (dir_ / "out").string();
+  for (const char* name : {"first.txt", "second.txt"}) {
+    Expected<OutputDirectory> out = open(finalDir);
+    ASSERT_TRUE(out) << out.error().message();
+    ASSERT_TRUE(writeFileAtomically(out->stagingPath() + "/" + name, name));
+    ASSERT_TRUE(out->commit());
+  }
+  EXPECT_FALSE(fs::exists(finalDir + "/first.txt"));
+  EXPECT_TRUE(fs::exists(finalDir + "/second.txt"));
+  EXPECT_EQ(entries(), 1u);
+  // A file the user added makes it foreign: refused, and kept.
+  ASSERT_TRUE(writeFileAtomically(finalDir + "/mine.txt", "keep"));
+  Expected<OutputDirectory> refused = open(finalDir);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("not a cleave output"), std::string::npos);
+  EXPECT_EQ(read(finalDir + "/mine.txt"), "keep");
+  // --force replaces it.
+  Expected<OutputDirectory> forced = open(finalDir, {.force = true});
+  ASSERT_TRUE(forced);
+  ASSERT_TRUE(forced->commit());
+  EXPECT_FALSE(fs::exists(finalDir + "/mine.txt"));
+}
+
+TEST_F(OutputDirectoryTest, EmptyDirectoryAndTrailingSlashesAreTheDirectoryItself) {
+  fs::create_directories(dir_ / "out");
+  Expected<OutputDirectory> out = open((dir_ / "out").string() + "//");
+  ASSERT_TRUE(out) << out.error().message();
+  ASSERT_TRUE(writeFileAtomically(out->stagingPath() + "/a", "a"));
+  ASSERT_TRUE(out->commit());
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "a"));
+  EXPECT_EQ(entries(), 1u);
+}
+
+TEST_F(OutputDirectoryTest, ProtectedPlacesAreRefusedEvenWithForce) {
+  fs::create_directories(dir_ / "models");
+  std::string model = (dir_ / "models" / "m.onnx").string();
+  ASSERT_TRUE(writeFileAtomically(model, "x"));
+  OutputDirectoryOptions force{.force = true, .inputs = {model}};
+  for (std::string path : {std::string("/"), std::string("."), std::string(".."), (dir_ / "models").string(),
+                           dir_.string(), (dir_ / "models" / ".").string()}) {
+    Expected<OutputDirectory> out = open(path, force);
+    EXPECT_FALSE(out) << path;
+  }
+  EXPECT_TRUE(fs::exists(model));
+  ASSERT_TRUE(writeFileAtomically((dir_ / "file").string(), "x"));
+  EXPECT_FALSE(open((dir_ / "file").string(), force)); // not a directory
+  fs::create_directory_symlink(dir_ / "models", dir_ / "link");
+  EXPECT_FALSE(open((dir_ / "link").string(), force)); // a symbolic link
+}
+
+TEST_F(OutputDirectoryTest, SecondWriterFailsAndFirstStaysWhole) {
+  std::string finalDir = (dir_ / "out").string();
+  Expected<OutputDirectory> first = open(finalDir), second = open(finalDir);
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(second);
+  ASSERT_TRUE(writeFileAtomically(first->stagingPath() + "/who", "first"));
+  ASSERT_TRUE(writeFileAtomically(second->stagingPath() + "/who", "second"));
+  ASSERT_TRUE(first->commit());
+  Status late = second->commit();
+  ASSERT_FALSE(late);
+  EXPECT_NE(late.error().message().find("changed while this run was writing"), std::string::npos);
+  EXPECT_EQ(read(finalDir + "/who"), "first");
 }
 
 } // namespace

@@ -7,29 +7,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file_io.h"
+
 namespace cleave {
 
 MappedFile::~MappedFile() { ::munmap(data_, size_); }
 
 Expected<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return Error(ErrorCode::NotFound) << "cannot open '" << path << "': " << std::strerror(errno);
-  struct stat info {};
-  if (::fstat(fd, &info) != 0 || S_ISDIR(info.st_mode)) {
-    ::close(fd);
-    return Error(ErrorCode::InvalidArgument) << "'" << path << "' is a directory, not a file";
-  }
-  if (info.st_size == 0) {
-    ::close(fd);
+  CLEAVE_TRY(RegularFile file, RegularFile::open(path));
+  if (file.size() == 0)
     return Error(ErrorCode::ParseError) << "'" << path << "' is empty";
-  }
-  auto size = static_cast<std::size_t>(info.st_size);
-  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int mapErrno = errno;
-  ::close(fd);
+  auto size = static_cast<std::size_t>(file.size());
+  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
   if (data == MAP_FAILED)
-    return Error(ErrorCode::IoError) << "cannot map '" << path << "': " << std::strerror(mapErrno);
+    return Error(ErrorCode::IoError) << "cannot map '" << path << "': " << std::strerror(errno);
   return std::shared_ptr<const MappedFile>(new MappedFile(path, data, size));
 }
 

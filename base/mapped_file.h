@@ -21,7 +21,7 @@ public:
   std::string_view bytes() const { return {static_cast<const char*>(data_), size_}; }
   const std::string& path() const { return path_; }
 
-  // Fails: NotFound (cannot open), InvalidArgument (a directory), ParseError (empty file),
+  // Fails: NotFound (cannot open), InvalidArgument (not a regular file), ParseError (empty file),
   // IoError (mmap failed).
   static Expected<std::shared_ptr<const MappedFile>> open(const std::string& path);
   // An anonymous mapping holding a copy of `bytes` (a model built in memory, such as a subgraph

@@ -5,6 +5,7 @@
 
 #include "base/file_io.h"
 #include "cli/commands.h"
+#include "cli/output_options.h"
 #include "cli/runtime_options.h"
 #include "io/model_loader.h"
 #include "io/onnx.h"
@@ -17,7 +18,8 @@ int runMinimize(const Args& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"Find the smallest set of nodes (among those the profile supports) where backend B fails or "
                "disagrees with backend A beyond tolerance, and write it as a repro submodel.",
                "cleave minimize"};
-  std::string path, profilePath, backendA = "aten-cpu", backendB, modeName = "binary", outDir;
+  std::string path, profilePath, backendA = "aten-cpu", backendB, modeName = "binary";
+  OutputDirectoryFlags output;
   RuntimeOptions runtime;
   runtime::Tolerance tolerance;
   bool json = false;
@@ -26,7 +28,7 @@ int runMinimize(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_option("--backend-a", backendA, "reference backend")->capture_default_str();
   app.add_option("--backend-b", backendB, "backend under test")->required();
   app.add_option("--mode", modeName, "sequential, binary, accumulate or block")->capture_default_str();
-  app.add_option("-o,--output", outDir, "write the culprit: repro.onnx, repro_inputs.json, report.json");
+  addOutputDirectory(app, output, "write the culprit: repro.onnx, repro_inputs.json, report.json");
   app.add_option("--inputs", runtime.inputsPath, "input tensors (JSON); default: random from --seed");
   app.add_option("--seed", runtime.seed, "seed of the random inputs")->capture_default_str();
   app.add_option("--rtol", tolerance.rtol, "relative tolerance")->capture_default_str();
@@ -48,6 +50,11 @@ int runMinimize(const Args& args, std::ostream& out, std::ostream& err) {
   Expected<std::unique_ptr<runtime::Backend>> b = runtime::makeBackend(backendB);
   if (!b)
     return reportError("cleave minimize", b.error(), err);
+  Expected<std::optional<OutputDirectory>> opened =
+      openOutputDirectory(output, {path, profilePath, runtime.inputsPath});
+  if (!opened)
+    return reportError("cleave minimize", opened.error(), err);
+  std::optional<OutputDirectory> outDir = std::move(*opened);
   Expected<ir::Graph> loaded = io::loadModel(path);
   if (!loaded)
     return reportError("cleave minimize", loaded.error(), err);
@@ -91,29 +98,25 @@ int runMinimize(const Args& args, std::ostream& out, std::ostream& err) {
                         {"max_rel", culprit.result.maxRel}});
   }
   summary["culprits"] = std::move(culprits);
-  if (!outDir.empty()) {
+  if (outDir) {
     if (result.culprits.empty())
-      return reportError("cleave minimize", Error(ErrorCode::NotFound) << "no culprit to write to " << outDir, err);
+      return reportError("cleave minimize", Error(ErrorCode::NotFound) << "no culprit to write to " << outDir->finalPath(), err);
     Expected<std::pair<ir::Graph, runtime::TensorMap>> repro = runtime::extractNodes(*reference, result.culprits.front().nodes);
     if (!repro)
       return reportError("cleave minimize", repro.error(), err);
     Expected<std::string> reproInputs = runtime::formatTensorFile(repro->second);
     if (!reproInputs)
       return reportError("cleave minimize", reproInputs.error(), err);
-    Expected<std::string> staging = makeStagingDirectory(outDir);
-    if (!staging)
-      return reportError("cleave minimize", staging.error(), err);
-    Status written = io::writeOnnx(repro->first, *staging + "/repro.onnx");
+    const std::string& staging = outDir->stagingPath();
+    Status written = io::writeOnnx(repro->first, staging + "/repro.onnx");
     if (written)
-      written = writeFileAtomically(*staging + "/repro_inputs.json", *reproInputs);
+      written = writeFileAtomically(staging + "/repro_inputs.json", *reproInputs);
     if (written)
-      written = writeFileAtomically(*staging + "/report.json", report::dumpJson(summary));
+      written = writeFileAtomically(staging + "/report.json", report::dumpJson(summary));
     if (written)
-      written = commitDirectory(*staging, outDir);
-    if (!written) {
-      discardDirectory(*staging);
+      written = outDir->commit();
+    if (!written)
       return reportError("cleave minimize", written.error(), err);
-    }
   }
   out << (json ? report::dumpJson(summary) : text.str());
   return kExitOk;

@@ -2,6 +2,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/output_options.h"
 #include "io/model_loader.h"
 #include "base/file_io.h"
 #include "partition/aot_and_replicas.h"
@@ -70,7 +71,8 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"Partition a model across devices with memory limits (torch.fx Partitioner "
                "semantics) and write the partition DAG, submodels and reports.",
                "cleave partition"};
-  std::string path, devicesPath, outDir, mode = "size_based", latencyPath, aotPath, objective = "critical_path";
+  OutputDirectoryFlags output;
+  std::string path, devicesPath, mode = "size_based", latencyPath, aotPath, objective = "critical_path";
   bool json = false, planOnly = false, estimate = false, saturate = false, memorySvg = false;
   double transferRate = 0.0, flops = 1e12, bandwidth = 1e11;
   app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
@@ -79,7 +81,7 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_option("--objective", objective, "optimal: critical_path or bottleneck")->capture_default_str();
   app.add_option("--aot", aotPath, "aot_based: node -> partition and partition -> logical devices (JSON)");
   app.add_flag("--saturate-host", saturate, "replicate the partitions onto idle devices (torch's saturate_host)");
-  app.add_option("-o,--output", outDir, "output directory (written atomically)");
+  addOutputDirectory(app, output, "output directory");
   app.add_option("--latency", latencyPath, "node latencies (JSON: node -> mem_latency_sec, computer_latency_sec)");
   app.add_flag("--estimate", estimate, "estimate node latencies from FLOPs and bytes (--flops, --bandwidth)");
   app.add_option("--transfer-rate", transferRate,
@@ -106,7 +108,7 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
     err << "cleave partition: usage error: --objective is critical_path or bottleneck, not '" << objective << "'\n";
     return kExitUsage;
   }
-  if (memorySvg && outDir.empty()) {
+  if (memorySvg && output.path.empty()) {
     err << "cleave partition: usage error: --memory-svg needs -o DIR\n";
     return kExitUsage;
   }
@@ -114,6 +116,11 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
     err << "cleave partition: usage error: --aot FILE goes with --mode aot_based (and only with it)\n";
     return kExitUsage;
   }
+  Expected<std::optional<OutputDirectory>> opened =
+      openOutputDirectory(output, {path, devicesPath, latencyPath, aotPath});
+  if (!opened)
+    return reportError("cleave partition", opened.error(), err);
+  std::optional<OutputDirectory> outDir = std::move(*opened);
   Expected<partition::DeviceSet> devices = partition::loadDevices(devicesPath);
   if (!devices)
     return reportError("cleave partition", devices.error(), err);
@@ -213,7 +220,7 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   if (summary.contains("critical_path"))
     text << "critical path: " << summary["critical_path"].get<double>() << " s through partitions "
          << summary["critical_path_partitions"].dump() << "\n";
-  if (!outDir.empty()) {
+  if (outDir) {
     plan::MaterializeOptions options;
     options.writeSubmodels = !planOnly;
     options.extraFiles = {{"report.txt", text.str()}, {"report.json", report::dumpJson(summary)}};
@@ -222,7 +229,7 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
     report::Json extra;
     extra["mode"] = mode;
     extra["partitions"] = summary["partitions"];
-    if (Status written = plan::materialize(*graph, result->plan, path, outDir, extra, options); !written)
+    if (Status written = plan::materialize(*graph, result->plan, path, *outDir, extra, options); !written)
       return reportError("cleave partition", written.error(), err);
   }
   out << (json ? report::dumpJson(summary) : text.str());

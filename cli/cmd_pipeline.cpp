@@ -5,6 +5,7 @@
 
 #include "base/file_io.h"
 #include "cli/commands.h"
+#include "cli/output_options.h"
 #include "io/model_loader.h"
 #include "pipeline/stages.h"
 #include "report/json_util.h"
@@ -15,7 +16,8 @@ int runPipeline(const Args& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"Cut a model into pipeline stages: by split markers (pipe_split / cleave::PipeSplit), a split "
                "spec, or a balancing policy; place parameters, route skip connections, plan the backward pass.",
                "cleave pipeline"};
-  std::string path, outDir, specPath, policyName = "equal_nodes", balanceName = "latency", multiUse = "replicate", loss;
+  OutputDirectoryFlags output;
+  std::string path, specPath, policyName = "equal_nodes", balanceName = "latency", multiUse = "replicate", loss;
   pipeline::PipelineOptions options;
   bool json = false, planOnly = false;
   app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
@@ -29,7 +31,7 @@ int runPipeline(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_option("--multi-use", multiUse, "a parameter several stages read: replicate or transmit")
       ->capture_default_str();
   app.add_option("--loss", loss, "the output that is the loss (default: an output named 'loss', if any)");
-  app.add_option("-o,--output", outDir, "output directory (written atomically)");
+  addOutputDirectory(app, output, "output directory");
   app.add_flag("--plan-only", planOnly, "write plan.json and reports, no stage models");
   app.add_flag("--json", json, "print a JSON summary");
   if (int code = parseArguments(app, args, out, err); code >= 0)
@@ -62,6 +64,10 @@ int runPipeline(const Args& args, std::ostream& out, std::ostream& err) {
       return reportError("cleave pipeline", spec.error(), err);
     options.spec = std::move(*spec);
   }
+  Expected<std::optional<OutputDirectory>> opened = openOutputDirectory(output, {path, specPath});
+  if (!opened)
+    return reportError("cleave pipeline", opened.error(), err);
+  std::optional<OutputDirectory> outDir = std::move(*opened);
   Expected<ir::Graph> graph = io::loadModel(path);
   if (!graph)
     return reportError("cleave pipeline", graph.error(), err);
@@ -84,14 +90,14 @@ int runPipeline(const Args& args, std::ostream& out, std::ostream& err) {
          << " to stage " << skip["to"].get<int>() << "\n";
   text << "loss: " << (summary["loss"].is_null() ? std::string("none (inference)") : summary["loss"].get<std::string>())
        << "\n";
-  if (!outDir.empty()) {
+  if (outDir) {
     plan::MaterializeOptions materializeOptions;
     materializeOptions.writeSubmodels = !planOnly;
     materializeOptions.transmitted = plan->transmitted;
     materializeOptions.extraFiles = {{"report.txt", text.str()}, {"report.json", report::dumpJson(summary)}};
     report::Json extra;
     extra["pipeline"] = summary;
-    if (Status written = plan::materialize(*graph, plan->plan, path, outDir, extra, materializeOptions); !written)
+    if (Status written = plan::materialize(*graph, plan->plan, path, *outDir, extra, materializeOptions); !written)
       return reportError("cleave pipeline", written.error(), err);
   }
   out << (json ? report::dumpJson(summary) : text.str());

@@ -1,7 +1,9 @@
 // cli/cmd_split.cpp - `cleave split MODEL --profile P -o DIR [...]`: accelerator/CPU split.
 #include <sstream>
 
+#include "base/json.h"
 #include "cli/commands.h"
+#include "cli/output_options.h"
 #include "cli/runtime_options.h"
 #include "io/model_loader.h"
 #include "runtime/lower_and_run.h"
@@ -16,7 +18,8 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
                "splitter semantics) and write the plan, one standalone model per submodule, and "
                "reports. FX graphs get a node -> submodule assignment instead of submodels.",
                "cleave split"};
-  std::string path, profilePath, outDir;
+  std::string path, profilePath;
+  OutputDirectoryFlags output;
   split::SplitOptions options;
   bool json = false, planOnly = false, preview = false, dumpInputs = false;
   double pcieGiBps = 100.0;
@@ -24,7 +27,7 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
   runtime::Tolerance tolerance;
   app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
   app.add_option("--profile", profilePath, "operator-support profile (JSON)")->required();
-  app.add_option("-o,--output", outDir, "output directory (written atomically)");
+  addOutputDirectory(app, output, "output directory");
   app.add_option("--min-acc-size", options.minAccSize, "smallest acc subgraph kept (torch's min_acc_module_size)")
       ->capture_default_str();
   app.add_option("--max-acc-splits", options.maxSplits,
@@ -50,11 +53,11 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
   if (int code = parseArguments(app, args, out, err); code >= 0)
     return code;
   bool lowerAndRun = preview && app.count("--backend") > 0;
-  if (dumpInputs && outDir.empty()) {
+  if (dumpInputs && output.path.empty()) {
     err << "cleave split: usage error: --dump-inputs needs -o DIR\n";
     return kExitUsage;
   }
-  if (outDir.empty() && !preview) {
+  if (output.path.empty() && !preview) {
     err << "cleave split: usage error: -o DIR is required (or --preview alone)\n";
     return kExitUsage;
   }
@@ -62,6 +65,11 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
     err << "cleave split: usage error: --pcie-gbps must be positive\n";
     return kExitUsage;
   }
+  Expected<std::optional<OutputDirectory>> opened =
+      openOutputDirectory(output, {path, profilePath, runtime.inputsPath});
+  if (!opened)
+    return reportError("cleave split", opened.error(), err);
+  std::optional<OutputDirectory> outDir = std::move(*opened);
   Expected<support::Profile> profile = support::Profile::load(profilePath);
   if (!profile)
     return reportError("cleave split", profile.error(), err);
@@ -99,7 +107,7 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
           return reportError("cleave split", text.error(), err);
         all[result->plan.submodules[s].name] = report::Json::parse(*text);
       }
-      submoduleInputs = all.dump() + "\n";
+      submoduleInputs = toJsonText(all) + "\n";
     }
     if (lowerAndRun) {
       report::Json trials = report::Json::array();
@@ -124,7 +132,7 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
   }
   std::ostringstream text;
   report::printSplitText(summary, true, text);
-  if (!outDir.empty()) {
+  if (outDir) {
     report::Json extra;
     extra["profile"] = profile->name();
     extra["settings"] = {{"min_acc_size", options.minAccSize}, {"max_acc_splits", options.maxSplits},
@@ -136,7 +144,7 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
     materializeOptions.extraFiles = {{"report.txt", text.str()}, {"report.json", report::dumpJson(summary)}};
     if (dumpInputs)
       materializeOptions.extraFiles.push_back({"submodule_inputs.json", submoduleInputs});
-    if (Status written = plan::materialize(*graph, result->plan, path, outDir, extra, materializeOptions); !written)
+    if (Status written = plan::materialize(*graph, result->plan, path, *outDir, extra, materializeOptions); !written)
       return reportError("cleave split", written.error(), err);
   }
   if (json)

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "base/checked_math.h"
 #include "base/file_io.h"
+#include "base/json.h"
 #include "io/fx.h"
 #include "ir/builder.h"
 
@@ -36,7 +38,7 @@ Expected<std::vector<std::int64_t>> parseShape(const json& value, const std::str
   std::vector<std::int64_t> dims;
   for (const json& dim : value) {
     if (!dim.is_number_integer() || dim.get<std::int64_t>() < 0)
-      return Error(ErrorCode::ParseError) << what << " has a bad dimension " << dim.dump();
+      return Error(ErrorCode::ParseError) << what << " has a bad dimension " << toJsonText(dim);
     dims.push_back(dim.get<std::int64_t>());
   }
   return dims;
@@ -53,14 +55,19 @@ Expected<ir::ValueType> parseValue(const json& value, const std::string& node) {
     CLEAVE_TRY(ir::DType dtype, parseDType(value.value("dtype", json()), what));
     CLEAVE_TRY(std::vector<std::int64_t> dims, parseShape(value.value("shape", json()), what));
     type = ir::ValueType::tensor(dtype, std::move(dims));
+    CLEAVE_CHECK(ir::checkTensorSize(type, what));
   } else if (kind == "sequence") {
     type.kind = ir::ValueKind::Sequence;
     std::int64_t total = 0;
     for (const json& element : value.value("elements", json::array())) {
       CLEAVE_TRY(ir::ValueType inner, parseValue(element, node));
       std::int64_t bytes = ir::byteSizeOf(inner);
-      if (bytes > 0)
-        total += bytes;
+      if (bytes > 0) {
+        std::optional<std::int64_t> sum = checkedAdd(total, bytes);
+        if (!sum)
+          return Error(ErrorCode::InvalidArgument) << what << " is a sequence whose size in bytes overflows 64 bits";
+        total = *sum;
+      }
     }
     type.bytes = total;
   } else if (kind == "shape") {
@@ -85,10 +92,12 @@ Expected<ir::Parameter> parseParameter(const json& entry, const std::string& nod
   param.name = entry["name"].get<std::string>();
   CLEAVE_TRY(param.dtype, parseDType(entry.value("dtype", json()), what + " '" + param.name + "'"));
   CLEAVE_TRY(param.dims, parseShape(entry.value("shape", json()), what + " '" + param.name + "'"));
-  std::int64_t elements = 1;
-  for (std::int64_t dim : param.dims)
-    elements *= dim;
-  param.bytes = entry.value("bytes", elements * ir::dtypeSize(param.dtype));
+  ir::ValueType declared = ir::ValueType::tensor(param.dtype, param.dims);
+  CLEAVE_CHECK(ir::checkTensorSize(declared, what + " '" + param.name + "'"));
+  param.bytes = ir::byteSizeOf(declared);
+  if (entry.contains("bytes")) {
+    CLEAVE_TRY(param.bytes, jsonInteger(entry["bytes"], what + " '" + param.name + "'", "bytes", 0, INT64_MAX));
+  }
   param.isBuffer = entry.value("buffer", false);
   return param;
 }
@@ -173,22 +182,17 @@ Status checkUsers(const ir::Graph& graph, const json& nodes) {
   return {};
 }
 
-} // namespace
-
-Expected<ir::Graph> parseFxGraph(std::string_view text, const std::string& sourceName) {
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+Expected<ir::Graph> graphFromDocument(const json& doc, const std::string& sourceName) {
   auto fail = [&](auto&&... parts) {
     Error error(ErrorCode::ParseError);
     (error << ... << parts);
     return std::move(error.withContext(sourceName));
   };
-  if (doc.is_discarded())
-    return fail("not valid JSON");
   if (!doc.is_object() || doc.value("schema", "") != kFxSchema)
     return fail("not a cleave FX graph (schema '", kFxSchema, "' expected)");
   if (!doc.contains("version") || !doc["version"].is_number_integer() ||
       doc["version"].get<int>() != kFxSchemaVersion)
-    return fail("FX graph schema version ", doc.value("version", json()).dump(),
+    return fail("FX graph schema version ", toJsonText(doc.value("version", json())),
                 " is not supported (cleave reads version ", kFxSchemaVersion, ")");
   if (!doc.contains("nodes") || !doc["nodes"].is_array())
     return fail("no 'nodes' list");
@@ -219,6 +223,13 @@ Expected<ir::Graph> parseFxGraph(std::string_view text, const std::string& sourc
   if (Status users = checkUsers(*graph, nodes); !users)
     return std::move(users.error().withContext(sourceName));
   return graph;
+}
+
+} // namespace
+
+Expected<ir::Graph> parseFxGraph(std::string_view text, const std::string& sourceName) {
+  CLEAVE_TRY(json doc, parseJsonInput(text, sourceName));
+  return guardJson(sourceName, [&]() { return graphFromDocument(doc, sourceName); });
 }
 
 Expected<ir::Graph> readFxGraph(const std::string& path) {

@@ -70,7 +70,7 @@ TEST(FxReader, RejectsAnotherSchema) {
 TEST(FxReader, RejectsInvalidJson) {
   Expected<ir::Graph> graph = parseFxGraph("{\"schema\": ", "broken.json");
   ASSERT_FALSE(graph);
-  EXPECT_NE(graph.error().message().find("not valid JSON"), std::string::npos);
+  EXPECT_NE(graph.error().message().find("invalid JSON"), std::string::npos);
 }
 
 TEST(FxReader, RejectsAnUnknownOp) {

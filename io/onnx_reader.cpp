@@ -17,8 +17,10 @@
 
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <unordered_set>
 
+#include "base/file_io.h"
 #include "base/mapped_file.h"
 #include "io/onnx.h"
 #include "io/protobuf_wire.h"
@@ -154,6 +156,7 @@ Status fillValueType(std::string_view typeBytes, const std::string& what, ir::Va
   result.typeName.clear();
   result.bytes = -1;
   std::string_view tensorType;
+  std::int64_t negativeDim = 0;
   bool ok = forEachField(typeBytes, [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
     switch (number) {
     case field::kTensorType: fine = readText(type, r, tensorType); result.kind = ir::ValueKind::Tensor; return true;
@@ -192,6 +195,8 @@ Status fillValueType(std::string_view typeBytes, const std::string& what, ir::Va
           std::uint64_t value;
           valueOk = dr.readVarint(value);
           out.extent = static_cast<std::int64_t>(value);
+          if (out.extent < 0)
+            negativeDim = out.extent;
           return true;
         }
         std::string_view param;
@@ -210,7 +215,9 @@ Status fillValueType(std::string_view typeBytes, const std::string& what, ir::Va
   if (elemType != 0) {
     CLEAVE_TRY(result.dtype, toDType(static_cast<int>(elemType), what));
   }
-  return {};
+  if (negativeDim < 0)
+    return Error(ErrorCode::InvalidArgument) << what << " has negative dimension " << negativeDim;
+  return ir::checkTensorSize(result, what);
 }
 
 // Declared types (graph inputs, value_info, outputs) by value name, dense by the builder's
@@ -331,6 +338,9 @@ Status OnnxScanner::scanModel() {
       return Error(ErrorCode::Unsupported) << "opset " << version
                                            << " is not supported (cleave reads opset "
                                            << kMinOnnxOpset << " and up)";
+    if (version > kMaxOnnxOpset)
+      return Error(ErrorCode::Unsupported) << "the model uses ai.onnx opset " << version
+                                           << ", newer than the newest cleave knows (" << kMaxOnnxOpset << ")";
   }
   if (!hasDefaultDomain)
     return Error(ErrorCode::ParseError) << "model imports no ai.onnx opset";
@@ -495,17 +505,20 @@ Status OnnxScanner::addInitializer(std::string_view tensorBytes,
   if (param.name.empty())
     return Error(ErrorCode::ParseError) << "an initializer has no name";
   CLEAVE_TRY(param.dtype, toDType(static_cast<int>(dataType), what));
-  std::int64_t elements = 1;
-  for (std::int64_t dim : param.dims) {
+  for (std::int64_t dim : param.dims)
     if (dim < 0)
-      return Error(ErrorCode::ParseError) << what << " has negative dimension " << dim;
-    elements *= dim;
-  }
-  param.bytes = elements * ir::dtypeSize(param.dtype);
+      return Error(ErrorCode::InvalidArgument) << what << " has negative dimension " << dim;
+  ir::ValueType declared = ir::ValueType::tensor(param.dtype, param.dims);
+  CLEAVE_CHECK(ir::checkTensorSize(declared, what));
+  param.bytes = ir::byteSizeOf(declared);
   if (external) {
     param.data.source = ir::ParameterData::Source::External;
     if (param.data.externalPath.empty())
       return Error(ErrorCode::ParseError) << what << " has external data without a location";
+    std::string folder = std::filesystem::path(file_->path()).parent_path().string();
+    if (Expected<std::string> inside = resolveInsideFolder(folder, param.data.externalPath, what + ": external data location");
+        !inside)
+      return std::move(inside.error());
     if (param.data.length == 0)
       param.data.length = static_cast<std::uint64_t>(param.bytes);
   } else if (hasRaw) {
@@ -528,7 +541,7 @@ Status OnnxScanner::addInitializer(std::string_view tensorBytes,
     return Error(ErrorCode::ParseError) << what << " holds no data, its shape needs " << param.bytes
                                         << " bytes";
   }
-  ir::ValueType type = ir::ValueType::tensor(param.dtype, param.dims);
+  ir::ValueType type = std::move(declared);
   builder_.addParameter(std::move(param), type);
   return {};
 }

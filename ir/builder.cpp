@@ -238,6 +238,22 @@ GraphBuilder::orderTopologically(const std::vector<std::uint32_t>& operandValues
   return order;
 }
 
+// Every sum of value sizes a pass may form (a partition's memory, a stage's parameters, a
+// model's total) is at most the sum over all values: bounding that bounds them all.
+Status GraphBuilder::checkTotalBytes() const {
+  constexpr std::int64_t kLimit = std::int64_t{1} << 62;
+  std::int64_t total = 0;
+  for (const PendingValue& value : values_) {
+    if (value.bytes <= 0)
+      continue;
+    if (value.bytes > kLimit - total)
+      return Error(ErrorCode::InvalidArgument) << "the model's values add up to more than 2^62 bytes (at value '"
+                                               << strings_.str(value.name) << "'); cleave refuses sizes that large";
+    total += value.bytes;
+  }
+  return {};
+}
+
 Expected<Graph> GraphBuilder::finish() && {
   if (!outputsSet_)
     return Error(ErrorCode::InvalidGraph) << "graph has no outputs";
@@ -258,6 +274,8 @@ Expected<Graph> GraphBuilder::finish() && {
   });
   if (outputNodes != 1)
     return Error(ErrorCode::InvalidGraph) << "graph has " << outputNodes << " output nodes";
+
+  CLEAVE_CHECK(checkTotalBytes());
 
   // Phase 5: renumber and build the flat arrays.
   Graph graph;

@@ -67,6 +67,7 @@ public:
 
 private:
   using PendingNode = Graph::Node;
+  Status checkTotalBytes() const;
   struct PendingValue {
     std::uint32_t name;
     ValueKind kind;

@@ -1,8 +1,12 @@
 #include "ir/graph.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+
+#include "base/file_io.h"
 
 namespace cleave::ir {
 
@@ -114,25 +118,30 @@ Expected<std::string> Graph::readParameterData(ParamId param) const {
     return std::string(file.substr(p.data.offset, p.data.length));
   }
   case ParameterData::Source::External: {
-    std::filesystem::path path(p.data.externalPath);
-    if (path.is_relative() && !info_.sourcePath.empty())
-      path = std::filesystem::path(info_.sourcePath).parent_path() / path;
-    std::ifstream file(path, std::ios::binary);
-    if (!file)
-      return Error(ErrorCode::NotFound) << "external data file '" << path.string()
-                                        << "' of parameter '" << p.name << "' cannot be opened";
-    file.seekg(0, std::ios::end);
-    auto fileSize = static_cast<std::uint64_t>(file.tellg());
+    std::string folder = std::filesystem::path(info_.sourcePath).parent_path().string();
+    CLEAVE_TRY(std::string path, resolveInsideFolder(folder, p.data.externalPath,
+                                                     "external data location of parameter '" + p.name + "'"));
+    Expected<RegularFile> opened = RegularFile::open(path);
+    if (!opened)
+      return std::move(opened.error().withContext("external data of parameter '" + p.name + "'"));
+    RegularFile file = std::move(*opened);
+    std::uint64_t fileSize = file.size();
+    if (p.data.offset > fileSize)
+      return Error(ErrorCode::ParseError) << "external data of parameter '" << p.name << "' starts past the end of '"
+                                          << path << "' (offset " << p.data.offset << " > " << fileSize << " bytes)";
     std::uint64_t length = p.data.length ? p.data.length : fileSize - p.data.offset;
-    if (p.data.offset + length > fileSize)
-      return Error(ErrorCode::ParseError)
-             << "external data of parameter '" << p.name << "' runs past the end of '"
-             << path.string() << "' (" << p.data.offset + length << " > " << fileSize << " bytes)";
+    if (length > fileSize - p.data.offset)
+      return Error(ErrorCode::ParseError) << "external data of parameter '" << p.name << "' runs past the end of '"
+                                          << path << "' (" << p.data.offset << " + " << length << " > " << fileSize
+                                          << " bytes)";
     std::string bytes(length, '\0');
-    file.seekg(static_cast<std::streamoff>(p.data.offset));
-    file.read(bytes.data(), static_cast<std::streamsize>(length));
-    if (!file)
-      return Error(ErrorCode::IoError) << "reading external data of parameter '" << p.name << "'";
+    std::uint64_t done = 0;
+    while (done < length) {
+      ssize_t got = ::pread(file.fd(), bytes.data() + done, length - done, static_cast<off_t>(p.data.offset + done));
+      if (got <= 0)
+        return Error(ErrorCode::IoError) << "reading external data of parameter '" << p.name << "' from '" << path << "'";
+      done += static_cast<std::uint64_t>(got);
+    }
     return bytes;
   }
   }

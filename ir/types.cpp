@@ -1,6 +1,9 @@
 #include "ir/types.h"
 
+#include <algorithm>
 #include <array>
+
+#include "base/checked_math.h"
 
 namespace cleave::ir {
 namespace {
@@ -78,8 +81,12 @@ std::int64_t Shape::numElements() const {
   if (!isStatic())
     return -1;
   std::int64_t count = 1;
-  for (const Dim& dim : dims)
-    count *= dim.extent;
+  for (const Dim& dim : dims) {
+    std::optional<std::int64_t> next = checkedMul(count, dim.extent);
+    if (!next)
+      return -1;
+    count = *next;
+  }
   return count;
 }
 
@@ -113,7 +120,25 @@ std::int64_t byteSizeOf(const ValueType& type) {
     return -1;
   std::int64_t elements = type.shape.numElements();
   int size = dtypeSize(type.dtype);
-  return elements < 0 || size == 0 ? -1 : elements * size;
+  if (elements < 0 || size == 0)
+    return -1;
+  return checkedMul(elements, size).value_or(-1);
+}
+
+Status checkTensorSize(const ValueType& type, std::string_view what) {
+  if (type.kind != ValueKind::Tensor || !type.shape.rankKnown)
+    return {};
+  std::int64_t bytes = std::max(dtypeSize(type.dtype), 1);
+  for (const Dim& dim : type.shape.dims) {
+    if (!dim.isKnown())
+      continue;
+    std::optional<std::int64_t> next = checkedMul(bytes, dim.extent);
+    if (!next)
+      return Error(ErrorCode::InvalidArgument) << what << " has shape " << formatShape(type.shape)
+                                               << ", whose size in bytes overflows 64 bits";
+    bytes = *next;
+  }
+  return {};
 }
 
 } // namespace cleave::ir

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/expected.h"
+
 namespace cleave::ir {
 
 // Element types. The numeric values are ONNX's TensorProto.DataType codes so conversions are
@@ -71,7 +73,13 @@ struct ValueType {
   friend bool operator==(const ValueType&, const ValueType&) = default;
 };
 
-// Byte size of a value of this type: explicit bytes, else elements * element size, else -1.
+// Byte size of a value of this type: explicit bytes, else elements * element size, else -1
+// (also when that product would overflow; readers refuse such types with checkTensorSize).
 std::int64_t byteSizeOf(const ValueType& type);
+
+// Refuses a tensor type whose static dims multiply, with the element size, past int64: readers call
+// it on every declared type and initializer, so sizes computed later cannot overflow. Fails:
+// InvalidArgument naming `what` and the shape.
+Status checkTensorSize(const ValueType& type, std::string_view what);
 
 } // namespace cleave::ir

@@ -6,14 +6,16 @@
 #include <queue>
 #include <set>
 
+#include "base/json.h"
+
 namespace cleave::partition {
 using ir::NodeId;
 
-Expected<PartitionResult> partitionAheadOfTime(const ir::Graph& graph, const DeviceSet& devices,
-                                               std::string_view mappingJson, const std::string& sourceName) {
+namespace {
+Expected<PartitionResult> aheadOfTimeFromDocument(const ir::Graph& graph, const DeviceSet& devices,
+                                                  const nlohmann::json& doc, const std::string& sourceName) {
   using nlohmann::json;
-  json doc = json::parse(mappingJson, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("node_to_partition") ||
+  if (!doc.is_object() || !doc.contains("node_to_partition") ||
       !doc["node_to_partition"].is_object() || !doc.contains("partition_to_logical_devices") ||
       !doc["partition_to_logical_devices"].is_object())
     return Error(ErrorCode::ParseError) << sourceName
@@ -31,7 +33,7 @@ Expected<PartitionResult> partitionAheadOfTime(const ir::Graph& graph, const Dev
     for (const json& value : ids) {
       if (!value.is_number_integer() || !knownIds.count(value.get<std::int64_t>()))
         return Error(ErrorCode::InvalidArgument) << sourceName << ": partition " << key << " names unknown logical device "
-                                                 << value.dump();
+                                                 << toJsonText(value);
       devicesOf[id].push_back(value.get<std::int64_t>());
     }
   }
@@ -118,6 +120,13 @@ Expected<PartitionResult> partitionAheadOfTime(const ir::Graph& graph, const Dev
   }
   plan::indexSubmodules(graph, result.plan);
   return result;
+}
+} // namespace
+
+Expected<PartitionResult> partitionAheadOfTime(const ir::Graph& graph, const DeviceSet& devices,
+                                               std::string_view mappingJson, const std::string& sourceName) {
+  CLEAVE_TRY(nlohmann::json doc, parseJsonInput(mappingJson, sourceName));
+  return guardJson(sourceName, [&]() { return aheadOfTimeFromDocument(graph, devices, doc, sourceName); });
 }
 
 void saturateHost(const DeviceSet& devices, PartitionResult& result) {

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "base/file_io.h"
+#include "base/json.h"
 
 namespace cleave::partition {
 
@@ -32,34 +33,30 @@ double TransferRates::between(std::int64_t fromLogicalId, std::int64_t toLogical
 }
 
 namespace {
-Expected<DeviceSet> parse(std::string_view text, const std::string& sourceName, const std::string& baseDir) {
+Expected<DeviceSet> parseDocument(const nlohmann::json& doc, const std::string& sourceName, const std::string& baseDir) {
   using nlohmann::json;
-  json doc = json::parse(text, nullptr, false);
   auto fail = [&](const std::string& what) { return Error(ErrorCode::ParseError) << sourceName << ": " << what; };
-  if (doc.is_discarded())
-    return fail("invalid JSON");
   const json* list = doc.is_array() ? &doc : (doc.is_object() && doc.contains("devices") ? &doc["devices"] : nullptr);
   if (!list || !list->is_array())
     return fail("expected {\"devices\": [...]}");
   if (list->empty())
     return Error(ErrorCode::InvalidArgument) << sourceName << ": no devices";
+  if (list->size() > kMaxDevices)
+    return Error(ErrorCode::InvalidArgument) << sourceName << ": " << list->size() << " devices; cleave takes at most "
+                                             << kMaxDevices;
   DeviceSet set;
   std::set<std::int64_t> ids;
   for (std::size_t i = 0; i < list->size(); ++i) {
     const json& entry = (*list)[i];
     std::string at = "devices[" + std::to_string(i) + "]";
-    if (!entry.is_object() || !entry.contains("logical_id") || !entry["logical_id"].is_number_integer() ||
-        !entry.contains("available_mem_bytes") || !entry["available_mem_bytes"].is_number())
+    if (!entry.is_object() || !entry.contains("logical_id") || !entry.contains("available_mem_bytes"))
       return fail(at + ": needs integer logical_id and available_mem_bytes");
     Device device;
     device.name = entry.value("name", "dev_" + std::to_string(i));
-    device.logicalId = entry["logical_id"].get<std::int64_t>();
-    device.availableMemBytes = entry["available_mem_bytes"].get<std::int64_t>();
+    CLEAVE_TRY(device.logicalId, jsonInteger(entry["logical_id"], sourceName, at + ".logical_id", 0, INT32_MAX));
+    CLEAVE_TRY(device.availableMemBytes, jsonInteger(entry["available_mem_bytes"], sourceName,
+                                                     at + ".available_mem_bytes", 1, kMaxDeviceMemBytes));
     device.kind = entry.value("kind", "");
-    if (device.availableMemBytes <= 0)
-      return Error(ErrorCode::InvalidArgument) << sourceName << ": " << at << " ('" << device.name
-                                               << "') has " << device.availableMemBytes
-                                               << " bytes of memory; it must be positive";
     if (!ids.insert(device.logicalId).second)
       return Error(ErrorCode::InvalidArgument) << sourceName << ": " << at << " ('" << device.name
                                                << "') repeats logical id " << device.logicalId;
@@ -67,10 +64,9 @@ Expected<DeviceSet> parse(std::string_view text, const std::string& sourceName, 
       const json& spec = entry["profile"];
       Expected<support::Profile> profile = Error(ErrorCode::ParseError);
       if (spec.is_string()) {
-        std::filesystem::path file(spec.get<std::string>());
-        if (file.is_relative() && !baseDir.empty())
-          file = std::filesystem::path(baseDir) / file;
-        profile = support::Profile::load(file.string());
+        CLEAVE_TRY(std::string file, resolveInsideFolder(baseDir, spec.get<std::string>(),
+                                                         sourceName + ": " + at + ".profile"));
+        profile = support::Profile::load(file);
       } else if (spec.is_object()) {
         profile = support::Profile::fromJson(spec.dump(), sourceName + ": " + at + ".profile");
       } else {
@@ -110,6 +106,11 @@ Expected<DeviceSet> parse(std::string_view text, const std::string& sourceName, 
     }
   }
   return set;
+}
+
+Expected<DeviceSet> parse(std::string_view text, const std::string& sourceName, const std::string& baseDir) {
+  CLEAVE_TRY(nlohmann::json doc, parseJsonInput(text, sourceName));
+  return guardJson(sourceName, [&]() { return parseDocument(doc, sourceName, baseDir); });
 }
 } // namespace
 

@@ -24,6 +24,10 @@
 
 namespace cleave::partition {
 
+// Limits on a devices file, so that memory sums cannot overflow (4096 x 2^50 < 2^63).
+inline constexpr std::size_t kMaxDevices = 4096;
+inline constexpr std::int64_t kMaxDeviceMemBytes = std::int64_t{1} << 50; // 1 PiB
+
 struct Device {
   std::string name;
   std::int64_t logicalId = 0;

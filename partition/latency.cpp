@@ -5,13 +5,15 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 
+#include "base/json.h"
+
 namespace cleave::partition {
 using ir::NodeId;
 
-Expected<IdVector<NodeId, NodeLatency>> parseLatencies(const ir::Graph& graph, std::string_view text,
-                                                       const std::string& sourceName) {
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object())
+namespace {
+Expected<IdVector<NodeId, NodeLatency>> latenciesFromDocument(const ir::Graph& graph, const nlohmann::json& doc,
+                                                              const std::string& sourceName) {
+  if (!doc.is_object())
     return Error(ErrorCode::ParseError) << sourceName << ": expected a JSON object of node -> latency";
   IdVector<NodeId, NodeLatency> latencies(graph.numNodes());
   IdVector<NodeId, std::uint8_t> given(graph.numNodes(), 0);
@@ -24,12 +26,23 @@ Expected<IdVector<NodeId, NodeLatency>> parseLatencies(const ir::Graph& graph, s
       return Error(ErrorCode::ParseError) << sourceName << ": " << name
                                           << ": needs numbers mem_latency_sec and computer_latency_sec";
     latencies[node] = {entry["mem_latency_sec"].get<double>(), entry["computer_latency_sec"].get<double>()};
+    if (!(latencies[node].memSec >= 0 && latencies[node].memSec < 1e30 &&
+          latencies[node].computeSec >= 0 && latencies[node].computeSec < 1e30))
+      return Error(ErrorCode::ParseError) << sourceName << ": " << name
+                                          << ": latencies must be finite non-negative numbers of seconds";
     given[node] = 1;
   }
   for (std::uint32_t n = 0; n < graph.numNodes(); ++n)
     if (graph.isCallable(NodeId{n}) && !given[NodeId{n}])
       return Error(ErrorCode::NotFound) << sourceName << ": no latency for node '" << graph.name(NodeId{n}) << "'";
   return latencies;
+}
+} // namespace
+
+Expected<IdVector<NodeId, NodeLatency>> parseLatencies(const ir::Graph& graph, std::string_view text,
+                                                       const std::string& sourceName) {
+  CLEAVE_TRY(nlohmann::json doc, parseJsonInput(text, sourceName));
+  return guardJson(sourceName, [&]() { return latenciesFromDocument(graph, doc, sourceName); });
 }
 
 namespace {

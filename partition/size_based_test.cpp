@@ -23,7 +23,7 @@ TEST(Devices, RejectsBadDeviceFiles) {
   EXPECT_NE(error(R"({"devices": []})").find("no devices"), std::string::npos);
   EXPECT_NE(error(R"({"devices": [{"logical_id": 0, "available_mem_bytes": 10}, {"logical_id": 0, "available_mem_bytes": 5}]})")
                 .find("repeats logical id 0"), std::string::npos);
-  EXPECT_NE(error(R"({"devices": [{"logical_id": 0, "available_mem_bytes": 0}]})").find("must be positive"),
+  EXPECT_NE(error(R"({"devices": [{"logical_id": 0, "available_mem_bytes": 0}]})").find("available_mem_bytes: expected an integer in [1, "),
             std::string::npos);
   EXPECT_NE(error(R"({"devices": [{"logical_id": 0}]})").find("devices[0]"), std::string::npos);
   EXPECT_NE(error("{").find("invalid JSON"), std::string::npos);

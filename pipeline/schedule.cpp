@@ -164,10 +164,23 @@ void zeroBubble(Schedule& s) {
 }
 } // namespace
 
-Expected<Schedule> generateSchedule(ScheduleKind kind, std::uint32_t stages, std::uint32_t microbatches,
-                                    std::uint32_t ranks) {
+namespace {
+Status checkScheduleSize(std::uint64_t stages, std::uint64_t microbatches, std::uint64_t ranks) {
   if (stages == 0 || microbatches == 0 || ranks == 0)
     return Error(ErrorCode::InvalidArgument) << "stages, microbatches and ranks must be positive";
+  if (stages > kMaxScheduleStages || ranks > kMaxScheduleRanks || microbatches > kMaxScheduleMicrobatches ||
+      stages * microbatches > kMaxScheduleStageMicrobatches)
+    return Error(ErrorCode::InvalidArgument)
+           << "schedule too large: " << stages << " stages, " << microbatches << " microbatches, " << ranks
+           << " ranks (limits: " << kMaxScheduleStages << " stages, " << kMaxScheduleMicrobatches << " microbatches, "
+           << kMaxScheduleRanks << " ranks, " << kMaxScheduleStageMicrobatches << " stages x microbatches)";
+  return {};
+}
+} // namespace
+
+Expected<Schedule> generateSchedule(ScheduleKind kind, std::uint32_t stages, std::uint32_t microbatches,
+                                    std::uint32_t ranks) {
+  CLEAVE_CHECK(checkScheduleSize(stages, microbatches, ranks));
   if (stages % ranks != 0)
     return Error(ErrorCode::InvalidArgument) << stages << " stages do not divide over " << ranks << " ranks";
   bool single = kind == ScheduleKind::GPipe || kind == ScheduleKind::OneFOneB || kind == ScheduleKind::ZeroBubble;
@@ -240,6 +253,9 @@ Expected<Schedule> parseCsv(std::string_view text, std::uint32_t stages, std::ui
       row.remove_suffix(1);
     if (row.empty())
       continue;
+    if (s.perRank.size() == kMaxScheduleRanks)
+      return Error(ErrorCode::InvalidArgument) << "line " << line << ": more than " << kMaxScheduleRanks
+                                               << " ranks (one line of actions per rank)";
     auto& actions = s.perRank.emplace_back();
     for (std::string_view cell : splitString(row, ',')) {
       while (!cell.empty() && (cell.front() == ' ' || cell.front() == '\t'))
@@ -259,9 +275,13 @@ Expected<Schedule> parseCsv(std::string_view text, std::uint32_t stages, std::ui
   }
   if (s.perRank.empty() || !any)
     return Error(ErrorCode::ParseError) << "a schedule CSV needs one line of actions per rank";
-  s.ranks = static_cast<std::uint32_t>(s.perRank.size());
-  s.stages = stages ? stages : maxStage + 1;
-  s.microbatches = microbatches ? microbatches : maxMicrobatch + 1;
+  std::uint64_t ranks = s.perRank.size();
+  std::uint64_t stageCount = stages ? stages : std::uint64_t{maxStage} + 1;
+  std::uint64_t microbatchCount = microbatches ? microbatches : std::uint64_t{maxMicrobatch} + 1;
+  CLEAVE_CHECK(checkScheduleSize(stageCount, microbatchCount, ranks));
+  s.ranks = static_cast<std::uint32_t>(ranks);
+  s.stages = static_cast<std::uint32_t>(stageCount);
+  s.microbatches = static_cast<std::uint32_t>(microbatchCount);
   if (s.stages % s.ranks != 0)
     return Error(ErrorCode::InvalidArgument) << s.stages << " stages do not divide over " << s.ranks << " ranks";
   return s;

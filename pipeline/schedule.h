@@ -50,7 +50,14 @@ struct Schedule {
   bool hasCommunication() const;
 };
 
-// Fails: InvalidArgument (zero stages/ranks/microbatches, stages not a multiple of ranks, more
+// Limits on a schedule's size, so that generating, validating or simulating one stays within memory
+// and time (a schedule holds O(stages x microbatches) actions): checked by generateSchedule and
+// parseCsv.
+inline constexpr std::uint32_t kMaxScheduleStages = 1024, kMaxScheduleRanks = 1024;
+inline constexpr std::uint32_t kMaxScheduleMicrobatches = 65536;
+inline constexpr std::uint64_t kMaxScheduleStageMicrobatches = std::uint64_t{1} << 20; // stages x microbatches
+
+// Fails: InvalidArgument (sizes over the limits above, zero stages/ranks/microbatches, stages not a multiple of ranks, more
 // than one stage per rank for gpipe/1f1b/zero_bubble, interleaved microbatches not a multiple of
 // the ranks).
 Expected<Schedule> generateSchedule(ScheduleKind kind, std::uint32_t stages, std::uint32_t microbatches,

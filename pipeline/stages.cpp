@@ -6,6 +6,7 @@
 #include <numeric>
 #include <set>
 
+#include "base/json.h"
 #include "pipeline/balance.h"
 
 namespace cleave::pipeline {
@@ -68,9 +69,9 @@ bool inScope(std::string_view scope, std::string_view wanted) {
 } // namespace
 
 Expected<SplitSpec> parseSplitSpec(std::string_view text, const std::string& sourceName) {
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  CLEAVE_TRY(nlohmann::json doc, parseJsonInput(text, sourceName));
   auto fail = [&](const std::string& what) { return Error(ErrorCode::ParseError) << sourceName << ": " << what; };
-  if (doc.is_discarded() || !doc.is_object())
+  if (!doc.is_object())
     return fail("expected a JSON object");
   SplitSpec spec;
   for (auto& [key, value] : doc.items()) {

@@ -181,33 +181,22 @@ std::string assignmentJson(const ir::Graph& graph, const CutPlan& plan) {
 } // namespace
 
 Status materialize(const ir::Graph& graph, const CutPlan& plan, const std::string& modelPath,
-                   const std::string& outDir, const report::Json& extra, const MaterializeOptions& options) {
+                   OutputDirectory& out, const report::Json& extra, const MaterializeOptions& options) {
   std::vector<Boundary> boundaries = computeBoundaries(graph, plan, options.transmitted);
-  CLEAVE_TRY(std::string staging, makeStagingDirectory(outDir));
-  auto write = [&]() -> Status {
-    bool fx = graph.modelInfo().format == ir::SourceFormat::Fx;
-    report::Json json = planJson(graph, plan, boundaries, modelPath, extra, options.writeSubmodels);
-    CLEAVE_CHECK(writeFileAtomically(staging + "/plan.json", report::dumpJson(json)));
-    if (fx)
-      CLEAVE_CHECK(writeFileAtomically(staging + "/assignment.json", assignmentJson(graph, plan)));
-    else if (options.writeSubmodels)
-      for (std::uint32_t s = 0; s < plan.submodules.size(); ++s) {
-        CLEAVE_TRY(ir::Graph sub, extractSubmodule(graph, plan, boundaries, s));
-        CLEAVE_CHECK(io::writeOnnx(sub, staging + "/" + plan.submodules[s].name + ".onnx"));
-      }
-    for (const auto& [name, contents] : options.extraFiles)
-      CLEAVE_CHECK(writeFileAtomically(staging + "/" + name, contents));
-    return {};
-  };
-  if (Status written = write(); !written) {
-    discardDirectory(staging);
-    return written;
-  }
-  if (Status committed = commitDirectory(staging, outDir); !committed) {
-    discardDirectory(staging);
-    return committed;
-  }
-  return {};
+  const std::string& staging = out.stagingPath();
+  bool fx = graph.modelInfo().format == ir::SourceFormat::Fx;
+  report::Json json = planJson(graph, plan, boundaries, modelPath, extra, options.writeSubmodels);
+  CLEAVE_CHECK(writeFileAtomically(staging + "/plan.json", report::dumpJson(json)));
+  if (fx)
+    CLEAVE_CHECK(writeFileAtomically(staging + "/assignment.json", assignmentJson(graph, plan)));
+  else if (options.writeSubmodels)
+    for (std::uint32_t s = 0; s < plan.submodules.size(); ++s) {
+      CLEAVE_TRY(ir::Graph sub, extractSubmodule(graph, plan, boundaries, s));
+      CLEAVE_CHECK(io::writeOnnx(sub, staging + "/" + plan.submodules[s].name + ".onnx"));
+    }
+  for (const auto& [name, contents] : options.extraFiles)
+    CLEAVE_CHECK(writeFileAtomically(staging + "/" + name, contents));
+  return out.commit();
 }
 
 } // namespace cleave::plan

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/expected.h"
+#include "base/output_directory.h"
 #include "ir/graph.h"
 #include "plan/plan.h"
 #include "report/json_util.h"
@@ -51,11 +52,12 @@ struct MaterializeOptions {
   std::vector<std::pair<std::string, std::string>> extraFiles; // (file name, contents)
 };
 
-// Writes `outDir` atomically: plan.json, submodels (ONNX: <submodule>.onnx; FX: assignment.json),
-// and the extra files (reports). Fails: IoError (unwritable), Unsupported (ONNX submodels of an
-// FX graph are never attempted: FX writes the assignment instead).
+// Writes plan.json, submodels (ONNX: <submodule>.onnx; FX: assignment.json) and the extra files
+// (reports) into `out`, then commits it (whole or not at all; base/output_directory.h). Fails:
+// IoError (unwritable), InvalidArgument (the directory changed under the run), Unsupported (ONNX
+// submodels of an FX graph are never attempted: FX writes the assignment instead).
 [[nodiscard]] Status materialize(const ir::Graph& graph, const CutPlan& plan,
-                                 const std::string& modelPath, const std::string& outDir,
+                                 const std::string& modelPath, OutputDirectory& out,
                                  const report::Json& extra, const MaterializeOptions& options);
 
 inline constexpr const char* kPlanSchema = "cleave.plan";

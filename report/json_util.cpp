@@ -1,5 +1,7 @@
 #include "report/json_util.h"
 
+#include "base/json.h"
+
 namespace cleave::report {
 
 Json valueJson(const ir::Graph& graph, ir::ValueId value) {
@@ -28,6 +30,6 @@ Json valueJson(const ir::Graph& graph, ir::ValueId value) {
   return out;
 }
 
-std::string dumpJson(const Json& json) { return json.dump(2) + "\n"; }
+std::string dumpJson(const Json& json) { return toJsonText(json, 2) + "\n"; }
 
 } // namespace cleave::report

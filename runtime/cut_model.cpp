@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/file_io.h"
+#include "base/json.h"
 #include "io/onnx.h"
 
 namespace cleave::runtime {
@@ -17,8 +18,13 @@ bool isPlanDirectory(const std::string& path) {
 Expected<CutModel> CutModel::load(const std::string& dir, const Backend& acc, const Backend& cpu) {
   std::string planPath = (std::filesystem::path(dir) / "plan.json").string();
   CLEAVE_TRY(std::string text, readFile(planPath));
-  nlohmann::json plan = nlohmann::json::parse(text, nullptr, false);
-  if (plan.is_discarded() || !plan.is_object() || plan.value("schema", "") != "cleave.plan" ||
+  CLEAVE_TRY(nlohmann::json plan, parseJsonInput(text, planPath));
+  return guardJson(planPath, [&]() { return fromPlan(plan, dir, planPath, acc, cpu); });
+}
+
+Expected<CutModel> CutModel::fromPlan(const nlohmann::json& plan, const std::string& dir, const std::string& planPath,
+                                      const Backend& acc, const Backend& cpu) {
+  if (!plan.is_object() || plan.value("schema", "") != "cleave.plan" ||
       !plan.contains("submodules") || !plan["submodules"].is_array())
     return Error(ErrorCode::ParseError) << planPath << ": not a cleave plan";
   bool partition = plan.value("kind", "") == "partition";
@@ -45,7 +51,8 @@ Expected<CutModel> CutModel::load(const std::string& dir, const Backend& acc, co
       step.outputs.push_back(output.get<std::string>());
       available.insert(step.outputs.back());
     }
-    std::string file = (std::filesystem::path(dir) / sub["file"].get<std::string>()).string();
+    CLEAVE_TRY(std::string file, resolveInsideFolder(dir, sub["file"].get<std::string>(),
+                                                     planPath + ": submodule '" + step.name + "' file"));
     CLEAVE_TRY(ir::Graph graph, io::readOnnx(file));
     step.graph = std::make_shared<const ir::Graph>(std::move(graph));
     const Backend& backend = partition || sub.value("is_acc", false) ? acc : cpu;

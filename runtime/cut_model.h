@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <nlohmann/json_fwd.hpp>
 #include <vector>
 
 #include "runtime/backend.h"
@@ -33,6 +34,8 @@ public:
   std::vector<const ir::Graph*> graphs() const;
 
 private:
+  static Expected<CutModel> fromPlan(const nlohmann::json& plan, const std::string& dir, const std::string& planPath,
+                                     const Backend& acc, const Backend& cpu);
   struct Step {
     std::string name, backend;
     std::shared_ptr<const ir::Graph> graph;

@@ -6,7 +6,9 @@
 #include <cstring>
 #include <sstream>
 
+#include "base/checked_math.h"
 #include "base/file_io.h"
+#include "base/json.h"
 
 namespace cleave::runtime {
 
@@ -135,10 +137,9 @@ Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& 
   return tensor;
 }
 
-Expected<TensorMap> readTensorFile(const std::string& path) {
-  CLEAVE_TRY(std::string text, readFile(path));
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object())
+namespace {
+Expected<TensorMap> tensorsFromJson(const nlohmann::json& doc, const std::string& path) {
+  if (!doc.is_object())
     return Error(ErrorCode::ParseError) << path << ": expected a JSON object of tensors";
   TensorMap tensors;
   for (auto& [name, spec] : doc.items()) {
@@ -148,15 +149,20 @@ Expected<TensorMap> readTensorFile(const std::string& path) {
     std::optional<at::ScalarType> type = spec["dtype"].is_string() ? parseJsonDtype(spec["dtype"].get<std::string>())
                                                                    : std::nullopt;
     if (!type)
-      return fail("unknown dtype " + spec["dtype"].dump());
+      return fail("unknown dtype " + toJsonText(spec["dtype"]));
     std::vector<std::int64_t> dims;
-    std::int64_t elements = 1;
+    if (!spec["dims"].is_array())
+      return fail("dims must be an array of non-negative integers");
     for (const auto& d : spec["dims"]) {
-      if (!d.is_number_integer() || d.get<std::int64_t>() < 0)
-        return fail("dims must be non-negative integers");
-      dims.push_back(d.get<std::int64_t>());
-      elements *= dims.back();
+      Expected<std::int64_t> dim = jsonInteger(d, path, "'" + name + "'.dims", 0, INT64_MAX);
+      if (!dim)
+        return std::move(dim.error());
+      dims.push_back(*dim);
     }
+    std::optional<std::int64_t> count = checkedProduct(dims);
+    if (!count)
+      return fail("dims overflow: the element count does not fit in 64 bits");
+    std::int64_t elements = *count;
     const auto& data = spec["data"];
     if (!data.is_array() || static_cast<std::int64_t>(data.size()) != elements)
       return fail("data has " + std::to_string(data.is_array() ? data.size() : 0) + " values, dims need " +
@@ -174,13 +180,27 @@ Expected<TensorMap> readTensorFile(const std::string& path) {
     if (*type == at::kLong) { // doubles lose int64 precision past 2^53: read integers exactly
       std::vector<std::int64_t> ints;
       for (const auto& v : data)
-        ints.push_back(v.is_number_integer() ? v.get<std::int64_t>() : static_cast<std::int64_t>(v.get<double>()));
+        if (v.is_number_integer() || v.is_boolean()) {
+          ints.push_back(v.is_boolean() ? v.get<bool>() : v.get<std::int64_t>());
+        } else {
+          double d = v.get<double>();
+          if (!(d >= -9.2e18 && d <= 9.2e18)) // NaN, inf or out of int64's range
+            return fail("int64 data holds " + toJsonText(v) + ", which is not an int64");
+          ints.push_back(static_cast<std::int64_t>(d));
+        }
       tensors[name] = at::from_blob(ints.data(), dims, at::TensorOptions().dtype(at::kLong)).clone();
     } else {
       tensors[name] = at::from_blob(values.data(), dims, at::TensorOptions().dtype(at::kDouble)).to(*type).clone();
     }
   }
   return tensors;
+}
+} // namespace
+
+Expected<TensorMap> readTensorFile(const std::string& path) {
+  CLEAVE_TRY(std::string text, readFile(path));
+  CLEAVE_TRY(nlohmann::json doc, parseJsonInput(text, path));
+  return guardJson(path, [&]() { return tensorsFromJson(doc, path); });
 }
 
 Expected<std::string> formatTensorFile(const TensorMap& tensors) {
@@ -215,7 +235,7 @@ Expected<std::string> formatTensorFile(const TensorMap& tensors) {
     spec["data"] = std::move(data);
     doc[name] = std::move(spec);
   }
-  return doc.dump() + "\n";
+  return toJsonText(doc) + "\n";
 }
 
 Status writeTensorFile(const TensorMap& tensors, const std::string& path) {

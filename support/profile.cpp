@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "base/file_io.h"
+#include "base/json.h"
 
 namespace cleave::support {
 namespace {
@@ -322,24 +323,18 @@ void Profile::addCustomPredicate(std::string name, CustomPredicate predicate) {
 }
 
 Expected<Profile> Profile::fromJson(std::string_view text, const std::string& sourceName) {
-  json doc = json::parse(text, nullptr, false);
-  if (doc.is_discarded()) {
-    try { // only to get the parser's position for the message
-      (void)json::parse(text);
-    } catch (const json::parse_error& e) {
-      return Error(ErrorCode::ParseError) << sourceName << ": invalid JSON: " << e.what();
-    }
-    return Error(ErrorCode::ParseError) << sourceName << ": invalid JSON";
-  }
-  ProfileParser parser(sourceName);
-  CLEAVE_TRY(std::unique_ptr<Rule> root, parser.parseRule(doc, ""));
-  if (!root->hasOps && root->allOf.empty() && root->anyOf.empty())
-    return Error(ErrorCode::ParseError) << sourceName << ": top level: the profile lists no ops "
-                                           "(give \"ops\", \"all_of\" or \"any_of\")";
-  Profile profile;
-  profile.root_ = std::move(root);
-  profile.name_ = doc.value("name", sourceName);
-  return profile;
+  CLEAVE_TRY(json doc, parseJsonInput(text, sourceName));
+  return guardJson(sourceName, [&]() -> Expected<Profile> {
+    ProfileParser parser(sourceName);
+    CLEAVE_TRY(std::unique_ptr<Rule> root, parser.parseRule(doc, ""));
+    if (!root->hasOps && root->allOf.empty() && root->anyOf.empty())
+      return Error(ErrorCode::ParseError) << sourceName << ": top level: the profile lists no ops "
+                                             "(give \"ops\", \"all_of\" or \"any_of\")";
+    Profile profile;
+    profile.root_ = std::move(root);
+    profile.name_ = doc.value("name", sourceName);
+    return profile;
+  });
 }
 
 Expected<Profile> Profile::load(const std::string& path) {
