@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
     try {
       return command.run(args, std::cout, std::cerr);
     } catch (const std::exception& e) { // a bug: say so in one line instead of crashing
-      std::cerr << "cleave " << command.name << ": internal error: " << e.what() << "\n";
+      std::string what = e.what();
+      std::cerr << "cleave " << command.name << ": internal error: " << what.substr(0, what.find('\n')) << "\n";
       return kExitBug;
     }
   }

@@ -4,27 +4,29 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
+#include <unistd.h>
 
+#include "base/file_io.h"
 #include "io/fx.h"
 
 namespace cleave::io {
 
 Expected<ModelFormat> detectModelFormat(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    return Error(ErrorCode::InvalidArgument) << "'" << path << "' is a directory, not a model";
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (!file)
-    return Error(ErrorCode::NotFound) << "cannot open '" << path << "': " << std::strerror(errno);
-  int c;
-  do {
-    c = std::fgetc(file);
-  } while (c != EOF && std::isspace(c));
-  std::fclose(file);
-  if (c == EOF)
-    return Error(ErrorCode::ParseError) << "'" << path << "' is empty";
-  return c == '{' ? ModelFormat::FxJson : ModelFormat::Onnx;
+  CLEAVE_TRY(RegularFile file, RegularFile::open(path));
+  // The first non-blank byte decides: '{' starts FX-graph JSON, anything else is ONNX protobuf.
+  char buffer[4096];
+  while (true) {
+    ssize_t got = ::read(file.fd(), buffer, sizeof buffer);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0)
+      return Error(ErrorCode::IoError) << "cannot read '" << path << "': " << std::strerror(errno);
+    if (got == 0)
+      return Error(ErrorCode::ParseError) << "'" << path << "' is empty";
+    for (ssize_t i = 0; i < got; ++i)
+      if (!std::isspace(static_cast<unsigned char>(buffer[i])))
+        return buffer[i] == '{' ? ModelFormat::FxJson : ModelFormat::Onnx;
+  }
 }
 
 Expected<ir::Graph> loadModel(const std::string& path, const OnnxReadOptions& options) {

@@ -276,8 +276,16 @@ Expected<TensorMap> randomInputs(const ir::Graph& graph, std::uint64_t seed, std
   TensorMap inputs;
   for (ir::NodeId node : graph.inputNodes()) {
     ir::ValueId value = graph.outputs(node)[0];
-    CLEAVE_TRY(at::Tensor tensor, randomTensor(graph, value, seed, intHigh, dimOverrides));
-    inputs[std::string(graph.valueName(value))] = std::move(tensor);
+    Expected<at::Tensor> tensor = Error(ErrorCode::InvalidArgument);
+    try { // a declared shape can ask for more memory than the machine has
+      tensor = randomTensor(graph, value, seed, intHigh, dimOverrides);
+    } catch (const c10::Error& e) {
+      return Error(ErrorCode::InvalidArgument) << "cannot make random input '" << graph.valueName(value)
+                                               << "': " << e.what_without_backtrace();
+    }
+    if (!tensor)
+      return std::move(tensor.error());
+    inputs[std::string(graph.valueName(value))] = std::move(*tensor);
   }
   return inputs;
 }

@@ -113,7 +113,7 @@ class BadInput(TempDirTest):
         cases = [({"devices": []}, "no devices"),
                  ({"devices": [{"logical_id": 0, "available_mem_bytes": 10}, {"logical_id": 0, "available_mem_bytes": 10}]},
                   "repeats logical id 0"),
-                 ({"devices": [{"logical_id": 0, "available_mem_bytes": -5}]}, "must be positive"),
+                 ({"devices": [{"logical_id": 0, "available_mem_bytes": -5}]}, "available_mem_bytes: expected an integer in [1, "),
                  ({"devices": [{"logical_id": 0, "available_mem_bytes": 10}], "transfer_rate_bytes_per_sec": [[1, 2]]},
                   "needs 1 numbers"),
                  ({"devices": [{"logical_id": 0, "available_mem_bytes": 10, "profile": "missing.json"}]}, "missing.json"),

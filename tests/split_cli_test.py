@@ -63,7 +63,7 @@ class Split(TempDirTest):
         args = ["split", os.path.join(EXAMPLES, "cnn.onnx"), "--profile", GPU, "--plan-only"]
         run(*args, "-o", self.path("a"), check=True)
         run(*args, "-o", self.path("b"), check=True)
-        self.assertEqual(sorted(os.listdir(self.path("a"))), ["plan.json", "report.json", "report.txt"])
+        self.assertEqual(sorted(os.listdir(self.path("a"))), [".cleave-output", "plan.json", "report.json", "report.txt"])
         for name in os.listdir(self.path("a")):
             self.assertEqual(open(self.path(f"a/{name}")).read().replace(self.path("a"), ""),
                              open(self.path(f"b/{name}")).read().replace(self.path("b"), ""))
