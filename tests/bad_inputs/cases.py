@@ -389,7 +389,7 @@ CASES = [
          r"finite non-negative"),
     Case("latency-json", "wrong-type", both(example("cnn.onnx"), profile(DEVICES_OK, "d.json"), profile('{"/stem/Conv": 3}', "lat.json")),
          ["partition", CNN, "--devices", "{models}/d.json", "--mode", "cost_aware", "--latency", "{models}/lat.json"],
-         r"lat\.json: stem: needs numbers"),
+         r"lat\.json: /stem/Conv: needs numbers"),
     Case("aot-json", "unknown-device", both(example("cnn.onnx"), profile(DEVICES_OK, "d.json"),
                                             profile('{"node_to_partition": {}, "partition_to_logical_devices": {"0": [7]}}', "aot.json")),
          ["partition", CNN, "--devices", "{models}/d.json", "--mode", "aot_based", "--aot", "{models}/aot.json"],
