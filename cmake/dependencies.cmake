@@ -22,6 +22,10 @@ cleave_require(ONNX libonnx-dev)
 cleave_require(nlohmann_json nlohmann-json3-dev 3)
 cleave_require(CLI11 libcli11-dev)
 
+if(CLEAVE_FUZZ) # the fuzz build has no runtime
+  return()
+endif()
+
 # The runtime's libtorch. CLEAVE_TORCH_DIR may point at another libtorch's CMake config (e.g. a
 # CUDA-enabled one inside a pip PyTorch: python -c 'import torch; print(torch.utils.cmake_prefix_path)').
 set(CLEAVE_TORCH_DIR "" CACHE PATH "directory holding TorchConfig.cmake (default: the system's)")

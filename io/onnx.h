@@ -38,6 +38,10 @@ inline constexpr std::int64_t kMaxOnnxOpset = 18;
 // dims, sizes that overflow 64 bits, external data outside the model's folder), InvalidGraph (dangling
 // inputs, duplicate names, cycles).
 [[nodiscard]] Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& options = {});
+// The same from bytes in memory (tests, fuzzing); `name` stands in for the path, and external data
+// resolves against the working directory's folder of `name`.
+[[nodiscard]] Expected<ir::Graph> readOnnxBytes(std::string_view bytes, const std::string& name,
+                                                const OnnxReadOptions& options = {});
 
 // A subgraph attribute (a serialized GraphProto: a Loop or If body) as a graph of its own. Its
 // inputs are the body's inputs followed by `outerValues` (the outer-scope values it reads, the

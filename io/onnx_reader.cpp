@@ -393,6 +393,59 @@ Status OnnxScanner::declareTypes() {
   return {};
 }
 
+// What onnx's shape inference (1.12) assumes of a model and dereferences a null pointer on when
+// it does not hold (both found by fuzzing), checked before it runs:
+//  - every value a node (or a node of a subgraph body) reads is defined in its graph or an
+//    enclosing one (in any order: the builder sorts);
+//  - every tensor (initializers, attribute tensors such as Constant's value) and every declared
+//    tensor type has a known data type.
+// O(nodes + attributes + declared values), subgraphs included.
+Status checkKnownDataType(int code, const std::string& what) {
+  if (code == onnx::TensorProto::UNDEFINED || !onnx::TensorProto_DataType_IsValid(code))
+    return Error(ErrorCode::ParseError) << what << " has unknown data type " << code;
+  return {};
+}
+
+Status checkDeclaredTypes(const google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>& values) {
+  for (const onnx::ValueInfoProto& value : values)
+    if (value.type().has_tensor_type() && value.type().tensor_type().has_elem_type())
+      CLEAVE_CHECK(checkKnownDataType(value.type().tensor_type().elem_type(), "value '" + value.name() + "'"));
+  return {};
+}
+
+Status checkBeforeInference(const onnx::GraphProto& graph, std::unordered_set<std::string> defined) {
+  CLEAVE_CHECK(checkDeclaredTypes(graph.input()));
+  CLEAVE_CHECK(checkDeclaredTypes(graph.output()));
+  CLEAVE_CHECK(checkDeclaredTypes(graph.value_info()));
+  for (const onnx::TensorProto& initializer : graph.initializer())
+    CLEAVE_CHECK(checkKnownDataType(initializer.data_type(), "initializer '" + initializer.name() + "'"));
+  for (const auto& input : graph.input())
+    defined.insert(input.name());
+  for (const auto& initializer : graph.initializer())
+    defined.insert(initializer.name());
+  for (const onnx::NodeProto& node : graph.node())
+    for (const std::string& output : node.output())
+      defined.insert(output);
+  for (const onnx::NodeProto& node : graph.node()) {
+    for (const std::string& input : node.input())
+      if (!input.empty() && !defined.count(input))
+        return Error(ErrorCode::InvalidGraph) << "node '" << node.name() << "' (" << node.op_type() << ") reads '"
+                                              << input << "', which no node, input or initializer defines";
+    for (const onnx::AttributeProto& attr : node.attribute()) {
+      std::string what = "attribute '" + attr.name() + "' of node '" + node.name() + "'";
+      if (attr.has_t())
+        CLEAVE_CHECK(checkKnownDataType(attr.t().data_type(), what));
+      for (const onnx::TensorProto& tensor : attr.tensors())
+        CLEAVE_CHECK(checkKnownDataType(tensor.data_type(), what));
+      if (attr.has_g())
+        CLEAVE_CHECK(checkBeforeInference(attr.g(), defined));
+      for (const onnx::GraphProto& body : attr.graphs())
+        CLEAVE_CHECK(checkBeforeInference(body, defined));
+    }
+  }
+  return {};
+}
+
 // Runs onnx shape inference on a protobuf copy of the model and declares what it found. The
 // model's own bytes stay untouched: inference also writes into subgraph bodies, and those
 // attributes must be written back exactly as they were read.
@@ -400,6 +453,7 @@ Status OnnxScanner::declareInferredTypes() {
   onnx::ModelProto model;
   if (!model.ParseFromArray(file_->bytes().data(), static_cast<int>(file_->bytes().size())))
     return corrupt("the model");
+  CLEAVE_CHECK(checkBeforeInference(model.graph(), {}));
   try {
     onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
                                        onnx::ShapeInferenceOptions{false, 0, /*enable_data_propagation=*/true});
@@ -716,8 +770,9 @@ Expected<ir::GraphBuilder> OnnxScanner::scan() {
 
 } // namespace
 
-Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& options) {
-  CLEAVE_TRY(std::shared_ptr<const MappedFile> file, MappedFile::open(path));
+namespace {
+Expected<ir::Graph> readMappedOnnx(const std::shared_ptr<const MappedFile>& file, const OnnxReadOptions& options) {
+  const std::string& path = file->path();
   Expected<ir::GraphBuilder> builder = OnnxScanner(file, options).scan();
   // A node output without a declared type: scan again with onnx's inferred types. Models that
   // need this (typical framework exports) are small next to the ones that do not.
@@ -733,6 +788,17 @@ Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& opt
   if (!graph)
     return std::move(graph.error().withContext(path));
   return graph;
+}
+} // namespace
+
+Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& options) {
+  CLEAVE_TRY(std::shared_ptr<const MappedFile> file, MappedFile::open(path));
+  return readMappedOnnx(file, options);
+}
+
+Expected<ir::Graph> readOnnxBytes(std::string_view bytes, const std::string& name, const OnnxReadOptions& options) {
+  CLEAVE_TRY(std::shared_ptr<const MappedFile> file, MappedFile::fromBytes(name, bytes));
+  return readMappedOnnx(file, options);
 }
 
 Expected<ir::Graph> readOnnxSubgraph(std::string_view graphProtoBytes, const std::vector<std::string>& outerValues,

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <sstream>
 
-#include "base/checked_math.h"
 #include "base/file_io.h"
 #include "base/json.h"
+#include "io/tensor_file.h"
 
 namespace cleave::runtime {
 
@@ -49,30 +49,8 @@ ir::DType dtypeOf(at::ScalarType type) {
   }
 }
 
-std::string_view jsonDtypeName(at::ScalarType type) {
-  switch (type) {
-  case at::kFloat: return "float32";
-  case at::kDouble: return "float64";
-  case at::kHalf: return "float16";
-  case at::kLong: return "int64";
-  case at::kInt: return "int32";
-  case at::kShort: return "int16";
-  case at::kChar: return "int8";
-  case at::kByte: return "uint8";
-  case at::kBool: return "bool";
-  default: return "";
-  }
-}
 
 namespace {
-std::optional<at::ScalarType> parseJsonDtype(std::string_view name) {
-  for (at::ScalarType type : {at::kFloat, at::kDouble, at::kHalf, at::kLong, at::kInt, at::kShort, at::kChar,
-                              at::kByte, at::kBool})
-    if (jsonDtypeName(type) == name)
-      return type;
-  return std::nullopt;
-}
-
 at::Tensor fromBytes(const void* data, std::size_t bytes, std::vector<std::int64_t> dims, at::ScalarType type) {
   at::Tensor tensor = at::empty(dims, at::TensorOptions().dtype(type));
   if (bytes)
@@ -137,77 +115,30 @@ Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& 
   return tensor;
 }
 
-namespace {
-Expected<TensorMap> tensorsFromJson(const nlohmann::json& doc, const std::string& path) {
-  if (!doc.is_object())
-    return Error(ErrorCode::ParseError) << path << ": expected a JSON object of tensors";
+Expected<TensorMap> readTensorFile(const std::string& path) {
+  CLEAVE_TRY(std::string text, readFile(path));
+  CLEAVE_TRY(std::vector<io::TensorFileEntry> entries, io::parseTensorFile(text, path));
   TensorMap tensors;
-  for (auto& [name, spec] : doc.items()) {
-    auto fail = [&](const std::string& what) { return Error(ErrorCode::ParseError) << path << ": '" << name << "': " << what; };
-    if (!spec.is_object() || !spec.contains("dtype") || !spec.contains("dims") || !spec.contains("data"))
-      return fail("needs dtype, dims and data");
-    std::optional<at::ScalarType> type = spec["dtype"].is_string() ? parseJsonDtype(spec["dtype"].get<std::string>())
-                                                                   : std::nullopt;
-    if (!type)
-      return fail("unknown dtype " + toJsonText(spec["dtype"]));
-    std::vector<std::int64_t> dims;
-    if (!spec["dims"].is_array())
-      return fail("dims must be an array of non-negative integers");
-    for (const auto& d : spec["dims"]) {
-      Expected<std::int64_t> dim = jsonInteger(d, path, "'" + name + "'.dims", 0, INT64_MAX);
-      if (!dim)
-        return std::move(dim.error());
-      dims.push_back(*dim);
-    }
-    std::optional<std::int64_t> count = checkedProduct(dims);
-    if (!count)
-      return fail("dims overflow: the element count does not fit in 64 bits");
-    std::int64_t elements = *count;
-    const auto& data = spec["data"];
-    if (!data.is_array() || static_cast<std::int64_t>(data.size()) != elements)
-      return fail("data has " + std::to_string(data.is_array() ? data.size() : 0) + " values, dims need " +
-                  std::to_string(elements));
-    std::vector<double> values;
-    values.reserve(data.size());
-    for (const auto& v : data) {
-      if (v.is_boolean())
-        values.push_back(v.get<bool>() ? 1.0 : 0.0);
-      else if (v.is_number())
-        values.push_back(v.get<double>());
+  for (io::TensorFileEntry& entry : entries) {
+    CLEAVE_TRY(at::ScalarType type, scalarTypeOf(entry.dtype));
+    try {
+      if (entry.dtype == ir::DType::I64)
+        tensors[entry.name] = at::from_blob(entry.ints.data(), entry.dims, at::TensorOptions().dtype(at::kLong)).clone();
       else
-        return fail("data must be numbers");
-    }
-    if (*type == at::kLong) { // doubles lose int64 precision past 2^53: read integers exactly
-      std::vector<std::int64_t> ints;
-      for (const auto& v : data)
-        if (v.is_number_integer() || v.is_boolean()) {
-          ints.push_back(v.is_boolean() ? v.get<bool>() : v.get<std::int64_t>());
-        } else {
-          double d = v.get<double>();
-          if (!(d >= -9.2e18 && d <= 9.2e18)) // NaN, inf or out of int64's range
-            return fail("int64 data holds " + toJsonText(v) + ", which is not an int64");
-          ints.push_back(static_cast<std::int64_t>(d));
-        }
-      tensors[name] = at::from_blob(ints.data(), dims, at::TensorOptions().dtype(at::kLong)).clone();
-    } else {
-      tensors[name] = at::from_blob(values.data(), dims, at::TensorOptions().dtype(at::kDouble)).to(*type).clone();
+        tensors[entry.name] =
+            at::from_blob(entry.values.data(), entry.dims, at::TensorOptions().dtype(at::kDouble)).to(type).clone();
+    } catch (const c10::Error& e) {
+      return Error(ErrorCode::InvalidArgument) << path << ": '" << entry.name << "': " << e.what_without_backtrace();
     }
   }
   return tensors;
-}
-} // namespace
-
-Expected<TensorMap> readTensorFile(const std::string& path) {
-  CLEAVE_TRY(std::string text, readFile(path));
-  CLEAVE_TRY(nlohmann::json doc, parseJsonInput(text, path));
-  return guardJson(path, [&]() { return tensorsFromJson(doc, path); });
 }
 
 Expected<std::string> formatTensorFile(const TensorMap& tensors) {
   nlohmann::json doc = nlohmann::json::object();
   for (const auto& [name, original] : tensors) {
     at::Tensor tensor = original.to(at::kCPU).contiguous();
-    std::string_view dtype = jsonDtypeName(tensor.scalar_type());
+    std::string_view dtype = io::tensorFileDtypeName(dtypeOf(tensor.scalar_type()));
     if (dtype.empty())
       return Error(ErrorCode::Unsupported) << "tensor '" << name << "' has dtype " << tensor.scalar_type()
                                            << ", which tensor files do not hold";

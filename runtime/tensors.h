@@ -21,7 +21,6 @@ using TensorMap = std::map<std::string, at::Tensor>;
 
 Expected<at::ScalarType> scalarTypeOf(ir::DType dtype);
 ir::DType dtypeOf(at::ScalarType type);
-std::string_view jsonDtypeName(at::ScalarType type);
 
 // A parameter's bytes as a tensor (copied out of the model file; owns its memory).
 Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param);

@@ -281,6 +281,11 @@ CASES = [
     # --- graph structure and opsets -----------------------------------------------------------
     Case("graph", "undefined-input", model(lambda: chain_model([helper.make_node("Relu", ["nowhere"], ["y"], name="r")])),
          ["inspect", M], r"nowhere"),
+    Case("graph", "undefined-input-inferred", model(lambda: helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["h"], name="r"), helper.make_node("Add", ["h", "nowhere"], ["y"], name="a")],
+        "g", [helper.make_tensor_value_info("x", 1, [4])], [helper.make_tensor_value_info("y", 1, [4])]),
+        opset_imports=[helper.make_opsetid("", 13)])),
+         ["inspect", M], r"node 'a' \(Add\) reads 'nowhere', which no node, input or initializer defines"),
     Case("graph", "cycle", model(lambda: chain_model([helper.make_node("Add", ["x", "b"], ["a"], name="p"),
                                                        helper.make_node("Relu", ["a"], ["b"], name="q"),
                                                        helper.make_node("Relu", ["a"], ["y"], name="r")])),
