@@ -42,16 +42,24 @@ std::string describe(const std::exception& e) {
       message = message.substr(1, close - 1) + ": " + message.substr(close + 2);
   return message;
 }
-} // namespace
 
-Expected<nlohmann::json> parseJsonInput(std::string_view text, std::string_view source) {
+template <typename Json> Expected<Json> parseBounded(std::string_view text, std::string_view source) {
   if (nestingDepth(text, kMaxJsonDepth) > kMaxJsonDepth)
     return Error(ErrorCode::ParseError) << source << ": JSON nested deeper than " << kMaxJsonDepth << " levels";
   try {
-    return nlohmann::json::parse(text);
+    return Json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     return Error(ErrorCode::ParseError) << source << ": invalid JSON: " << describe(e);
   }
+}
+} // namespace
+
+Expected<nlohmann::json> parseJsonInput(std::string_view text, std::string_view source) {
+  return parseBounded<nlohmann::json>(text, source);
+}
+
+Expected<nlohmann::ordered_json> parseOrderedJsonInput(std::string_view text, std::string_view source) {
+  return parseBounded<nlohmann::ordered_json>(text, source);
 }
 
 Error jsonReadError(const std::exception& e, std::string_view source) {

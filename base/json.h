@@ -29,6 +29,8 @@ inline constexpr int kMaxJsonDepth = 256;
 
 // Fails: ParseError (syntax, or nesting deeper than kMaxJsonDepth).
 Expected<nlohmann::json> parseJsonInput(std::string_view text, std::string_view source);
+// The same keeping every object's keys in file order (for readers that write the document back).
+Expected<nlohmann::ordered_json> parseOrderedJsonInput(std::string_view text, std::string_view source);
 
 // The Error for a nlohmann exception raised while reading `source`.
 Error jsonReadError(const std::exception& e, std::string_view source);

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/runtime_options.h"
+#include "plan/plan_file.h"
 #include "report/json_util.h"
 #include "runtime/microbatch.h"
 
@@ -37,7 +38,7 @@ int runRun(const Args& args, std::ostream& out, std::ostream& err) {
     err << "cleave run: usage error: --repeat must be at least 1\n";
     return kExitUsage;
   }
-  if (pipelined && !runtime::isPlanDirectory(path)) {
+  if (pipelined && !plan::isPlanDirectory(path)) {
     err << "cleave run: usage error: --pipeline runs a cut model directory (cleave pipeline -o DIR)\n";
     return kExitUsage;
   }

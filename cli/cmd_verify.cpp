@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/runtime_options.h"
+#include "plan/plan_file.h"
 #include "report/json_util.h"
 
 namespace cleave::cli {
@@ -24,7 +25,7 @@ int runVerify(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_flag("--json", json, "print a JSON report");
   if (int code = parseArguments(app, args, out, err); code >= 0)
     return code;
-  if (!runtime::isPlanDirectory(cutPath))
+  if (!plan::isPlanDirectory(cutPath))
     return reportError("cleave verify", Error(ErrorCode::NotFound) << cutPath << ": no plan.json (not a cut model)", err);
   RuntimeOptions reference = runtime;
   reference.backend = "aten-cpu";

@@ -167,6 +167,8 @@ Status checkUsers(const ir::Graph& graph, const json& nodes) {
   for (const json& entry : nodes) {
     std::string name = entry["name"].get<std::string>();
     ir::NodeId node = graph.findNode(name);
+    if (node == ir::NodeId{UINT32_MAX}) // renamed by the builder (an empty name)
+      return Error(ErrorCode::ParseError) << "node '" << name << "' is not in the graph under its own name";
     if (graph.kind(node) == ir::NodeKind::Output)
       continue;
     std::vector<std::string> expected = stringList(entry.value("users", json::array()));

@@ -115,50 +115,36 @@ Expected<ir::Graph> extractSubmodule(const ir::Graph& graph, const CutPlan& plan
   return std::move(builder).finish();
 }
 
-report::Json planJson(const ir::Graph& graph, const CutPlan& plan, const std::vector<Boundary>& boundaries,
+PlanFile describePlan(const ir::Graph& graph, const CutPlan& plan, const std::vector<Boundary>& boundaries,
                       const std::string& modelPath, const report::Json& extra, bool withFiles) {
-  report::Json out;
-  out["schema"] = kPlanSchema;
-  out["version"] = kPlanSchemaVersion;
-  out["kind"] = std::string(planKindName(plan.kind));
-  out["model"] = modelPath;
-  for (const auto& [key, value] : extra.items())
-    out[key] = value;
-  auto sourceOf = [&](ValueId value) -> report::Json {
+  PlanFile out;
+  out.kind = plan.kind;
+  out.model = modelPath;
+  out.extra = extra.is_object() ? extra : report::Json::object();
+  auto sourceOf = [&](ValueId value) -> std::string {
     std::uint32_t from = plan.submoduleOf[graph.producer(value)];
     if (from == kNoSubmodule && graph.kind(graph.producer(value)) == ir::NodeKind::Parameter)
       for (std::uint32_t s = 0; s < boundaries.size(); ++s) // a transmitted parameter: its owner
         if (std::find(boundaries[s].outputs.begin(), boundaries[s].outputs.end(), value) != boundaries[s].outputs.end())
-          return report::Json(plan.submodules[s].name);
-    return from == kNoSubmodule ? report::Json("input") : report::Json(plan.submodules[from].name);
+          return plan.submodules[s].name;
+    return from == kNoSubmodule ? "input" : plan.submodules[from].name;
   };
-  report::Json submodules = report::Json::array();
   for (std::uint32_t s = 0; s < plan.submodules.size(); ++s) {
     const Submodule& sub = plan.submodules[s];
-    report::Json entry;
-    entry["name"] = sub.name;
-    entry["is_acc"] = sub.isAcc;
+    PlanFileSubmodule& entry = out.submodules.emplace_back();
+    entry.name = sub.name;
+    entry.isAcc = sub.isAcc;
     if (withFiles && graph.modelInfo().format != ir::SourceFormat::Fx)
-      entry["file"] = sub.name + ".onnx";
-    report::Json inputs = report::Json::array();
+      entry.file = sub.name + ".onnx";
     for (ValueId value : boundaries[s].inputs)
-      inputs.push_back({{"value", std::string(graph.valueName(value))}, {"from", sourceOf(value)}});
-    entry["inputs"] = std::move(inputs);
-    report::Json outputs = report::Json::array();
+      entry.inputs.push_back({std::string(graph.valueName(value)), sourceOf(value)});
     for (ValueId value : boundaries[s].outputs)
-      outputs.push_back(std::string(graph.valueName(value)));
-    entry["outputs"] = std::move(outputs);
-    report::Json nodes = report::Json::array();
+      entry.outputs.emplace_back(graph.valueName(value));
     for (NodeId node : sub.nodes)
-      nodes.push_back(std::string(graph.name(node)));
-    entry["nodes"] = std::move(nodes);
-    submodules.push_back(std::move(entry));
+      entry.nodes.emplace_back(graph.name(node));
   }
-  out["submodules"] = std::move(submodules);
-  report::Json outputs = report::Json::array();
   for (ValueId value : graph.graphOutputs())
-    outputs.push_back({{"value", std::string(graph.valueName(value))}, {"from", sourceOf(value)}});
-  out["outputs"] = std::move(outputs);
+    out.outputs.push_back({std::string(graph.valueName(value)), sourceOf(value)});
   return out;
 }
 
@@ -185,8 +171,9 @@ Status materialize(const ir::Graph& graph, const CutPlan& plan, const std::strin
   std::vector<Boundary> boundaries = computeBoundaries(graph, plan, options.transmitted);
   const std::string& staging = out.stagingPath();
   bool fx = graph.modelInfo().format == ir::SourceFormat::Fx;
-  report::Json json = planJson(graph, plan, boundaries, modelPath, extra, options.writeSubmodels);
-  CLEAVE_CHECK(writeFileAtomically(staging + "/plan.json", report::dumpJson(json)));
+  PlanFile described = describePlan(graph, plan, boundaries, modelPath, extra, options.writeSubmodels);
+  CLEAVE_CHECK(verifyPlanFile(described));
+  CLEAVE_CHECK(writeFileAtomically(staging + "/plan.json", formatPlanFile(described)));
   if (fx)
     CLEAVE_CHECK(writeFileAtomically(staging + "/assignment.json", assignmentJson(graph, plan)));
   else if (options.writeSubmodels)

@@ -17,6 +17,7 @@
 #include "base/output_directory.h"
 #include "ir/graph.h"
 #include "plan/plan.h"
+#include "plan/plan_file.h"
 #include "report/json_util.h"
 
 namespace cleave::plan {
@@ -37,11 +38,10 @@ std::vector<Boundary> computeBoundaries(const ir::Graph& graph, const CutPlan& p
                                                    std::uint32_t submodule,
                                                    const IdVector<ir::ValueId, ir::ValueType>* types = nullptr);
 
-// plan.json: schema "cleave.plan" version 1. `extra` is merged in at the top level (settings,
-// summary of the pass).
-report::Json planJson(const ir::Graph& graph, const CutPlan& plan,
-                      const std::vector<Boundary>& boundaries, const std::string& modelPath,
-                      const report::Json& extra, bool withFiles);
+// What plan.json says of this plan (plan/plan_file.h writes it). `extra` is kept at the top level
+// (settings, summary of the pass).
+PlanFile describePlan(const ir::Graph& graph, const CutPlan& plan, const std::vector<Boundary>& boundaries,
+                      const std::string& modelPath, const report::Json& extra, bool withFiles);
 
 struct MaterializeOptions {
   bool writeSubmodels = true;          // false: plan.json and reports only (--plan-only)
@@ -60,7 +60,5 @@ struct MaterializeOptions {
                                  const std::string& modelPath, OutputDirectory& out,
                                  const report::Json& extra, const MaterializeOptions& options);
 
-inline constexpr const char* kPlanSchema = "cleave.plan";
-inline constexpr int kPlanSchemaVersion = 1;
 
 } // namespace cleave::plan

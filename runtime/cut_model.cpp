@@ -1,61 +1,34 @@
 #include "runtime/cut_model.h"
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <set>
 
 #include "base/file_io.h"
-#include "base/json.h"
 #include "io/onnx.h"
+#include "plan/plan_file.h"
 
 namespace cleave::runtime {
 
-bool isPlanDirectory(const std::string& path) {
-  return std::filesystem::is_directory(path) && std::filesystem::exists(std::filesystem::path(path) / "plan.json");
-}
-
 Expected<CutModel> CutModel::load(const std::string& dir, const Backend& acc, const Backend& cpu) {
-  std::string planPath = (std::filesystem::path(dir) / "plan.json").string();
-  CLEAVE_TRY(std::string text, readFile(planPath));
-  CLEAVE_TRY(nlohmann::json plan, parseJsonInput(text, planPath));
-  return guardJson(planPath, [&]() { return fromPlan(plan, dir, planPath, acc, cpu); });
-}
-
-Expected<CutModel> CutModel::fromPlan(const nlohmann::json& plan, const std::string& dir, const std::string& planPath,
-                                      const Backend& acc, const Backend& cpu) {
-  if (!plan.is_object() || plan.value("schema", "") != "cleave.plan" ||
-      !plan.contains("submodules") || !plan["submodules"].is_array())
-    return Error(ErrorCode::ParseError) << planPath << ": not a cleave plan";
-  bool partition = plan.value("kind", "") == "partition";
+  CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(dir));
   CutModel model;
-  std::set<std::string> available;
-  for (const auto& sub : plan["submodules"]) {
-    Step step;
-    step.name = sub.value("name", "");
-    if (!sub.contains("file"))
-      return Error(ErrorCode::ParseError) << planPath << ": submodule '" << step.name
+  std::set<std::string> graphInputs;
+  for (const plan::PlanFileSubmodule& sub : planFile.submodules) {
+    if (sub.file.empty())
+      return Error(ErrorCode::ParseError) << dir << ": submodule '" << sub.name
                                           << "' has no model file (FX plans are applied with tools/cleave_fx.py)";
-    for (const auto& input : sub["inputs"]) {
-      std::string value = input.value("value", "");
-      if (input.value("from", "") == "input") {
-        if (available.insert(value).second)
-          model.graphInputs_.push_back(value);
-      } else if (!available.count(value)) {
-        return Error(ErrorCode::InvalidGraph) << planPath << ": submodule '" << step.name << "' reads '" << value
-                                              << "', which no earlier submodule makes";
-      }
-      step.inputs.push_back(value);
+    Step step;
+    step.name = sub.name;
+    for (const plan::PlanFileInput& input : sub.inputs) {
+      if (input.from == "input" && graphInputs.insert(input.value).second)
+        model.graphInputs_.push_back(input.value);
+      step.inputs.push_back(input.value);
     }
-    for (const auto& output : sub["outputs"]) {
-      step.outputs.push_back(output.get<std::string>());
-      available.insert(step.outputs.back());
-    }
-    CLEAVE_TRY(std::string file, resolveInsideFolder(dir, sub["file"].get<std::string>(),
-                                                     planPath + ": submodule '" + step.name + "' file"));
+    step.outputs = sub.outputs;
+    CLEAVE_TRY(std::string file, resolveInsideFolder(dir, sub.file, "submodule '" + sub.name + "' file"));
     CLEAVE_TRY(ir::Graph graph, io::readOnnx(file));
     step.graph = std::make_shared<const ir::Graph>(std::move(graph));
-    const Backend& backend = partition || sub.value("is_acc", false) ? acc : cpu;
+    const Backend& backend = planFile.runsOnAccelerator(sub) ? acc : cpu;
     step.backend = backend.name();
     Expected<std::unique_ptr<LoweredModule>> lowered = backend.lower(step.graph);
     if (!lowered)
@@ -63,8 +36,8 @@ Expected<CutModel> CutModel::fromPlan(const nlohmann::json& plan, const std::str
     step.module = std::move(*lowered);
     model.steps_.push_back(std::move(step));
   }
-  for (const auto& output : plan.value("outputs", nlohmann::json::array()))
-    model.outputs_.push_back(output.value("value", ""));
+  for (const plan::PlanFileInput& output : planFile.outputs)
+    model.outputs_.push_back(output.value);
   return model;
 }
 

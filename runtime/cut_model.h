@@ -5,7 +5,6 @@
 #pragma once
 
 #include <chrono>
-#include <nlohmann/json_fwd.hpp>
 #include <vector>
 
 #include "runtime/backend.h"
@@ -34,8 +33,6 @@ public:
   std::vector<const ir::Graph*> graphs() const;
 
 private:
-  static Expected<CutModel> fromPlan(const nlohmann::json& plan, const std::string& dir, const std::string& planPath,
-                                     const Backend& acc, const Backend& cpu);
   struct Step {
     std::string name, backend;
     std::shared_ptr<const ir::Graph> graph;
@@ -46,7 +43,5 @@ private:
   std::vector<std::string> graphInputs_, outputs_;
 };
 
-// True when DIR holds a plan.json.
-bool isPlanDirectory(const std::string& path);
 
 } // namespace cleave::runtime

@@ -3,12 +3,13 @@
 #include <chrono>
 
 #include "io/model_loader.h"
+#include "plan/plan_file.h"
 
 namespace cleave::runtime {
 
 Expected<Runnable> Runnable::open(const std::string& path, const Backend& acc, const Backend& cpu) {
   Runnable runnable;
-  if (isPlanDirectory(path)) {
+  if (plan::isPlanDirectory(path)) {
     CLEAVE_TRY(CutModel cut, CutModel::load(path, acc, cpu));
     runnable.cut_.emplace(std::move(cut));
     return runnable;

@@ -1,0 +1,145 @@
+#include "plan/plan_file.h"
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "base/file_io.h"
+#include "base/json.h"
+
+namespace cleave::plan {
+
+namespace {
+using json = nlohmann::ordered_json;
+
+std::optional<PlanKind> planKindFromName(std::string_view name) {
+  for (PlanKind kind : {PlanKind::Split, PlanKind::Partition, PlanKind::Pipeline})
+    if (planKindName(kind) == name)
+      return kind;
+  return std::nullopt;
+}
+
+bool isCoreKey(std::string_view key) {
+  return key == "schema" || key == "version" || key == "kind" || key == "model" || key == "submodules" ||
+         key == "outputs";
+}
+
+Expected<std::vector<PlanFileInput>> readInputs(const json& list) {
+  std::vector<PlanFileInput> inputs;
+  for (const json& entry : list)
+    inputs.push_back({entry.at("value").get<std::string>(), entry.at("from").get<std::string>()});
+  return inputs;
+}
+
+Expected<PlanFileSubmodule> readSubmodule(const json& entry, const std::string& dir, const std::string& source) {
+  PlanFileSubmodule sub;
+  sub.name = entry.at("name").get<std::string>();
+  sub.isAcc = entry.value("is_acc", false);
+  if (entry.contains("file")) {
+    sub.file = entry["file"].get<std::string>();
+    CLEAVE_TRY(std::string resolved, resolveInsideFolder(dir, sub.file, source + ": submodule '" + sub.name + "' file"));
+    (void)resolved;
+  }
+  CLEAVE_TRY(sub.inputs, readInputs(entry.at("inputs")));
+  sub.outputs = entry.at("outputs").get<std::vector<std::string>>();
+  sub.nodes = entry.value("nodes", std::vector<std::string>());
+  return sub;
+}
+
+Expected<PlanFile> readDocument(const json& doc, const std::string& dir, const std::string& source) {
+  if (!doc.is_object() || doc.value("schema", "") != kPlanSchema)
+    return Error(ErrorCode::ParseError) << source << ": not a cleave plan (schema '" << kPlanSchema << "' expected)";
+  if (!doc.contains("version") || !doc["version"].is_number_integer() || doc["version"].get<int>() != kPlanSchemaVersion)
+    return Error(ErrorCode::Unsupported) << source << ": plan schema version " << toJsonText(doc.value("version", json()))
+                                         << " is not supported (cleave reads version " << kPlanSchemaVersion << ")";
+  PlanFile plan;
+  std::string kind = doc.value("kind", std::string(planKindName(PlanKind::Split)));
+  std::optional<PlanKind> parsedKind = planKindFromName(kind);
+  if (!parsedKind)
+    return Error(ErrorCode::ParseError) << source << ": unknown plan kind '" << kind << "'";
+  plan.kind = *parsedKind;
+  plan.model = doc.value("model", "");
+  for (const auto& [key, value] : doc.items())
+    if (!isCoreKey(key))
+      plan.extra[key] = value;
+  if (!doc.contains("submodules") || !doc["submodules"].is_array())
+    return Error(ErrorCode::ParseError) << source << ": no 'submodules' list";
+  for (const json& entry : doc["submodules"]) {
+    CLEAVE_TRY(PlanFileSubmodule sub, readSubmodule(entry, dir, source));
+    plan.submodules.push_back(std::move(sub));
+  }
+  CLEAVE_TRY(plan.outputs, readInputs(doc.value("outputs", json::array())));
+  if (Status verified = verifyPlanFile(plan); !verified)
+    return std::move(verified.error().withContext(source));
+  return plan;
+}
+
+report::Json inputsJson(const std::vector<PlanFileInput>& inputs) {
+  report::Json list = report::Json::array();
+  for (const PlanFileInput& input : inputs)
+    list.push_back({{"value", input.value}, {"from", input.from}});
+  return list;
+}
+} // namespace
+
+Status verifyPlanFile(const PlanFile& plan) {
+  std::set<std::string> names;
+  std::map<std::string, std::set<std::string>> made; // submodule -> its outputs
+  for (const PlanFileSubmodule& sub : plan.submodules) {
+    if (sub.name.empty() || !names.insert(sub.name).second)
+      return Error(ErrorCode::InvalidGraph) << "submodule name '" << sub.name << "' is empty or repeated";
+    for (const PlanFileInput& input : sub.inputs)
+      if (input.from != "input" && !made[input.from].count(input.value))
+        return Error(ErrorCode::InvalidGraph) << "submodule '" << sub.name << "' reads '" << input.value << "' from '"
+                                              << input.from << "', which no earlier submodule of that name makes";
+    made[sub.name].insert(sub.outputs.begin(), sub.outputs.end());
+  }
+  for (const PlanFileInput& output : plan.outputs)
+    if (output.from != "input" && !made[output.from].count(output.value))
+      return Error(ErrorCode::InvalidGraph) << "output '" << output.value << "' comes from '" << output.from
+                                            << "', which does not make it";
+  return {};
+}
+
+Expected<PlanFile> parsePlanFile(std::string_view text, const std::string& dir, const std::string& source) {
+  CLEAVE_TRY(json doc, parseOrderedJsonInput(text, source));
+  return guardJson(source, [&]() { return readDocument(doc, dir, source); });
+}
+
+Expected<PlanFile> readPlan(const std::string& dir) {
+  std::string path = (std::filesystem::path(dir) / "plan.json").string();
+  CLEAVE_TRY(std::string text, readFile(path));
+  return parsePlanFile(text, dir, path);
+}
+
+std::string formatPlanFile(const PlanFile& plan) {
+  report::Json out;
+  out["schema"] = kPlanSchema;
+  out["version"] = kPlanSchemaVersion;
+  out["kind"] = std::string(planKindName(plan.kind));
+  out["model"] = plan.model;
+  for (const auto& [key, value] : plan.extra.items())
+    out[key] = value;
+  report::Json submodules = report::Json::array();
+  for (const PlanFileSubmodule& sub : plan.submodules) {
+    report::Json entry;
+    entry["name"] = sub.name;
+    entry["is_acc"] = sub.isAcc;
+    if (!sub.file.empty())
+      entry["file"] = sub.file;
+    entry["inputs"] = inputsJson(sub.inputs);
+    entry["outputs"] = sub.outputs;
+    entry["nodes"] = sub.nodes;
+    submodules.push_back(std::move(entry));
+  }
+  out["submodules"] = std::move(submodules);
+  out["outputs"] = inputsJson(plan.outputs);
+  return report::dumpJson(out);
+}
+
+bool isPlanDirectory(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) && std::filesystem::exists(std::filesystem::path(path) / "plan.json", ec);
+}
+
+} // namespace cleave::plan
