@@ -19,7 +19,7 @@ Expected<std::vector<double>> parseCosts(const std::string& text) {
   while (std::getline(in, item, ',')) {
     char* end = nullptr;
     double value = std::strtod(item.c_str(), &end);
-    if (item.empty() || *end != '\0' || value < 0)
+    if (item.empty() || *end != '\0' || !(value >= 0 && value <= 1e15)) // also NaN and inf
       return Error(ErrorCode::InvalidArgument) << "--costs '" << text << "': expected F,B[,I,W] non-negative numbers";
     costs.push_back(value);
   }
@@ -57,8 +57,11 @@ int runSchedule(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_flag("--comm", comm, "include the SEND/RECV actions");
   app.add_flag("--simulate", simulate, "time the schedule: makespan, bubble fraction, peak activations per rank");
   app.add_option("--costs", costsText, "per stage F,B or F,B,I,W time units for --simulate")->capture_default_str();
-  app.add_option("--transfer-latency", latency, "time per cross-rank transfer for --simulate")->capture_default_str();
+  app.add_option("--transfer-latency", latency, "time per cross-rank transfer for --simulate")
+      ->check(CLI::Range(0.0, 1e15))
+      ->capture_default_str();
   app.add_option("--activation-bytes", activationBytes, "activation bytes a microbatch holds per stage")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--svg", svgPath, "write the simulated timeline as SVG (implies --simulate)");
   app.add_flag("--json", json, "print a JSON report");

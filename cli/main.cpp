@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
       continue;
     try {
       return command.run(args, std::cout, std::cerr);
+    } catch (const std::bad_alloc&) { // an input asked for more memory than the machine has: not a bug
+      std::cerr << "cleave " << command.name << ": error: out of memory (the input needs more than this machine has)\n";
+      return kExitRejected;
     } catch (const std::exception& e) { // a bug: say so in one line instead of crashing
       std::string what = e.what();
       std::cerr << "cleave " << command.name << ": internal error: " << what.substr(0, what.find('\n')) << "\n";

@@ -279,10 +279,12 @@ const std::vector<FamilyInfo>& listFamilies() {
 }
 
 Expected<ir::Graph> generateFamily(std::string_view family, std::int64_t n, const FamilyOptions& options) {
-  if (n < 1)
-    return Error(ErrorCode::InvalidArgument) << "N must be at least 1, got " << n;
-  if (options.width < 0 || options.batch < 0)
-    return Error(ErrorCode::InvalidArgument) << "width and batch must be positive";
+  if (n < 1 || n > kMaxFamilyN)
+    return Error(ErrorCode::InvalidArgument) << "N must be in [1, " << kMaxFamilyN << "], got " << n;
+  for (std::int64_t size : {options.width, options.batch, options.heads, options.sequence})
+    if (size < 0 || size > kMaxFamilySize)
+      return Error(ErrorCode::InvalidArgument) << "width, batch, heads and sequence must be in [0, "
+                                               << kMaxFamilySize << "], got " << size;
   if (family == "chain") return chain(n, options);
   if (family == "wide") return wide(n, options);
   if (family == "linear_chain") return linearChain(n, options);

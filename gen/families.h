@@ -31,7 +31,12 @@ struct FamilyInfo {
 };
 const std::vector<FamilyInfo>& listFamilies();
 
-// Fails: InvalidArgument for an unknown family, N < 1 or bad sizes.
+// Sizes a family may be asked for (a million-node chain is N = 200,000), so a typo cannot ask for
+// hours of work; memory beyond the machine's is an allocation failure the CLI reports.
+inline constexpr std::int64_t kMaxFamilyN = 5'000'000;
+inline constexpr std::int64_t kMaxFamilySize = 65536; // width, heads, sequence, batch
+
+// Fails: InvalidArgument for an unknown family, N outside [1, kMaxFamilyN] or bad sizes.
 [[nodiscard]] Expected<ir::Graph> generateFamily(std::string_view family, std::int64_t n,
                                                  const FamilyOptions& options = {});
 

@@ -502,6 +502,21 @@ CASES = [
     Case("names", "non-utf8-split", both(raw(non_utf8_model()), example("profiles/gpu.json", "gpu.json")),
          ["split", M, "--profile", "{models}/gpu.json", "-o", "{work}/out"], "", exit=0, check=check_non_utf8_split),
 
+    # --- numbers on the command line -------------------------------------------------------------
+    Case("cli-numbers", "gen-huge-n", nothing, ["gen", "chain", "100000000000", "-o", "{work}/g.onnx"],
+         r"N must be in \[1, 5000000\]"),
+    Case("cli-numbers", "gen-huge-width", nothing, ["gen", "chain", "10", "--width", "100000000", "-o", "{work}/g.onnx"],
+         r"must be in \[0, 65536\]"),
+    Case("cli-numbers", "negative-transfer-latency", nothing,
+         ["schedule", "--stages", "4", "--microbatches", "4", "--transfer-latency", "-1", "--simulate"],
+         r"--transfer-latency: Value -1 not in range", exit=2),
+    Case("cli-numbers", "nan-costs", nothing, ["schedule", "--stages", "4", "--microbatches", "4", "--costs", "nan,1", "--simulate"],
+         r"--costs 'nan,1'"),
+    Case("cli-numbers", "huge-activation-bytes", nothing,
+         ["schedule", "--stages", "4", "--microbatches", "4", "--activation-bytes", "9223372036854775807", "--simulate"],
+         r"--activation-bytes: Value .* not in range", exit=2),
+    Case("cli-numbers", "negative-dim-override", example("cnn.onnx"), ["run", CNN, "--dim", "x=-1"], r"expected NAME=SIZE"),
+
     # --- usage -----------------------------------------------------------------------------------
     Case("usage", "unknown-flag", example("cnn.onnx"), ["inspect", CNN, "--frobnicate"], r"usage error", exit=2),
     Case("usage", "missing-profile", example("cnn.onnx"), ["split", CNN, "-o", "{work}/out"], r"usage error.*--profile", exit=2),
