@@ -145,6 +145,23 @@ PlanFile describePlan(const ir::Graph& graph, const CutPlan& plan, const std::ve
   }
   for (ValueId value : graph.graphOutputs())
     out.outputs.push_back({std::string(graph.valueName(value)), sourceOf(value)});
+  // Every value that crosses a seam, described once (first seen: submodule inputs in plan order,
+  // then their outputs, then the graph's outputs).
+  std::vector<std::uint8_t> described(graph.numValues(), 0);
+  auto describe = [&](ValueId value) {
+    if (!described[index(value)]) {
+      described[index(value)] = 1;
+      out.values.push_back(describeValue(graph, value));
+    }
+  };
+  for (const Boundary& boundary : boundaries) {
+    for (ValueId value : boundary.inputs)
+      describe(value);
+    for (ValueId value : boundary.outputs)
+      describe(value);
+  }
+  for (ValueId value : graph.graphOutputs())
+    describe(value);
   return out;
 }
 

@@ -21,7 +21,7 @@ std::optional<PlanKind> planKindFromName(std::string_view name) {
 
 bool isCoreKey(std::string_view key) {
   return key == "schema" || key == "version" || key == "kind" || key == "model" || key == "submodules" ||
-         key == "outputs";
+         key == "outputs" || key == "values";
 }
 
 Expected<std::vector<PlanFileInput>> readInputs(const json& list) {
@@ -44,6 +44,25 @@ Expected<PlanFileSubmodule> readSubmodule(const json& entry, const std::string& 
   sub.outputs = entry.at("outputs").get<std::vector<std::string>>();
   sub.nodes = entry.value("nodes", std::vector<std::string>());
   return sub;
+}
+
+PlanFileValue readValue(const json& entry) {
+  PlanFileValue value;
+  value.name = entry.at("name").get<std::string>();
+  value.kind = entry.at("kind").get<std::string>();
+  value.dtype = entry.value("dtype", "");
+  const json& shape = entry.value("shape", json());
+  value.rankKnown = shape.is_array();
+  for (const json& dim : value.rankKnown ? shape : json::array()) {
+    PlanFileDim& d = value.shape.emplace_back();
+    if (dim.is_string())
+      d.symbol = dim.get<std::string>();
+    else if (!dim.is_null())
+      d.extent = dim.get<std::int64_t>();
+  }
+  const json& bytes = entry.value("bytes", json());
+  value.bytes = bytes.is_null() ? -1 : bytes.get<std::int64_t>();
+  return value;
 }
 
 Expected<PlanFile> readDocument(const json& doc, const std::string& dir, const std::string& source) {
@@ -69,9 +88,31 @@ Expected<PlanFile> readDocument(const json& doc, const std::string& dir, const s
     plan.submodules.push_back(std::move(sub));
   }
   CLEAVE_TRY(plan.outputs, readInputs(doc.value("outputs", json::array())));
+  for (const json& entry : doc.value("values", json::array()))
+    plan.values.push_back(readValue(entry));
   if (Status verified = verifyPlanFile(plan); !verified)
     return std::move(verified.error().withContext(source));
   return plan;
+}
+
+report::Json valueJson(const PlanFileValue& value) {
+  report::Json out;
+  out["name"] = value.name;
+  out["kind"] = value.kind;
+  if (value.kind == "tensor") {
+    out["dtype"] = value.dtype;
+    if (value.rankKnown) {
+      report::Json shape = report::Json::array();
+      for (const PlanFileDim& dim : value.shape)
+        shape.push_back(dim.extent >= 0 ? report::Json(dim.extent)
+                                        : dim.symbol.empty() ? report::Json(nullptr) : report::Json(dim.symbol));
+      out["shape"] = std::move(shape);
+    } else {
+      out["shape"] = nullptr;
+    }
+  }
+  out["bytes"] = value.bytes >= 0 ? report::Json(value.bytes) : report::Json(nullptr);
+  return out;
 }
 
 report::Json inputsJson(const std::vector<PlanFileInput>& inputs) {
@@ -81,6 +122,21 @@ report::Json inputsJson(const std::vector<PlanFileInput>& inputs) {
   return list;
 }
 } // namespace
+
+PlanFileValue describeValue(const ir::Graph& graph, ir::ValueId value) {
+  PlanFileValue out;
+  out.name = graph.valueName(value);
+  out.kind = ir::valueKindName(graph.valueKind(value));
+  if (graph.valueKind(value) == ir::ValueKind::Tensor) {
+    out.dtype = ir::dtypeName(graph.dtype(value));
+    out.rankKnown = graph.rankKnown(value);
+    for (const ir::DimEntry& dim : out.rankKnown ? graph.dims(value) : std::span<const ir::DimEntry>())
+      out.shape.push_back({dim.extent >= 0 ? dim.extent : -1,
+                           dim.extent < 0 && dim.symbol != 0 ? std::string(graph.symbolName(dim.symbol)) : ""});
+  }
+  out.bytes = graph.bytes(value);
+  return out;
+}
 
 Status verifyPlanFile(const PlanFile& plan) {
   std::set<std::string> names;
@@ -134,6 +190,12 @@ std::string formatPlanFile(const PlanFile& plan) {
   }
   out["submodules"] = std::move(submodules);
   out["outputs"] = inputsJson(plan.outputs);
+  if (!plan.values.empty()) {
+    report::Json values = report::Json::array();
+    for (const PlanFileValue& value : plan.values)
+      values.push_back(valueJson(value));
+    out["values"] = std::move(values);
+  }
   return report::dumpJson(out);
 }
 

@@ -32,6 +32,24 @@ struct PlanFileInput {
   friend bool operator==(const PlanFileInput&, const PlanFileInput&) = default;
 };
 
+// A value that crosses the plan's seams (a graph input, a boundary between submodules, a graph
+// output), described so that a consumer can allocate it without the model: what
+// report::valueJson writes.
+struct PlanFileDim {
+  std::int64_t extent = -1; // >= 0: static
+  std::string symbol;       // a named symbolic dim; neither: unknown
+  friend bool operator==(const PlanFileDim&, const PlanFileDim&) = default;
+};
+struct PlanFileValue {
+  std::string name;
+  std::string kind;  // "tensor", "sequence", ... (ir::valueKindName)
+  std::string dtype; // tensors: "f32", ... (ir::dtypeName)
+  bool rankKnown = false;
+  std::vector<PlanFileDim> shape;
+  std::int64_t bytes = -1; // -1: unknown
+  friend bool operator==(const PlanFileValue&, const PlanFileValue&) = default;
+};
+
 struct PlanFileSubmodule {
   std::string name;
   bool isAcc = false;
@@ -47,6 +65,7 @@ struct PlanFile {
   std::string model;
   std::vector<PlanFileSubmodule> submodules; // execution order
   std::vector<PlanFileInput> outputs;        // the graph's outputs and where each comes from
+  std::vector<PlanFileValue> values;         // every value named above, once, in first-seen order
   report::Json extra = report::Json::object(); // other top-level keys, in file order
   // Whether `submodule` runs on the accelerator side of a run: accelerator submodules of a split,
   // every partition of a partition plan.
@@ -55,6 +74,9 @@ struct PlanFile {
   }
   friend bool operator==(const PlanFile&, const PlanFile&) = default;
 };
+
+// The description of `value` for plan.json.
+PlanFileValue describeValue(const ir::Graph& graph, ir::ValueId value);
 
 // Fails: InvalidGraph naming the submodule and value that break the guarantees above.
 [[nodiscard]] Status verifyPlanFile(const PlanFile& plan);

@@ -47,6 +47,12 @@ TEST(PlanFile, RoundTripsForEveryKind) {
     const PlanFileSubmodule& last = back->submodules[2];
     EXPECT_EQ(last.inputs.size(), 2u); // b from s1, a from s0 (the skip)
     EXPECT_EQ(back->runsOnAccelerator(back->submodules[1]), kind == PlanKind::Partition);
+    // Self-describing: every value crossing a seam, with dtype, static shape and bytes.
+    ASSERT_EQ(back->values.size(), 4u); // x, a, b, c
+    EXPECT_EQ(back->values[0].name, "x");
+    EXPECT_EQ(back->values[0].dtype, "f32");
+    EXPECT_EQ(back->values[0].shape, (std::vector<PlanFileDim>{{4, ""}, {4, ""}}));
+    EXPECT_EQ(back->values[0].bytes, 64);
   }
 }
 
