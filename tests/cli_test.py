@@ -162,5 +162,29 @@ class Inspect(TempDirTest):
         self.assertOneLineError(code, err, "m.onnx.data")
         self.assertFalse(os.path.exists(self.path("inline.onnx")))
 
+class ConcurrentOutput(TempDirTest):
+    def test_concurrent_writers_to_one_output_directory(self):
+        """Four splits race to one -o DIR: each one either wins whole (exit 0) or says the
+        directory changed under it (exit 1); the survivor is complete and nothing is left over."""
+        import subprocess
+        from testlib import CLEAVE
+        out = self.path("out")
+        args = [CLEAVE, "split", os.path.join(EXAMPLES, "cnn.onnx"), "--profile",
+                os.path.join(EXAMPLES, "profiles", "gpu.json"), "-o", out]
+        procs = [subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+        self.assertTrue(any(code == 0 for code, _ in results), results)
+        for code, err in results:
+            self.assertIn(code, (0, 1), err)
+            if code == 1:
+                self.assertIn("changed while this run was writing it", err)
+        with open(os.path.join(out, ".cleave-output")) as f:
+            listed = sorted(f.read().splitlines()[1:])
+        self.assertEqual(listed, sorted(n for n in os.listdir(out) if n != ".cleave-output"))
+        with open(os.path.join(out, "plan.json")) as f:
+            json.load(f)
+        self.assertEqual(os.listdir(self.tmp), ["out"])  # no staging directory left behind
+
+
 if __name__ == "__main__":
     main()
