@@ -3,6 +3,7 @@
 #include "io/model_loader.h"
 #include "ir/analysis.h"
 #include "report/inspect_report.h"
+#include "runtime/kernel.h"
 
 namespace cleave::cli {
 
@@ -36,6 +37,8 @@ int runInspect(const Args& args, std::ostream& out, std::ostream& err) {
   }
   ir::GraphStats stats = ir::computeGraphStats(*graph);
   report::InspectOptions options{.includeNodes = nodes, .topOps = top};
+  if (graph->modelInfo().format == ir::SourceFormat::Onnx)
+    options.missingKernels = runtime::missingKernels(*graph);
   if (json)
     out << report::dumpJson(report::inspectJson(*graph, stats, path, options));
   else

@@ -29,12 +29,16 @@ struct OnnxReadOptions {
 };
 
 inline constexpr std::int64_t kMinOnnxOpset = 11;
+// Models of opsets 1 to 10 are brought to opset 11 on reading with libonnx's version converter
+// (ModelInfo::convertedFromOpset says so); older ones are refused.
+inline constexpr std::int64_t kMinConvertibleOpset = 1;
 // The newest ai.onnx opset whose semantics cleave knows (its runtime kernels follow opset 18's
 // changes); a newer model is refused rather than run with older semantics.
 inline constexpr std::int64_t kMaxOnnxOpset = 18;
 
 // Fails: NotFound (no such file), ParseError (not an ONNX protobuf, unknown dtype, bad external
-// data reference), Unsupported (opset below 11 or above 18, sparse initializers), InvalidArgument (negative
+// data reference), Unsupported (opset below 7 or above 18, an op the opset converter cannot
+// convert, sparse initializers), InvalidArgument (negative
 // dims, sizes that overflow 64 bits, external data outside the model's folder), InvalidGraph (dangling
 // inputs, duplicate names, cycles).
 [[nodiscard]] Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& options = {});

@@ -14,16 +14,15 @@
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
+#include <onnx/version_converter/convert.h>
 
-#include <csignal>
 #include <cstring>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <deque>
 #include <filesystem>
 #include <unordered_set>
 
 #include "base/file_io.h"
+#include "base/isolated_call.h"
 #include "base/mapped_file.h"
 #include "io/onnx.h"
 #include "io/protobuf_wire.h"
@@ -339,8 +338,9 @@ Status OnnxScanner::scanModel() {
     hasDefaultDomain = true;
     if (version < kMinOnnxOpset)
       return Error(ErrorCode::Unsupported) << "opset " << version
-                                           << " is not supported (cleave reads opset "
-                                           << kMinOnnxOpset << " and up)";
+                                           << " is not supported (cleave reads opset " << kMinConvertibleOpset
+                                           << " and up; " << kMinConvertibleOpset << " to " << kMinOnnxOpset - 1
+                                           << " through onnx's version converter)";
     if (version > kMaxOnnxOpset)
       return Error(ErrorCode::Unsupported) << "the model uses ai.onnx opset " << version
                                            << ", newer than the newest cleave knows (" << kMaxOnnxOpset << ")";
@@ -451,66 +451,21 @@ Status checkBeforeInference(const onnx::GraphProto& graph, std::unordered_set<st
 
 // onnx's shape inference (libonnx 1.12) also reads out of bounds on some malformed models that no
 // cheap check catches (found by fuzzing: an out-of-range int64 Constant feeding data
-// propagation). So it runs in a forked child with a time limit, and only the inferred value types
-// come back through a pipe: a crash or a hang there is a refused model, never a crashed cleave.
-// The child touches only `model` and the schema registry; it leaves with _exit (no atexit work).
+// propagation). So it runs isolated (base/isolated_call.h), and only the inferred value types
+// come back: a crash or a hang there is a refused model, never a crashed cleave.
 Expected<onnx::GraphProto> inferTypesIsolated(onnx::ModelProto& model) {
   (void)onnx::OpSchemaRegistry::Instance(); // initialized before the fork, not in the child
-  int channel[2];
-  if (::pipe(channel) != 0)
-    return Error(ErrorCode::IoError) << "cannot run onnx shape inference: pipe: " << std::strerror(errno);
-  pid_t child = ::fork();
-  if (child < 0) {
-    ::close(channel[0]);
-    ::close(channel[1]);
-    return Error(ErrorCode::IoError) << "cannot run onnx shape inference: fork: " << std::strerror(errno);
-  }
-  if (child == 0) {
-    ::close(channel[0]);
-    ::alarm(120);
-    std::string reply;
-    try {
-      onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
-                                         onnx::ShapeInferenceOptions{false, 0, /*enable_data_propagation=*/true});
-      onnx::GraphProto types;
-      *types.mutable_input() = model.graph().input();
-      *types.mutable_value_info() = model.graph().value_info();
-      *types.mutable_output() = model.graph().output();
-      reply = "T" + types.SerializeAsString();
-    } catch (const std::exception& e) {
-      reply = std::string("E") + e.what();
-    }
-    for (std::size_t done = 0; done < reply.size();) {
-      ssize_t put = ::write(channel[1], reply.data() + done, reply.size() - done);
-      if (put <= 0)
-        ::_exit(1);
-      done += static_cast<std::size_t>(put);
-    }
-    ::_exit(0);
-  }
-  ::close(channel[1]);
-  std::string reply;
-  char buffer[1 << 16];
-  for (ssize_t got; (got = ::read(channel[0], buffer, sizeof buffer)) != 0;) {
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got < 0)
-      break;
-    reply.append(buffer, static_cast<std::size_t>(got));
-  }
-  ::close(channel[0]);
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFSIGNALED(status) || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || reply.empty())
-    return Error(ErrorCode::ParseError) << "onnx shape inference "
-                                        << (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM ? "did not finish"
-                                                                                                : "crashed")
-                                        << " on this model (it is malformed)";
-  if (reply[0] == 'E')
-    return Error(ErrorCode::ParseError) << "onnx shape inference failed: " << reply.substr(1);
+  CLEAVE_TRY(std::string reply, runIsolated("onnx shape inference", [&]() {
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions{false, 0, /*enable_data_propagation=*/true});
+    onnx::GraphProto types;
+    *types.mutable_input() = model.graph().input();
+    *types.mutable_value_info() = model.graph().value_info();
+    *types.mutable_output() = model.graph().output();
+    return types.SerializeAsString();
+  }));
   onnx::GraphProto types;
-  if (!types.ParseFromArray(reply.data() + 1, static_cast<int>(reply.size() - 1)))
+  if (!types.ParseFromString(reply))
     return Error(ErrorCode::IoError) << "onnx shape inference: unreadable result";
   return types;
 }
@@ -834,8 +789,57 @@ Expected<ir::GraphBuilder> OnnxScanner::scan() {
 } // namespace
 
 namespace {
-Expected<ir::Graph> readMappedOnnx(const std::shared_ptr<const MappedFile>& file, const OnnxReadOptions& options) {
-  const std::string& path = file->path();
+// The model's ai.onnx opset, from the top-level opset_import fields alone (the graph is skipped),
+// or 0 when it names none.
+std::int64_t defaultOpsetOf(std::string_view model) {
+  std::int64_t opset = 0;
+  forEachField(model, [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
+    std::string_view text;
+    if (number != field::kOpsetImport || !(fine = readText(type, r, text)))
+      return false;
+    std::string_view domain;
+    std::int64_t version = 0;
+    forEachField(text, [&](std::uint32_t n, WireType t, WireReader& orr, bool& ok) {
+      if (n == field::kOpsetDomain)
+        return ok = readText(t, orr, domain), true;
+      std::uint64_t v;
+      if (n == field::kOpsetVersion && t == WireType::Varint && (ok = orr.readVarint(v)))
+        return version = static_cast<std::int64_t>(v), true;
+      return false;
+    });
+    if (domain.empty() || domain == "ai.onnx")
+      opset = version;
+    return true;
+  });
+  return opset;
+}
+
+// A model of opset kMinConvertibleOpset..kMinOnnxOpset-1 brought to kMinOnnxOpset with libonnx's
+// own version converter, as a model in memory under the same name (external data still resolves
+// against the model's folder). Other models come back as they are. Fails: Unsupported (the
+// converter has no adapter for one of the model's ops).
+Expected<std::shared_ptr<const MappedFile>> convertOldOpset(const std::shared_ptr<const MappedFile>& file,
+                                                           std::int64_t& originalOpset) {
+  originalOpset = defaultOpsetOf(file->bytes());
+  if (originalOpset < kMinConvertibleOpset || originalOpset >= kMinOnnxOpset)
+    return file;
+  onnx::ModelProto model;
+  if (!model.ParseFromArray(file->bytes().data(), static_cast<int>(file->bytes().size())))
+    return Error(ErrorCode::ParseError) << "not a valid ONNX model (protobuf parse failed: truncated or corrupt file?)";
+  (void)onnx::OpSchemaRegistry::Instance(); // initialized before the fork, not in the child
+  Expected<std::string> converted = runIsolated("onnx's version converter", [&]() {
+    return onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMinOnnxOpset)).SerializeAsString();
+  });
+  if (!converted)
+    return Error(ErrorCode::Unsupported) << "opset " << originalOpset << " cannot be converted to opset "
+                                         << kMinOnnxOpset << ": " << converted.error().message();
+  return MappedFile::fromBytes(file->path(), *converted);
+}
+
+Expected<ir::Graph> readMappedOnnx(std::shared_ptr<const MappedFile> file, const OnnxReadOptions& options) {
+  const std::string path = file->path();
+  std::int64_t originalOpset = 0;
+  CLEAVE_TRY(file, convertOldOpset(file, originalOpset));
   Expected<ir::GraphBuilder> builder = OnnxScanner(file, options).scan();
   // A node output without a declared type: scan again with onnx's inferred types. Models that
   // need this (typical framework exports) are small next to the ones that do not.
@@ -847,6 +851,8 @@ Expected<ir::Graph> readMappedOnnx(const std::shared_ptr<const MappedFile>& file
   }
   if (!builder)
     return std::move(builder.error().withContext(path));
+  if (originalOpset < kMinOnnxOpset)
+    builder->modelInfo().convertedFromOpset = originalOpset;
   Expected<ir::Graph> graph = std::move(*builder).finish();
   if (!graph)
     return std::move(graph.error().withContext(path));

@@ -85,6 +85,7 @@ struct ModelInfo {
   std::string producerName, producerVersion;
   std::vector<std::pair<std::string, std::string>> metadata;
   std::string sourcePath; // the file it was read from, for external data
+  std::int64_t convertedFromOpset = 0; // the ai.onnx opset the file had, when converted on reading
 };
 
 // A dimension in the flat dims array: extent >= 0, or a symbol id (0 = unnamed unknown).

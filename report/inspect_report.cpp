@@ -54,6 +54,8 @@ Json inspectJson(const ir::Graph& graph, const ir::GraphStats& stats, const std:
   for (const auto& [domain, version] : info.opsetImports)
     opsets[domain.empty() ? "ai.onnx" : domain] = version;
   out["opsets"] = std::move(opsets);
+  if (info.convertedFromOpset)
+    out["converted_from_opset"] = info.convertedFromOpset;
   out["nodes"] = stats.nodes;
   out["callable_nodes"] = stats.callableNodes;
   out["input_nodes"] = stats.inputs;
@@ -81,6 +83,8 @@ Json inspectJson(const ir::Graph& graph, const ir::GraphStats& stats, const std:
     ops[op.target] = op.count;
   }
   out["op_histogram"] = std::move(ops);
+  if (options.missingKernels)
+    out["runtime_missing_ops"] = *options.missingKernels;
   if (options.includeNodes) {
     Json nodes = Json::array();
     for (std::uint32_t n = 0; n < graph.numNodes(); ++n)
@@ -96,6 +100,8 @@ void printInspectText(const ir::Graph& graph, const ir::GraphStats& stats, const
   out << "model:       " << path << " (" << formatName(info.format);
   for (const auto& [domain, version] : info.opsetImports)
     out << ", opset " << (domain.empty() ? "ai.onnx" : domain) << " " << version;
+  if (info.convertedFromOpset)
+    out << " (converted from opset " << info.convertedFromOpset << ")";
   if (!info.producerName.empty())
     out << ", from " << info.producerName
         << (info.producerVersion.empty() ? "" : " " + info.producerVersion);
@@ -126,6 +132,14 @@ void printInspectText(const ir::Graph& graph, const ir::GraphStats& stats, const
       break;
     }
     out << "  " << std::left << std::setw(40) << op.target << std::right << std::setw(8) << op.count << "\n";
+  }
+  if (options.missingKernels) {
+    out << "runtime: ";
+    if (options.missingKernels->empty())
+      out << "a kernel for every op\n";
+    for (std::size_t i = 0; i < options.missingKernels->size(); ++i)
+      out << (i ? ", " : "no kernel for ") << (*options.missingKernels)[i]
+          << (i + 1 == options.missingKernels->size() ? "\n" : "");
   }
   if (options.includeNodes) {
     out << "\n";

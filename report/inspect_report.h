@@ -1,6 +1,7 @@
 // report/inspect_report.h - what `cleave inspect` prints, as text and as JSON.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -12,6 +13,8 @@ namespace cleave::report {
 struct InspectOptions {
   bool includeNodes = false; // one entry per node (JSON) or the IR text form (text)
   std::size_t topOps = 0;    // 0: every op type in the histogram
+  // Op targets the ATen runtime has no kernel for (ONNX models; the CLI asks the runtime), sorted.
+  std::optional<std::vector<std::string>> missingKernels;
 };
 
 Json inspectJson(const ir::Graph& graph, const ir::GraphStats& stats, const std::string& path,

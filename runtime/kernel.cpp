@@ -137,6 +137,19 @@ const KernelTable& kernelTable() {
   return table;
 }
 
+std::vector<std::string> missingKernels(const ir::Graph& graph) {
+  std::vector<std::string> missing;
+  const KernelTable& table = kernelTable();
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
+    ir::NodeId node{n};
+    if (graph.kind(node) == ir::NodeKind::Op && !table.find(graph.opDomain(node), graph.opType(node)))
+      missing.push_back(graph.target(node));
+  }
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  return missing;
+}
+
 std::int64_t normalizeAxis(std::int64_t axis, std::int64_t rank) {
   std::int64_t fixed = axis < 0 ? axis + rank : axis;
   if (fixed < 0 || fixed >= std::max<std::int64_t>(rank, 1))

@@ -100,6 +100,10 @@ private:
 
 const KernelTable& kernelTable();
 
+// The op targets of `graph` (ONNX op nodes, subgraph bodies not included) that have no kernel,
+// sorted and unique. O(nodes * log kernels).
+std::vector<std::string> missingKernels(const ir::Graph& graph);
+
 // Registration, one function per kernel file.
 void registerElementwiseKernels(KernelTable& table);
 void registerShapeKernels(KernelTable& table);

@@ -186,5 +186,26 @@ class ConcurrentOutput(TempDirTest):
         self.assertEqual(os.listdir(self.tmp), ["out"])  # no staging directory left behind
 
 
+class OpsetsAndKernels(TempDirTest):
+    DATA = "/usr/share/libonnx-testdata/data"
+
+    def test_old_opsets_are_converted_and_said_so(self):
+        model = os.path.join(self.DATA, "pytorch-operator", "test_operator_conv", "model.onnx")
+        code, out, err = run("inspect", model, "--json")
+        self.assertEqual(code, 0, err)
+        summary = json.loads(out)
+        self.assertEqual(summary["opsets"]["ai.onnx"], 11)
+        self.assertEqual(summary["converted_from_opset"], 6)
+        code, out, err = run("inspect", model)
+        self.assertIn("(converted from opset 6)", out)
+
+    def test_inspect_lists_ops_the_runtime_lacks(self):
+        code, out, err = run("inspect", os.path.join(self.DATA, "node", "test_lstm_defaults", "model.onnx"), "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(out)["runtime_missing_ops"], ["LSTM"])
+        code, out, err = run("inspect", os.path.join(EXAMPLES, "cnn.onnx"))
+        self.assertIn("runtime: a kernel for every op", out)
+
+
 if __name__ == "__main__":
     main()

@@ -289,7 +289,7 @@ CASES = [
     Case("graph", "inference-crash-isolated",
          lambda s: shutil.copy(os.path.join(SOURCE_DIR, "fuzz", "seeds", "onnx_reader", "out_of_range_constant_in_inference.onnx"),
                                s.path("m.onnx")),
-         ["inspect", M], r"onnx shape inference crashed on this model \(it is malformed\)"),
+         ["inspect", M], r"onnx shape inference crashed on this input \(signal 11; the input is malformed\)"),
     Case("graph", "cycle", model(lambda: chain_model([helper.make_node("Add", ["x", "b"], ["a"], name="p"),
                                                        helper.make_node("Relu", ["a"], ["b"], name="q"),
                                                        helper.make_node("Relu", ["a"], ["y"], name="r")])),
@@ -299,7 +299,7 @@ CASES = [
          ["inspect", M], r"'y'"),
     Case("graph", "output-not-produced", model(lambda: chain_model([helper.make_node("Relu", ["x"], ["z"], name="p")])),
          ["inspect", M], r"'y'"),
-    Case("graph", "opset-too-old", model(lambda: relu_model(opset=9)), ["inspect", M], r"opset 9 is not supported"),
+    Case("graph", "opset-too-old", model(lambda: relu_model(opset=0)), ["inspect", M], r"opset 0 is not supported"),
     Case("graph", "opset-too-new", model(lambda: relu_model(opset=999)), ["run", M],
          r"opset 999, newer than the newest cleave knows \(18\)"),
     Case("graph", "no-default-opset", model(lambda: helper.make_model(

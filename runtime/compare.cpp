@@ -1,0 +1,70 @@
+#include "runtime/compare.h"
+
+#include <sstream>
+
+namespace cleave::runtime {
+
+namespace {
+std::string formatIndex(const std::vector<std::int64_t>& index) {
+  std::ostringstream out;
+  out << "[";
+  for (std::size_t i = 0; i < index.size(); ++i)
+    out << (i ? "," : "") << index[i];
+  out << "]";
+  return out.str();
+}
+
+std::vector<std::int64_t> unflatten(std::int64_t flat, at::IntArrayRef sizes) {
+  std::vector<std::int64_t> index(sizes.size(), 0);
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    index[d] = sizes[d] ? flat % sizes[d] : 0;
+    flat = sizes[d] ? flat / sizes[d] : 0;
+  }
+  return index;
+}
+} // namespace
+
+Comparison compareTensors(const at::Tensor& actualIn, const at::Tensor& expectedIn, const AllClose& tolerance) {
+  Comparison result;
+  at::Tensor actual = actualIn.to(at::kCPU), expected = expectedIn.to(at::kCPU);
+  if (actual.sizes() != expected.sizes()) {
+    std::ostringstream out;
+    out << "shape " << actual.sizes() << ", expected " << expected.sizes();
+    return {false, out.str()};
+  }
+  if (actual.scalar_type() != expected.scalar_type()) {
+    std::ostringstream out;
+    out << "dtype " << actual.scalar_type() << ", expected " << expected.scalar_type();
+    return {false, out.str()};
+  }
+  if (actual.numel() == 0)
+    return result;
+  if (at::isComplexType(actual.scalar_type())) {
+    actual = at::view_as_real(actual.contiguous());
+    expected = at::view_as_real(expected.contiguous());
+  }
+  at::Tensor a = actual.to(at::kDouble).reshape({-1}), e = expected.to(at::kDouble).reshape({-1});
+  at::Tensor diff = (a - e).abs();
+  at::Tensor bound = tolerance.atol + tolerance.rtol * e.abs();
+  at::Tensor bothNan = a.isnan().logical_and(e.isnan());
+  at::Tensor sameInfinity = a.isinf().logical_and(a == e);
+  at::Tensor ok = (diff <= bound).logical_or(bothNan).logical_or(sameInfinity);
+  result.maxAbs = at::where(bothNan.logical_or(sameInfinity), at::zeros_like(diff), diff).max().item<double>();
+  if (ok.all().item<bool>())
+    return result;
+  at::Tensor excess = at::where(ok, at::full_like(diff, -1.0), at::where(diff.isnan(), at::full_like(diff, INFINITY),
+                                                                            diff - bound));
+  std::int64_t worst = excess.argmax().item<std::int64_t>();
+  result.equal = false;
+  result.worstIndex = unflatten(worst, actual.sizes());
+  std::ostringstream out;
+  out.precision(9);
+  out << "element " << formatIndex(result.worstIndex) << " is " << a[worst].item<double>() << ", expected "
+      << e[worst].item<double>() << " (|diff| " << diff[worst].item<double>() << " > atol " << tolerance.atol
+      << " + rtol " << tolerance.rtol << " * |expected|; " << (ok.logical_not().sum().item<std::int64_t>())
+      << " of " << a.numel() << " elements differ)";
+  result.message = out.str();
+  return result;
+}
+
+} // namespace cleave::runtime
