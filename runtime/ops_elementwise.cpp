@@ -56,12 +56,25 @@ void registerElementwiseKernels(KernelTable& t) {
   t.add("Cos", unary<at::cos>);
   t.add("Tan", unary<at::tan>);
   t.add("Atan", unary<at::atan>);
+  t.add("Asin", unary<at::asin>);
+  t.add("Acos", unary<at::acos>);
+  t.add("Sinh", unary<at::sinh>);
+  t.add("Cosh", unary<at::cosh>);
+  t.add("Asinh", unary<at::asinh>);
+  t.add("Acosh", unary<at::acosh>);
+  t.add("Atanh", unary<at::atanh>);
   t.add("Tanh", unary<at::tanh>);
   t.add("Sigmoid", unary<at::sigmoid>);
   t.add("Relu", unary<at::relu>, Layouts::DenseOrBlocked); // ATen runs it on either layout
   t.add("Softsign", [](KernelContext& c) -> Outputs { return {c.input(0) / (1 + at::abs(c.input(0)))}; });
   t.add("Not", unary<at::logical_not>);
   t.add("IsNaN", unary<at::isnan>);
+  t.add("IsInf", [](KernelContext& c) -> Outputs {
+    const at::Tensor& x = c.input(0);
+    bool negative = c.intAttr("detect_negative", 1) != 0, positive = c.intAttr("detect_positive", 1) != 0;
+    at::Tensor none = at::zeros_like(x, at::TensorOptions().dtype(at::kBool));
+    return {(negative ? at::isneginf(x) : none).logical_or(positive ? at::isposinf(x) : none)};
+  });
   t.add("Identity", [](KernelContext& c) -> Outputs { return {c.input(0)}; });
   t.add("Dropout", [](KernelContext& c) -> Outputs { // inference: identity, mask all true
     Outputs out{c.input(0)};
@@ -78,6 +91,16 @@ void registerElementwiseKernels(KernelTable& t) {
     return {gamma * at::where(x > 0, x, alpha * (at::exp(x) - 1))};
   });
   t.add("Softplus", [](KernelContext& c) -> Outputs { return {at::softplus(c.input(0))}; });
+  t.add("ThresholdedRelu", [](KernelContext& c) -> Outputs {
+    const at::Tensor& x = c.input(0);
+    return {at::where(x > c.floatAttr("alpha", 1.0f), x, at::zeros_like(x))};
+  });
+  t.add("Shrink", [](KernelContext& c) -> Outputs {
+    const at::Tensor& x = c.input(0);
+    double lambd = c.floatAttr("lambd", 0.5f), bias = c.floatAttr("bias", 0.0f);
+    return {at::where(x < -lambd, x + bias, at::where(x > lambd, x - bias, at::zeros_like(x))).to(x.scalar_type())};
+  });
+  t.add("Celu", [](KernelContext& c) -> Outputs { return {at::celu(c.input(0), c.floatAttr("alpha", 1.0f))}; });
   t.add("PRelu", [](KernelContext& c) -> Outputs {
     const at::Tensor& x = c.input(0);
     return {at::where(x >= 0, x, x * c.input(1))};

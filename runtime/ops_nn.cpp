@@ -252,6 +252,16 @@ void registerNnKernels(KernelTable& t) {
   t.add("MatMul", [](KernelContext& c) -> Outputs { return {matmul(c, c.input(0), c.input(1))}; });
   t.add("Softmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, false); });
   t.add("LogSoftmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, true); });
+  t.add("Hardmax", [](KernelContext& c) -> Outputs { // one-hot of the first maximum along the axis
+    const at::Tensor& x = c.input(0);
+    auto oneHot = [](const at::Tensor& t, std::int64_t axis) {
+      return at::zeros_like(t).scatter_(axis, t.argmax(axis, /*keepdim=*/true), 1);
+    };
+    if (c.opset() >= 13)
+      return {oneHot(x, normalizeAxis(c.intAttr("axis", -1), x.dim()))};
+    return {oneHot(flattenTo2d(x, c.intAttr("axis", 1)), 1).reshape(x.sizes())};
+  });
+  t.add("Det", [](KernelContext& c) -> Outputs { return {at::linalg_det(c.input(0))}; });
   t.add("Einsum", [](KernelContext& c) -> Outputs {
     std::vector<at::Tensor> operands;
     for (std::size_t i = 0; i < c.numInputs(); ++i)

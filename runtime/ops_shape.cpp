@@ -138,6 +138,29 @@ Outputs pad(KernelContext& c) {
 } // namespace
 
 void registerShapeKernels(KernelTable& t) {
+  t.add("EyeLike", [](KernelContext& c) -> Outputs {
+    const at::Tensor& x = c.input(0);
+    at::ScalarType type = c.intAttr("dtype", 0) ? onnxScalarType(c.intAttr("dtype", 0)) : x.scalar_type();
+    std::int64_t rows = x.size(0), cols = x.size(1), k = c.intAttr("k", 0);
+    at::Tensor out = at::zeros({rows, cols}, x.options().dtype(type));
+    if (k < cols && -k < rows)
+      out.diagonal(k).fill_(1);
+    return {out};
+  });
+  // DepthToSpace / SpaceToDepth: [N, C, H, W] <-> [N, C / b^2, H * b, W * b]; DCR (depth-column-row,
+  // the default) or CRD order of the moved channels.
+  t.add("DepthToSpace", [](KernelContext& c) -> Outputs {
+    const at::Tensor& x = c.input(0);
+    std::int64_t b = c.intAttr("blocksize", 1), n = x.size(0), ch = x.size(1), h = x.size(2), w = x.size(3);
+    if (c.stringAttr("mode", "DCR") == "CRD")
+      return {x.reshape({n, ch / (b * b), b, b, h, w}).permute({0, 1, 4, 2, 5, 3}).reshape({n, ch / (b * b), h * b, w * b})};
+    return {x.reshape({n, b, b, ch / (b * b), h, w}).permute({0, 3, 4, 1, 5, 2}).reshape({n, ch / (b * b), h * b, w * b})};
+  });
+  t.add("SpaceToDepth", [](KernelContext& c) -> Outputs {
+    const at::Tensor& x = c.input(0);
+    std::int64_t b = c.intAttr("blocksize", 1), n = x.size(0), ch = x.size(1), h = x.size(2), w = x.size(3);
+    return {x.reshape({n, ch, h / b, b, w / b, b}).permute({0, 3, 5, 1, 2, 4}).reshape({n, ch * b * b, h / b, w / b})};
+  });
   t.add("Constant", [](KernelContext& c) -> Outputs {
     if (at::Tensor value = c.tensorAttr("value"); value.defined())
       return {value};
