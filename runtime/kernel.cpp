@@ -131,6 +131,7 @@ const KernelTable& kernelTable() {
     registerNnKernels(t);
     registerReduceKernels(t);
     registerControlKernels(t);
+    registerLossKernels(t);
     std::sort(t.entries_.begin(), t.entries_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     return t;
   }();

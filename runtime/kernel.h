@@ -110,6 +110,7 @@ void registerShapeKernels(KernelTable& table);
 void registerNnKernels(KernelTable& table);
 void registerReduceKernels(KernelTable& table);
 void registerControlKernels(KernelTable& table);
+void registerLossKernels(KernelTable& table);
 
 // Helpers shared by kernel files.
 // x[..., K] times a 2-D weight, with `weightIsNK` telling whether it is laid out [N, K] (Gemm's
