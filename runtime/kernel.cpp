@@ -132,6 +132,7 @@ const KernelTable& kernelTable() {
     registerReduceKernels(t);
     registerControlKernels(t);
     registerLossKernels(t);
+    registerIndexKernels(t);
     std::sort(t.entries_.begin(), t.entries_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     return t;
   }();

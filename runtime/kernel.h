@@ -111,6 +111,7 @@ void registerNnKernels(KernelTable& table);
 void registerReduceKernels(KernelTable& table);
 void registerControlKernels(KernelTable& table);
 void registerLossKernels(KernelTable& table);
+void registerIndexKernels(KernelTable& table);
 
 // Helpers shared by kernel files.
 // x[..., K] times a 2-D weight, with `weightIsNK` telling whether it is laid out [N, K] (Gemm's

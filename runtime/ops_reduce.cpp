@@ -7,7 +7,7 @@ namespace cleave::runtime {
 namespace {
 using Outputs = std::vector<at::Tensor>;
 
-enum class Reduction { Mean, Sum, Max, Min, Prod, L1, L2, LogSumExp, SumSquare };
+enum class Reduction { Mean, Sum, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare };
 
 template <Reduction R, int AxesOperandSince> Outputs reduce(KernelContext& c) {
   at::Tensor x = c.input(0);
@@ -40,6 +40,7 @@ template <Reduction R, int AxesOperandSince> Outputs reduce(KernelContext& c) {
   }
   case Reduction::L1: return {x.abs().sum(axes, keep)};
   case Reduction::L2: return {x.pow(2).sum(axes, keep).sqrt()};
+  case Reduction::LogSum: return {x.sum(axes, keep).log()};
   case Reduction::LogSumExp: return {at::logsumexp(x, axes, keep)};
   case Reduction::SumSquare: return {x.pow(2).sum(axes, keep)};
   }
@@ -67,6 +68,7 @@ void registerReduceKernels(KernelTable& t) {
   t.add("ReduceProd", reduce<Reduction::Prod, 18>);
   t.add("ReduceL1", reduce<Reduction::L1, 18>);
   t.add("ReduceL2", reduce<Reduction::L2, 18>);
+  t.add("ReduceLogSum", reduce<Reduction::LogSum, 18>);
   t.add("ReduceLogSumExp", reduce<Reduction::LogSumExp, 18>);
   t.add("ReduceSumSquare", reduce<Reduction::SumSquare, 18>);
   t.add("ArgMax", argExtreme<true>);
