@@ -133,6 +133,7 @@ const KernelTable& kernelTable() {
     registerControlKernels(t);
     registerLossKernels(t);
     registerIndexKernels(t);
+    registerQuantKernels(t);
     std::sort(t.entries_.begin(), t.entries_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     return t;
   }();

@@ -112,6 +112,7 @@ void registerReduceKernels(KernelTable& table);
 void registerControlKernels(KernelTable& table);
 void registerLossKernels(KernelTable& table);
 void registerIndexKernels(KernelTable& table);
+void registerQuantKernels(KernelTable& table);
 
 // Helpers shared by kernel files.
 // x[..., K] times a 2-D weight, with `weightIsNK` telling whether it is laid out [N, K] (Gemm's
