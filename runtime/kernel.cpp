@@ -134,6 +134,7 @@ const KernelTable& kernelTable() {
     registerLossKernels(t);
     registerIndexKernels(t);
     registerQuantKernels(t);
+    registerResizeKernels(t);
     std::sort(t.entries_.begin(), t.entries_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     return t;
   }();

@@ -113,6 +113,7 @@ void registerControlKernels(KernelTable& table);
 void registerLossKernels(KernelTable& table);
 void registerIndexKernels(KernelTable& table);
 void registerQuantKernels(KernelTable& table);
+void registerResizeKernels(KernelTable& table);
 
 // Helpers shared by kernel files.
 // x[..., K] times a 2-D weight, with `weightIsNK` telling whether it is laid out [N, K] (Gemm's

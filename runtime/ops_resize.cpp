@@ -1,0 +1,201 @@
+// runtime/ops_resize.cpp - ONNX Resize (opsets 11-18), axis by axis.
+//
+// Every mode ONNX defines is separable, so the kernel resizes one axis at a time: for each output
+// position it maps the coordinate back to the input (coordinate_transformation_mode), picks the
+// taps (nearest: 1 with nearest_mode's rounding; linear: 2; cubic: 4 with cubic_coeff_a and
+// exclude_outside) with their weights, and sums the gathered slices. Taps beyond an edge take the
+// edge value, as ONNX's reference does; tf_crop_and_resize puts extrapolation_value where the
+// mapped coordinate falls outside the input. Output sizes come from `sizes` (with opset 18's
+// keep_aspect_ratio_policy) or from floor(input * scales); opset 18's `axes` limits both to some
+// axes. Not supported: antialias (refused, naming it).
+// Cost: O(output elements x taps) per resized axis, plus O(output length x taps) to plan it.
+#include <cmath>
+
+#include "runtime/kernel.h"
+
+namespace cleave::runtime {
+
+namespace {
+using Outputs = std::vector<at::Tensor>;
+
+struct ResizeSettings {
+  std::string mode, transform, nearest;
+  double cubicA = -0.75, extrapolation = 0.0;
+  bool excludeOutside = false;
+};
+
+// The input coordinate of output position `x` on an axis of `in` elements resized at `scale` to a
+// length of `out` (ONNX's length_resized: in * scale when scales were given, before flooring).
+double sourceCoordinate(const ResizeSettings& s, double x, double scale, std::int64_t in, double out,
+                        double roiStart, double roiEnd) {
+  const std::string& t = s.transform;
+  if (t == "align_corners")
+    return out == 1 ? 0.0 : x * static_cast<double>(in - 1) / (out - 1);
+  if (t == "asymmetric")
+    return x / scale;
+  if (t == "pytorch_half_pixel")
+    return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+  if (t == "tf_half_pixel_for_nn")
+    return (x + 0.5) / scale;
+  if (t == "tf_crop_and_resize")
+    return out > 1 ? roiStart * (in - 1) + x * (roiEnd - roiStart) * (in - 1) / (out - 1)
+                   : 0.5 * (roiStart + roiEnd) * (in - 1);
+  if (t == "half_pixel_symmetric") {
+    double adjustment = out / (scale * static_cast<double>(in));
+    double center = static_cast<double>(in) / 2.0;
+    return center * (1.0 - adjustment) + (x + 0.5) / scale - 0.5;
+  }
+  if (t == "half_pixel")
+    return (x + 0.5) / scale - 0.5;
+  throw KernelError("unknown coordinate_transformation_mode '" + t + "'");
+}
+
+std::int64_t nearestIndex(const std::string& rounding, double x) {
+  double floor = std::floor(x);
+  bool half = x - floor == 0.5;
+  if (rounding == "floor")
+    return static_cast<std::int64_t>(floor);
+  if (rounding == "ceil")
+    return static_cast<std::int64_t>(std::ceil(x));
+  if (rounding == "round_prefer_ceil")
+    return static_cast<std::int64_t>(half ? floor + 1 : std::round(x));
+  if (rounding == "round_prefer_floor")
+    return static_cast<std::int64_t>(half ? floor : std::round(x));
+  throw KernelError("unknown nearest_mode '" + rounding + "'");
+}
+
+std::vector<double> cubicWeights(double t, double a) {
+  auto far = [a](double d) { return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a; };     // 1 < |d| < 2
+  auto near = [a](double d) { return ((a + 2) * d - (a + 3)) * d * d + 1; };           // |d| <= 1
+  return {far(t + 1), near(t), near(1 - t), far(2 - t)};
+}
+
+// Resizes `x` along `axis` to `out` elements (`length`: ONNX's unfloored length_resized).
+at::Tensor resizeAxis(const at::Tensor& x, std::int64_t axis, std::int64_t out, double length, double scale,
+                      double roiStart, double roiEnd, const ResizeSettings& s) {
+  std::int64_t in = x.size(axis);
+  std::int64_t taps = s.mode == "nearest" ? 1 : s.mode == "linear" ? 2 : 4;
+  std::vector<std::int64_t> index(static_cast<std::size_t>(out * taps));
+  std::vector<double> weight(static_cast<std::size_t>(out * taps));
+  std::vector<std::uint8_t> outside(static_cast<std::size_t>(out), 0);
+  auto clampIndex = [in](std::int64_t i) { return std::min<std::int64_t>(std::max<std::int64_t>(i, 0), in - 1); };
+  for (std::int64_t o = 0; o < out; ++o) {
+    double source = sourceCoordinate(s, static_cast<double>(o), scale, in, length, roiStart, roiEnd);
+    if (s.transform == "tf_crop_and_resize" && (source < 0 || source > in - 1))
+      outside[static_cast<std::size_t>(o)] = 1;
+    std::size_t at = static_cast<std::size_t>(o * taps);
+    if (s.mode == "nearest") {
+      index[at] = clampIndex(nearestIndex(s.nearest, source));
+      weight[at] = 1.0;
+      continue;
+    }
+    double base = std::floor(source), t = source - base;
+    std::vector<double> w = s.mode == "linear" ? std::vector<double>{1 - t, t} : cubicWeights(t, s.cubicA);
+    std::int64_t first = static_cast<std::int64_t>(base) - (s.mode == "linear" ? 0 : 1);
+    double kept = 0;
+    for (std::int64_t k = 0; k < taps; ++k) {
+      std::int64_t i = first + k;
+      if (s.excludeOutside && (i < 0 || i >= in))
+        w[static_cast<std::size_t>(k)] = 0;
+      kept += w[static_cast<std::size_t>(k)];
+      index[at + static_cast<std::size_t>(k)] = clampIndex(i);
+    }
+    for (std::int64_t k = 0; k < taps; ++k)
+      weight[at + static_cast<std::size_t>(k)] = s.excludeOutside && kept != 0 ? w[static_cast<std::size_t>(k)] / kept
+                                                                             : w[static_cast<std::size_t>(k)];
+  }
+  at::Tensor indices = at::tensor(index, at::TensorOptions().dtype(at::kLong)).reshape({out, taps});
+  at::Tensor weights = at::tensor(weight, at::TensorOptions().dtype(at::kDouble)).reshape({out, taps});
+  at::Tensor source = x.to(at::kDouble);
+  std::vector<std::int64_t> shape(static_cast<std::size_t>(x.dim()), 1);
+  shape[static_cast<std::size_t>(axis)] = out;
+  at::Tensor result;
+  for (std::int64_t k = 0; k < taps; ++k) {
+    at::Tensor term = source.index_select(axis, indices.select(1, k).contiguous()) *
+                      weights.select(1, k).reshape(shape);
+    result = result.defined() ? result + term : term;
+  }
+  if (s.transform == "tf_crop_and_resize") {
+    at::Tensor mask = at::tensor(std::vector<std::int64_t>(outside.begin(), outside.end())).to(at::kBool).reshape(shape);
+    result = at::where(mask, at::full({}, s.extrapolation, result.options()), result);
+  }
+  return result;
+}
+
+Outputs resize(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  if (c.intAttr("antialias", 0))
+    throw KernelError("antialias is not supported");
+  ResizeSettings s{c.stringAttr("mode", "nearest"), c.stringAttr("coordinate_transformation_mode", "half_pixel"),
+                   c.stringAttr("nearest_mode", "round_prefer_floor"), c.floatAttr("cubic_coeff_a", -0.75f),
+                   c.floatAttr("extrapolation_value", 0.0f), c.intAttr("exclude_outside", 0) != 0};
+  if (s.mode != "nearest" && s.mode != "linear" && s.mode != "cubic")
+    throw KernelError("unknown mode '" + s.mode + "'");
+  std::int64_t rank = x.dim();
+  std::vector<std::int64_t> axes = c.intsAttr("axes");
+  if (axes.empty())
+    for (std::int64_t d = 0; d < rank; ++d)
+      axes.push_back(d);
+  for (std::int64_t& a : axes)
+    a = normalizeAxis(a, rank);
+  std::size_t n = axes.size();
+  std::vector<double> roi;
+  if (c.has(1) && c.input(1).numel() == static_cast<std::int64_t>(2 * n)) {
+    at::Tensor r = c.input(1).to(at::kDouble).contiguous();
+    roi.assign(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
+  }
+  std::vector<double> scales(n, 1.0);
+  std::vector<std::int64_t> sizes(n);
+  std::vector<double> lengths(n);
+  if (c.has(3) && c.input(3).numel() > 0) {
+    std::vector<std::int64_t> wanted = c.ints(3);
+    if (wanted.size() != n)
+      throw KernelError("sizes has " + std::to_string(wanted.size()) + " entries for " + std::to_string(n) + " axes");
+    std::string policy = c.stringAttr("keep_aspect_ratio_policy", "stretch");
+    double common = policy == "not_larger" ? INFINITY : 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      double ratio = static_cast<double>(wanted[i]) / static_cast<double>(x.size(axes[i]));
+      common = policy == "not_larger" ? std::min(common, ratio) : std::max(common, ratio);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (policy == "stretch") {
+        sizes[i] = wanted[i];
+        scales[i] = static_cast<double>(wanted[i]) / static_cast<double>(x.size(axes[i]));
+      } else {
+        scales[i] = common;
+        sizes[i] = static_cast<std::int64_t>(std::round(common * static_cast<double>(x.size(axes[i]))));
+      }
+      lengths[i] = static_cast<double>(sizes[i]);
+    }
+  } else if (c.has(2) && c.input(2).numel() > 0) {
+    at::Tensor given = c.input(2).to(at::kDouble).contiguous();
+    if (given.numel() != static_cast<std::int64_t>(n))
+      throw KernelError("scales has " + std::to_string(given.numel()) + " entries for " + std::to_string(n) + " axes");
+    for (std::size_t i = 0; i < n; ++i) {
+      scales[i] = given.data_ptr<double>()[i];
+      if (!(scales[i] > 0))
+        throw KernelError("scales must be positive");
+      lengths[i] = static_cast<double>(x.size(axes[i])) * scales[i];
+      sizes[i] = static_cast<std::int64_t>(std::floor(lengths[i]));
+    }
+  } else {
+    throw KernelError("Resize needs scales or sizes");
+  }
+  at::Tensor result = x;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (sizes[i] == x.size(axes[i]) && scales[i] == 1.0 && s.transform != "tf_crop_and_resize")
+      continue;
+    double start = roi.empty() ? 0.0 : roi[i], end = roi.empty() ? 1.0 : roi[n + i];
+    result = resizeAxis(result, axes[i], sizes[i], lengths[i], scales[i], start, end, s);
+  }
+  if (!at::isFloatingType(x.scalar_type()))
+    return {result.round().to(x.scalar_type())};
+  return {result.to(x.scalar_type())};
+}
+} // namespace
+
+void registerResizeKernels(KernelTable& t) {
+  t.add("Resize", resize);
+}
+
+} // namespace cleave::runtime
