@@ -289,7 +289,7 @@ CASES = [
     Case("graph", "inference-crash-isolated",
          lambda s: shutil.copy(os.path.join(SOURCE_DIR, "fuzz", "seeds", "onnx_reader", "out_of_range_constant_in_inference.onnx"),
                                s.path("m.onnx")),
-         ["inspect", M], r"onnx shape inference crashed on this input \(signal 11; the input is malformed\)"),
+         ["inspect", M], r"onnx shape inference crashed on this input \(the input is malformed\)"),
     Case("graph", "cycle", model(lambda: chain_model([helper.make_node("Add", ["x", "b"], ["a"], name="p"),
                                                        helper.make_node("Relu", ["a"], ["b"], name="q"),
                                                        helper.make_node("Relu", ["a"], ["y"], name="r")])),
