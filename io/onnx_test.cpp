@@ -188,13 +188,20 @@ TEST_F(OnnxTest, GarbageIsAParseError) {
   EXPECT_EQ(graph.error().code(), ErrorCode::ParseError);
 }
 
-TEST_F(OnnxTest, OldOpsetIsUnsupported) {
+TEST_F(OnnxTest, OldOpsetsAreConvertedAndTooOldOrNewOnesRefused) {
   onnx::ModelProto model = reluModel();
   model.mutable_opset_import(0)->set_version(9);
-  Expected<ir::Graph> graph = readOnnx(save(model, "old.onnx"));
-  ASSERT_FALSE(graph);
-  EXPECT_EQ(graph.error().code(), ErrorCode::Unsupported);
-  EXPECT_NE(graph.error().message().find("opset 9"), std::string::npos);
+  Expected<ir::Graph> converted = readOnnx(save(model, "old.onnx"));
+  ASSERT_TRUE(converted) << converted.error().message();
+  EXPECT_EQ(converted->modelInfo().convertedFromOpset, 9);
+  EXPECT_EQ(converted->modelInfo().opsetImports[0].second, kMinOnnxOpset);
+  for (std::int64_t version : {std::int64_t{0}, kMaxOnnxOpset + 1}) {
+    model.mutable_opset_import(0)->set_version(version);
+    Expected<ir::Graph> graph = readOnnx(save(model, "refused.onnx"));
+    ASSERT_FALSE(graph);
+    EXPECT_EQ(graph.error().code(), ErrorCode::Unsupported);
+    EXPECT_NE(graph.error().message().find("opset " + std::to_string(version)), std::string::npos);
+  }
 }
 
 TEST_F(OnnxTest, UnknownDtypeIsNamed) {
