@@ -52,8 +52,11 @@ Expected<std::string> runIsolated(std::string_view what, const std::function<std
   if (child == 0) {
     ::close(channel[0]);
     ::alarm(seconds);
-    // The caller reports the outcome in one line; what the library (or a sanitizer's crash
-    // report) would print in the child goes nowhere.
+    // A crash is the child's death by its signal: no handler of the parent's (a sanitizer's
+    // report, a fuzzer's crash artifact) runs for it. The caller reports the outcome in one line;
+    // what the library would print in the child goes nowhere.
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT})
+      std::signal(sig, SIG_DFL);
     if (int null = ::open("/dev/null", O_WRONLY); null >= 0) {
       ::dup2(null, STDOUT_FILENO);
       ::dup2(null, STDERR_FILENO);
