@@ -154,6 +154,11 @@ std::vector<std::string> missingKernels(const ir::Graph& graph) {
   return missing;
 }
 
+at::Tensor fixNegativeIndices(const at::Tensor& indices, std::int64_t size) {
+  at::Tensor idx = indices.to(at::kLong);
+  return at::where(idx < 0, idx + size, idx);
+}
+
 std::int64_t normalizeAxis(std::int64_t axis, std::int64_t rank) {
   std::int64_t fixed = axis < 0 ? axis + rank : axis;
   if (fixed < 0 || fixed >= std::max<std::int64_t>(rank, 1))

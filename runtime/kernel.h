@@ -132,6 +132,8 @@ at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& b, co
 // The runtime's thread count: the hardware's, unless OMP_NUM_THREADS says otherwise (some
 // libtorch builds start with one thread). Idempotent.
 void configureThreads();
+// Indices as int64 with negative entries counted from the end of an axis of `size` elements.
+at::Tensor fixNegativeIndices(const at::Tensor& indices, std::int64_t size);
 std::int64_t normalizeAxis(std::int64_t axis, std::int64_t rank); // throws KernelError when out of range
 at::ScalarType onnxScalarType(std::int64_t onnxDtype);              // throws KernelError when unknown
 // ONNX's 2-D coercion (Flatten, pre-13 Softmax): [prod(dims before axis), prod(dims from axis)].

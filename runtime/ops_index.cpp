@@ -7,16 +7,10 @@ namespace cleave::runtime {
 namespace {
 using Outputs = std::vector<at::Tensor>;
 
-// Indices as int64 with negative entries moved into [0, size).
-at::Tensor wrapIndices(const at::Tensor& indices, std::int64_t size) {
-  at::Tensor idx = indices.to(at::kLong);
-  return at::where(idx < 0, idx + size, idx);
-}
-
 Outputs scatterElements(KernelContext& c) {
   const at::Tensor& data = c.input(0);
   std::int64_t axis = normalizeAxis(c.intAttr("axis", 0), data.dim());
-  at::Tensor idx = wrapIndices(c.input(1), data.size(axis));
+  at::Tensor idx = fixNegativeIndices(c.input(1), data.size(axis));
   at::Tensor updates = c.input(2).to(data.scalar_type());
   std::string reduction = c.stringAttr("reduction", "none");
   if (reduction == "none")
@@ -43,7 +37,7 @@ c10::List<c10::optional<at::Tensor>> ndIndices(const at::Tensor& data, const at:
     index.push_back(at::arange(data.size(b), indices.options().dtype(at::kLong)).reshape(shape));
   }
   for (std::int64_t i = 0; i < k; ++i)
-    index.push_back(wrapIndices(indices.select(-1, i), data.size(batchDims + i)));
+    index.push_back(fixNegativeIndices(indices.select(-1, i), data.size(batchDims + i)));
   return index;
 }
 
@@ -82,7 +76,7 @@ Outputs scatterNd(KernelContext& c) {
 Outputs oneHot(KernelContext& c) {
   std::int64_t depth = c.input(1).reshape({-1})[0].item().toLong();
   const at::Tensor& values = c.input(2); // [off, on]
-  at::Tensor idx = wrapIndices(c.input(0).to(at::kLong), depth);
+  at::Tensor idx = fixNegativeIndices(c.input(0).to(at::kLong), depth);
   at::Tensor hot = idx.unsqueeze(-1) == at::arange(depth, idx.options());
   std::int64_t axis = c.intAttr("axis", -1);
   axis = axis < 0 ? axis + hot.dim() : axis;

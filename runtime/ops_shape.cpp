@@ -84,11 +84,6 @@ Outputs slice(KernelContext& c) {
   return {data};
 }
 
-at::Tensor fixNegativeIndices(const at::Tensor& indices, std::int64_t size) {
-  at::Tensor idx = indices.to(at::kLong);
-  return at::where(idx < 0, idx + size, idx);
-}
-
 Outputs gather(KernelContext& c) {
   const at::Tensor& data = c.input(0);
   std::int64_t axis = normalizeAxis(c.intAttr("axis", 0), data.dim());
