@@ -6,6 +6,7 @@
 #include "cli/runtime_options.h"
 #include "plan/plan_file.h"
 #include "report/json_util.h"
+#include "runtime/compare.h"
 
 namespace cleave::cli {
 
@@ -62,18 +63,18 @@ int runVerify(const Args& args, std::ostream& out, std::ostream& err) {
       continue;
     }
     double maxAbs = 0, maxRel = 0;
-    bool within = true;
     if (a.numel() > 0) {
       at::Tensor diff = (a - b).abs();
       maxAbs = diff.max().item<double>();
       maxRel = (diff / a.abs().clamp_min(1e-12)).max().item<double>();
-      within = (diff <= atol + rtol * a.abs()).all().item<bool>();
     }
+    // The one comparison rule (runtime/compare.h): numpy's allclose against the original.
+    runtime::Comparison comparison = runtime::compareTensors(b, a, {.rtol = rtol, .atol = atol});
+    bool within = comparison.equal;
     summary["outputs"][name] = {{"max_abs", maxAbs}, {"max_rel", maxRel}, {"within_tolerance", within}};
     text << name << ": max abs " << maxAbs << ", max rel " << maxRel << (within ? "" : "  (past tolerance)") << "\n";
     if (!within && failure.empty())
-      failure = "output '" + name + "' differs past tolerance (max abs " + std::to_string(maxAbs) + ", max rel " +
-                std::to_string(maxRel) + ")";
+      failure = "output '" + name + "' differs past tolerance: " + comparison.message;
   }
   summary["ok"] = failure.empty();
   out << (json ? report::dumpJson(summary) : text.str());

@@ -91,6 +91,13 @@ class RuntimeOracle(TempDirTest):
         self.assertEqual(json.loads(whole)["outputs"], json.loads(cut)["outputs"])
         code, _, err = run("verify", model, out, "--seed", "7")
         self.assertEqual(code, 0, err)
+        # Past tolerance (bf16 accelerator submodules, zero tolerance): one line naming the worst
+        # element by index, under numpy's allclose rule.
+        gpu_cut = self.path("gpu_cut")
+        run("split", model, "--profile", GPU, "-o", gpu_cut, check=True)
+        code, _, err = run("verify", model, gpu_cut, "--seed", "7", "--backend", "aten-cpu-bf16", "--rtol", "0",
+                           "--atol", "0")
+        self.assertOneLineError(code, err, "differs past tolerance: element [", "expected", "atol 0 + rtol 0")
 
 
 class BadInput(TempDirTest):
