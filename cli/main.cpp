@@ -58,7 +58,7 @@ void printUsage(std::ostream& out) {
   for (const Command& command : kCommands)
     out << "  " << command.name << std::string(10 - std::strlen(command.name), ' ') << command.summary
         << "\n";
-  out << "\nmodels: ONNX files (.onnx, opset 11+) or FX-graph JSON written by tools/cleave_fx.py\n";
+  out << "\nmodels: ONNX files (.onnx, ai.onnx opsets 1-18; 1-10 converted to 11) or FX-graph JSON written by tools/cleave_fx.py\n";
 }
 } // namespace
 } // namespace cleave::cli
