@@ -13,6 +13,7 @@ const char* errorCodeName(ErrorCode code) {
   case ErrorCode::Unsupported: return "unsupported";
   case ErrorCode::DoesNotFit: return "does not fit";
   case ErrorCode::IoError: return "i/o error";
+  case ErrorCode::Usage: return "usage error";
   }
   return "error";
 }

@@ -22,6 +22,7 @@ enum class ErrorCode : std::uint8_t {
   Unsupported,     // valid input that cleave does not handle (yet)
   DoesNotFit,      // memory limits cannot be met
   IoError,         // reading or writing failed
+  Usage,           // a command line that cannot run as given (the CLI exits 2, not 1)
 };
 
 const char* errorCodeName(ErrorCode code);

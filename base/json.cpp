@@ -89,4 +89,6 @@ Expected<std::int64_t> jsonInteger(const nlohmann::json& value, std::string_view
   return v;
 }
 
+std::string dumpJson(const Json& json) { return toJsonText(json, 2) + "\n"; }
+
 } // namespace cleave

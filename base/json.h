@@ -9,7 +9,7 @@
 //    field of the wrong type is a one-line error, never a crash.
 //  - jsonInteger reads an integer field within explicit bounds (no silent float truncation,
 //    wrap-around or out-of-range conversion).
-//  - toJsonText writes strings that are not valid UTF-8 (names taken from a model) with U+FFFD in
+//  - toJsonText / dumpJson write strings that are not valid UTF-8 (names taken from a model) with U+FFFD in
 //    place of the bad bytes instead of throwing.
 // Cost: linear in the text.
 #pragma once
@@ -50,8 +50,14 @@ Expected<std::int64_t> jsonInteger(const nlohmann::json& value, std::string_view
                                    std::int64_t min, std::int64_t max);
 
 // JSON text (indent < 0: compact) with invalid UTF-8 replaced, never throwing.
-template <typename Json> std::string toJsonText(const Json& json, int indent = -1) {
-  return json.dump(indent, ' ', false, Json::error_handler_t::replace);
+template <typename AnyJson> std::string toJsonText(const AnyJson& json, int indent = -1) {
+  return json.dump(indent, ' ', false, AnyJson::error_handler_t::replace);
 }
+
+// The JSON cleave writes: ordered_json keeps insertion order, so every file and report cleave
+// writes is byte-for-byte deterministic.
+using Json = nlohmann::ordered_json;
+// Two-space indented JSON and a final newline.
+std::string dumpJson(const Json& json);
 
 } // namespace cleave

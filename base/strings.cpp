@@ -1,5 +1,7 @@
 #include "base/strings.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -111,6 +113,35 @@ std::string formatBytes(std::int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f %s", scaled, kUnits[unit]);
   return text;
+}
+
+std::string formatSi(double value, std::string_view unit) {
+  static const char* kPrefixes[] = {"", "k", "M", "G", "T", "P", "E"};
+  if (!std::isfinite(value))
+    return "? " + std::string(unit);
+  double scaled = std::fabs(value);
+  int prefix = 0;
+  while (scaled >= 999.5 && prefix < 6) {
+    scaled /= 1000.0;
+    ++prefix;
+  }
+  char text[48];
+  if (prefix == 0 && scaled == std::floor(scaled))
+    std::snprintf(text, sizeof text, "%s%.0f %s", value < 0 ? "-" : "", scaled, std::string(unit).c_str());
+  else
+    std::snprintf(text, sizeof text, "%s%.*f %s%s", value < 0 ? "-" : "", scaled < 9.995 ? 2 : scaled < 99.95 ? 1 : 0,
+                  scaled, kPrefixes[prefix], std::string(unit).c_str());
+  return text;
+}
+
+std::string joinStrings(const std::vector<std::string>& parts, std::string_view separator) {
+  std::string out;
+  for (const std::string& part : parts) {
+    if (!out.empty())
+      out += separator;
+    out += part;
+  }
+  return out;
 }
 
 std::vector<std::string_view> splitString(std::string_view text, char separator) {

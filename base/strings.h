@@ -44,6 +44,11 @@ private:
 
 // "1.5 KiB", "3.0 MiB": binary units with one decimal; plain bytes below 1 KiB.
 std::string formatBytes(std::int64_t bytes);
+// "604.2 k", "1.14 M", "3.20 G" + unit: SI prefixes with three significant digits ("12 FLOPs"
+// below 1000, "0.25 ms" style small values are the caller's).
+std::string formatSi(double value, std::string_view unit);
+// "a, b, c"
+std::string joinStrings(const std::vector<std::string>& parts, std::string_view separator = ", ");
 
 // Splits on a single character; keeps empty fields.
 std::vector<std::string_view> splitString(std::string_view text, char separator);

@@ -49,6 +49,22 @@ TEST(FormatBytes, UsesBinaryUnits) {
   EXPECT_EQ(formatBytes(-1), "?");
 }
 
+TEST(FormatSi, UsesSiPrefixesWithThreeDigits) {
+  EXPECT_EQ(formatSi(12, "FLOPs"), "12 FLOPs");
+  EXPECT_EQ(formatSi(604169, "FLOPs"), "604 kFLOPs");
+  EXPECT_EQ(formatSi(1137680, "FLOPs"), "1.14 MFLOPs");
+  EXPECT_EQ(formatSi(169896000, "FLOPs"), "170 MFLOPs");
+  EXPECT_EQ(formatSi(999.7, "QPS"), "1.00 kQPS");
+  EXPECT_EQ(formatSi(12.5, "QPS"), "12.5 QPS");
+  EXPECT_EQ(formatSi(-2500, "B/s"), "-2.50 kB/s");
+}
+
+TEST(JoinStrings, SeparatesParts) {
+  EXPECT_EQ(joinStrings({}), "");
+  EXPECT_EQ(joinStrings({"a", "b", "c"}), "a, b, c");
+  EXPECT_EQ(joinStrings({"a", "b"}, " -> "), "a -> b");
+}
+
 TEST(SplitString, KeepsEmptyFields) {
   auto parts = splitString("/a//b", '/');
   ASSERT_EQ(parts.size(), 4u);

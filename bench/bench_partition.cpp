@@ -18,11 +18,7 @@
 
 #include "bench/bench_timing.h"
 #include "io/model_loader.h"
-#include "partition/cost_aware.h"
-#include "partition/kl_based.h"
-#include "partition/latency.h"
-#include "partition/optimal.h"
-#include "partition/size_based.h"
+#include "partition/partition.h"
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -36,6 +32,12 @@ int main(int argc, char** argv) {
       repeat = std::atoi(argv[a + 1]);
     else if (std::strcmp(argv[a], "--mode") == 0)
       mode = argv[a + 1];
+  }
+  std::optional<cleave::partition::PartitionMode> parsedMode = cleave::partition::kPartitionModes.parse(mode);
+  if (!parsedMode || *parsedMode == cleave::partition::PartitionMode::AotBased) {
+    std::fprintf(stderr, "bench_partition: --mode is one of %s except aot_based\n",
+                 cleave::partition::kPartitionModes.choices().c_str());
+    return 2;
   }
   bool reference = std::strcmp(argv[2], "--reference") == 0;
   auto start = std::chrono::steady_clock::now();
@@ -66,22 +68,23 @@ int main(int argc, char** argv) {
   if (reference)
     for (std::uint32_t n = 0; n < graph->numNodes(); ++n)
       latencies[cleave::ir::NodeId{n}] = {1.0, 2.0};
+  cleave::partition::PartitionOptions options;
+  options.mode = *parsedMode;
+  options.latencies = latencies;
+  options.timeResult = false; // the critical path is timed on its own below
+  options.transferRateBytesPerSec = rate;
   std::vector<double> partitionTimes, pathTimes;
   std::size_t partitions = 0;
   double critical = 0;
   for (int i = 0; i < repeat; ++i) {
     start = std::chrono::steady_clock::now();
-    auto result = mode == "cost_aware" ? cleave::partition::partitionCostAware(*graph, *devices, latencies, rates)
-                  : mode == "kl_based" ? cleave::partition::partitionKlBased(*graph, *devices, latencies, rates)
-                  : mode == "optimal"
-                      ? cleave::partition::partitionOptimal(*graph, *devices, latencies, rates,
-                                                            cleave::partition::Objective::CriticalPath)
-                      : cleave::partition::partitionBySize(*graph, *devices);
+    auto report = cleave::partition::partitionGraph(*graph, *devices, options);
     partitionTimes.push_back(cleave::bench::secondsSince(start));
-    if (!result) {
-      std::fprintf(stderr, "bench_partition: %s\n", result.error().message().c_str());
+    if (!report) {
+      std::fprintf(stderr, "bench_partition: %s\n", report.error().message().c_str());
       return 1;
     }
+    const cleave::partition::PartitionResult* result = &report->result;
     partitions = result->partitions.size();
     start = std::chrono::steady_clock::now();
     auto perPartition = cleave::partition::partitionLatencies(*graph, result->plan, latencies);

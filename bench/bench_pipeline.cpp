@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     });
     std::printf("schedule kind=%s ranks=64 stages=%u microbatches=512 actions=%zu best_s=%.4f median_s=%.4f "
                 "makespan=%.0f bubble=%.4f\n",
-                std::string(cleave::pipeline::scheduleKindName(kind)).c_str(), 64 * perRank, actions, best, median,
+                std::string(cleave::pipeline::kScheduleKinds.name(kind)).c_str(), 64 * perRank, actions, best, median,
                 makespan, bubble);
   }
   return 0;

@@ -3,140 +3,156 @@
 #include <map>
 #include <sstream>
 
+#include "base/json.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/runtime_options.h"
 #include "plan/plan_file.h"
-#include "report/json_util.h"
 #include "runtime/microbatch.h"
 
 namespace cleave::cli {
 namespace {
 constexpr std::size_t kSlowestNodes = 10; // how many nodes --profile lists
+
+struct RunFlags {
+  std::string path, saveOutputs;
+  RuntimeOptions runtime;
+  int repeat = 1;
+  bool json = false, profile = false, pipelined = false;
+  std::int64_t microbatches = 1;
+};
+
+struct RunMeasurements {
+  runtime::TensorMap outputs;
+  std::vector<double> seconds; // per run, sorted
+  std::vector<runtime::SubmoduleTiming> timings; // per submodule: the fastest run
+  runtime::RunStats stats; // of the last run
+};
+
+// One run: the whole input, or (--pipeline) microbatch by microbatch through the stages.
+Expected<runtime::TensorMap> runOnce(const RunFlags& flags, runtime::Runnable& runnable,
+                                     const runtime::TensorMap& inputs, std::vector<runtime::SubmoduleTiming>& timings,
+                                     runtime::RunStats& stats) {
+  if (!flags.pipelined)
+    return runnable.run(inputs, &timings, &stats);
+  CLEAVE_TRY(std::vector<runtime::TensorMap> chunks, runtime::splitMicrobatches(inputs, flags.microbatches));
+  std::vector<runtime::TensorMap> outs;
+  for (const runtime::TensorMap& chunk : chunks) {
+    CLEAVE_TRY(runtime::TensorMap part, runnable.run(chunk, &timings, &stats));
+    outs.push_back(std::move(part));
+  }
+  return runtime::mergeMicrobatches(outs);
+}
+
+Expected<RunMeasurements> runRepeatedly(const RunFlags& flags, runtime::Runnable& runnable,
+                                        const runtime::TensorMap& inputs) {
+  RunMeasurements measured;
+  for (int i = 0; i < flags.repeat; ++i) {
+    std::vector<runtime::SubmoduleTiming> these;
+    measured.stats = runtime::RunStats();
+    measured.stats.profileOps = flags.profile;
+    auto start = std::chrono::steady_clock::now();
+    CLEAVE_TRY(measured.outputs, runOnce(flags, runnable, inputs, these, measured.stats));
+    measured.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (measured.timings.empty())
+      measured.timings = these;
+    else
+      for (std::size_t k = 0; k < measured.timings.size() && k < these.size(); ++k)
+        measured.timings[k].seconds = std::min(measured.timings[k].seconds, these[k].seconds);
+  }
+  std::sort(measured.seconds.begin(), measured.seconds.end());
+  return measured;
+}
+
+// Entries by time, largest first (ties by name), at most `limit`.
+std::vector<std::pair<std::string, double>> slowestFirst(const std::map<std::string, double>& seconds,
+                                                         std::size_t limit) {
+  std::vector<std::pair<std::string, double>> sorted(seconds.begin(), seconds.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  sorted.resize(std::min(sorted.size(), limit));
+  return sorted;
+}
+
+Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const RunMeasurements& measured) {
+  Json summary;
+  summary["model"] = flags.path;
+  summary["submodules"] = runnable.submodules();
+  if (flags.pipelined)
+    summary["microbatches"] = flags.microbatches;
+  for (const auto& [name, tensor] : measured.outputs) {
+    at::Tensor cpu = tensor.to(at::kCPU);
+    summary["outputs"][name] = {{"summary", runtime::summarize(cpu)}, {"shape", cpu.sizes().vec()}};
+  }
+  const std::vector<double>& seconds = measured.seconds;
+  summary["timing"] = {{"runs", flags.repeat}, {"min_s", seconds.front()}, {"median_s", seconds[seconds.size() / 2]}};
+  Json steps = Json::array();
+  for (const runtime::SubmoduleTiming& timing : measured.timings)
+    steps.push_back({{"name", timing.name}, {"backend", timing.backend}, {"min_s", timing.seconds}});
+  summary["timing"]["steps"] = std::move(steps);
+  if (flags.profile) {
+    for (const auto& [op, s] : slowestFirst(measured.stats.secondsByOp, SIZE_MAX))
+      summary["profile"].push_back({{"op", op}, {"seconds", s}});
+    for (const auto& [node, s] : slowestFirst(measured.stats.secondsByNode, kSlowestNodes))
+      summary["slowest_nodes"].push_back({{"node", node}, {"seconds", s}});
+  }
+  return summary;
+}
+
+std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
+  std::ostringstream text;
+  for (const auto& [name, tensor] : measured.outputs)
+    text << name << ": " << runtime::summarize(tensor) << "\n";
+  const std::vector<double>& seconds = measured.seconds;
+  text << "time: median " << seconds[seconds.size() / 2] * 1e3 << " ms, min " << seconds.front() * 1e3 << " ms over "
+       << flags.repeat << " run(s)\n";
+  if (flags.profile) {
+    text << "kernel time by op (last run):\n";
+    for (const auto& [op, s] : slowestFirst(measured.stats.secondsByOp, SIZE_MAX))
+      text << "  " << op << ": " << s * 1e3 << " ms\n";
+    text << "slowest nodes (last run):\n";
+    for (const auto& [node, s] : slowestFirst(measured.stats.secondsByNode, kSlowestNodes))
+      text << "  " << node << ": " << s * 1e3 << " ms\n";
+  }
+  if (measured.timings.size() > 1)
+    for (const runtime::SubmoduleTiming& timing : measured.timings)
+      text << "  " << timing.name << " (" << timing.backend << "): " << timing.seconds * 1e3 << " ms\n";
+  return text.str();
+}
+
+Status runModel(const RunFlags& flags, std::ostream& out) {
+  if (flags.pipelined && !plan::isPlanDirectory(flags.path))
+    return usageError() << "--pipeline runs a cut model directory (cleave pipeline -o DIR)";
+  CLEAVE_TRY(OpenedRunnable opened, openRunnable(flags.path, flags.runtime));
+  CLEAVE_TRY(runtime::TensorMap inputs, makeInputs(opened.runnable, flags.runtime));
+  CLEAVE_TRY(RunMeasurements measured, runRepeatedly(flags, opened.runnable, inputs));
+  if (!flags.saveOutputs.empty())
+    CLEAVE_CHECK(runtime::writeTensorFile(measured.outputs, flags.saveOutputs));
+  out << (flags.json ? dumpJson(runJson(flags, opened.runnable, measured)) : runText(flags, measured));
+  return {};
+}
 } // namespace
 
 int runRun(const Args& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"Run a model, or a cut model (a split/partition output directory), on ATen; print output "
                "summaries and timings.",
                "cleave run"};
-  std::string path, saveOutputs;
-  RuntimeOptions runtime;
-  int repeat = 1;
-  bool json = false, profile = false, pipelined = false;
-  std::int64_t microbatches = 1;
-  app.add_option("MODEL", path, "ONNX model, or a directory with plan.json")->required();
-  addRuntimeOptions(app, runtime);
-  app.add_option("--repeat", repeat, "runs to time (the first one is included)")->capture_default_str();
-  app.add_option("--save-outputs", saveOutputs, "write the outputs to a tensor file (JSON)");
-  app.add_flag("--pipeline", pipelined,
-               "run a pipeline plan's stages microbatch by microbatch (inputs split along dim 0, outputs merged)");
-  app.add_option("--microbatches", microbatches, "microbatches for --pipeline")->capture_default_str();
-  app.add_flag("--profile", profile, "time every kernel; report seconds per op type and the slowest nodes (last run)");
-  app.add_flag("--json", json, "print a JSON summary");
-  if (int code = parseArguments(app, args, out, err); code >= 0)
-    return code;
-  if (repeat < 1) {
-    err << "cleave run: usage error: --repeat must be at least 1\n";
-    return kExitUsage;
-  }
-  if (pipelined && !plan::isPlanDirectory(path)) {
-    err << "cleave run: usage error: --pipeline runs a cut model directory (cleave pipeline -o DIR)\n";
-    return kExitUsage;
-  }
-  Expected<OpenedRunnable> opened = openRunnable(path, runtime);
-  if (!opened)
-    return reportError("cleave run", opened.error(), err);
-  Expected<runtime::TensorMap> inputs = makeInputs(opened->runnable, runtime);
-  if (!inputs)
-    return reportError("cleave run", inputs.error(), err);
-  std::vector<double> seconds;
-  std::vector<runtime::SubmoduleTiming> timings;
-  runtime::TensorMap outputs;
-  runtime::RunStats stats;
-  for (int i = 0; i < repeat; ++i) {
-    std::vector<runtime::SubmoduleTiming> these;
-    stats = runtime::RunStats();
-    stats.profileOps = profile;
-    auto start = std::chrono::steady_clock::now();
-    Expected<runtime::TensorMap> result = Error(ErrorCode::InvalidArgument);
-    if (pipelined) {
-      Expected<std::vector<runtime::TensorMap>> chunks = runtime::splitMicrobatches(*inputs, microbatches);
-      if (!chunks)
-        return reportError("cleave run", chunks.error(), err);
-      std::vector<runtime::TensorMap> outs;
-      for (const runtime::TensorMap& chunk : *chunks) {
-        Expected<runtime::TensorMap> part = opened->runnable.run(chunk, &these, &stats);
-        if (!part)
-          return reportError("cleave run", part.error(), err);
-        outs.push_back(std::move(*part));
-      }
-      result = runtime::mergeMicrobatches(outs);
-    } else {
-      result = opened->runnable.run(*inputs, &these, &stats);
-    }
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    if (!result)
-      return reportError("cleave run", result.error(), err);
-    outputs = std::move(*result);
-    if (timings.empty())
-      timings = these;
-    else
-      for (std::size_t k = 0; k < timings.size() && k < these.size(); ++k)
-        timings[k].seconds = std::min(timings[k].seconds, these[k].seconds);
-  }
-  if (!saveOutputs.empty())
-    if (Status written = runtime::writeTensorFile(outputs, saveOutputs); !written)
-      return reportError("cleave run", written.error(), err);
-  std::vector<double> sorted = seconds;
-  std::sort(sorted.begin(), sorted.end());
-  report::Json summary;
-  summary["model"] = path;
-  summary["submodules"] = opened->runnable.submodules();
-  if (pipelined)
-    summary["microbatches"] = microbatches;
-  for (const auto& [name, tensor] : outputs) {
-    at::Tensor cpu = tensor.to(at::kCPU);
-    summary["outputs"][name] = {{"summary", runtime::summarize(cpu)}, {"shape", cpu.sizes().vec()}};
-  }
-  summary["timing"] = {{"runs", repeat}, {"min_s", sorted.front()}, {"median_s", sorted[sorted.size() / 2]}};
-  report::Json steps = report::Json::array();
-  for (const runtime::SubmoduleTiming& timing : timings)
-    steps.push_back({{"name", timing.name}, {"backend", timing.backend}, {"min_s", timing.seconds}});
-  summary["timing"]["steps"] = std::move(steps);
-  // Op types by kernel time, largest first (ties by name).
-  std::vector<std::pair<std::string, double>> byOp(stats.secondsByOp.begin(), stats.secondsByOp.end());
-  std::stable_sort(byOp.begin(), byOp.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  // The slowest nodes, largest first (ties by name).
-  std::vector<std::pair<std::string, double>> byNode(stats.secondsByNode.begin(), stats.secondsByNode.end());
-  std::stable_sort(byNode.begin(), byNode.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  byNode.resize(std::min<std::size_t>(byNode.size(), kSlowestNodes));
-  if (profile) {
-    for (const auto& [op, seconds] : byOp)
-      summary["profile"].push_back({{"op", op}, {"seconds", seconds}});
-    for (const auto& [node, seconds] : byNode)
-      summary["slowest_nodes"].push_back({{"node", node}, {"seconds", seconds}});
-  }
-  if (json) {
-    out << report::dumpJson(summary);
-    return kExitOk;
-  }
-  std::ostringstream text;
-  for (const auto& [name, tensor] : outputs)
-    text << name << ": " << runtime::summarize(tensor) << "\n";
-  text << "time: median " << sorted[sorted.size() / 2] * 1e3 << " ms, min " << sorted.front() * 1e3 << " ms over "
-       << repeat << " run(s)\n";
-  if (profile) {
-    text << "kernel time by op (last run):\n";
-    for (const auto& [op, seconds] : byOp)
-      text << "  " << op << ": " << seconds * 1e3 << " ms\n";
-    text << "slowest nodes (last run):\n";
-    for (const auto& [node, seconds] : byNode)
-      text << "  " << node << ": " << seconds * 1e3 << " ms\n";
-  }
-  if (timings.size() > 1)
-    for (const runtime::SubmoduleTiming& timing : timings)
-      text << "  " << timing.name << " (" << timing.backend << "): " << timing.seconds * 1e3 << " ms\n";
-  out << text.str();
-  return kExitOk;
+  RunFlags flags;
+  app.add_option("MODEL", flags.path, "ONNX model, or a directory with plan.json")->required();
+  addRuntimeOptions(app, flags.runtime);
+  app.add_option("--repeat", flags.repeat, "runs to time (the first one is included)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--save-outputs", flags.saveOutputs, "write the outputs to a tensor file (JSON)");
+  CLI::Option* pipelined = app.add_flag(
+      "--pipeline", flags.pipelined,
+      "run a pipeline plan's stages microbatch by microbatch (inputs split along dim 0, outputs merged)");
+  app.add_option("--microbatches", flags.microbatches, "microbatches for --pipeline")
+      ->capture_default_str()
+      ->needs(pipelined);
+  app.add_flag("--profile", flags.profile,
+               "time every kernel; report seconds per op type and the slowest nodes (last run)");
+  addJsonFlag(app, flags.json);
+  return runCommand(app, args, out, err, [&] { return runModel(flags, out); });
 }
 
 } // namespace cleave::cli

@@ -1,6 +1,7 @@
 // cli/cmd_support.cpp - `cleave support MODEL --profile P [--json] [--dot FILE]`.
 #include "base/file_io.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "io/model_loader.h"
 #include "report/split_report.h"
 
@@ -12,28 +13,23 @@ int runSupport(const Args& args, std::ostream& out, std::ostream& err) {
                "cleave support"};
   std::string path, profilePath, dotPath;
   bool json = false;
-  app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
+  addModelInput(app, path);
   app.add_option("--profile", profilePath, "operator-support profile (JSON)")->required();
-  app.add_flag("--json", json, "machine-readable output");
+  addJsonFlag(app, json);
   app.add_option("--dot", dotPath, "also write a Graphviz DOT of the graph, nodes coloured by support");
-  if (int code = parseArguments(app, args, out, err); code >= 0)
-    return code;
-  Expected<support::Profile> profile = support::Profile::load(profilePath);
-  if (!profile)
-    return reportError("cleave support", profile.error(), err);
-  Expected<ir::Graph> graph = io::loadModel(path);
-  if (!graph)
-    return reportError("cleave support", graph.error(), err);
-  IdVector<ir::NodeId, support::Decision> decisions = support::decideAll(*graph, *profile);
-  if (!dotPath.empty())
-    if (Status written = writeFileAtomically(dotPath, report::supportDot(*graph, decisions)); !written)
-      return reportError("cleave support", written.error(), err);
-  report::Json result = report::supportJson(*graph, decisions, profile->name());
-  if (json)
-    out << report::dumpJson(result);
-  else
-    report::printSupportText(result, out);
-  return kExitOk;
+  return runCommand(app, args, out, err, [&]() -> Status {
+    CLEAVE_TRY(support::Profile profile, support::Profile::load(profilePath));
+    CLEAVE_TRY(ir::Graph graph, io::loadModel(path));
+    IdVector<ir::NodeId, support::Decision> decisions = support::decideAll(graph, profile);
+    if (!dotPath.empty())
+      CLEAVE_CHECK(writeFileAtomically(dotPath, report::supportDot(graph, decisions)));
+    Json result = report::supportJson(graph, decisions, profile.name());
+    if (json)
+      out << dumpJson(result);
+    else
+      report::printSupportText(result, out);
+    return {};
+  });
 }
 
 } // namespace cleave::cli

@@ -1,9 +1,11 @@
 // cli/commands.h - one entry per subcommand; cli/main.cpp only dispatches.
-// Each parses its arguments into an options struct, calls the library and renders with report/.
-// Exit codes: 0 ok, 1 rejected (bad input, an impossible request), 2 usage, 3 bug.
+// Each declares its options (cli/options.h groups), then runs one body through runCommand: call
+// the library, render with report/. Exit codes are decided in runCommand alone:
+// 0 ok, 1 rejected (bad input, an impossible request), 2 usage, 3 bug (cli/main.cpp).
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -29,10 +31,14 @@ int runShapes(const Args& args, std::ostream& out, std::ostream& err);
 int runPipeline(const Args& args, std::ostream& out, std::ostream& err);
 int runSchedule(const Args& args, std::ostream& out, std::ostream& err);
 
-// Parses `args` with `app`. Returns -1 to go on, or the exit code (0 after --help, 2 on a
-// usage error, printed as one line).
-int parseArguments(CLI::App& app, const Args& args, std::ostream& out, std::ostream& err);
-// Prints "cleave <command>: error: <message>" and returns kExitRejected.
-int reportError(const std::string& command, const Error& error, std::ostream& err);
+// The command kernel: parses `args` with `app` (its name is the command's, "cleave split"), then
+// runs `body`. Exit 0 after --help or when the body succeeds; 2 on a usage error (CLI11's, or an
+// Error with ErrorCode::Usage), printed as "cleave split: usage error: ... (see --help)"; 1 on
+// any other Error, printed as "cleave split: error: ...". Messages are always one line.
+int runCommand(CLI::App& app, const Args& args, std::ostream& out, std::ostream& err,
+               const std::function<Status()>& body);
+
+// An Error that runCommand reports as a usage error (exit 2).
+Error usageError();
 
 } // namespace cleave::cli

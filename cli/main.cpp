@@ -7,7 +7,17 @@
 
 namespace cleave::cli {
 
-int parseArguments(CLI::App& app, const Args& args, std::ostream& out, std::ostream& err) {
+namespace {
+std::string oneLine(std::string message) {
+  for (char& c : message)
+    if (c == '\n')
+      c = ' ';
+  return message;
+}
+} // namespace
+
+int runCommand(CLI::App& app, const Args& args, std::ostream& out, std::ostream& err,
+               const std::function<Status()>& body) {
   std::vector<std::string> reversed(args.rbegin(), args.rend()); // CLI11 consumes from the back
   try {
     app.parse(reversed);
@@ -15,20 +25,21 @@ int parseArguments(CLI::App& app, const Args& args, std::ostream& out, std::ostr
     out << app.help();
     return kExitOk;
   } catch (const CLI::ParseError& e) {
-    err << app.get_name() << ": usage error: " << e.what() << " (see --help)\n";
+    err << app.get_name() << ": usage error: " << oneLine(e.what()) << " (see --help)\n";
     return kExitUsage;
   }
-  return -1;
-}
-
-int reportError(const std::string& command, const Error& error, std::ostream& err) {
-  std::string message = error.message();
-  for (char& c : message) // one line, always
-    if (c == '\n')
-      c = ' ';
-  err << command << ": error: " << message << "\n";
+  Status status = body();
+  if (status)
+    return kExitOk;
+  if (status.error().code() == ErrorCode::Usage) {
+    err << app.get_name() << ": usage error: " << oneLine(status.error().message()) << " (see --help)\n";
+    return kExitUsage;
+  }
+  err << app.get_name() << ": error: " << oneLine(status.error().message()) << "\n";
   return kExitRejected;
 }
+
+Error usageError() { return Error(ErrorCode::Usage); }
 
 namespace {
 struct Command {

@@ -270,6 +270,7 @@ private:
                         std::unordered_set<std::string_view>& initializerInputs);
   Status addInput(std::string_view valueInfo, const std::unordered_set<std::string_view>& initializers);
   Status addNode(std::string_view node, std::size_t index);
+  Expected<bool> addAsParameter(const ir::NodeSpec& spec);
   Status fillTypeOf(std::string_view valueName, ir::ValueType& type);
   Status fillPreservedRank(ir::NodeSpec& spec);
   Expected<ir::Attribute> readAttribute(const onnx::AttributeProto& attr, const std::string& nodeName);
@@ -745,8 +746,73 @@ Status OnnxScanner::addNode(std::string_view nodeBytes, std::size_t index) {
     for (std::string& capture : captures)
       spec.inputs.push_back(std::move(capture));
   }
-  builder_.addNode(spec);
+  CLEAVE_TRY(bool isParameter, addAsParameter(spec));
+  if (!isParameter)
+    builder_.addNode(spec);
   return {};
+}
+
+// Constants are not work: an ai.onnx `Constant` with a numeric value becomes a parameter (not
+// trained), and `Identity` of a parameter becomes a second name of that parameter's tensor, so
+// no pass places, sends or counts them as compute. True when `spec` was added that way.
+Expected<bool> OnnxScanner::addAsParameter(const ir::NodeSpec& spec) {
+  if (!spec.domain.empty() || spec.outputs.size() != 1)
+    return false;
+  const std::string& name = spec.outputs[0].name;
+  if (spec.opType == "Identity")
+    return spec.inputs.size() == 1 && builder_.addParameterAlias(name, spec.inputs[0], spec.name);
+  if (spec.opType != "Constant" || !spec.inputs.empty() || spec.attributes.size() != 1)
+    return false;
+  const ir::Attribute& attr = spec.attributes[0];
+  ir::Parameter param;
+  param.name = name;
+  param.isBuffer = true;
+  param.sourceNode = spec.name;
+  param.sourceAttributes = spec.attributes;
+  std::string bytes;
+  const std::string what = "Constant '" + name + "'";
+  if (attr.name == "value" && attr.kind == ir::AttrKind::Tensor) {
+    onnx::TensorProto tensor;
+    if (!tensor.ParseFromString(attr.text))
+      return corrupt(what);
+    if (tensor.data_location() == onnx::TensorProto::EXTERNAL || tensor.data_type() == onnx::TensorProto::STRING)
+      return false;
+    CLEAVE_TRY(param.dtype, toDType(tensor.data_type(), what));
+    param.dims.assign(tensor.dims().begin(), tensor.dims().end());
+    if (tensor.has_raw_data()) {
+      bytes = tensor.raw_data();
+    } else {
+      CLEAVE_TRY(bytes, typedFieldsToRaw(tensor, param.dtype));
+    }
+  } else if (attr.name == "value_float" && attr.kind == ir::AttrKind::Float) {
+    param.dtype = DType::F32;
+    appendAs<std::vector<double>, float>(bytes, {attr.floatValue});
+  } else if (attr.name == "value_floats" && attr.kind == ir::AttrKind::Floats) {
+    param.dtype = DType::F32;
+    param.dims = {static_cast<std::int64_t>(attr.floats.size())};
+    appendAs<std::vector<double>, float>(bytes, attr.floats);
+  } else if (attr.name == "value_int" && attr.kind == ir::AttrKind::Int) {
+    param.dtype = DType::I64;
+    appendAs<std::vector<std::int64_t>, std::int64_t>(bytes, {attr.intValue});
+  } else if (attr.name == "value_ints" && attr.kind == ir::AttrKind::Ints) {
+    param.dtype = DType::I64;
+    param.dims = {static_cast<std::int64_t>(attr.ints.size())};
+    appendAs<std::vector<std::int64_t>, std::int64_t>(bytes, attr.ints);
+  } else {
+    return false; // strings and sparse values stay Constant nodes
+  }
+  for (std::int64_t dim : param.dims)
+    if (dim < 0)
+      return Error(ErrorCode::InvalidArgument) << what << " has negative dimension " << dim;
+  ir::ValueType type = ir::ValueType::tensor(param.dtype, param.dims);
+  CLEAVE_CHECK(ir::checkTensorSize(type, what));
+  param.bytes = ir::byteSizeOf(type);
+  if (static_cast<std::int64_t>(bytes.size()) != param.bytes)
+    return Error(ErrorCode::ParseError) << what << " holds " << bytes.size() << " bytes, its shape needs "
+                                        << param.bytes;
+  param.data = builder_.appendInlineData(bytes);
+  builder_.addParameter(std::move(param), type);
+  return true;
 }
 
 Expected<ir::GraphBuilder> OnnxScanner::scan() {

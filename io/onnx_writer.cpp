@@ -88,6 +88,40 @@ struct ExternalDataSink {
   std::string bytes;
 };
 
+// The parameter owning the tensor of the Parameter node `node` when that is a second name of a
+// tensor this graph also holds (ir::Parameter::aliasOf), else null.
+const ir::Parameter* aliasedParameter(const Graph& graph, NodeId node) {
+  auto params = graph.parameters(node);
+  if (params.size() != 1 || graph.storageOf(params[0]) == params[0])
+    return nullptr;
+  return &graph.parameter(graph.storageOf(params[0]));
+}
+
+void writeAliasAsIdentity(const Graph& graph, NodeId node, const ir::Parameter& owner, onnx::NodeProto* proto) {
+  const ir::Parameter& alias = graph.parameter(graph.parameters(node)[0]);
+  proto->set_name(alias.sourceNode);
+  proto->set_op_type("Identity");
+  proto->add_input(owner.name);
+  proto->add_output(alias.name);
+}
+
+// A parameter read from an ONNX `Constant` node, written back as that node.
+const ir::Parameter* constantParameter(const Graph& graph, NodeId node) {
+  auto params = graph.parameters(node);
+  if (params.size() != 1 || graph.parameter(params[0]).sourceAttributes.empty())
+    return nullptr;
+  return &graph.parameter(params[0]);
+}
+
+Status writeConstantNode(const ir::Parameter& constant, onnx::NodeProto* proto) {
+  proto->set_name(constant.sourceNode);
+  proto->set_op_type("Constant");
+  proto->add_output(constant.name);
+  for (const ir::Attribute& attr : constant.sourceAttributes)
+    CLEAVE_CHECK(writeAttribute(attr, proto->add_attribute(), constant.sourceNode));
+  return {};
+}
+
 Status writeInitializer(const Graph& graph, NodeId node, onnx::TensorProto* tensor,
                         const OnnxWriteOptions& options, ExternalDataSink& sink) {
   for (ir::ParamId param : graph.parameters(node)) {
@@ -147,6 +181,14 @@ Expected<onnx::ModelProto> toModelProto(const Graph& graph, const OnnxWriteOptio
     switch (graph.kind(node)) {
     case ir::NodeKind::Input: addValueInfo(graph, graph.outputs(node)[0], out->mutable_input()); break;
     case ir::NodeKind::Parameter:
+      if (const ir::Parameter* owner = aliasedParameter(graph, node)) {
+        writeAliasAsIdentity(graph, node, *owner, out->add_node()); // the bytes once, as the exporter had them
+        break;
+      }
+      if (const ir::Parameter* constant = constantParameter(graph, node)) {
+        CLEAVE_CHECK(writeConstantNode(*constant, out->add_node()));
+        break;
+      }
       CLEAVE_CHECK(writeInitializer(graph, node, out->add_initializer(), options, sink));
       break;
     case ir::NodeKind::Output:

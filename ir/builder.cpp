@@ -8,6 +8,22 @@ namespace {
 constexpr std::uint32_t kNone = UINT32_MAX;
 
 std::uint32_t u32(std::size_t size) { return static_cast<std::uint32_t>(size); }
+
+// Graph::storageOf for every parameter: an alias resolves to the tensor-owning parameter its
+// aliasOf names, or to itself when the graph does not hold that one (a submodel that copied
+// only the alias). O(P) expected.
+std::vector<ParamId> resolveStorage(const std::vector<Parameter>& params) {
+  std::unordered_map<std::string_view, std::uint32_t> owners;
+  for (std::uint32_t p = 0; p < params.size(); ++p)
+    if (params[p].aliasOf.empty())
+      owners.emplace(params[p].name, p);
+  std::vector<ParamId> storage(params.size());
+  for (std::uint32_t p = 0; p < params.size(); ++p) {
+    auto found = params[p].aliasOf.empty() ? owners.end() : owners.find(params[p].aliasOf);
+    storage[p] = ParamId{found == owners.end() ? p : found->second};
+  }
+  return storage;
+}
 } // namespace
 
 GraphBuilder::GraphBuilder(SourceFormat format) { info_.format = format; }
@@ -56,9 +72,27 @@ void GraphBuilder::addInput(std::string_view name, const ValueType& type) {
 
 void GraphBuilder::addParameter(Parameter parameter, const ValueType& type) {
   addSourceNode(NodeKind::Parameter, parameter.name, type);
+  parameterNodeParam_.emplace(strings_.intern(parameter.name), u32(params_.size()));
   nodeParams_.push_back(u32(params_.size()));
   params_.push_back(std::move(parameter));
   nodes_.back().params.end = u32(nodeParams_.size());
+}
+
+bool GraphBuilder::addParameterAlias(std::string_view aliasName, std::string_view existingName,
+                                     std::string_view nodeName) {
+  std::uint32_t id = strings_.find(existingName);
+  auto found = id == kNone ? parameterNodeParam_.end() : parameterNodeParam_.find(id);
+  if (found == parameterNodeParam_.end())
+    return false;
+  Parameter alias = params_[found->second];
+  if (alias.aliasOf.empty())
+    alias.aliasOf = alias.name;
+  alias.name = aliasName;
+  alias.sourceNode = nodeName;
+  alias.sourceAttributes.clear();
+  ValueType type = ValueType::tensor(alias.dtype, alias.dims);
+  addParameter(std::move(alias), type);
+  return true;
 }
 
 ParameterData GraphBuilder::appendInlineData(std::string_view bytes) {
@@ -329,6 +363,7 @@ Expected<Graph> GraphBuilder::finish() && {
     graph.nodes_.push_back(node);
   }
   graph.params_ = std::move(params_);
+  graph.storage_ = resolveStorage(graph.params_);
 
   // Users: count, then fill (CSR). A node using a value twice is listed once.
   std::vector<std::uint32_t> userCount(graph.values_.size(), 0);

@@ -13,6 +13,7 @@
 
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/graph.h"
@@ -47,6 +48,11 @@ public:
   void addInput(std::string_view name, const ValueType& type);
   // A parameter node (initializer / get_attr) whose single value has the node's name.
   void addParameter(Parameter parameter, const ValueType& type);
+  // A parameter node named `aliasName` for the tensor of the parameter node `existingName`
+  // (added before): the same bytes under a second name. False when no parameter node has that
+  // name yet.
+  // `nodeName`: the ONNX Identity node it came from (Parameter::sourceNode).
+  bool addParameterAlias(std::string_view aliasName, std::string_view existingName, std::string_view nodeName);
   // Inline bytes for a parameter; returns the ParameterData to put in the Parameter.
   ParameterData appendInlineData(std::string_view bytes);
   // Copies what it needs: callers may reuse one NodeSpec for many nodes (no allocations then).
@@ -95,6 +101,7 @@ private:
   std::vector<Attribute> attrs_;
   std::vector<Parameter> params_;
   std::vector<std::uint32_t> nodeParams_;
+  std::unordered_map<std::uint32_t, std::uint32_t> parameterNodeParam_; // node name id -> param index
   std::string inlineData_;
   std::shared_ptr<const MappedFile> modelFile_;
   bool outputsSet_ = false;

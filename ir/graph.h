@@ -71,7 +71,16 @@ struct Parameter {
   DType dtype = DType::Undefined;
   std::vector<std::int64_t> dims;
   std::int64_t bytes = 0;
-  bool isBuffer = false; // FX buffer (not trained)
+  bool isBuffer = false; // not trained: an FX buffer, or an ONNX Constant read as a parameter
+  // The name of the parameter whose tensor this is, when one tensor goes by two names (ONNX
+  // exporters write the second name as Identity(initializer)); empty for a tensor of its own.
+  // `data` points at the same bytes. Passes count and tie the tensor once (Graph::storageOf).
+  std::string aliasOf;
+  // How an ONNX file wrote it, so writing it back keeps that form: empty for an initializer;
+  // else the name of the `Constant` (sourceAttributes: its value attribute) or `Identity` node
+  // that io/ read as this parameter.
+  std::string sourceNode;
+  std::vector<Attribute> sourceAttributes;
   ParameterData data;
   friend bool operator==(const Parameter&, const Parameter&) = default;
 };
@@ -144,6 +153,9 @@ public:
   // ----- parameters -----
   std::uint32_t numParameters() const { return static_cast<std::uint32_t>(params_.size()); }
   const Parameter& parameter(ParamId param) const { return params_[index(param)]; }
+  // The parameter that owns `param`'s tensor: itself, or the one its aliasOf names when this
+  // graph holds it. Parameters with the same storage are one tensor.
+  ParamId storageOf(ParamId param) const { return storage_[index(param)]; }
   // Reads the parameter's bytes (inline data, or its external file). Empty for FX graphs,
   // which record sizes only.
   Expected<std::string> readParameterData(ParamId param) const;
@@ -191,6 +203,7 @@ private:
   std::vector<Attribute> attrs_;   // CSR: node attributes
   std::vector<ParamId> nodeParams_; // CSR: node parameters
   std::vector<Parameter> params_;
+  std::vector<ParamId> storage_; // per parameter: storageOf()
   std::vector<NodeId> inputNodes_;
   std::vector<std::uint32_t> nodeByName_;  // indexed by string id
   std::vector<std::uint32_t> valueByName_; // indexed by string id

@@ -103,10 +103,7 @@ Expected<PartitionResult> aheadOfTimeFromDocument(const ir::Graph& graph, const 
   }
   IdVector<NodeId, NodeSize> sizes = computeNodeSizes(graph);
   IdVector<NodeId, std::uint8_t> in(graph.numNodes(), 0);
-  PartitionResult result;
-  result.plan.kind = plan::PlanKind::Partition;
-  result.plan.placement = IdVector<NodeId, plan::Placement>(graph.numNodes(), plan::Placement::NotPlaced);
-  result.plan.detail = IdVector<NodeId, std::string>(graph.numNodes());
+  PartitionResult result = startPartitionResult(graph);
   for (std::uint32_t s : order) {
     std::int64_t id = ids[s];
     std::vector<NodeId> all = members[id];
@@ -115,10 +112,9 @@ Expected<PartitionResult> aheadOfTimeFromDocument(const ir::Graph& graph, const 
         if (!graph.isCallable(input) && std::find(all.begin(), all.end(), input) == all.end())
           all.push_back(input);
     std::int64_t bytes = memoryOfMembers(graph, sizes, all, in);
-    result.plan.submodules.push_back({"partition_" + std::to_string(id), false, members[id]});
-    result.partitions.push_back({devicesOf[id], bytes});
+    appendPartition(result, id, members[id], devicesOf[id], bytes);
   }
-  plan::indexSubmodules(graph, result.plan);
+  finishPartitionResult(graph, result);
   return result;
 }
 } // namespace
@@ -129,7 +125,7 @@ Expected<PartitionResult> partitionAheadOfTime(const ir::Graph& graph, const Dev
   return guardJson(sourceName, [&]() { return aheadOfTimeFromDocument(graph, devices, doc, sourceName); });
 }
 
-void saturateHost(const DeviceSet& devices, PartitionResult& result) {
+PartitionResult saturateHost(const DeviceSet& devices, PartitionResult result) {
   const std::vector<Device>& list = devices.devices;
   std::vector<std::int64_t> left(list.size());
   std::vector<std::vector<std::size_t>> onDevice(list.size());
@@ -176,6 +172,7 @@ void saturateHost(const DeviceSet& devices, PartitionResult& result) {
   for (const auto& [replica, original] : replicas)
     for (std::size_t p : onDevice[original])
       result.partitions[p].logicalDeviceIds.push_back(list[replica].logicalId);
+  return result;
 }
 
 } // namespace cleave::partition

@@ -25,6 +25,7 @@ namespace cleave::partition {
                                                              std::string_view mappingJson,
                                                              const std::string& sourceName);
 
-void saturateHost(const DeviceSet& devices, PartitionResult& result);
+// Returns `result` with the replicas' logical ids appended to its partitions.
+[[nodiscard]] PartitionResult saturateHost(const DeviceSet& devices, PartitionResult result);
 
 } // namespace cleave::partition

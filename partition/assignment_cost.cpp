@@ -86,18 +86,10 @@ AssignmentCost AssignmentCostModel::evaluate(const IdVector<NodeId, std::uint32_
 }
 
 PartitionResult AssignmentCostModel::toResult(const AssignmentCost& cost) const {
-  PartitionResult result;
-  result.plan.kind = plan::PlanKind::Partition;
-  result.plan.placement = IdVector<NodeId, plan::Placement>(graph_.numNodes(), plan::Placement::NotPlaced);
-  result.plan.detail = IdVector<NodeId, std::string>(graph_.numNodes());
-  for (std::size_t p = 0; p < cost.partitions.size(); ++p) {
-    plan::Submodule submodule;
-    submodule.name = "partition_" + std::to_string(p);
-    submodule.nodes = cost.partitions[p].nodes;
-    result.plan.submodules.push_back(std::move(submodule));
-    result.partitions.push_back({cost.partitions[p].deviceIds, cost.partitions[p].usedBytes});
-  }
-  plan::indexSubmodules(graph_, result.plan);
+  PartitionResult result = startPartitionResult(graph_);
+  for (std::size_t p = 0; p < cost.partitions.size(); ++p)
+    appendPartition(result, p, cost.partitions[p].nodes, cost.partitions[p].deviceIds, cost.partitions[p].usedBytes);
+  finishPartitionResult(graph_, result);
   return result;
 }
 

@@ -179,23 +179,16 @@ Expected<PartitionResult> partitionOptimal(const ir::Graph& graph, const DeviceS
     device = previous;
   }
   std::reverse(segments.begin(), segments.end());
-  PartitionResult result;
-  result.plan.kind = plan::PlanKind::Partition;
-  result.plan.placement = IdVector<NodeId, plan::Placement>(graph.numNodes(), plan::Placement::NotPlaced);
-  result.plan.detail = IdVector<NodeId, std::string>(graph.numNodes());
+  PartitionResult result = startPartitionResult(graph);
   IdVector<NodeId, std::uint8_t> scratch(graph.numNodes(), 0);
   for (std::size_t k = 0; k < segments.size(); ++k) {
     std::uint32_t start = segments[k].first;
     std::uint32_t stop = k + 1 < segments.size() ? segments[k + 1].first : static_cast<std::uint32_t>(count);
     std::vector<NodeId> nodes(callable.begin() + start, callable.begin() + stop);
     MappedPartition partition = makePartition(graph, sizes, nodes, scratch);
-    plan::Submodule submodule;
-    submodule.name = "partition_" + std::to_string(k);
-    submodule.nodes = std::move(nodes);
-    result.plan.submodules.push_back(std::move(submodule));
-    result.partitions.push_back({{devices.devices[segments[k].second].logicalId}, partition.usedBytes});
+    appendPartition(result, k, std::move(nodes), {devices.devices[segments[k].second].logicalId}, partition.usedBytes);
   }
-  plan::indexSubmodules(graph, result.plan);
+  finishPartitionResult(graph, result);
   return result;
 }
 

@@ -61,20 +61,11 @@ Status SizeBasedPartitioner::mapUnplacedPartitions() {
 }
 
 PartitionResult SizeBasedPartitioner::finish(bool single) {
-  PartitionResult result;
+  PartitionResult result = startPartitionResult(graph_);
   result.singlePartition = single;
-  result.plan.kind = plan::PlanKind::Partition;
-  result.plan.placement = IdVector<NodeId, plan::Placement>(graph_.numNodes(), plan::Placement::NotPlaced);
-  result.plan.detail = IdVector<NodeId, std::string>(graph_.numNodes());
-  for (std::size_t p = 0; p < partitions_.size(); ++p) {
-    plan::Submodule submodule;
-    submodule.name = "partition_" + std::to_string(p);
-    submodule.nodes = partitions_[p].nodes;
-    std::sort(submodule.nodes.begin(), submodule.nodes.end());
-    result.plan.submodules.push_back(std::move(submodule));
-    result.partitions.push_back({partitions_[p].deviceIds, partitions_[p].usedBytes});
-  }
-  plan::indexSubmodules(graph_, result.plan);
+  for (std::size_t p = 0; p < partitions_.size(); ++p)
+    appendPartition(result, p, partitions_[p].nodes, partitions_[p].deviceIds, partitions_[p].usedBytes);
+  finishPartitionResult(graph_, result);
   return result;
 }
 

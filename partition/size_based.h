@@ -24,20 +24,10 @@
 
 #include "partition/device_mapping.h"
 
-#include "plan/plan.h"
+#include "partition/partition_result.h"
 
 namespace cleave::partition {
 
-struct PartitionInfo {
-  std::vector<std::int64_t> logicalDeviceIds;
-  std::int64_t usedMemBytes = 0;
-};
-
-struct PartitionResult {
-  plan::CutPlan plan;                   // submodules "partition_<i>", in order
-  std::vector<PartitionInfo> partitions; // same order
-  bool singlePartition = false;
-};
 
 // The devices' support masks when any device has a profile (nullopt when none has). Fails:
 // InvalidArgument (no devices), DoesNotFit (a node no device supports).

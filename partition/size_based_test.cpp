@@ -92,7 +92,7 @@ TEST(SaturateHost, ReplicatesOntoIdleDevicesThatFit) {
   devices.devices[2].availableMemBytes = 100; // too small for the replica
   Expected<PartitionResult> result = partitionBySize(g, devices);
   ASSERT_TRUE(result);
-  saturateHost(devices, *result);
+  *result = saturateHost(devices, std::move(*result));
   EXPECT_EQ(result->partitions[0].logicalDeviceIds, (std::vector<std::int64_t>{0, 1, 3}));
 }
 

@@ -244,25 +244,19 @@ Expected<PartitionResult> SparseNnPartitioner::run() {
   for (std::uint32_t i = 0; i < count; ++i)
     if (indegree[i] == 0)
       ready.push(i);
-  PartitionResult result;
-  result.plan.kind = plan::PlanKind::Partition;
-  result.plan.placement = IdVector<NodeId, plan::Placement>(graph_.numNodes(), plan::Placement::NotPlaced);
-  result.plan.detail = IdVector<NodeId, std::string>(graph_.numNodes());
+  PartitionResult result = startPartitionResult(graph_);
   while (!ready.empty()) {
     std::uint32_t i = ready.top();
     ready.pop();
     SparsePartition& partition = store_[order_[i]];
-    std::vector<NodeId> nodes = partition.callable;
-    std::sort(nodes.begin(), nodes.end());
-    result.plan.submodules.push_back({"partition_" + std::to_string(i), false, std::move(nodes)});
-    result.partitions.push_back({partition.deviceIds, partition.usedBytes});
+    appendPartition(result, i, partition.callable, partition.deviceIds, partition.usedBytes);
     for (std::uint32_t to : next[i])
       if (--indegree[to] == 0)
         ready.push(to);
   }
   if (result.plan.submodules.size() != count)
     return Error(ErrorCode::InvalidGraph) << "sparse_nn merged partitions that depend on each other in a cycle";
-  plan::indexSubmodules(graph_, result.plan);
+  finishPartitionResult(graph_, result);
   return result;
 }
 

@@ -91,7 +91,7 @@ TEST(Schedule, PyTorchsPlanGridValidatesForInterleavedAndLoopedBfs) {
                                    {4, 128, 64}, {3, 2, 2}, {3, 8, 2}, {3, 12, 4}, {4, 6, 3},  {4, 10, 5}};
   for (ScheduleKind kind : {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS})
     for (const auto& [local, microbatches, ranks] : grid) {
-      SCOPED_TRACE(std::string(scheduleKindName(kind)) + " " + std::to_string(local) + "," +
+      SCOPED_TRACE(std::string(kScheduleKinds.name(kind)) + " " + std::to_string(local) + "," +
                    std::to_string(microbatches) + "," + std::to_string(ranks));
       Expected<Schedule> s = generateSchedule(kind, local * ranks, microbatches, ranks);
       ASSERT_TRUE(s) << s.error().message();
@@ -108,7 +108,7 @@ TEST(Schedule, SingleStagePerRankKindsValidateAndRank) {
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubble})
     for (std::uint32_t stages : {1u, 2u, 4u, 7u})
       for (std::uint32_t microbatches : {1u, 3u, 8u, 16u}) {
-        SCOPED_TRACE(std::string(scheduleKindName(kind)) + " " + std::to_string(stages) + "x" +
+        SCOPED_TRACE(std::string(kScheduleKinds.name(kind)) + " " + std::to_string(stages) + "x" +
                      std::to_string(microbatches));
         Expected<Schedule> s = generateSchedule(kind, stages, microbatches, stages);
         ASSERT_TRUE(s);

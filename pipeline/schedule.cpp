@@ -41,26 +41,6 @@ Expected<Action> parseAction(std::string_view text) {
   return fail();
 }
 
-std::optional<ScheduleKind> parseScheduleKind(std::string_view name) {
-  if (name == "gpipe") return ScheduleKind::GPipe;
-  if (name == "1f1b") return ScheduleKind::OneFOneB;
-  if (name == "interleaved" || name == "interleaved_1f1b") return ScheduleKind::Interleaved1F1B;
-  if (name == "looped_bfs") return ScheduleKind::LoopedBFS;
-  if (name == "zero_bubble") return ScheduleKind::ZeroBubble;
-  return std::nullopt;
-}
-
-std::string_view scheduleKindName(ScheduleKind kind) {
-  switch (kind) {
-  case ScheduleKind::GPipe: return "gpipe";
-  case ScheduleKind::OneFOneB: return "1f1b";
-  case ScheduleKind::Interleaved1F1B: return "interleaved";
-  case ScheduleKind::LoopedBFS: return "looped_bfs";
-  case ScheduleKind::ZeroBubble: return "zero_bubble";
-  }
-  return "?";
-}
-
 bool Schedule::hasCommunication() const {
   for (const auto& actions : perRank)
     for (const Action& action : actions)
@@ -185,7 +165,7 @@ Expected<Schedule> generateSchedule(ScheduleKind kind, std::uint32_t stages, std
     return Error(ErrorCode::InvalidArgument) << stages << " stages do not divide over " << ranks << " ranks";
   bool single = kind == ScheduleKind::GPipe || kind == ScheduleKind::OneFOneB || kind == ScheduleKind::ZeroBubble;
   if (single && stages != ranks)
-    return Error(ErrorCode::InvalidArgument) << scheduleKindName(kind) << " runs one stage per rank (" << stages
+    return Error(ErrorCode::InvalidArgument) << kScheduleKinds.name(kind) << " runs one stage per rank (" << stages
                                              << " stages on " << ranks << " ranks); use interleaved or looped_bfs";
   if (kind == ScheduleKind::Interleaved1F1B && microbatches % ranks != 0)
     return Error(ErrorCode::InvalidArgument) << "interleaved needs microbatches (" << microbatches

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "base/enum_table.h"
 #include "base/expected.h"
 
 namespace cleave::pipeline {
@@ -40,8 +41,12 @@ std::string formatAction(const Action& action);
 Expected<Action> parseAction(std::string_view text);
 
 enum class ScheduleKind : std::uint8_t { GPipe, OneFOneB, Interleaved1F1B, LoopedBFS, ZeroBubble };
-std::optional<ScheduleKind> parseScheduleKind(std::string_view name);
-std::string_view scheduleKindName(ScheduleKind kind);
+inline constexpr auto kScheduleKinds = enumTable<ScheduleKind>({{ScheduleKind::GPipe, "gpipe"},
+                                                               {ScheduleKind::OneFOneB, "1f1b"},
+                                                               {ScheduleKind::Interleaved1F1B, "interleaved"},
+                                                               {ScheduleKind::Interleaved1F1B, "interleaved_1f1b"},
+                                                               {ScheduleKind::LoopedBFS, "looped_bfs"},
+                                                               {ScheduleKind::ZeroBubble, "zero_bubble"}});
 
 struct Schedule {
   std::uint32_t stages = 0, ranks = 0, microbatches = 0;

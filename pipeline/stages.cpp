@@ -13,45 +13,7 @@ namespace cleave::pipeline {
 using ir::NodeId;
 using ir::ValueId;
 
-std::optional<Policy> parsePolicy(std::string_view name) {
-  if (name == "equal_nodes") return Policy::EqualNodes;
-  if (name == "equal_params") return Policy::EqualParams;
-  if (name == "equal_flops") return Policy::EqualFlops;
-  if (name == "equal_latency") return Policy::EqualLatency;
-  if (name == "optimal") return Policy::Optimal;
-  return std::nullopt;
-}
-
-std::string_view policyName(Policy policy) {
-  switch (policy) {
-  case Policy::EqualNodes: return "equal_nodes";
-  case Policy::EqualParams: return "equal_params";
-  case Policy::EqualFlops: return "equal_flops";
-  case Policy::EqualLatency: return "equal_latency";
-  case Policy::Optimal: return "optimal";
-  }
-  return "?";
-}
-
-std::optional<Balance> parseBalance(std::string_view name) {
-  if (name == "nodes") return Balance::Nodes;
-  if (name == "params") return Balance::Params;
-  if (name == "flops") return Balance::Flops;
-  if (name == "latency") return Balance::Latency;
-  return std::nullopt;
-}
-
 namespace {
-std::string_view balanceName(Balance balance) {
-  switch (balance) {
-  case Balance::Nodes: return "nodes";
-  case Balance::Params: return "params";
-  case Balance::Flops: return "flops";
-  case Balance::Latency: return "latency";
-  }
-  return "?";
-}
-
 bool isMarker(const ir::Graph& graph, NodeId node) {
   if (!graph.isCallable(node))
     return false;
@@ -141,16 +103,19 @@ Expected<std::vector<std::size_t>> startsFromCuts(const std::vector<std::pair<st
   return starts;
 }
 
-// Per unit: bytes of the parameters it is the first to read (and, in FX, its module's own).
+// Per unit: bytes of the tensors it is the first to read (and, in FX, its module's own). A tensor
+// under two names (ir::Parameter::aliasOf) counts once.
 std::vector<double> firstReadParamBytes(const ir::Graph& graph, const std::vector<NodeId>& units) {
-  std::set<std::string> seen;
+  std::vector<std::uint8_t> seen(graph.numParameters(), 0);
   std::vector<double> bytes;
   for (NodeId node : units) {
     double total = 0;
     auto take = [&](ir::ParamId param) {
-      const ir::Parameter& p = graph.parameter(param);
-      if (seen.insert(p.name).second)
-        total += static_cast<double>(p.bytes);
+      ir::ParamId storage = graph.storageOf(param);
+      if (!seen[index(storage)]) {
+        seen[index(storage)] = 1;
+        total += static_cast<double>(graph.parameter(storage).bytes);
+      }
     };
     for (ValueId value : graph.inputs(node))
       if (value != ir::kNoValue && graph.kind(graph.producer(value)) == ir::NodeKind::Parameter)
@@ -162,23 +127,11 @@ std::vector<double> firstReadParamBytes(const ir::Graph& graph, const std::vecto
   }
   return bytes;
 }
-} // namespace
 
-Expected<PipelinePlan> planPipeline(const ir::Graph& graph, const PipelineOptions& options) {
-  Units units = unitsOf(graph);
-  std::size_t count = units.nodes.size();
-  if (count == 0)
-    return Error(ErrorCode::InvalidArgument) << "the model has no operations to pipeline";
-  // Weights of every kind, for the policies and the report.
-  IdVector<NodeId, partition::NodeLatency> latencies =
-      partition::estimateLatencies(graph, options.flopsPerSec, options.bytesPerSec);
-  std::vector<double> nodes(count, 1.0), params = firstReadParamBytes(graph, units.nodes), flops(count), latency(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    flops[i] = partition::estimateFlops(graph, units.nodes[i]);
-    const partition::NodeLatency& l = latencies[units.nodes[i]];
-    latency[i] = std::max(l.memSec, l.computeSec);
-  }
-  auto weightsOf = [&](Balance balance) -> const std::vector<double>& {
+// Every balance weight of every unit, for the policies and the report.
+struct UnitWeights {
+  std::vector<double> nodes, params, flops, latency;
+  const std::vector<double>& of(Balance balance) const {
     switch (balance) {
     case Balance::Nodes: return nodes;
     case Balance::Params: return params;
@@ -186,65 +139,96 @@ Expected<PipelinePlan> planPipeline(const ir::Graph& graph, const PipelineOption
     case Balance::Latency: return latency;
     }
     return nodes;
-  };
-  Balance measure = options.balance;
-  std::vector<std::size_t> starts;
-  if (options.spec) {
-    std::vector<std::pair<std::size_t, std::string>> cuts;
-    for (const auto& [scope, beginning] : options.spec->scopes) {
-      std::optional<std::size_t> first, last;
-      for (std::size_t i = 0; i < count; ++i)
-        if (inScope(graph.scope(units.nodes[i]), scope)) {
-          first = first.value_or(i);
-          last = i;
-        }
-      if (!first)
-        return Error(ErrorCode::InvalidArgument) << "split_spec names '" << scope << "', which no node belongs to";
-      cuts.push_back({beginning ? *first : *last + 1,
-                      "split point '" + scope + "' (" + (beginning ? "BEGINNING" : "END") + ")"});
-    }
-    for (const auto& [names, after] : {std::pair{&options.spec->before, false}, std::pair{&options.spec->after, true}})
-      for (const std::string& name : *names) {
-        auto found = std::find_if(units.nodes.begin(), units.nodes.end(),
-                                  [&](NodeId node) { return graph.name(node) == name; });
-        if (found == units.nodes.end())
-          return Error(ErrorCode::InvalidArgument) << "split point names node '" << name << "', which the model lacks";
-        std::size_t position = static_cast<std::size_t>(found - units.nodes.begin()) + (after ? 1 : 0);
-        cuts.push_back({position, std::string(after ? "split_after" : "split_before") + " '" + name + "'"});
-      }
-    CLEAVE_TRY(starts, startsFromCuts(cuts, count, false));
-  } else if (options.stages == 0) {
-    if (units.markers.empty())
-      return Error(ErrorCode::InvalidArgument) << "no split markers in the model: give --stages N with a policy, or "
-                                                  "--split-spec FILE";
-    std::vector<std::pair<std::size_t, std::string>> cuts;
-    for (const auto& [marker, position] : units.markers)
-      cuts.push_back({position, "split marker '" + std::string(graph.name(marker)) + "'"});
-    CLEAVE_TRY(starts, startsFromCuts(cuts, count, true));
-  } else {
-    if (options.stages > count)
-      return Error(ErrorCode::InvalidArgument) << options.stages << " stages for " << count << " operations";
-    switch (options.policy) {
-    case Policy::EqualNodes: measure = Balance::Nodes; break;
-    case Policy::EqualParams: measure = Balance::Params; break;
-    case Policy::EqualFlops: measure = Balance::Flops; break;
-    case Policy::EqualLatency: measure = Balance::Latency; break;
-    case Policy::Optimal: break;
-    }
-    if (options.policy == Policy::Optimal) {
-      std::vector<std::int64_t> memory;
-      if (options.stageMemoryBytes > 0) {
-        IdVector<NodeId, partition::NodeSize> sizes = partition::computeNodeSizes(graph);
-        for (std::size_t i = 0; i < count; ++i)
-          memory.push_back(static_cast<std::int64_t>(params[i]) + sizes[units.nodes[i]].outputBytes);
-      }
-      CLEAVE_TRY(starts, cutOptimal(weightsOf(measure), options.stages, memory, options.stageMemoryBytes));
-    } else {
-      starts = cutGreedy(weightsOf(measure), options.stages);
-    }
   }
+};
 
-  PipelinePlan result;
+UnitWeights measureUnits(const ir::Graph& graph, const std::vector<NodeId>& units, const PipelineOptions& options) {
+  IdVector<NodeId, partition::NodeLatency> latencies =
+      partition::estimateLatencies(graph, options.flopsPerSec, options.bytesPerSec);
+  UnitWeights weights;
+  weights.nodes.assign(units.size(), 1.0);
+  weights.params = firstReadParamBytes(graph, units);
+  for (NodeId node : units) {
+    weights.flops.push_back(partition::estimateFlops(graph, node));
+    const partition::NodeLatency& l = latencies[node];
+    weights.latency.push_back(std::max(l.memSec, l.computeSec));
+  }
+  return weights;
+}
+
+// Stage starts from a split spec: module scopes (BEGINNING / END) and named nodes.
+Expected<std::vector<std::size_t>> startsFromSpec(const ir::Graph& graph, const Units& units, const SplitSpec& spec) {
+  std::size_t count = units.nodes.size();
+  std::vector<std::pair<std::size_t, std::string>> cuts;
+  for (const auto& [scope, beginning] : spec.scopes) {
+    std::optional<std::size_t> first, last;
+    for (std::size_t i = 0; i < count; ++i)
+      if (inScope(graph.scope(units.nodes[i]), scope)) {
+        first = first.value_or(i);
+        last = i;
+      }
+    if (!first)
+      return Error(ErrorCode::InvalidArgument) << "split_spec names '" << scope << "', which no node belongs to";
+    cuts.push_back({beginning ? *first : *last + 1,
+                    "split point '" + scope + "' (" + (beginning ? "BEGINNING" : "END") + ")"});
+  }
+  for (const auto& [names, after] : {std::pair{&spec.before, false}, std::pair{&spec.after, true}})
+    for (const std::string& name : *names) {
+      auto found = std::find_if(units.nodes.begin(), units.nodes.end(),
+                                [&](NodeId node) { return graph.name(node) == name; });
+      if (found == units.nodes.end())
+        return Error(ErrorCode::InvalidArgument) << "split point names node '" << name << "', which the model lacks";
+      std::size_t position = static_cast<std::size_t>(found - units.nodes.begin()) + (after ? 1 : 0);
+      cuts.push_back({position, std::string(after ? "split_after" : "split_before") + " '" + name + "'"});
+    }
+  return startsFromCuts(cuts, count, false);
+}
+
+Expected<std::vector<std::size_t>> startsFromMarkers(const ir::Graph& graph, const Units& units) {
+  if (units.markers.empty())
+    return Error(ErrorCode::InvalidArgument) << "no split markers in the model: give --stages N with a policy, or "
+                                                "--split-spec FILE";
+  std::vector<std::pair<std::size_t, std::string>> cuts;
+  for (const auto& [marker, position] : units.markers)
+    cuts.push_back({position, "split marker '" + std::string(graph.name(marker)) + "'"});
+  return startsFromCuts(cuts, units.nodes.size(), true);
+}
+
+// What a policy balances: the equal_* policies their own weight, optimal the --balance one.
+Balance measureOf(const PipelineOptions& options) {
+  switch (options.policy) {
+  case Policy::EqualNodes: return Balance::Nodes;
+  case Policy::EqualParams: return Balance::Params;
+  case Policy::EqualFlops: return Balance::Flops;
+  case Policy::EqualLatency: return Balance::Latency;
+  case Policy::Optimal: break;
+  }
+  return options.balance;
+}
+
+Expected<std::vector<std::size_t>> startsFromPolicy(const ir::Graph& graph, const Units& units,
+                                                    const UnitWeights& weights, const PipelineOptions& options) {
+  std::size_t count = units.nodes.size();
+  if (options.stages > count)
+    return Error(ErrorCode::InvalidArgument) << options.stages << " stages for " << count << " operations";
+  const std::vector<double>& measured = weights.of(measureOf(options));
+  if (options.policy != Policy::Optimal)
+    return cutGreedy(measured, options.stages);
+  std::vector<std::int64_t> memory;
+  if (options.stageMemoryBytes > 0) {
+    IdVector<NodeId, partition::NodeSize> sizes = partition::computeNodeSizes(graph);
+    for (std::size_t i = 0; i < count; ++i)
+      memory.push_back(static_cast<std::int64_t>(weights.params[i]) + sizes[units.nodes[i]].outputBytes);
+  }
+  return cutOptimal(measured, options.stages, memory, options.stageMemoryBytes);
+}
+
+// The stages as submodules of the plan, with their per-stage sums. FX markers ride in the stage
+// after them, so torch's split_by_tags sees every node tagged; ONNX markers stay out of the
+// stage models.
+void buildStages(const ir::Graph& graph, const Units& units, const std::vector<std::size_t>& starts,
+                 const UnitWeights& weights, Balance measure, PipelinePlan& result) {
+  std::size_t count = units.nodes.size();
   result.plan.kind = plan::PlanKind::Pipeline;
   result.plan.placement = IdVector<NodeId, plan::Placement>(graph.numNodes(), plan::Placement::NotPlaced);
   result.plan.detail = IdVector<NodeId, std::string>(graph.numNodes());
@@ -258,14 +242,12 @@ Expected<PipelinePlan> planPipeline(const ir::Graph& graph, const PipelineOption
     StageStats stats;
     stats.nodes = end - starts[s];
     for (std::size_t i = starts[s]; i < end; ++i) {
-      stats.flops += flops[i];
-      stats.latencySec += latency[i];
-      stats.weight += weightsOf(measure)[i];
+      stats.flops += weights.flops[i];
+      stats.latencySec += weights.latency[i];
+      stats.weight += weights.of(measure)[i];
     }
     result.stats.push_back(stats);
   }
-  // FX markers ride in the stage after them, so torch's split_by_tags sees every node tagged;
-  // ONNX markers stay out of the stage models.
   for (const auto& [marker, position] : units.markers) {
     result.markers.push_back(marker);
     if (graph.modelInfo().format == ir::SourceFormat::Fx) {
@@ -275,32 +257,49 @@ Expected<PipelinePlan> planPipeline(const ir::Graph& graph, const PipelineOption
     }
   }
   plan::indexSubmodules(graph, result.plan);
-  std::uint32_t stageCount = static_cast<std::uint32_t>(result.plan.submodules.size());
+}
 
-  // Parameters by name: the stages that read them.
-  std::map<std::string, ParameterPlacement> byName;
+// Per tensor (parameters with one storage are one tensor, whatever names they are read under):
+// the stages that read it, in storage order.
+std::vector<ParameterPlacement> collectParameterReads(const ir::Graph& graph, const plan::CutPlan& stages) {
+  std::vector<ParameterPlacement> byStorage(graph.numParameters());
+  auto record = [&](ir::ParamId param, std::uint32_t stage) {
+    ir::ParamId storage = graph.storageOf(param);
+    ParameterPlacement& placement = byStorage[index(storage)];
+    placement.name = graph.parameter(storage).name;
+    placement.bytes = graph.parameter(storage).bytes;
+    const std::string& name = graph.parameter(param).name;
+    if (name != placement.name && std::find(placement.aliases.begin(), placement.aliases.end(), name) == placement.aliases.end())
+      placement.aliases.push_back(name);
+    if (std::find(placement.stages.begin(), placement.stages.end(), stage) == placement.stages.end())
+      placement.stages.push_back(stage);
+  };
   for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
     NodeId node{n};
-    auto record = [&](ir::ParamId param, std::uint32_t stage) {
-      const ir::Parameter& p = graph.parameter(param);
-      ParameterPlacement& placement = byName[p.name];
-      placement.name = p.name;
-      placement.bytes = p.bytes;
-      if (std::find(placement.stages.begin(), placement.stages.end(), stage) == placement.stages.end())
-        placement.stages.push_back(stage);
-    };
     if (graph.kind(node) == ir::NodeKind::Parameter) {
       for (ValueId value : graph.outputs(node))
         for (NodeId user : graph.users(value))
-          if (result.plan.submoduleOf[user] != plan::kNoSubmodule)
+          if (stages.submoduleOf[user] != plan::kNoSubmodule)
             for (ir::ParamId param : graph.parameters(node))
-              record(param, result.plan.submoduleOf[user]);
-    } else if (graph.isCallable(node) && result.plan.submoduleOf[node] != plan::kNoSubmodule) {
+              record(param, stages.submoduleOf[user]);
+    } else if (graph.isCallable(node) && stages.submoduleOf[node] != plan::kNoSubmodule) {
       for (ir::ParamId param : graph.parameters(node))
-        record(param, result.plan.submoduleOf[node]);
+        record(param, stages.submoduleOf[node]);
     }
   }
-  for (auto& [name, placement] : byName) {
+  std::vector<ParameterPlacement> reads;
+  for (ParameterPlacement& placement : byStorage)
+    if (!placement.stages.empty())
+      reads.push_back(std::move(placement));
+  std::sort(reads.begin(), reads.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return reads;
+}
+
+// Each tensor goes to the stages that read it: a copy in each (replicate; several make a tie
+// group), or the first stage's copy sent to the others under every name they read (transmit).
+void placeParameters(const ir::Graph& graph, const PipelineOptions& options, PipelinePlan& result) {
+  result.multiUse = options.multiUse;
+  for (ParameterPlacement& placement : collectParameterReads(graph, result.plan)) {
     std::sort(placement.stages.begin(), placement.stages.end());
     placement.owner = placement.stages.front();
     for (std::uint32_t stage : placement.stages)
@@ -308,159 +307,132 @@ Expected<PipelinePlan> planPipeline(const ir::Graph& graph, const PipelineOption
         result.stats[stage].paramBytes += placement.bytes;
     result.parameters.push_back(std::move(placement));
   }
-  result.multiUse = options.multiUse;
-  if (options.multiUse == MultiUse::Transmit) {
-    std::map<std::string_view, const ParameterPlacement*> shared; // read by several stages
-    for (const ParameterPlacement& p : result.parameters)
-      if (p.stages.size() > 1)
-        shared[p.name] = &p;
-    for (std::uint32_t n = 0; n < graph.numNodes(); ++n)
-      if (graph.kind(NodeId{n}) == ir::NodeKind::Parameter)
-        if (auto found = shared.find(graph.parameter(graph.parameters(NodeId{n})[0]).name); found != shared.end())
-          result.transmitted.push_back({graph.outputs(NodeId{n})[0], found->second->owner});
-  }
+  if (options.multiUse != MultiUse::Transmit)
+    return;
+  std::map<std::string_view, const ParameterPlacement*> shared; // tensors read by several stages
+  for (const ParameterPlacement& p : result.parameters)
+    if (p.stages.size() > 1)
+      shared[p.name] = &p;
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n)
+    if (graph.kind(NodeId{n}) == ir::NodeKind::Parameter && !graph.parameters(NodeId{n}).empty()) {
+      ir::ParamId storage = graph.storageOf(graph.parameters(NodeId{n})[0]);
+      if (auto found = shared.find(graph.parameter(storage).name); found != shared.end())
+        result.transmitted.push_back({graph.outputs(NodeId{n})[0], found->second->owner});
+    }
+}
+
+// Activation bytes in and out of every stage, and the imbalance of the balanced weight.
+void measureStages(const ir::Graph& graph, PipelinePlan& result) {
   result.boundaries = plan::computeBoundaries(graph, result.plan, result.transmitted);
-  for (std::uint32_t s = 0; s < stageCount; ++s) {
-    for (ValueId value : result.boundaries[s].inputs)
-      result.stats[s].activationInBytes += std::max<std::int64_t>(graph.bytes(value), 0);
-    for (ValueId value : result.boundaries[s].outputs)
-      result.stats[s].activationOutBytes += std::max<std::int64_t>(graph.bytes(value), 0);
-  }
   double mean = 0.0, worst = 0.0;
-  for (const StageStats& stats : result.stats) {
-    mean += stats.weight / static_cast<double>(stageCount);
+  for (std::uint32_t s = 0; s < result.stats.size(); ++s) {
+    StageStats& stats = result.stats[s];
+    for (ValueId value : result.boundaries[s].inputs)
+      stats.activationInBytes += std::max<std::int64_t>(graph.bytes(value), 0);
+    for (ValueId value : result.boundaries[s].outputs)
+      stats.activationOutBytes += std::max<std::int64_t>(graph.bytes(value), 0);
+    mean += stats.weight / static_cast<double>(result.stats.size());
     worst = std::max(worst, stats.weight);
   }
   result.imbalance = mean > 0 ? worst / mean : 1.0;
+}
 
-  // The loss and the backward plan.
-  std::vector<std::string> outputNames;
-  for (ValueId value : graph.graphOutputs())
-    outputNames.emplace_back(graph.valueName(value));
+// The loss: the output --loss names, else one named "loss" when there is one.
+Status findLoss(const ir::Graph& graph, const PipelineOptions& options, PipelinePlan& result) {
   std::string wanted = options.loss.value_or("loss");
   for (ValueId value : graph.graphOutputs())
     if (graph.valueName(value) == wanted)
       result.loss = value;
-  if (options.loss && !result.loss) {
-    std::string list;
-    for (const std::string& name : outputNames)
-      list += (list.empty() ? "" : ", ") + name;
-    return Error(ErrorCode::InvalidArgument) << "did not find the loss value '" << *options.loss
-                                             << "' among the outputs (" << list << ")";
-  }
-  if (result.loss) {
-    // Values the loss depends on.
-    std::vector<std::uint8_t> live(graph.numValues(), 0);
-    std::vector<ValueId> work{*result.loss};
-    live[index(*result.loss)] = 1;
-    while (!work.empty()) {
-      ValueId value = work.back();
-      work.pop_back();
-      for (ValueId operand : graph.inputs(graph.producer(value)))
-        if (operand != ir::kNoValue && !live[index(operand)]) {
-          live[index(operand)] = 1;
-          work.push_back(operand);
-        }
-    }
-    for (std::uint32_t s = stageCount; s-- > 0;) {
-      BackwardStep step;
-      step.stage = s;
-      for (ValueId value : result.boundaries[s].outputs) {
-        if (!live[index(value)])
-          continue;
-        GradientInput input{value, {}, value == *result.loss};
-        for (std::uint32_t t = s + 1; t < stageCount; ++t)
-          if (std::find(result.boundaries[t].inputs.begin(), result.boundaries[t].inputs.end(), value) !=
-              result.boundaries[t].inputs.end())
-            input.fromStages.push_back(t);
-        if (input.isLoss || !input.fromStages.empty())
-          step.receives.push_back(std::move(input));
-      }
-      bool produces = false; // the stage makes the loss, or something it depends on
-      for (NodeId node : result.plan.submodules[s].nodes)
-        for (ValueId value : graph.outputs(node))
-          produces = produces || live[index(value)];
-      if (!produces)
-        continue;
-      for (ValueId value : result.boundaries[s].inputs) {
-        if (!live[index(value)])
-          continue;
-        NodeId producer = graph.producer(value);
-        std::uint32_t from = result.plan.submoduleOf[producer];
-        step.sends.push_back({value, from == plan::kNoSubmodule ? std::nullopt : std::optional<std::uint32_t>(from)});
-      }
-      result.backward.push_back(std::move(step));
-    }
-  }
-  return result;
+  if (!options.loss || result.loss)
+    return {};
+  std::string list;
+  for (ValueId value : graph.graphOutputs())
+    list += (list.empty() ? "" : ", ") + std::string(graph.valueName(value));
+  return Error(ErrorCode::InvalidArgument) << "did not find the loss value '" << *options.loss
+                                           << "' among the outputs (" << list << ")";
 }
 
-report::Json pipelineJson(const ir::Graph& graph, const PipelinePlan& plan, const PipelineOptions& options) {
-  report::Json out;
-  out["policy"] = options.spec ? "split_spec" : (options.stages == 0 ? "markers" : std::string(policyName(options.policy)));
-  out["balance"] = std::string(balanceName(options.balance));
-  out["imbalance"] = plan.imbalance;
-  out["multi_use"] = plan.multiUse == MultiUse::Replicate ? "replicate" : "transmit";
-  report::Json stages = report::Json::array();
-  for (std::size_t s = 0; s < plan.stats.size(); ++s) {
-    const StageStats& st = plan.stats[s];
-    report::Json names = report::Json::array();
-    for (NodeId node : plan.plan.submodules[s].nodes)
-      names.push_back(std::string(graph.name(node)));
-    report::Json params = report::Json::array();
-    for (const ParameterPlacement& p : plan.parameters)
-      if (std::find(p.stages.begin(), p.stages.end(), s) != p.stages.end() &&
-          (plan.multiUse == MultiUse::Replicate || p.owner == s))
-        params.push_back(p.name);
-    stages.push_back({{"index", s},
-                      {"name", plan.plan.submodules[s].name},
-                      {"nodes", std::move(names)},
-                      {"parameters", std::move(params)},
-                      {"param_bytes", st.paramBytes},
-                      {"flops", st.flops},
-                      {"latency_sec", st.latencySec},
-                      {"weight", st.weight},
-                      {"activation_in_bytes", st.activationInBytes},
-                      {"activation_out_bytes", st.activationOutBytes}});
+// Values the loss depends on (1 per value).
+std::vector<std::uint8_t> valuesBehind(const ir::Graph& graph, ValueId loss) {
+  std::vector<std::uint8_t> live(graph.numValues(), 0);
+  std::vector<ValueId> work{loss};
+  live[index(loss)] = 1;
+  while (!work.empty()) {
+    ValueId value = work.back();
+    work.pop_back();
+    for (ValueId operand : graph.inputs(graph.producer(value)))
+      if (operand != ir::kNoValue && !live[index(operand)]) {
+        live[index(operand)] = 1;
+        work.push_back(operand);
+      }
   }
-  out["stages"] = std::move(stages);
-  report::Json params = report::Json::array(), ties = report::Json::array();
-  for (const ParameterPlacement& p : plan.parameters) {
-    std::string mode = p.stages.size() == 1 ? "owned" : plan.multiUse == MultiUse::Replicate ? "replicated" : "transmitted";
-    params.push_back({{"name", p.name}, {"bytes", p.bytes}, {"stages", p.stages}, {"owner", p.owner}, {"mode", mode}});
-    if (p.stages.size() > 1 && plan.multiUse == MultiUse::Replicate)
-      ties.push_back({{"parameter", p.name}, {"stages", p.stages}});
+  return live;
+}
+
+// One backward step of stage `s`: the gradients it receives for its outputs, and (when it makes
+// something the loss depends on) the gradients it sends for its inputs.
+std::optional<BackwardStep> backwardStepOf(const ir::Graph& graph, const PipelinePlan& result,
+                                           const std::vector<std::uint8_t>& live, std::uint32_t s) {
+  auto stageCount = static_cast<std::uint32_t>(result.boundaries.size());
+  BackwardStep step;
+  step.stage = s;
+  for (ValueId value : result.boundaries[s].outputs) {
+    if (!live[index(value)])
+      continue;
+    GradientInput input{value, {}, value == *result.loss};
+    for (std::uint32_t t = s + 1; t < stageCount; ++t)
+      if (std::find(result.boundaries[t].inputs.begin(), result.boundaries[t].inputs.end(), value) !=
+          result.boundaries[t].inputs.end())
+        input.fromStages.push_back(t);
+    if (input.isLoss || !input.fromStages.empty())
+      step.receives.push_back(std::move(input));
   }
-  out["parameters"] = std::move(params);
-  out["tie_groups"] = std::move(ties);
-  report::Json skips = report::Json::array();
-  for (std::uint32_t s = 0; s < plan.boundaries.size(); ++s)
-    for (ValueId value : plan.boundaries[s].inputs) {
-      std::uint32_t from = plan.plan.submoduleOf[graph.producer(value)];
-      if (from != plan::kNoSubmodule && s > from + 1)
-        skips.push_back({{"value", std::string(graph.valueName(value))}, {"from", from}, {"to", s}});
-    }
-  out["skip_connections"] = std::move(skips);
-  out["loss"] = plan.loss ? report::Json(std::string(graph.valueName(*plan.loss))) : report::Json(nullptr);
-  report::Json backward = report::Json::array();
-  for (const BackwardStep& step : plan.backward) {
-    report::Json receives = report::Json::array(), sends = report::Json::array();
-    for (const GradientInput& in : step.receives)
-      receives.push_back({{"value", std::string(graph.valueName(in.value))},
-                          {"from_stages", in.fromStages},
-                          {"loss", in.isLoss},
-                          {"accumulate", in.fromStages.size() + (in.isLoss ? 1 : 0) > 1}});
-    for (const GradientOutput& outGrad : step.sends)
-      sends.push_back({{"value", std::string(graph.valueName(outGrad.value))},
-                       {"to_stage", outGrad.toStage ? report::Json(*outGrad.toStage) : report::Json(nullptr)}});
-    backward.push_back({{"stage", step.stage}, {"receive_grads", std::move(receives)}, {"send_grads", std::move(sends)}});
+  bool produces = false;
+  for (NodeId node : result.plan.submodules[s].nodes)
+    for (ValueId value : graph.outputs(node))
+      produces = produces || live[index(value)];
+  if (!produces)
+    return std::nullopt;
+  for (ValueId value : result.boundaries[s].inputs) {
+    if (!live[index(value)])
+      continue;
+    std::uint32_t from = result.plan.submoduleOf[graph.producer(value)];
+    step.sends.push_back({value, from == plan::kNoSubmodule ? std::nullopt : std::optional<std::uint32_t>(from)});
   }
-  out["backward"] = std::move(backward);
-  report::Json markers = report::Json::array();
-  for (NodeId marker : plan.markers)
-    markers.push_back(std::string(graph.name(marker)));
-  out["markers"] = std::move(markers);
-  return out;
+  return step;
+}
+
+void planBackward(const ir::Graph& graph, PipelinePlan& result) {
+  if (!result.loss)
+    return;
+  std::vector<std::uint8_t> live = valuesBehind(graph, *result.loss);
+  for (auto s = static_cast<std::uint32_t>(result.boundaries.size()); s-- > 0;)
+    if (std::optional<BackwardStep> step = backwardStepOf(graph, result, live, s))
+      result.backward.push_back(std::move(*step));
+}
+} // namespace
+
+Expected<PipelinePlan> planPipeline(const ir::Graph& graph, const PipelineOptions& options) {
+  Units units = unitsOf(graph);
+  if (units.nodes.empty())
+    return Error(ErrorCode::InvalidArgument) << "the model has no operations to pipeline";
+  UnitWeights weights = measureUnits(graph, units.nodes, options);
+  std::vector<std::size_t> starts;
+  if (options.spec) {
+    CLEAVE_TRY(starts, startsFromSpec(graph, units, *options.spec));
+  } else if (options.stages == 0) {
+    CLEAVE_TRY(starts, startsFromMarkers(graph, units));
+  } else {
+    CLEAVE_TRY(starts, startsFromPolicy(graph, units, weights, options));
+  }
+  bool byPolicy = !options.spec && options.stages > 0;
+  PipelinePlan result;
+  buildStages(graph, units, starts, weights, byPolicy ? measureOf(options) : options.balance, result);
+  placeParameters(graph, options, result);
+  measureStages(graph, result);
+  CLEAVE_CHECK(findLoss(graph, options, result));
+  planBackward(graph, result);
+  return result;
 }
 
 } // namespace cleave::pipeline

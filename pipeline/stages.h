@@ -15,8 +15,9 @@
 //                weight, within --stage-memory; balance.h)
 // Parameters: each goes to the stages whose nodes read it; one read by several stages is either
 // replicated (a copy per stage and a tie group, for summing gradients) or transmitted (the first
-// stage owns it and sends it to the others). Parameters are identified by name, so one tensor
-// reached under one name from several places (FX aliases resolve to one name) is one parameter.
+// stage owns it and sends it to the others). Parameters are identified by their tensor: one
+// tensor under two names (ONNX Identity of an initializer, ir::Parameter::aliasOf) is one
+// parameter, and ONNX Constants are parameters that are not trained, never activations.
 // Skip connections: a value goes straight from the stage that makes it to every stage that reads
 // it (plan inputs name the producing stage), and its gradient comes back the same way.
 // Training: the loss is the graph output named by --loss (default: an output named "loss", if
@@ -24,21 +25,30 @@
 // visits stages in reverse: each receives the gradients of its outputs that lead to the loss
 // (summed when several stages read the value), and sends its inputs' gradients to the stages
 // that made them.
+// Complexity: O(V + E) for units, weights, parameters and boundaries, plus the policy's cut
+// (greedy O(N), optimal O(N log(W/eps)), balance.h) and O(S^2 * boundary) for the backward plan.
 #pragma once
 
 #include <optional>
 
+#include "base/enum_table.h"
 #include "partition/latency.h"
 #include "plan/materialize.h"
 
 namespace cleave::pipeline {
 
 enum class Policy : std::uint8_t { EqualNodes, EqualParams, EqualFlops, EqualLatency, Optimal };
-std::optional<Policy> parsePolicy(std::string_view name);
-std::string_view policyName(Policy policy);
+inline constexpr auto kPolicies = enumTable<Policy>({{Policy::EqualNodes, "equal_nodes"},
+                                                    {Policy::EqualParams, "equal_params"},
+                                                    {Policy::EqualFlops, "equal_flops"},
+                                                    {Policy::EqualLatency, "equal_latency"},
+                                                    {Policy::Optimal, "optimal"}});
 enum class Balance : std::uint8_t { Nodes, Params, Flops, Latency };
-std::optional<Balance> parseBalance(std::string_view name);
+inline constexpr auto kBalances = enumTable<Balance>(
+    {{Balance::Nodes, "nodes"}, {Balance::Params, "params"}, {Balance::Flops, "flops"}, {Balance::Latency, "latency"}});
 enum class MultiUse : std::uint8_t { Replicate, Transmit };
+inline constexpr auto kMultiUses =
+    enumTable<MultiUse>({{MultiUse::Replicate, "replicate"}, {MultiUse::Transmit, "transmit"}});
 
 struct SplitSpec {
   std::vector<std::pair<std::string, bool>> scopes; // (scope, true: BEGINNING / false: END)
@@ -65,8 +75,9 @@ struct StageStats {
   std::int64_t activationInBytes = 0, activationOutBytes = 0;
 };
 
-struct ParameterPlacement {
-  std::string name;
+struct ParameterPlacement {  // one tensor
+  std::string name;                  // the parameter that owns the tensor
+  std::vector<std::string> aliases;  // other names stages read it under (ir::Parameter::aliasOf)
   std::vector<std::uint32_t> stages; // every stage that reads it
   std::uint32_t owner = 0;           // the first
   std::int64_t bytes = 0;
@@ -105,8 +116,5 @@ struct PipelinePlan {
 // scope or node, a cut or marker that would leave a stage empty, an unknown loss), DoesNotFit
 // (optimal under a memory limit that cannot hold it).
 Expected<PipelinePlan> planPipeline(const ir::Graph& graph, const PipelineOptions& options);
-
-// plan.json's "pipeline" object.
-report::Json pipelineJson(const ir::Graph& graph, const PipelinePlan& plan, const PipelineOptions& options);
 
 } // namespace cleave::pipeline

@@ -75,6 +75,9 @@ Expected<ir::Graph> extractSubmodule(const ir::Graph& graph, const CutPlan& plan
     for (ValueId value : graph.inputs(node))
       if (value != ir::kNoValue && graph.kind(graph.producer(value)) == ir::NodeKind::Parameter)
         params.push_back(graph.producer(value));
+  for (ValueId value : boundaries[submodule].outputs) // parameters it sends (transmit)
+    if (graph.kind(graph.producer(value)) == ir::NodeKind::Parameter)
+      params.push_back(graph.producer(value));
   std::sort(params.begin(), params.end());
   params.erase(std::unique(params.begin(), params.end()), params.end());
   const std::vector<ValueId>& taken = boundaries[submodule].inputs;
@@ -116,11 +119,11 @@ Expected<ir::Graph> extractSubmodule(const ir::Graph& graph, const CutPlan& plan
 }
 
 PlanFile describePlan(const ir::Graph& graph, const CutPlan& plan, const std::vector<Boundary>& boundaries,
-                      const std::string& modelPath, const report::Json& extra, bool withFiles) {
+                      const std::string& modelPath, const Json& extra, bool withFiles) {
   PlanFile out;
   out.kind = plan.kind;
   out.model = modelPath;
-  out.extra = extra.is_object() ? extra : report::Json::object();
+  out.extra = extra.is_object() ? extra : Json::object();
   auto sourceOf = [&](ValueId value) -> std::string {
     std::uint32_t from = plan.submoduleOf[graph.producer(value)];
     if (from == kNoSubmodule && graph.kind(graph.producer(value)) == ir::NodeKind::Parameter)
@@ -167,24 +170,24 @@ PlanFile describePlan(const ir::Graph& graph, const CutPlan& plan, const std::ve
 
 namespace {
 std::string assignmentJson(const ir::Graph& graph, const CutPlan& plan) {
-  report::Json out;
+  Json out;
   out["schema"] = "cleave.fx_assignment";
   out["version"] = 1;
-  report::Json tags = report::Json::array();
+  Json tags = Json::array();
   for (const Submodule& sub : plan.submodules)
     tags.push_back(sub.name);
   out["tags"] = std::move(tags);
-  report::Json nodes = report::Json::object();
+  Json nodes = Json::object();
   for (std::uint32_t n = 0; n < graph.numNodes(); ++n)
     if (plan.submoduleOf[NodeId{n}] != kNoSubmodule)
       nodes[std::string(graph.name(NodeId{n}))] = plan.submodules[plan.submoduleOf[NodeId{n}]].name;
   out["nodes"] = std::move(nodes);
-  return report::dumpJson(out);
+  return dumpJson(out);
 }
 } // namespace
 
 Status materialize(const ir::Graph& graph, const CutPlan& plan, const std::string& modelPath,
-                   OutputDirectory& out, const report::Json& extra, const MaterializeOptions& options) {
+                   OutputDirectory& out, const Json& extra, const MaterializeOptions& options) {
   std::vector<Boundary> boundaries = computeBoundaries(graph, plan, options.transmitted);
   const std::string& staging = out.stagingPath();
   bool fx = graph.modelInfo().format == ir::SourceFormat::Fx;

@@ -18,7 +18,7 @@
 #include "ir/graph.h"
 #include "plan/plan.h"
 #include "plan/plan_file.h"
-#include "report/json_util.h"
+#include "base/json.h"
 
 namespace cleave::plan {
 
@@ -41,7 +41,7 @@ std::vector<Boundary> computeBoundaries(const ir::Graph& graph, const CutPlan& p
 // What plan.json says of this plan (plan/plan_file.h writes it). `extra` is kept at the top level
 // (settings, summary of the pass).
 PlanFile describePlan(const ir::Graph& graph, const CutPlan& plan, const std::vector<Boundary>& boundaries,
-                      const std::string& modelPath, const report::Json& extra, bool withFiles);
+                      const std::string& modelPath, const Json& extra, bool withFiles);
 
 struct MaterializeOptions {
   bool writeSubmodels = true;          // false: plan.json and reports only (--plan-only)
@@ -58,7 +58,7 @@ struct MaterializeOptions {
 // submodels of an FX graph are never attempted: FX writes the assignment instead).
 [[nodiscard]] Status materialize(const ir::Graph& graph, const CutPlan& plan,
                                  const std::string& modelPath, OutputDirectory& out,
-                                 const report::Json& extra, const MaterializeOptions& options);
+                                 const Json& extra, const MaterializeOptions& options);
 
 
 } // namespace cleave::plan

@@ -95,28 +95,28 @@ Expected<PlanFile> readDocument(const json& doc, const std::string& dir, const s
   return plan;
 }
 
-report::Json valueJson(const PlanFileValue& value) {
-  report::Json out;
+Json valueJson(const PlanFileValue& value) {
+  Json out;
   out["name"] = value.name;
   out["kind"] = value.kind;
   if (value.kind == "tensor") {
     out["dtype"] = value.dtype;
     if (value.rankKnown) {
-      report::Json shape = report::Json::array();
+      Json shape = Json::array();
       for (const PlanFileDim& dim : value.shape)
-        shape.push_back(dim.extent >= 0 ? report::Json(dim.extent)
-                                        : dim.symbol.empty() ? report::Json(nullptr) : report::Json(dim.symbol));
+        shape.push_back(dim.extent >= 0 ? Json(dim.extent)
+                                        : dim.symbol.empty() ? Json(nullptr) : Json(dim.symbol));
       out["shape"] = std::move(shape);
     } else {
       out["shape"] = nullptr;
     }
   }
-  out["bytes"] = value.bytes >= 0 ? report::Json(value.bytes) : report::Json(nullptr);
+  out["bytes"] = value.bytes >= 0 ? Json(value.bytes) : Json(nullptr);
   return out;
 }
 
-report::Json inputsJson(const std::vector<PlanFileInput>& inputs) {
-  report::Json list = report::Json::array();
+Json inputsJson(const std::vector<PlanFileInput>& inputs) {
+  Json list = Json::array();
   for (const PlanFileInput& input : inputs)
     list.push_back({{"value", input.value}, {"from", input.from}});
   return list;
@@ -169,16 +169,16 @@ Expected<PlanFile> readPlan(const std::string& dir) {
 }
 
 std::string formatPlanFile(const PlanFile& plan) {
-  report::Json out;
+  Json out;
   out["schema"] = kPlanSchema;
   out["version"] = kPlanSchemaVersion;
   out["kind"] = std::string(planKindName(plan.kind));
   out["model"] = plan.model;
   for (const auto& [key, value] : plan.extra.items())
     out[key] = value;
-  report::Json submodules = report::Json::array();
+  Json submodules = Json::array();
   for (const PlanFileSubmodule& sub : plan.submodules) {
-    report::Json entry;
+    Json entry;
     entry["name"] = sub.name;
     entry["is_acc"] = sub.isAcc;
     if (!sub.file.empty())
@@ -191,12 +191,12 @@ std::string formatPlanFile(const PlanFile& plan) {
   out["submodules"] = std::move(submodules);
   out["outputs"] = inputsJson(plan.outputs);
   if (!plan.values.empty()) {
-    report::Json values = report::Json::array();
+    Json values = Json::array();
     for (const PlanFileValue& value : plan.values)
       values.push_back(valueJson(value));
     out["values"] = std::move(values);
   }
-  return report::dumpJson(out);
+  return dumpJson(out);
 }
 
 bool isPlanDirectory(const std::string& path) {

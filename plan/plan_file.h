@@ -19,7 +19,7 @@
 
 #include "base/expected.h"
 #include "plan/plan.h"
-#include "report/json_util.h"
+#include "base/json.h"
 
 namespace cleave::plan {
 
@@ -66,7 +66,7 @@ struct PlanFile {
   std::vector<PlanFileSubmodule> submodules; // execution order
   std::vector<PlanFileInput> outputs;        // the graph's outputs and where each comes from
   std::vector<PlanFileValue> values;         // every value named above, once, in first-seen order
-  report::Json extra = report::Json::object(); // other top-level keys, in file order
+  Json extra = Json::object(); // other top-level keys, in file order
   // Whether `submodule` runs on the accelerator side of a run: accelerator submodules of a split,
   // every partition of a partition plan.
   bool runsOnAccelerator(const PlanFileSubmodule& submodule) const {

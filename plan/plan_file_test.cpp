@@ -36,7 +36,7 @@ TEST(PlanFile, RoundTripsForEveryKind) {
   ir::Graph graph = threeStageGraph();
   for (PlanKind kind : {PlanKind::Split, PlanKind::Partition, PlanKind::Pipeline}) {
     CutPlan plan = planOf(graph, kind);
-    report::Json extra = {{"settings", {{"z_last", 1}, {"a_first", 2}}}, {"profile", "p"}};
+    Json extra = {{"settings", {{"z_last", 1}, {"a_first", 2}}}, {"profile", "p"}};
     PlanFile described = describePlan(graph, plan, computeBoundaries(graph, plan), "m.onnx", extra, true);
     ASSERT_TRUE(verifyPlanFile(described));
     std::string text = formatPlanFile(described);
@@ -91,7 +91,7 @@ TEST(PlanFile, MaterializedPlanReadsBack) {
   CutPlan plan = planOf(graph, PlanKind::Split);
   Expected<OutputDirectory> out = OutputDirectory::open((dir / "out").string(), {});
   ASSERT_TRUE(out);
-  ASSERT_TRUE(materialize(graph, plan, "m.onnx", *out, report::Json::object(), {}));
+  ASSERT_TRUE(materialize(graph, plan, "m.onnx", *out, Json::object(), {}));
   Expected<PlanFile> back = readPlan((dir / "out").string());
   ASSERT_TRUE(back) << back.error().message();
   EXPECT_EQ(back->submodules.size(), 3u);

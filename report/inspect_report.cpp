@@ -3,6 +3,7 @@
 #include <iomanip>
 
 #include "ir/printer.h"
+#include "report/value_json.h"
 
 namespace cleave::report {
 namespace {

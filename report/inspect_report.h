@@ -6,7 +6,7 @@
 #include <string>
 
 #include "ir/analysis.h"
-#include "report/json_util.h"
+#include "base/json.h"
 
 namespace cleave::report {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "plan/materialize.h"
-#include "report/json_util.h"
+#include "base/json.h"
 #include "split/splitter.h"
 #include "support/profile.h"
 

@@ -3,14 +3,6 @@
 namespace cleave::runtime {
 using ir::NodeId;
 
-std::optional<MinimizeMode> parseMinimizeMode(std::string_view name) {
-  if (name == "sequential") return MinimizeMode::Sequential;
-  if (name == "binary") return MinimizeMode::Binary;
-  if (name == "accumulate") return MinimizeMode::Accumulate;
-  if (name == "block") return MinimizeMode::Block;
-  return std::nullopt;
-}
-
 namespace {
 class Search {
 public:

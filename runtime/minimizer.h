@@ -13,12 +13,16 @@
 // failing is monotone in the set (a superset of a failing set fails); otherwise a larger one.
 #pragma once
 
+#include "base/enum_table.h"
 #include "runtime/lower_and_run.h"
 
 namespace cleave::runtime {
 
 enum class MinimizeMode : std::uint8_t { Sequential, Binary, Accumulate, Block };
-std::optional<MinimizeMode> parseMinimizeMode(std::string_view name);
+inline constexpr auto kMinimizeModes = enumTable<MinimizeMode>({{MinimizeMode::Sequential, "sequential"},
+                                                               {MinimizeMode::Binary, "binary"},
+                                                               {MinimizeMode::Accumulate, "accumulate"},
+                                                               {MinimizeMode::Block, "block"}});
 
 struct Culprit {
   std::vector<ir::NodeId> nodes; // topological order

@@ -168,7 +168,7 @@ class RuntimeCli(TempDirTest):
         code, _, err = run("minimize", CNN, "--profile", self.profile("full"), "--backend-b", "aten-cpu", "--mode", "magic")
         self.assertOneLineError(code, err, "magic", exit_code=2)
         code, _, err = run("split", CNN, "--profile", self.profile("full"), "--dump-inputs")
-        self.assertOneLineError(code, err, "-o DIR", exit_code=2)
+        self.assertOneLineError(code, err, "--dump-inputs requires --output", exit_code=2)
         code, _, err = run("run", CNN, "--repeat", "0")
         self.assertOneLineError(code, err, "--repeat", exit_code=2)
         code, _, err = run("run", os.path.join(EXAMPLES, "cnn.fx.json"))

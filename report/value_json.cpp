@@ -1,4 +1,4 @@
-#include "report/json_util.h"
+#include "report/value_json.h"
 
 #include "base/json.h"
 
@@ -30,6 +30,5 @@ Json valueJson(const ir::Graph& graph, ir::ValueId value) {
   return out;
 }
 
-std::string dumpJson(const Json& json) { return toJsonText(json, 2) + "\n"; }
 
 } // namespace cleave::report

@@ -1,0 +1,74 @@
+#include "report/schedule_report.h"
+
+#include <sstream>
+
+#include "report/timeline_svg.h"
+
+namespace cleave::report {
+
+namespace {
+char kindOf(pipeline::ActionType type) {
+  switch (type) {
+  case pipeline::ActionType::Forward: return 'F';
+  case pipeline::ActionType::Backward: return 'B';
+  case pipeline::ActionType::BackwardInput: return 'I';
+  case pipeline::ActionType::BackwardWeight: return 'W';
+  default: return 'C';
+  }
+}
+} // namespace
+
+Json scheduleReportJson(const pipeline::Schedule& schedule, const std::optional<pipeline::SimulationResult>& simulation) {
+  Json summary;
+  summary["stages"] = schedule.stages;
+  summary["ranks"] = schedule.ranks;
+  summary["microbatches"] = schedule.microbatches;
+  summary["valid"] = true;
+  Json ranks = Json::array();
+  for (std::uint32_t r = 0; r < schedule.ranks; ++r) {
+    Json actions = Json::array();
+    for (const pipeline::Action& a : schedule.perRank[r])
+      actions.push_back(pipeline::formatAction(a));
+    ranks.push_back(std::move(actions));
+  }
+  summary["actions"] = std::move(ranks);
+  if (simulation)
+    summary["simulation"] = {{"makespan", simulation->makespan},
+                             {"bubble_fraction", simulation->bubbleFraction},
+                             {"busy", simulation->busy},
+                             {"peak_activation_bytes", simulation->peakActivationBytes}};
+  return summary;
+}
+
+std::string scheduleReportText(const pipeline::Schedule& schedule,
+                               const std::optional<pipeline::SimulationResult>& simulation) {
+  std::ostringstream text;
+  text << schedule.stages << " stages on " << schedule.ranks << " ranks, " << schedule.microbatches
+       << " microbatches: valid (no deadlock)\n";
+  for (std::uint32_t r = 0; r < schedule.ranks; ++r) {
+    text << "rank " << r << ":";
+    for (const pipeline::Action& a : schedule.perRank[r])
+      text << " " << pipeline::formatAction(a);
+    text << "\n";
+  }
+  if (!simulation)
+    return text.str();
+  text << "makespan " << simulation->makespan << ", bubble fraction " << simulation->bubbleFraction << "\n";
+  for (std::uint32_t r = 0; r < schedule.ranks; ++r)
+    text << "  rank " << r << ": busy " << simulation->busy[r] << ", peak activations "
+         << simulation->peakActivationBytes[r] << " bytes\n";
+  return text.str();
+}
+
+std::string scheduleTimelineSvg(const pipeline::Schedule& schedule, const pipeline::SimulationResult& simulation) {
+  std::vector<TimelineBox> boxes;
+  for (const pipeline::TimedAction& timed : simulation.timeline)
+    boxes.push_back({timed.rank, pipeline::formatAction(timed.action), kindOf(timed.action.type), timed.start,
+                     timed.end});
+  std::string title = std::to_string(schedule.stages) + " stages, " + std::to_string(schedule.ranks) + " ranks, " +
+                      std::to_string(schedule.microbatches) + " microbatches: makespan " +
+                      std::to_string(simulation.makespan) + ", bubble " + std::to_string(simulation.bubbleFraction);
+  return renderTimelineSvg(boxes, schedule.ranks, simulation.makespan, title);
+}
+
+} // namespace cleave::report
