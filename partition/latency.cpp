@@ -131,19 +131,12 @@ std::vector<PartitionLatency> partitionLatencies(const ir::Graph& graph, const p
   return result;
 }
 
-Expected<CriticalPath> criticalPath(const ir::Graph& graph, const plan::CutPlan& plan,
-                                    const std::vector<std::vector<std::int64_t>>& deviceIds,
-                                    const std::vector<PartitionLatency>& latencies,
-                                    const IdVector<NodeId, NodeSize>& sizes, const TransferRates& rates) {
-  if (rates.uniformBytesPerSec <= 0)
-    return Error(ErrorCode::InvalidArgument) << "the transfer rate must be positive";
-  std::size_t count = plan.submodules.size();
-  // Members of each partition: its callable nodes plus the graph inputs and constants they read.
-  // Communication bytes per (parent, child): each member output a child node reads, once.
-  std::vector<std::map<std::uint32_t, std::int64_t>> edges(count); // child -> bytes, per parent
-  std::vector<std::vector<NodeId>> sourcesOf(count);
-  for (std::uint32_t p = 0; p < count; ++p) {
-    std::vector<NodeId> sources;
+namespace {
+// Inputs and constants each partition reads (its members besides its callable nodes), sorted.
+std::vector<std::vector<NodeId>> sourcesOfPartitions(const ir::Graph& graph, const plan::CutPlan& plan) {
+  std::vector<std::vector<NodeId>> sourcesOf(plan.submodules.size());
+  for (std::uint32_t p = 0; p < plan.submodules.size(); ++p) {
+    std::vector<NodeId>& sources = sourcesOf[p];
     for (NodeId node : plan.submodules[p].nodes)
       for (ir::ValueId value : graph.inputs(node)) {
         if (value == ir::kNoValue)
@@ -155,15 +148,20 @@ Expected<CriticalPath> criticalPath(const ir::Graph& graph, const plan::CutPlan&
       }
     std::sort(sources.begin(), sources.end());
     sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
-    sourcesOf[p] = std::move(sources);
   }
-  // Which partitions hold each input/constant as a member (usually few).
-  std::map<NodeId, std::vector<std::uint32_t>> holders;
+  return sourcesOf;
+}
+
+// Communication bytes per (parent, child): each member output a child node reads, once.
+std::vector<std::map<std::uint32_t, std::int64_t>> transferBytes(const ir::Graph& graph, const plan::CutPlan& plan,
+                                                                 const IdVector<NodeId, NodeSize>& sizes) {
+  std::size_t count = plan.submodules.size();
+  std::map<NodeId, std::vector<std::uint32_t>> holders; // input/constant -> partitions holding it
+  std::vector<std::vector<NodeId>> sourcesOf = sourcesOfPartitions(graph, plan);
   for (std::uint32_t p = 0; p < count; ++p)
     for (NodeId source : sourcesOf[p])
       holders[source].push_back(p);
-  std::vector<std::vector<std::uint32_t>> children(count);
-  std::vector<std::uint32_t> indegree(count, 0);
+  std::vector<std::map<std::uint32_t, std::int64_t>> edges(count); // per parent: child -> bytes
   for (std::uint32_t c = 0; c < count; ++c) {
     std::map<std::uint32_t, std::vector<NodeId>> readFrom; // parent -> producers read, distinct
     for (NodeId node : plan.submodules[c].nodes)
@@ -175,8 +173,8 @@ Expected<CriticalPath> criticalPath(const ir::Graph& graph, const plan::CutPlan&
           std::uint32_t parent = plan.submoduleOf[producer];
           if (parent != c && parent != plan::kNoSubmodule)
             readFrom[parent].push_back(producer);
-        } else if (holders.count(producer)) {
-          for (std::uint32_t parent : holders[producer])
+        } else if (auto held = holders.find(producer); held != holders.end()) {
+          for (std::uint32_t parent : held->second)
             if (parent != c)
               readFrom[parent].push_back(producer);
         }
@@ -190,20 +188,41 @@ Expected<CriticalPath> criticalPath(const ir::Graph& graph, const plan::CutPlan&
       edges[parent][c] = bytes;
     }
   }
-  // torch's parent/child relation comes from users of *callable or member* nodes of the parent
-  // that sit in the child; a shared input makes partitions parent and child of each other only
-  // through callable flow, so children are the partitions that read a callable output.
-  for (std::uint32_t p = 0; p < count; ++p)
+  return edges;
+}
+
+// torch's parent/child relation comes from users of *callable or member* nodes of the parent
+// that sit in the child; a shared input makes partitions parent and child of each other only
+// through callable flow, so children are the partitions that read a callable output.
+std::vector<std::vector<std::uint32_t>> childrenOfPartitions(const ir::Graph& graph, const plan::CutPlan& plan) {
+  std::vector<std::vector<std::uint32_t>> children(plan.submodules.size());
+  for (std::uint32_t p = 0; p < plan.submodules.size(); ++p)
     for (NodeId node : plan.submodules[p].nodes)
       for (ir::ValueId value : graph.outputs(node))
         for (NodeId user : graph.users(value)) {
           std::uint32_t c = plan.submoduleOf[user];
           if (c != plan::kNoSubmodule && c != p &&
-              std::find(children[p].begin(), children[p].end(), c) == children[p].end()) {
+              std::find(children[p].begin(), children[p].end(), c) == children[p].end())
             children[p].push_back(c);
-            ++indegree[c];
-          }
         }
+  return children;
+}
+} // namespace
+
+Expected<CriticalPath> criticalPath(const ir::Graph& graph, const plan::CutPlan& plan,
+                                    const std::vector<std::vector<std::int64_t>>& deviceIds,
+                                    const std::vector<PartitionLatency>& latencies,
+                                    const IdVector<NodeId, NodeSize>& sizes, const TransferRates& rates) {
+  if (rates.uniformBytesPerSec <= 0)
+    return Error(ErrorCode::InvalidArgument) << "the transfer rate must be positive";
+  std::size_t count = plan.submodules.size();
+  std::vector<std::map<std::uint32_t, std::int64_t>> edges = transferBytes(graph, plan, sizes);
+  std::vector<std::vector<std::uint32_t>> children = childrenOfPartitions(graph, plan);
+  std::vector<std::uint32_t> indegree(count, 0);
+  for (const auto& list : children)
+    for (std::uint32_t c : list)
+      ++indegree[c];
+  // Longest path in topological order (ties: the lowest partition first).
   std::vector<double> best(count, 0.0);
   std::vector<std::uint32_t> from(count, UINT32_MAX);
   std::priority_queue<std::uint32_t, std::vector<std::uint32_t>, std::greater<>> ready;
