@@ -1,3 +1,4 @@
+#include "base/strings.h"
 #include "gen/families.h"
 
 #include <cmath>
@@ -290,10 +291,10 @@ Expected<ir::Graph> generateFamily(std::string_view family, std::int64_t n, cons
   if (family == "linear_chain") return linearChain(n, options);
   if (family == "diamonds") return diamonds(n, options);
   if (family == "transformer") return transformer(n, options);
-  std::string known;
+  std::vector<std::string> known;
   for (const FamilyInfo& info : listFamilies())
-    known += (known.empty() ? "" : ", ") + std::string(info.name);
-  return Error(ErrorCode::InvalidArgument) << "unknown family '" << family << "' (known: " << known << ")";
+    known.emplace_back(info.name);
+  return Error(ErrorCode::InvalidArgument) << "unknown family '" << family << "' (known: " << joinStrings(known) << ")";
 }
 
 } // namespace cleave::gen

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "base/json.h"
+#include "base/strings.h"
 #include "pipeline/balance.h"
 
 namespace cleave::pipeline {
@@ -345,11 +346,11 @@ Status findLoss(const ir::Graph& graph, const PipelineOptions& options, Pipeline
       result.loss = value;
   if (!options.loss || result.loss)
     return {};
-  std::string list;
+  std::vector<std::string> names;
   for (ValueId value : graph.graphOutputs())
-    list += (list.empty() ? "" : ", ") + std::string(graph.valueName(value));
+    names.emplace_back(graph.valueName(value));
   return Error(ErrorCode::InvalidArgument) << "did not find the loss value '" << *options.loss
-                                           << "' among the outputs (" << list << ")";
+                                           << "' among the outputs (" << joinStrings(names) << ")";
 }
 
 // Values the loss depends on (1 per value).
