@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     }
     total = result->plan.submodules.size();
     acc = std::count_if(result->plan.submodules.begin(), result->plan.submodules.end(),
-                        [](const auto& s) { return s.isAcc; });
+                        [](const auto& s) { return s.role == cleave::plan::SubmoduleRole::Accelerator; });
   }
   std::sort(times.begin(), times.end());
   std::printf("nodes=%u load_s=%.4f split_best_s=%.6f split_median_s=%.6f submodules=%zu acc=%zu\n",

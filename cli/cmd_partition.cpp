@@ -51,7 +51,6 @@ Status partitionModel(const PartitionFlags& flags, std::ostream& out) {
   if (outDir) {
     PlanReport files{text, summary};
     files.planExtra["mode"] = summary["mode"];
-    files.planExtra["partitions"] = summary["partitions"];
     if (flags.memorySvg)
       files.moreFiles.push_back({"memory.svg", report::renderMemorySvg(report::partitionMemoryRows(result))});
     CLEAVE_CHECK(writePlanDirectory(graph, result.result.plan, flags.path, flags.output, *outDir, std::move(files)));

@@ -8,6 +8,7 @@
 #include "io/model_loader.h"
 #include "report/split_report.h"
 #include "runtime/lower_and_run.h"
+#include "split/preview.h"
 #include "split/splitter.h"
 
 namespace cleave::cli {
@@ -23,25 +24,24 @@ struct SplitFlags {
   runtime::Tolerance tolerance;
 };
 
-Json trialJson(const runtime::ReferenceRun& reference, const runtime::SubmoduleTrial& trial) {
-  Json entry = {{"submodule", trial.name},
-                {"outcome", runtime::trialOutcomeName(trial.result.outcome)},
-                {"max_abs", trial.result.maxAbs},
-                {"max_rel", trial.result.maxRel}};
-  if (!trial.result.passed())
-    entry["message"] = trial.result.message;
-  if (trial.culprit)
-    entry["culprit"] = {{"node", std::string(reference.graph().name(*trial.culprit))},
-                        {"op", reference.graph().target(*trial.culprit)},
-                        {"outcome", runtime::trialOutcomeName(trial.culpritResult.outcome)},
-                        {"message", trial.culpritResult.message}};
-  return entry;
+report::SubmoduleTrialLine trialLine(const runtime::ReferenceRun& reference, const runtime::SubmoduleTrial& trial) {
+  report::SubmoduleTrialLine line{trial.name, std::string(runtime::trialOutcomeName(trial.result.outcome)),
+                                  trial.result.passed() ? "" : trial.result.message, trial.result.maxAbs,
+                                  trial.result.maxRel};
+  if (trial.culprit) {
+    line.culpritNode = reference.graph().name(*trial.culprit);
+    line.culpritOp = reference.graph().target(*trial.culprit);
+    line.culpritOutcome = runtime::trialOutcomeName(trial.culpritResult.outcome);
+    line.culpritMessage = trial.culpritResult.message;
+  }
+  return line;
 }
 
-// Runs the model once on the CPU: each acc submodule tried on --backend (summary
-// "lower_and_run"), and/or every submodule's inputs captured (returned, for --dump-inputs).
+// Runs the model once on the CPU: each acc submodule tried on --backend (into `trials`), and/or
+// every submodule's inputs captured (returned, for --dump-inputs).
 Expected<std::string> runTheModel(const SplitFlags& flags, const ir::Graph& graph, const split::SplitResult& result,
-                                  const std::vector<plan::Boundary>& boundaries, Json& summary) {
+                                  const std::vector<plan::Boundary>& boundaries,
+                                  std::vector<report::SubmoduleTrialLine>& trials) {
   std::shared_ptr<const ir::Graph> shared(&graph, [](const ir::Graph*) {}); // not owning: graph outlives it
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> acc, runtime::makeBackend(flags.runtime.backend, flags.runtime.optimizations));
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> cpu, runtime::makeBackend("aten-cpu", flags.runtime.optimizations));
@@ -56,12 +56,9 @@ Expected<std::string> runTheModel(const SplitFlags& flags, const ir::Graph& grap
     }
     submoduleInputs = toJsonText(all) + "\n";
   }
-  if (flags.lowerAndRun) {
-    Json trials = Json::array();
+  if (flags.lowerAndRun)
     for (const runtime::SubmoduleTrial& trial : runtime::tryAccSubmodules(reference, result.plan, *acc, flags.tolerance))
-      trials.push_back(trialJson(reference, trial));
-    summary["lower_and_run"] = {{"backend", flags.runtime.backend}, {"submodules", std::move(trials)}};
-  }
+      trials.push_back(trialLine(reference, trial));
   return submoduleInputs;
 }
 
@@ -85,15 +82,15 @@ Status splitModel(const SplitFlags& flags, std::ostream& out) {
   IdVector<ir::NodeId, support::Decision> decisions = support::decideAll(graph, profile);
   CLEAVE_TRY(split::SplitResult result, split::splitGraph(graph, decisions, flags.options));
   std::vector<plan::Boundary> boundaries = plan::computeBoundaries(graph, result.plan);
-  Json summary = report::splitJson(graph, result, boundaries, {.pcieBytesPerSecond = flags.pcieGiBps * double(1ull << 30)});
+  split::SplitPreview preview = split::previewSplit(graph, result.plan, boundaries, flags.pcieGiBps * double(1ull << 30));
+  report::SplitReport splitReport{result, preview, flags.lowerAndRun ? flags.runtime.backend : "", {}};
   std::string submoduleInputs;
   if (flags.lowerAndRun || flags.dumpInputs) {
-    CLEAVE_TRY(submoduleInputs, runTheModel(flags, graph, result, boundaries, summary));
+    CLEAVE_TRY(submoduleInputs, runTheModel(flags, graph, result, boundaries, splitReport.trials));
   }
-  std::ostringstream text;
-  report::printSplitText(summary, true, text);
+  Json summary = report::splitReportJson(graph, splitReport);
   if (outDir) {
-    PlanReport files{text.str(), summary, splitSettings(profile, flags.options)};
+    PlanReport files{report::splitReportText(graph, splitReport, true), summary, splitSettings(profile, flags.options)};
     if (flags.dumpInputs)
       files.moreFiles.push_back({"submodule_inputs.json", submoduleInputs});
     CLEAVE_CHECK(writePlanDirectory(graph, result.plan, flags.path, flags.output, *outDir, std::move(files)));
@@ -101,7 +98,7 @@ Status splitModel(const SplitFlags& flags, std::ostream& out) {
   if (flags.json)
     out << dumpJson(summary);
   else
-    report::printSplitText(summary, flags.preview, out);
+    out << report::splitReportText(graph, splitReport, flags.preview);
   return {};
 }
 } // namespace

@@ -73,7 +73,7 @@ AssignmentCost AssignmentCostModel::evaluate(const IdVector<NodeId, std::uint32_
   for (std::uint32_t p = 0; p < result.partitions.size(); ++p) {
     for (NodeId node : result.partitions[p].nodes)
       plan.submoduleOf[node] = p;
-    plan.submodules.push_back({"", false, result.partitions[p].nodes});
+    plan.submodules.push_back({"", plan::SubmoduleRole::Partition, result.partitions[p].nodes, {}, -1});
   }
   std::vector<PartitionLatency> perPartition = partitionLatencies(graph_, plan, latencies_);
   std::vector<std::vector<std::int64_t>> deviceIds;

@@ -90,7 +90,7 @@ struct BruteForce {
   double segmentLatency(std::size_t start, std::size_t stop) const {
     plan::CutPlan plan;
     plan.submoduleOf = IdVector<NodeId, std::uint32_t>(g.numNodes(), plan::kNoSubmodule);
-    plan.submodules.push_back({"s", false, {callable.begin() + start, callable.begin() + stop}});
+    plan.submodules.push_back({"s", plan::SubmoduleRole::Partition, {callable.begin() + start, callable.begin() + stop}, {}, -1});
     for (std::size_t k = start; k < stop; ++k)
       plan.submoduleOf[callable[k]] = 0;
     return partitionLatencies(g, plan, latencies)[0].overallSec;

@@ -55,6 +55,22 @@ std::vector<DeviceUsage> usageOf(const DeviceSet& devices, const PartitionResult
   return usage;
 }
 
+// Each partition's submodule names its devices (first the one it runs on, then its replicas) and
+// takes the smallest of their memories as its limit (plan::verify checks it).
+void placeOnDevices(const DeviceSet& devices, PartitionResult& result) {
+  for (std::size_t p = 0; p < result.partitions.size(); ++p) {
+    plan::Submodule& submodule = result.plan.submodules[p];
+    submodule.devices = result.partitions[p].logicalDeviceIds;
+    submodule.memoryLimitBytes = -1;
+    for (std::int64_t id : submodule.devices) {
+      std::size_t d = devices.indexOf(id);
+      if (d < devices.devices.size() &&
+          (submodule.memoryLimitBytes < 0 || devices.devices[d].availableMemBytes < submodule.memoryLimitBytes))
+        submodule.memoryLimitBytes = devices.devices[d].availableMemBytes;
+    }
+  }
+}
+
 Expected<PartitionTiming> timingOf(const ir::Graph& graph, const PartitionResult& result,
                                    const IdVector<ir::NodeId, NodeLatency>& latencies, const TransferRates& rates) {
   PartitionTiming timing;
@@ -78,6 +94,7 @@ Expected<PartitionReport> partitionGraph(const ir::Graph& graph, const DeviceSet
   CLEAVE_TRY(report.result, runMode(graph, devices, options, rates));
   if (options.saturateHost)
     report.result = saturateHost(devices, std::move(report.result));
+  placeOnDevices(devices, report.result);
   report.boundaries = plan::computeBoundaries(graph, report.result.plan);
   report.devices = usageOf(devices, report.result);
   if (options.latencies && options.timeResult) {

@@ -8,15 +8,13 @@ namespace cleave::partition {
 PartitionResult startPartitionResult(const ir::Graph& graph) {
   PartitionResult result;
   result.plan.kind = plan::PlanKind::Partition;
-  result.plan.placement = IdVector<ir::NodeId, plan::Placement>(graph.numNodes(), plan::Placement::NotPlaced);
-  result.plan.detail = IdVector<ir::NodeId, std::string>(graph.numNodes());
   return result;
 }
 
 void appendPartition(PartitionResult& result, std::int64_t id, std::vector<ir::NodeId> nodes,
                      std::vector<std::int64_t> logicalDeviceIds, std::int64_t usedMemBytes) {
   std::sort(nodes.begin(), nodes.end());
-  result.plan.submodules.push_back({"partition_" + std::to_string(id), false, std::move(nodes)});
+  result.plan.submodules.push_back({"partition_" + std::to_string(id), plan::SubmoduleRole::Partition, std::move(nodes), {}, -1});
   result.partitions.push_back({std::move(logicalDeviceIds), usedMemBytes});
 }
 

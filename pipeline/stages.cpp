@@ -231,12 +231,11 @@ void buildStages(const ir::Graph& graph, const Units& units, const std::vector<s
                  const UnitWeights& weights, Balance measure, PipelinePlan& result) {
   std::size_t count = units.nodes.size();
   result.plan.kind = plan::PlanKind::Pipeline;
-  result.plan.placement = IdVector<NodeId, plan::Placement>(graph.numNodes(), plan::Placement::NotPlaced);
-  result.plan.detail = IdVector<NodeId, std::string>(graph.numNodes());
   for (std::size_t s = 0; s < starts.size(); ++s) {
     std::size_t end = s + 1 < starts.size() ? starts[s + 1] : count;
     plan::Submodule stage;
     stage.name = "stage_" + std::to_string(s);
+    stage.role = plan::SubmoduleRole::Stage;
     stage.nodes.assign(units.nodes.begin() + static_cast<std::ptrdiff_t>(starts[s]),
                        units.nodes.begin() + static_cast<std::ptrdiff_t>(end));
     result.plan.submodules.push_back(std::move(stage));

@@ -5,7 +5,7 @@
 
 #include "base/file_io.h"
 #include "io/onnx.h"
-#include "ir/builder.h"
+#include "ir/extract.h"
 
 namespace cleave::plan {
 using ir::NodeId;
@@ -60,62 +60,8 @@ Expected<ir::Graph> extractSubmodule(const ir::Graph& graph, const CutPlan& plan
                                      const std::vector<Boundary>& boundaries, std::uint32_t submodule,
                                      const IdVector<ValueId, ir::ValueType>* types) {
   const Submodule& sub = plan.submodules[submodule];
-  auto typeOf = [&](ValueId value) { return types ? (*types)[value] : graph.valueType(value); };
-  ir::GraphBuilder builder(graph.modelInfo().format);
-  ir::ModelInfo info = graph.modelInfo();
-  info.graphName = sub.name;
-  info.producerName = "cleave";
-  builder.modelInfo() = info;
-  builder.setModelFile(graph.modelFile());
-  for (ValueId value : boundaries[submodule].inputs)
-    builder.addInput(graph.valueName(value), typeOf(value));
-  // Parameters the submodule reads, once each, in value order.
-  std::vector<NodeId> params;
-  for (NodeId node : sub.nodes)
-    for (ValueId value : graph.inputs(node))
-      if (value != ir::kNoValue && graph.kind(graph.producer(value)) == ir::NodeKind::Parameter)
-        params.push_back(graph.producer(value));
-  for (ValueId value : boundaries[submodule].outputs) // parameters it sends (transmit)
-    if (graph.kind(graph.producer(value)) == ir::NodeKind::Parameter)
-      params.push_back(graph.producer(value));
-  std::sort(params.begin(), params.end());
-  params.erase(std::unique(params.begin(), params.end()), params.end());
-  const std::vector<ValueId>& taken = boundaries[submodule].inputs;
-  for (NodeId paramNode : params) {
-    if (std::find(taken.begin(), taken.end(), graph.outputs(paramNode)[0]) != taken.end())
-      continue; // sent by the submodule that owns it
-    for (ir::ParamId param : graph.parameters(paramNode)) {
-      ir::Parameter copy = graph.parameter(param);
-      if (copy.data.source == ir::ParameterData::Source::Inline) {
-        CLEAVE_TRY(std::string bytes, graph.readParameterData(param));
-        copy.data = builder.appendInlineData(bytes);
-      }
-      builder.addParameter(std::move(copy), graph.valueType(graph.outputs(paramNode)[0]));
-    }
-  }
-  for (NodeId node : sub.nodes) {
-    ir::NodeSpec spec;
-    spec.kind = graph.kind(node);
-    spec.name = graph.name(node);
-    spec.domain = graph.opDomain(node);
-    spec.opType = graph.opType(node);
-    spec.scope = graph.scope(node);
-    spec.implicitInputs = graph.numImplicitInputs(node);
-    for (ValueId value : graph.inputs(node))
-      spec.inputs.emplace_back(value == ir::kNoValue ? std::string_view() : graph.valueName(value));
-    for (ValueId value : graph.outputs(node))
-      spec.outputs.push_back({std::string(graph.valueName(value)), typeOf(value)});
-    spec.attributes.assign(graph.attributes(node).begin(), graph.attributes(node).end());
-    for (ir::ParamId param : graph.parameters(node))
-      if (graph.kind(node) != ir::NodeKind::Parameter)
-        spec.parameters.push_back(graph.parameter(param));
-    builder.addNode(spec);
-  }
-  std::vector<std::string> outputs;
-  for (ValueId value : boundaries[submodule].outputs)
-    outputs.emplace_back(graph.valueName(value));
-  builder.setOutputs(std::move(outputs));
-  return std::move(builder).finish();
+  return ir::extractSubgraph(graph, {sub.name, sub.nodes, boundaries[submodule].inputs,
+                                     boundaries[submodule].outputs, types});
 }
 
 PlanFile describePlan(const ir::Graph& graph, const CutPlan& plan, const std::vector<Boundary>& boundaries,
@@ -136,7 +82,8 @@ PlanFile describePlan(const ir::Graph& graph, const CutPlan& plan, const std::ve
     const Submodule& sub = plan.submodules[s];
     PlanFileSubmodule& entry = out.submodules.emplace_back();
     entry.name = sub.name;
-    entry.isAcc = sub.isAcc;
+    entry.role = sub.role;
+    entry.devices = sub.devices;
     if (withFiles && graph.modelInfo().format != ir::SourceFormat::Fx)
       entry.file = sub.name + ".onnx";
     for (ValueId value : boundaries[s].inputs)
@@ -188,6 +135,7 @@ std::string assignmentJson(const ir::Graph& graph, const CutPlan& plan) {
 
 Status materialize(const ir::Graph& graph, const CutPlan& plan, const std::string& modelPath,
                    OutputDirectory& out, const Json& extra, const MaterializeOptions& options) {
+  CLEAVE_CHECK(verify(graph, plan));
   std::vector<Boundary> boundaries = computeBoundaries(graph, plan, options.transmitted);
   const std::string& staging = out.stagingPath();
   bool fx = graph.modelInfo().format == ir::SourceFormat::Fx;

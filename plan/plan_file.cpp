@@ -12,13 +12,6 @@ namespace cleave::plan {
 namespace {
 using json = nlohmann::ordered_json;
 
-std::optional<PlanKind> planKindFromName(std::string_view name) {
-  for (PlanKind kind : {PlanKind::Split, PlanKind::Partition, PlanKind::Pipeline})
-    if (planKindName(kind) == name)
-      return kind;
-  return std::nullopt;
-}
-
 bool isCoreKey(std::string_view key) {
   return key == "schema" || key == "version" || key == "kind" || key == "model" || key == "submodules" ||
          key == "outputs" || key == "values";
@@ -34,7 +27,13 @@ Expected<std::vector<PlanFileInput>> readInputs(const json& list) {
 Expected<PlanFileSubmodule> readSubmodule(const json& entry, const std::string& dir, const std::string& source) {
   PlanFileSubmodule sub;
   sub.name = entry.at("name").get<std::string>();
-  sub.isAcc = entry.value("is_acc", false);
+  std::string role = entry.at("role").get<std::string>();
+  std::optional<SubmoduleRole> parsedRole = kSubmoduleRoles.parse(role);
+  if (!parsedRole)
+    return Error(ErrorCode::ParseError) << source << ": submodule '" << sub.name << "' has unknown role '" << role
+                                        << "' (" << kSubmoduleRoles.choices() << ")";
+  sub.role = *parsedRole;
+  sub.devices = entry.value("devices", std::vector<std::int64_t>());
   if (entry.contains("file")) {
     sub.file = entry["file"].get<std::string>();
     CLEAVE_TRY(std::string resolved, resolveInsideFolder(dir, sub.file, source + ": submodule '" + sub.name + "' file"));
@@ -73,7 +72,7 @@ Expected<PlanFile> readDocument(const json& doc, const std::string& dir, const s
                                          << " is not supported (cleave reads version " << kPlanSchemaVersion << ")";
   PlanFile plan;
   std::string kind = doc.value("kind", std::string(planKindName(PlanKind::Split)));
-  std::optional<PlanKind> parsedKind = planKindFromName(kind);
+  std::optional<PlanKind> parsedKind = kPlanKinds.parse(kind);
   if (!parsedKind)
     return Error(ErrorCode::ParseError) << source << ": unknown plan kind '" << kind << "'";
   plan.kind = *parsedKind;
@@ -180,7 +179,9 @@ std::string formatPlanFile(const PlanFile& plan) {
   for (const PlanFileSubmodule& sub : plan.submodules) {
     Json entry;
     entry["name"] = sub.name;
-    entry["is_acc"] = sub.isAcc;
+    entry["role"] = std::string(kSubmoduleRoles.name(sub.role));
+    if (!sub.devices.empty())
+      entry["devices"] = sub.devices;
     if (!sub.file.empty())
       entry["file"] = sub.file;
     entry["inputs"] = inputsJson(sub.inputs);

@@ -24,7 +24,7 @@
 namespace cleave::plan {
 
 inline constexpr const char* kPlanSchema = "cleave.plan";
-inline constexpr int kPlanSchemaVersion = 1;
+inline constexpr int kPlanSchemaVersion = 2; // 2: one submodule list with roles and devices
 
 struct PlanFileInput {
   std::string value;
@@ -52,7 +52,8 @@ struct PlanFileValue {
 
 struct PlanFileSubmodule {
   std::string name;
-  bool isAcc = false;
+  SubmoduleRole role = SubmoduleRole::Cpu;
+  std::vector<std::int64_t> devices; // logical device ids (partitions), else empty
   std::string file; // the submodel, relative to the plan's folder; empty for FX plans
   std::vector<PlanFileInput> inputs;
   std::vector<std::string> outputs;
@@ -67,11 +68,6 @@ struct PlanFile {
   std::vector<PlanFileInput> outputs;        // the graph's outputs and where each comes from
   std::vector<PlanFileValue> values;         // every value named above, once, in first-seen order
   Json extra = Json::object(); // other top-level keys, in file order
-  // Whether `submodule` runs on the accelerator side of a run: accelerator submodules of a split,
-  // every partition of a partition plan.
-  bool runsOnAccelerator(const PlanFileSubmodule& submodule) const {
-    return kind == PlanKind::Partition || submodule.isAcc;
-  }
   friend bool operator==(const PlanFile&, const PlanFile&) = default;
 };
 

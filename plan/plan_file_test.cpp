@@ -22,12 +22,17 @@ ir::Graph threeStageGraph() {
 }
 
 CutPlan planOf(const ir::Graph& graph, PlanKind kind) {
+  using enum SubmoduleRole;
+  SubmoduleRole first = kind == PlanKind::Split ? Accelerator : kind == PlanKind::Partition ? Partition : Stage;
+  SubmoduleRole second = kind == PlanKind::Split ? Cpu : first;
   CutPlan plan;
   plan.kind = kind;
-  plan.submodules = {{"s0", true, {graph.findNode("a")}}, {"s1", false, {graph.findNode("b")}},
-                     {"s2", true, {graph.findNode("c")}}};
-  plan.placement = IdVector<ir::NodeId, Placement>(graph.numNodes(), Placement::NotPlaced);
-  plan.detail = IdVector<ir::NodeId, std::string>(graph.numNodes());
+  plan.submodules = {{"s0", first, {graph.findNode("a")}, {}, -1},
+                     {"s1", second, {graph.findNode("b")}, {}, -1},
+                     {"s2", first, {graph.findNode("c")}, {}, -1}};
+  if (kind == PlanKind::Partition)
+    for (std::int64_t s = 0; s < 3; ++s)
+      plan.submodules[s].devices = {s, 3};
   indexSubmodules(graph, plan);
   return plan;
 }
@@ -46,7 +51,9 @@ TEST(PlanFile, RoundTripsForEveryKind) {
     EXPECT_EQ(formatPlanFile(*back), text); // byte for byte, nested key order kept
     const PlanFileSubmodule& last = back->submodules[2];
     EXPECT_EQ(last.inputs.size(), 2u); // b from s1, a from s0 (the skip)
-    EXPECT_EQ(back->runsOnAccelerator(back->submodules[1]), kind == PlanKind::Partition);
+    EXPECT_EQ(runsOnAccelerator(back->submodules[1].role), kind == PlanKind::Partition);
+    EXPECT_EQ(back->submodules[0].role, plan.submodules[0].role);
+    EXPECT_EQ(back->submodules[2].devices, plan.submodules[2].devices);
     // Self-describing: every value crossing a seam, with dtype, static shape and bytes.
     ASSERT_EQ(back->values.size(), 4u); // x, a, b, c
     EXPECT_EQ(back->values[0].name, "x");
@@ -62,19 +69,24 @@ TEST(PlanFile, RefusesPlansThatDoNotHold) {
     EXPECT_FALSE(plan);
     return plan ? std::string() : plan.error().message();
   };
-  const std::string head = R"({"schema": "cleave.plan", "version": 1, "kind": "split", "model": "m",)";
+  const std::string head = R"({"schema": "cleave.plan", "version": 2, "kind": "split", "model": "m",)";
   EXPECT_NE(error(R"({"schema": "other"})").find("not a cleave plan"), std::string::npos);
   EXPECT_NE(error(R"({"schema": "cleave.plan", "version": 7, "submodules": []})").find("version 7 is not supported"),
             std::string::npos);
-  EXPECT_NE(error(head + R"("submodules": [{"name": "a", "inputs": [{"value": "v", "from": "b"}], "outputs": []},
-                                          {"name": "b", "inputs": [], "outputs": ["v"]}]})")
+  EXPECT_NE(error(R"({"schema": "cleave.plan", "version": 1, "submodules": []})").find("cleave reads version 2"),
+            std::string::npos);
+  EXPECT_NE(error(head + R"("submodules": [{"name": "a", "role": "gpu", "inputs": [], "outputs": []}]})")
+                .find("unknown role 'gpu' (acc, cpu, partition or stage)"),
+            std::string::npos);
+  EXPECT_NE(error(head + R"("submodules": [{"name": "a", "role": "cpu", "inputs": [{"value": "v", "from": "b"}], "outputs": []},
+                                          {"name": "b", "role": "cpu", "inputs": [], "outputs": ["v"]}]})")
                 .find("reads 'v' from 'b', which no earlier submodule"),
             std::string::npos);
-  EXPECT_NE(error(head + R"("submodules": [{"name": "a", "inputs": [], "outputs": []},
-                                          {"name": "a", "inputs": [], "outputs": []}]})")
+  EXPECT_NE(error(head + R"("submodules": [{"name": "a", "role": "cpu", "inputs": [], "outputs": []},
+                                          {"name": "a", "role": "cpu", "inputs": [], "outputs": []}]})")
                 .find("repeated"),
             std::string::npos);
-  EXPECT_NE(error(head + R"("submodules": [{"name": "a", "file": "../x.onnx", "inputs": [], "outputs": []}]})")
+  EXPECT_NE(error(head + R"("submodules": [{"name": "a", "role": "cpu", "file": "../x.onnx", "inputs": [], "outputs": []}]})")
                 .find("lies outside its folder"),
             std::string::npos);
   EXPECT_NE(error(head + R"("submodules": [{"name": 3, "inputs": [], "outputs": []}]})").find("must be string"),
@@ -97,6 +109,55 @@ TEST(PlanFile, MaterializedPlanReadsBack) {
   EXPECT_EQ(back->submodules.size(), 3u);
   EXPECT_EQ(back->submodules[0].file, "s0.onnx");
   EXPECT_EQ(formatPlanFile(*back), *readFile((dir / "out" / "plan.json").string()));
+  fs::remove_all(dir);
+}
+
+TEST(Plan, VerifyNamesTheBrokenRule) {
+  ir::Graph graph = threeStageGraph();
+  auto message = [&](const CutPlan& plan) {
+    Status status = verify(graph, plan);
+    return status ? std::string() : status.error().message();
+  };
+  CutPlan good = planOf(graph, PlanKind::Split);
+  EXPECT_EQ(message(good), "");
+  CutPlan twice = good;
+  twice.submodules[2].nodes.push_back(graph.findNode("a"));
+  indexSubmodules(graph, twice);
+  EXPECT_NE(message(twice).find("'a' is in submodules 's0' and 's2'"), std::string::npos);
+  CutPlan missing = good;
+  missing.submodules[1].nodes.clear();
+  indexSubmodules(graph, missing);
+  EXPECT_NE(message(missing).find("'b' is in no submodule"), std::string::npos);
+  CutPlan backwards = good;
+  std::swap(backwards.submodules[0], backwards.submodules[1]);
+  indexSubmodules(graph, backwards);
+  EXPECT_NE(message(backwards).find("'b' in 's1' reads 'a' from 'a', which runs after it"), std::string::npos);
+  CutPlan tooSmall = planOf(graph, PlanKind::Partition);
+  tooSmall.submodules[0].memoryLimitBytes = 63; // w is 4x4 f32: 64 bytes
+  EXPECT_NE(message(tooSmall).find("'s0' reads 64 bytes of parameters, over its limit of 63"), std::string::npos);
+  tooSmall.submodules[0].memoryLimitBytes = 64;
+  EXPECT_EQ(message(tooSmall), "");
+  CutPlan unsorted = good;
+  unsorted.reasons = {{graph.findNode("c"), 1, ""}, {graph.findNode("b"), 1, ""}};
+  EXPECT_NE(message(unsorted).find("not sorted"), std::string::npos);
+  unsorted.reasons = {{graph.findNode("w"), 1, ""}};
+  EXPECT_NE(message(unsorted).find("not an operation"), std::string::npos);
+}
+
+TEST(Plan, MaterializeRefusesABrokenPlan) {
+  fs::path dir = fs::temp_directory_path() / ("cleave_plan_broken_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ir::Graph graph = threeStageGraph();
+  CutPlan plan = planOf(graph, PlanKind::Split);
+  plan.submodules[1].nodes.clear();
+  indexSubmodules(graph, plan);
+  Expected<OutputDirectory> out = OutputDirectory::open((dir / "out").string(), {});
+  ASSERT_TRUE(out);
+  Status status = materialize(graph, plan, "m.onnx", *out, Json::object(), {});
+  ASSERT_FALSE(status);
+  EXPECT_EQ(status.error().code(), ErrorCode::InvalidGraph);
+  EXPECT_FALSE(fs::exists(dir / "out" / "plan.json"));
   fs::remove_all(dir);
 }
 

@@ -25,11 +25,7 @@ std::string inputDtypes(const ir::Graph& graph, NodeId node) {
   return text + ")";
 }
 
-std::string formatQps(double qps) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6g", qps);
-  return text;
-}
+std::string formatQps(double qps) { return formatSi(qps, "qps"); }
 } // namespace
 
 Json supportJson(const ir::Graph& graph, const IdVector<NodeId, support::Decision>& decisions,
@@ -124,129 +120,175 @@ std::string supportDot(const ir::Graph& graph, const IdVector<NodeId, support::D
   return dot.str();
 }
 
-Json splitJson(const ir::Graph& graph, const split::SplitResult& result,
-               const std::vector<plan::Boundary>& boundaries, const SplitReportOptions& options) {
+namespace {
+struct CpuGroup {
+  std::string op;
+  split::SplitReason reason;
+  std::uint32_t count = 0;
+  std::string example;
+};
+
+// CPU nodes grouped by (op, reason), most frequent first, then by op and reason.
+std::vector<CpuGroup> groupCpuReasons(const ir::Graph& graph, const plan::CutPlan& plan) {
+  std::map<std::pair<std::string, split::SplitReason>, CpuGroup> groups;
+  for (const plan::PlacementReason& reason : plan.reasons) {
+    auto code = static_cast<split::SplitReason>(reason.code);
+    CpuGroup& group = groups[{graph.target(reason.node), code}];
+    if (group.count++ == 0) {
+      group.op = graph.target(reason.node);
+      group.reason = code;
+      group.example = graph.name(reason.node);
+    }
+  }
+  std::vector<CpuGroup> sorted;
+  for (auto& [key, group] : groups)
+    sorted.push_back(std::move(group));
+  std::stable_sort(sorted.begin(), sorted.end(), [](const CpuGroup& a, const CpuGroup& b) { return a.count > b.count; });
+  return sorted;
+}
+
+std::string_view reasonText(std::uint8_t code) { return split::kSplitReasons.name(static_cast<split::SplitReason>(code)); }
+
+Json trialJson(const SubmoduleTrialLine& trial) {
+  Json entry = {{"submodule", trial.submodule}, {"outcome", trial.outcome}, {"max_abs", trial.maxAbs},
+                {"max_rel", trial.maxRel}};
+  if (!trial.message.empty())
+    entry["message"] = trial.message;
+  if (!trial.culpritNode.empty())
+    entry["culprit"] = {{"node", trial.culpritNode}, {"op", trial.culpritOp}, {"outcome", trial.culpritOutcome},
+                        {"message", trial.culpritMessage}};
+  return entry;
+}
+
+Json submoduleJson(const ir::Graph& graph, const plan::Submodule& sub, const split::SubmodulePreview& preview) {
+  Json entry;
+  entry["name"] = sub.name;
+  entry["role"] = std::string(plan::kSubmoduleRoles.name(sub.role));
+  entry["node_count"] = sub.nodes.size();
+  entry["input_bytes"] = preview.inputBytes;
+  entry["output_bytes"] = preview.outputBytes;
+  if (sub.role == plan::SubmoduleRole::Accelerator) {
+    entry["max_qps"] = preview.maxQps;
+    entry["warnings"] = preview.warnings;
+  }
+  Json nodes = Json::array();
+  for (NodeId node : sub.nodes)
+    nodes.push_back(std::string(graph.name(node)));
+  entry["nodes"] = std::move(nodes);
+  return entry;
+}
+} // namespace
+
+Json splitReportJson(const ir::Graph& graph, const SplitReport& report) {
+  const split::SplitResult& result = report.result;
   const plan::CutPlan& plan = result.plan;
   Json out;
   std::uint32_t acc = 0;
   for (const plan::Submodule& sub : plan.submodules)
-    acc += sub.isAcc;
+    acc += sub.role == plan::SubmoduleRole::Accelerator;
   out["acc_subgraphs"] = acc;
   out["cpu_subgraphs"] = static_cast<std::uint32_t>(plan.submodules.size()) - acc;
   out["before_min_size"] = {{"acc_subgraphs", result.beforeMinSize.acc}, {"cpu_subgraphs", result.beforeMinSize.cpu}};
   out["after_min_size"] = {{"acc_subgraphs", result.afterMinSize.acc}, {"cpu_subgraphs", result.afterMinSize.cpu}};
   out["fusion_groups"] = result.fusionGroups;
   Json subgraphs = Json::array();
-  double maxQps = options.pcieBytesPerSecond;
-  std::string bottleneck;
-  for (std::uint32_t s = 0; s < plan.submodules.size(); ++s) {
-    const plan::Submodule& sub = plan.submodules[s];
-    Json entry;
-    entry["name"] = sub.name;
-    entry["is_acc"] = sub.isAcc;
-    std::int64_t inBytes = 0, outBytes = 0;
-    Json warnings = Json::array();
-    for (ValueId value : boundaries[s].inputs) {
-      if (graph.valueKind(value) != ir::ValueKind::Tensor)
-        warnings.push_back("input " + std::string(graph.valueName(value)) + " is not a tensor");
-      inBytes += std::max<std::int64_t>(graph.bytes(value), 0);
-    }
-    for (ValueId value : boundaries[s].outputs) {
-      if (graph.valueKind(value) != ir::ValueKind::Tensor)
-        warnings.push_back("output " + std::string(graph.valueName(value)) + " is not a tensor");
-      outBytes += std::max<std::int64_t>(graph.bytes(value), 0);
-    }
-    entry["node_count"] = sub.nodes.size();
-    entry["input_bytes"] = inBytes;
-    entry["output_bytes"] = outBytes;
-    if (sub.isAcc) {
-      std::int64_t bound = std::max(inBytes, outBytes);
-      double qps = bound > 0 ? options.pcieBytesPerSecond / static_cast<double>(bound) : options.pcieBytesPerSecond;
-      entry["max_qps"] = qps;
-      if (qps < maxQps) {
-        maxQps = qps;
-        bottleneck = sub.name;
-      }
-      entry["warnings"] = std::move(warnings);
-    }
-    Json nodes = Json::array();
-    for (NodeId node : sub.nodes)
-      nodes.push_back(std::string(graph.name(node)));
-    entry["nodes"] = std::move(nodes);
-    subgraphs.push_back(std::move(entry));
-  }
+  for (std::size_t s = 0; s < plan.submodules.size(); ++s)
+    subgraphs.push_back(submoduleJson(graph, plan.submodules[s], report.preview.submodules[s]));
   out["subgraphs"] = std::move(subgraphs);
-  out["max_qps"] = maxQps;
-  out["bottleneck"] = bottleneck;
+  out["pcie_bytes_per_sec"] = report.preview.linkBytesPerSecond;
+  out["max_qps"] = report.preview.maxQps;
+  out["bottleneck"] = report.preview.bottleneck;
+  Json groups = Json::array();
+  for (const CpuGroup& group : groupCpuReasons(graph, plan))
+    groups.push_back({{"op", group.op}, {"reason", std::string(split::kSplitReasons.name(group.reason))},
+                      {"count", group.count}, {"example_node", group.example}});
+  out["cpu_reasons"] = std::move(groups);
   Json cpuNodes = Json::array();
-  for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
-    NodeId node{n};
-    if (!graph.isCallable(node) || plan.placement[node] == plan::Placement::Accelerator)
-      continue;
-    cpuNodes.push_back({{"node", std::string(graph.name(node))},
-                        {"target", graph.target(node)},
-                        {"reason", std::string(plan::placementName(plan.placement[node]))},
-                        {"detail", plan.detail[node]}});
-  }
+  for (const plan::PlacementReason& reason : plan.reasons)
+    cpuNodes.push_back({{"node", std::string(graph.name(reason.node))},
+                        {"target", graph.target(reason.node)},
+                        {"reason", std::string(reasonText(reason.code))},
+                        {"detail", reason.detail}});
   out["cpu_nodes"] = std::move(cpuNodes);
-  Json remarks = Json::array();
-  for (const std::string& remark : plan.remarks)
-    remarks.push_back(remark);
-  out["remarks"] = std::move(remarks);
+  out["remarks"] = plan.remarks;
+  if (!report.trialBackend.empty()) {
+    Json trials = Json::array();
+    for (const SubmoduleTrialLine& trial : report.trials)
+      trials.push_back(trialJson(trial));
+    out["lower_and_run"] = {{"backend", report.trialBackend}, {"submodules", std::move(trials)}};
+  }
   return out;
 }
 
-void printSplitText(const Json& split, bool preview, std::ostream& out) {
-  const Json& before = split["before_min_size"];
-  const Json& after = split["after_min_size"];
-  out << "subgraphs: " << split["acc_subgraphs"].get<std::uint32_t>() << " acc, "
-      << split["cpu_subgraphs"].get<std::uint32_t>() << " cpu";
-  out << " (before removing small acc subgraphs: " << before["acc_subgraphs"].get<std::uint32_t>() << " acc, "
-      << before["cpu_subgraphs"].get<std::uint32_t>() << " cpu; after: " << after["acc_subgraphs"].get<std::uint32_t>()
-      << " acc, " << after["cpu_subgraphs"].get<std::uint32_t>() << " cpu)\n";
-  if (split["fusion_groups"].get<std::uint32_t>())
-    out << "fusion groups: " << split["fusion_groups"].get<std::uint32_t>() << "\n";
-  for (const Json& sub : split["subgraphs"]) {
-    out << "  " << sub["name"].get<std::string>() << ": " << sub["node_count"].get<std::size_t>() << " node(s)";
-    if (preview || sub["is_acc"].get<bool>())
-      out << ", in " << formatBytes(sub["input_bytes"].get<std::int64_t>()) << ", out "
-          << formatBytes(sub["output_bytes"].get<std::int64_t>());
-    if (sub["is_acc"].get<bool>() && preview)
-      out << ", max qps (PCIe bound) " << formatQps(sub["max_qps"].get<double>());
+namespace {
+void printSubmodules(const SplitReport& report, bool preview, std::ostream& out) {
+  const plan::CutPlan& plan = report.result.plan;
+  for (std::size_t s = 0; s < plan.submodules.size(); ++s) {
+    const plan::Submodule& sub = plan.submodules[s];
+    const split::SubmodulePreview& cost = report.preview.submodules[s];
+    bool acc = sub.role == plan::SubmoduleRole::Accelerator;
+    out << "  " << sub.name << ": " << sub.nodes.size() << " node(s)";
+    if (preview || acc)
+      out << ", in " << formatBytes(cost.inputBytes) << ", out " << formatBytes(cost.outputBytes);
+    if (acc && preview)
+      out << ", PCIe bound " << formatQps(cost.maxQps);
     out << "\n";
-    if (sub.contains("warnings"))
-      for (const Json& warning : sub["warnings"])
-        out << "    warning: " << warning.get<std::string>() << ", this might cause problems during lowering\n";
+    for (const std::string& warning : cost.warnings)
+      out << "    warning: " << warning << ", this might cause problems during lowering\n";
   }
   if (preview)
-    out << "max qps (PCIe bound): " << formatQps(split["max_qps"].get<double>()) << ", bottleneck: "
-        << (split["bottleneck"].get<std::string>().empty() ? "none" : split["bottleneck"].get<std::string>()) << "\n";
-  if (split.contains("lower_and_run")) {
-    const Json& trials = split["lower_and_run"];
-    out << "lower and run on " << trials["backend"].get<std::string>() << ":\n";
-    for (const Json& trial : trials["submodules"]) {
-      out << "  " << trial["submodule"].get<std::string>() << ": " << trial["outcome"].get<std::string>();
-      if (trial.contains("message"))
-        out << " (" << trial["message"].get<std::string>() << ")";
-      out << "\n";
-      if (trial.contains("culprit"))
-        out << "    culprit: " << trial["culprit"]["node"].get<std::string>() << " ("
-            << trial["culprit"]["op"].get<std::string>() << "): " << trial["culprit"]["outcome"].get<std::string>()
-            << "\n";
-    }
+    out << "PCIe bound: " << formatQps(report.preview.maxQps)
+        << ", bottleneck: " << (report.preview.bottleneck.empty() ? "none" : report.preview.bottleneck) << "\n";
+}
+
+void printTrials(const SplitReport& report, std::ostream& out) {
+  if (report.trialBackend.empty())
+    return;
+  out << "lower and run on " << report.trialBackend << ":\n";
+  for (const SubmoduleTrialLine& trial : report.trials) {
+    out << "  " << trial.submodule << ": " << trial.outcome;
+    if (!trial.message.empty())
+      out << " (" << trial.message << ")";
+    out << "\n";
+    if (!trial.culpritNode.empty())
+      out << "    culprit: " << trial.culpritNode << " (" << trial.culpritOp << "): " << trial.culpritOutcome << "\n";
   }
-  for (const Json& remark : split["remarks"])
-    out << "note: " << remark.get<std::string>() << "\n";
-  if (!split["cpu_nodes"].empty()) {
-    out << "cpu nodes and why:\n";
-    for (const Json& node : split["cpu_nodes"]) {
-      out << "  " << node["node"].get<std::string>() << " (" << node["target"].get<std::string>() << "): "
-          << node["reason"].get<std::string>();
-      if (!node["detail"].get<std::string>().empty())
-        out << " - " << node["detail"].get<std::string>();
-      out << "\n";
-    }
+}
+
+void printCpuReasons(const ir::Graph& graph, const plan::CutPlan& plan, std::ostream& out) {
+  if (plan.reasons.empty())
+    return;
+  out << "cpu nodes by op and reason:\n";
+  for (const CpuGroup& group : groupCpuReasons(graph, plan))
+    out << "  " << group.op << " x" << group.count << ": " << split::kSplitReasons.name(group.reason) << " (e.g. "
+        << group.example << ")\n";
+  out << "cpu nodes and why:\n";
+  for (const plan::PlacementReason& reason : plan.reasons) {
+    out << "  " << graph.name(reason.node) << " (" << graph.target(reason.node) << "): " << reasonText(reason.code);
+    if (!reason.detail.empty())
+      out << " - " << reason.detail;
+    out << "\n";
   }
+}
+} // namespace
+
+std::string splitReportText(const ir::Graph& graph, const SplitReport& report, bool preview) {
+  const split::SplitResult& result = report.result;
+  std::uint32_t acc = 0;
+  for (const plan::Submodule& sub : result.plan.submodules)
+    acc += sub.role == plan::SubmoduleRole::Accelerator;
+  std::ostringstream out;
+  out << "subgraphs: " << acc << " acc, " << result.plan.submodules.size() - acc << " cpu"
+      << " (before removing small acc subgraphs: " << result.beforeMinSize.acc << " acc, " << result.beforeMinSize.cpu
+      << " cpu; after: " << result.afterMinSize.acc << " acc, " << result.afterMinSize.cpu << " cpu)\n";
+  if (result.fusionGroups)
+    out << "fusion groups: " << result.fusionGroups << "\n";
+  printSubmodules(report, preview, out);
+  printTrials(report, out);
+  for (const std::string& remark : result.plan.remarks)
+    out << "note: " << remark << "\n";
+  printCpuReasons(graph, result.plan, out);
+  return out.str();
 }
 
 } // namespace cleave::report

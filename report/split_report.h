@@ -6,6 +6,7 @@
 
 #include "plan/materialize.h"
 #include "base/json.h"
+#include "split/preview.h"
 #include "split/splitter.h"
 #include "support/profile.h"
 
@@ -19,11 +20,22 @@ void printSupportText(const Json& support, std::ostream& out);
 std::string supportDot(const ir::Graph& graph, const IdVector<ir::NodeId, support::Decision>& decisions);
 
 // ----- cleave split -----
-struct SplitReportOptions {
-  double pcieBytesPerSecond = 100.0 * (1ull << 30); // the reference's PCIe_BW
+// A submodule tried on the accelerator backend (--preview --backend), as the runtime reported it.
+struct SubmoduleTrialLine {
+  std::string submodule, outcome, message; // message: empty when it passed
+  double maxAbs = 0.0, maxRel = 0.0;
+  std::string culpritNode, culpritOp, culpritOutcome, culpritMessage; // culpritNode empty: none
 };
-Json splitJson(const ir::Graph& graph, const split::SplitResult& result,
-               const std::vector<plan::Boundary>& boundaries, const SplitReportOptions& options);
-void printSplitText(const Json& split, bool preview, std::ostream& out);
+struct SplitReport {
+  const split::SplitResult& result;
+  const split::SplitPreview& preview;
+  std::string trialBackend; // empty: no lower-and-run section
+  std::vector<SubmoduleTrialLine> trials;
+};
+// report.json / --json. CPU nodes come twice: grouped by (op, reason) with a count and an
+// example, then one by one with the rule behind each.
+Json splitReportJson(const ir::Graph& graph, const SplitReport& report);
+// The text report; `preview` adds every submodule's seam bytes and the PCIe bound.
+std::string splitReportText(const ir::Graph& graph, const SplitReport& report, bool preview);
 
 } // namespace cleave::report

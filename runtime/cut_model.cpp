@@ -29,7 +29,7 @@ Expected<CutModel> CutModel::load(const std::string& dir, const Backend& acc, co
     std::string file = (std::filesystem::path(dir) / sub.file).string();
     CLEAVE_TRY(ir::Graph graph, io::readOnnx(file));
     step.graph = std::make_shared<const ir::Graph>(std::move(graph));
-    const Backend& backend = planFile.runsOnAccelerator(sub) ? acc : cpu;
+    const Backend& backend = plan::runsOnAccelerator(sub.role) ? acc : cpu;
     step.backend = backend.name();
     Expected<std::unique_ptr<LoweredModule>> lowered = backend.lower(step.graph);
     if (!lowered)

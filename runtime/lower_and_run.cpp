@@ -1,6 +1,6 @@
 #include "runtime/lower_and_run.h"
 
-#include "plan/materialize.h"
+#include "ir/extract.h"
 
 namespace cleave::runtime {
 using ir::NodeId;
@@ -40,22 +40,11 @@ TensorMap ReferenceRun::valuesByName(const std::vector<ir::ValueId>& values) con
   return byName;
 }
 
-namespace {
-plan::CutPlan singleSubmodule(const ir::Graph& graph, const std::vector<NodeId>& nodes) {
-  plan::CutPlan plan;
-  plan.kind = plan::PlanKind::Split;
-  plan.submodules.push_back({"trial", true, nodes});
-  plan::indexSubmodules(graph, plan);
-  return plan;
-}
-} // namespace
-
 Expected<std::pair<ir::Graph, TensorMap>> extractNodes(const ReferenceRun& reference, const std::vector<NodeId>& nodes) {
   const ir::Graph& graph = reference.graph();
-  plan::CutPlan plan = singleSubmodule(graph, nodes);
-  std::vector<plan::Boundary> boundaries = plan::computeBoundaries(graph, plan);
-  CLEAVE_TRY(ir::Graph part, plan::extractSubmodule(graph, plan, boundaries, 0));
-  return std::make_pair(std::move(part), reference.valuesByName(boundaries[0].inputs));
+  ir::NodeSetBoundary boundary = ir::boundaryOf(graph, nodes);
+  CLEAVE_TRY(ir::Graph part, ir::extractSubgraph(graph, {"trial", nodes, boundary.inputs, boundary.outputs}));
+  return std::make_pair(std::move(part), reference.valuesByName(boundary.inputs));
 }
 
 TrialResult tryNodes(const ReferenceRun& reference, const std::vector<NodeId>& nodes, const Backend& backend,
@@ -97,7 +86,7 @@ std::vector<SubmoduleTrial> tryAccSubmodules(const ReferenceRun& reference, cons
                                              const Backend& backend, const Tolerance& tolerance) {
   std::vector<SubmoduleTrial> trials;
   for (const plan::Submodule& submodule : plan.submodules) {
-    if (!submodule.isAcc)
+    if (submodule.role != plan::SubmoduleRole::Accelerator)
       continue;
     SubmoduleTrial trial;
     trial.name = submodule.name;

@@ -1,6 +1,6 @@
 #include "runtime/shape_propagation.h"
 
-#include "plan/materialize.h"
+#include "ir/extract.h"
 #include "runtime/executor.h"
 
 namespace cleave::runtime {
@@ -35,21 +35,16 @@ Expected<ShapePropagation> propagateShapes(const ir::Graph& graph, const TensorM
   };
   CLEAVE_TRY(TensorMap outputs, executor->run(inputs, nullptr, &record));
   (void)outputs;
-  // The whole graph as one submodule, rebuilt with the observed types.
-  plan::CutPlan plan;
-  plan::Submodule all;
-  all.name = graph.modelInfo().graphName;
+  // The whole graph rebuilt with the observed types.
+  std::vector<ir::NodeId> callable;
   for (std::uint32_t n = 0; n < graph.numNodes(); ++n)
     if (graph.isCallable(ir::NodeId{n}))
-      all.nodes.push_back(ir::NodeId{n});
-  plan.submodules.push_back(std::move(all));
-  plan::indexSubmodules(graph, plan);
-  std::vector<plan::Boundary> boundaries = plan::computeBoundaries(graph, plan);
-  boundaries[0].outputs.assign(graph.graphOutputs().begin(), graph.graphOutputs().end());
-  boundaries[0].inputs.clear();
+      callable.push_back(ir::NodeId{n});
+  std::vector<ir::ValueId> graphInputs;
   for (ir::NodeId input : graph.inputNodes())
-    boundaries[0].inputs.push_back(graph.outputs(input)[0]);
-  CLEAVE_TRY(ir::Graph typed, plan::extractSubmodule(graph, plan, boundaries, 0, &types));
+    graphInputs.push_back(graph.outputs(input)[0]);
+  CLEAVE_TRY(ir::Graph typed, ir::extractSubgraph(graph, {graph.modelInfo().graphName, callable, graphInputs,
+                                                          graph.graphOutputs(), &types}));
   return ShapePropagation{std::move(typed), completed};
 }
 

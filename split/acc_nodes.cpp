@@ -48,7 +48,7 @@ AccNodes findAccNodes(const ir::Graph& graph, const IdVector<NodeId, support::De
   AccNodes result;
   std::uint32_t count = graph.numNodes();
   result.isAcc = IdVector<NodeId, std::uint8_t>(count, 0);
-  result.reason = IdVector<NodeId, plan::Placement>(count, plan::Placement::NotPlaced);
+  result.reason = IdVector<NodeId, SplitReason>(count, SplitReason::Accelerator);
   result.detail = IdVector<NodeId, std::string>(count);
   for (std::uint32_t n = 0; n < count; ++n) {
     NodeId node{n};
@@ -56,17 +56,17 @@ AccNodes findAccNodes(const ir::Graph& graph, const IdVector<NodeId, support::De
       continue;
     const support::Decision& decision = decisions[node];
     result.isAcc[node] = decision.supported ? 1 : 0;
-    result.reason[node] = decision.supported ? plan::Placement::Accelerator : plan::Placement::Unsupported;
-    if (!decision.supported)
-      result.detail[node] = std::string(support::reasonName(decision.reason)) +
-                            (decision.detail.empty() ? "" : ": " + decision.detail);
+    if (!decision.supported) {
+      result.reason[node] = reasonForRejection(decision.reason);
+      result.detail[node] = decision.detail;
+    }
   }
   if (allowNonTensor)
     return result;
 
   auto demote = [&](NodeId node, const std::string& why) {
     result.isAcc[node] = 0;
-    result.reason[node] = plan::Placement::NonTensorBoundary;
+    result.reason[node] = SplitReason::NonTensorBoundary;
     result.detail[node] = why;
   };
   // (1) CPU nodes with non-tensor outputs push their acc users to the CPU, transitively.

@@ -13,15 +13,15 @@
 #pragma once
 
 #include "ir/graph.h"
-#include "plan/plan.h"
+#include "split/placement_reason.h"
 #include "support/profile.h"
 
 namespace cleave::split {
 
 struct AccNodes {
   IdVector<ir::NodeId, std::uint8_t> isAcc;     // 1 for accelerator nodes
-  IdVector<ir::NodeId, plan::Placement> reason;  // why a callable node is not (or is) on it
-  IdVector<ir::NodeId, std::string> detail;
+  IdVector<ir::NodeId, SplitReason> reason;     // why a callable node is not (or is) on it
+  IdVector<ir::NodeId, std::string> detail;     // the rule or value behind a CPU reason
 };
 
 bool producesTensor(const ir::Graph& graph, ir::NodeId node);

@@ -260,7 +260,7 @@ void dissolveGroupsWithCpuMembers(const ir::Graph& graph, FusionGroups& fusion, 
       fusion.groupOf[member] = kNoGroup;
       if (acc.isAcc[member]) {
         acc.isAcc[member] = 0;
-        acc.reason[member] = plan::Placement::FusionGroup;
+        acc.reason[member] = SplitReason::FusionGroup;
         acc.detail[member] = why;
       }
     }

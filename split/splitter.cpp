@@ -11,6 +11,23 @@ namespace cleave::split {
 using ir::NodeId;
 
 namespace {
+// Per node, the reason the split gives while it works (dense, by node id); the plan gets the
+// CPU ones as a sorted list at the end.
+struct SplitNotes {
+  IdVector<NodeId, SplitReason> reason;
+  IdVector<NodeId, std::string> detail;
+  std::vector<std::string> remarks;
+};
+
+std::vector<plan::PlacementReason> cpuReasons(const ir::Graph& graph, SplitNotes& notes) {
+  std::vector<plan::PlacementReason> reasons;
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
+    NodeId node{n};
+    if (graph.isCallable(node) && notes.reason[node] != SplitReason::Accelerator)
+      reasons.push_back({node, static_cast<std::uint8_t>(notes.reason[node]), std::move(notes.detail[node])});
+  }
+  return reasons;
+}
 
 struct Phase {
   bool isAcc;
@@ -120,25 +137,25 @@ SubgraphCounts countKinds(const std::vector<Phase>& phases) {
   return counts;
 }
 
-void demote(const ir::Graph& graph, Phase& phase, plan::Placement why, const std::string& detail,
-            plan::CutPlan& plan) {
+void demote(const ir::Graph& graph, Phase& phase, SplitReason why, const std::string& detail,
+            SplitNotes& notes) {
   for (NodeId node : phase.nodes) {
-    plan.placement[node] = why;
-    plan.detail[node] = detail;
+    notes.reason[node] = why;
+    notes.detail[node] = detail;
   }
   phase.isAcc = false;
 }
 
 // The reference's remove_small_acc_subgraphs, with reasons recorded.
 std::vector<Phase> removeSmallAccSubgraphs(const ir::Graph& graph, std::vector<Phase> phases,
-                                           std::int64_t minAccSize, plan::CutPlan& plan) {
+                                           std::int64_t minAccSize, SplitNotes& notes) {
   std::vector<Phase> result;
   for (Phase& phase : phases) {
     if (phase.isAcc && static_cast<std::int64_t>(phase.nodes.size()) < minAccSize) {
-      demote(graph, phase, plan::Placement::BelowMinSize,
+      demote(graph, phase, SplitReason::BelowMinSize,
              "acc subgraph of " + std::to_string(phase.nodes.size()) + " nodes is below --min-acc-size " +
                  std::to_string(minAccSize),
-             plan);
+             notes);
       if (!result.empty()) {
         result.back().nodes.insert(result.back().nodes.end(), phase.nodes.begin(), phase.nodes.end());
         continue;
@@ -184,7 +201,7 @@ std::vector<std::int64_t> boundaryBytes(const ir::Graph& graph, const std::vecto
 
 // Merges the least valuable acc phases into the CPU until at most maxSplits phases remain.
 std::vector<Phase> enforceMaxSplits(const ir::Graph& graph, std::vector<Phase> phases,
-                                    std::int64_t maxSplits, plan::CutPlan& plan) {
+                                    std::int64_t maxSplits, SplitNotes& notes) {
   if (maxSplits <= 0 || static_cast<std::int64_t>(phases.size()) <= maxSplits)
     return phases;
   std::vector<std::int64_t> bytes = boundaryBytes(graph, phases);
@@ -211,11 +228,11 @@ std::vector<Phase> enforceMaxSplits(const ir::Graph& graph, std::vector<Phase> p
     if (p + 1 < phases.size() && isCpu[p + 1]) ++joined;
     total -= joined == 0 ? 0 : joined;
     isCpu[p] = 1;
-    demote(graph, phases[p], plan::Placement::MaxSplitsMerge,
+    demote(graph, phases[p], SplitReason::MaxSplitsMerge,
            "acc subgraph merged back to the CPU to keep at most " + std::to_string(maxSplits) +
                " submodules (" + std::to_string(phases[p].nodes.size()) + " nodes, " +
                std::to_string(bytes[p]) + " boundary bytes)",
-           plan);
+           notes);
   }
   std::vector<Phase> merged;
   for (Phase& phase : phases) {
@@ -249,7 +266,7 @@ bool demoteNonTensorCrossings(const ir::Graph& graph, const std::vector<Phase>& 
         if (!acc.isAcc[accSide])
           continue;
         acc.isAcc[accSide] = 0;
-        acc.reason[accSide] = plan::Placement::NonTensorBoundary;
+        acc.reason[accSide] = SplitReason::NonTensorBoundary;
         acc.detail[accSide] = "exchanges non-tensor value '" + std::string(graph.valueName(value)) +
                               "' with a CPU node after small subgraphs were merged";
         changed = true;
@@ -262,7 +279,7 @@ bool demoteNonTensorCrossings(const ir::Graph& graph, const std::vector<Phase>& 
 // the reverse dependencies, plus O(moved nodes x their edges).
 void extendAccPhase(const ir::Graph& graph, const AccNodes& acc, const FusionGroups& fusion,
                     std::vector<Phase>& phases, IdVector<NodeId, std::uint32_t>& phaseOf,
-                    std::uint32_t target, bool allowNonTensor, plan::CutPlan& plan) {
+                    std::uint32_t target, bool allowNonTensor, SplitNotes& notes) {
   std::uint32_t count = graph.numNodes();
   // Reverse dependencies: the callable users in earlier phases, with fusion groups merged.
   std::vector<std::vector<NodeId>> waitsFor(count);
@@ -353,8 +370,8 @@ void extendAccPhase(const ir::Graph& graph, const AccNodes& acc, const FusionGro
     if (moved[node]) {
       phases[target].nodes.push_back(node);
       phaseOf[node] = target;
-      plan.placement[node] = plan::Placement::Accelerator;
-      plan.detail[node].clear();
+      notes.reason[node] = SplitReason::Accelerator;
+      notes.detail[node].clear();
     }
   std::sort(phases[target].nodes.begin(), phases[target].nodes.end());
 }
@@ -362,7 +379,7 @@ void extendAccPhase(const ir::Graph& graph, const AccNodes& acc, const FusionGro
 // torch's move_non_tensor_nodes_on_boundary over the phases. Complexity: O(moved nodes x their
 // descendants' edges) per acc phase.
 void moveNonTensorNodesOnBoundary(const ir::Graph& graph, std::vector<Phase>& phases,
-                                  IdVector<NodeId, std::uint32_t>& phaseOf, plan::CutPlan& plan) {
+                                  IdVector<NodeId, std::uint32_t>& phaseOf, SplitNotes& notes) {
   auto children = [&](NodeId node) {
     std::vector<NodeId> out;
     for (ir::ValueId value : graph.outputs(node))
@@ -398,7 +415,7 @@ void moveNonTensorNodesOnBoundary(const ir::Graph& graph, std::vector<Phase>& ph
       std::sort(targets.begin(), targets.end());
       targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
       if (targets.size() != 1) {
-        plan.remarks.push_back("cannot move non-tensor node '" + std::string(graph.name(node)) +
+        notes.remarks.push_back("cannot move non-tensor node '" + std::string(graph.name(node)) +
                                "': its users are in several submodules");
         continue;
       }
@@ -428,8 +445,8 @@ void moveNonTensorNodesOnBoundary(const ir::Graph& graph, std::vector<Phase>& ph
           phaseOf[moved] = to;
           phases[to].nodes.push_back(moved);
           if (!phases[to].isAcc) {
-            plan.placement[moved] = plan::Placement::NonTensorBoundary;
-            plan.detail[moved] = "moved next to the users of non-tensor node '" + std::string(graph.name(node)) + "'";
+            notes.reason[moved] = SplitReason::NonTensorBoundary;
+            notes.detail[moved] = "moved next to the users of non-tensor node '" + std::string(graph.name(node)) + "'";
           }
         }
         auto& nodes = phases[from].nodes;
@@ -461,6 +478,7 @@ Expected<SplitResult> splitGraph(const ir::Graph& graph,
   SplitResult result;
   plan::CutPlan& plan = result.plan;
   plan.kind = plan::PlanKind::Split;
+  SplitNotes notes;
 
   // Phase 1: acc nodes with the non-tensor reductions. Phase 2: fusion groups.
   AccNodes acc = findAccNodes(graph, decisions, options.allowNonTensor);
@@ -475,13 +493,13 @@ Expected<SplitResult> splitGraph(const ir::Graph& graph,
   // ends, and graphs without non-tensor values take one round.
   std::vector<Phase> phases;
   while (true) {
-    plan.placement = acc.reason;
-    plan.detail = acc.detail;
+    notes.reason = acc.reason;
+    notes.detail = acc.detail;
     CLEAVE_TRY(phases, sweep(graph, acc, buildDependencies(graph, fusion)));
     result.beforeMinSize = countKinds(phases);
-    phases = removeSmallAccSubgraphs(graph, std::move(phases), options.minAccSize, plan);
+    phases = removeSmallAccSubgraphs(graph, std::move(phases), options.minAccSize, notes);
     result.afterMinSize = countKinds(phases);
-    phases = enforceMaxSplits(graph, std::move(phases), options.maxSplits, plan);
+    phases = enforceMaxSplits(graph, std::move(phases), options.maxSplits, notes);
     if (options.allowNonTensor || !demoteNonTensorCrossings(graph, phases, acc))
       break;
     dissolveGroupsWithCpuMembers(graph, fusion, acc);
@@ -489,7 +507,7 @@ Expected<SplitResult> splitGraph(const ir::Graph& graph,
   for (const auto& group : fusion.groups)
     result.fusionGroups += group.empty() ? 0 : 1;
   if (phases.size() != result.afterMinSize.acc + result.afterMinSize.cpu)
-    plan.remarks.push_back("merged " + std::to_string(result.afterMinSize.acc + result.afterMinSize.cpu - phases.size()) +
+    notes.remarks.push_back("merged " + std::to_string(result.afterMinSize.acc + result.afterMinSize.cpu - phases.size()) +
                            " submodules to meet --max-acc-splits " + std::to_string(options.maxSplits));
 
   // Phase 6: name the submodules (by position, as the reference tags them).
@@ -505,24 +523,26 @@ Expected<SplitResult> splitGraph(const ir::Graph& graph,
       for (NodeId node : phases[p].nodes)
         phaseOf[node] = p;
     if (options.moveNonTensorBoundary)
-      moveNonTensorNodesOnBoundary(graph, phases, phaseOf, plan);
+      moveNonTensorNodesOnBoundary(graph, phases, phaseOf, notes);
     if (options.extendAcc)
       for (std::uint32_t p = 0; p < phases.size(); ++p)
         if (phases[p].isAcc)
-          extendAccPhase(graph, acc, fusion, phases, phaseOf, p, options.allowNonTensor, plan);
+          extendAccPhase(graph, acc, fusion, phases, phaseOf, p, options.allowNonTensor, notes);
   }
 
   for (std::uint32_t i = 0; i < phases.size(); ++i) {
     if (phases[i].nodes.empty())
       continue;
     plan::Submodule submodule;
-    submodule.isAcc = phases[i].isAcc;
+    submodule.role = phases[i].isAcc ? plan::SubmoduleRole::Accelerator : plan::SubmoduleRole::Cpu;
     submodule.name = names[i];
     submodule.nodes = std::move(phases[i].nodes);
     std::sort(submodule.nodes.begin(), submodule.nodes.end());
     plan.submodules.push_back(std::move(submodule));
   }
   plan::indexSubmodules(graph, plan);
+  plan.reasons = cpuReasons(graph, notes);
+  plan.remarks = std::move(notes.remarks);
   return result;
 }
 

@@ -24,7 +24,7 @@ std::vector<std::pair<bool, std::vector<std::string>>> shape(const ir::Graph& gr
     std::vector<std::string> names;
     for (NodeId node : sub.nodes)
       names.emplace_back(graph.name(node));
-    out.emplace_back(sub.isAcc, names);
+    out.emplace_back((sub.role == plan::SubmoduleRole::Accelerator), names);
   }
   return out;
 }
@@ -43,8 +43,8 @@ TEST(Splitter, AlternatesAroundAnUnsupportedNode) {
   EXPECT_EQ(shape(g, *result), (std::vector<std::pair<bool, V>>{{true, V{"a"}}, {false, V{"b"}}, {true, V{"c", "d"}}}));
   EXPECT_EQ(result->plan.submodules[0].name, "_run_on_acc_0");
   EXPECT_EQ(result->plan.submodules[1].name, "_run_on_cpu_1");
-  EXPECT_EQ(result->plan.placement[g.findNode("b")], plan::Placement::Unsupported);
-  EXPECT_NE(result->plan.detail[g.findNode("b")].find("Sigmoid"), std::string::npos);
+  EXPECT_EQ(splitReasonOf(result->plan, g.findNode("b")), SplitReason::NotInProfile);
+  EXPECT_NE(plan::reasonOf(result->plan, g.findNode("b"))->detail.find("Sigmoid"), std::string::npos);
 }
 
 TEST(Splitter, StartsOnTheCpuWhenACpuNodeIsReady) {
@@ -52,7 +52,7 @@ TEST(Splitter, StartsOnTheCpuWhenACpuNodeIsReady) {
   Expected<SplitResult> result = splitGraph(g, decide(g, R"({"ops": ["Sigmoid"]})"), {});
   ASSERT_TRUE(result);
   ASSERT_EQ(result->plan.submodules.size(), 3u);
-  EXPECT_FALSE(result->plan.submodules[0].isAcc);
+  EXPECT_FALSE((result->plan.submodules[0].role == plan::SubmoduleRole::Accelerator));
 }
 
 TEST(Splitter, SmallAccSubgraphsJoinTheCpuWithAReason) {
@@ -61,7 +61,7 @@ TEST(Splitter, SmallAccSubgraphsJoinTheCpuWithAReason) {
   ASSERT_TRUE(result);
   using V = std::vector<std::string>;
   EXPECT_EQ(shape(g, *result), (std::vector<std::pair<bool, V>>{{false, V{"a", "b"}}, {true, V{"c", "d"}}}));
-  EXPECT_EQ(result->plan.placement[g.findNode("a")], plan::Placement::BelowMinSize);
+  EXPECT_EQ(splitReasonOf(result->plan, g.findNode("a")), SplitReason::BelowMinSize);
   EXPECT_EQ(result->beforeMinSize.acc, 2u);
   EXPECT_EQ(result->afterMinSize.acc, 1u);
 }
@@ -72,8 +72,8 @@ TEST(Splitter, MaxSplitsMergesTheLeastValuableAccSubgraph) {
   ASSERT_TRUE(result);
   ASSERT_LE(result->plan.submodules.size(), 2u);
   // {a} moves 1 node for 2 x 64 boundary bytes; {c, d} moves 2 nodes for the same: {a} goes.
-  EXPECT_EQ(result->plan.placement[g.findNode("a")], plan::Placement::MaxSplitsMerge);
-  EXPECT_EQ(result->plan.placement[g.findNode("c")], plan::Placement::Accelerator);
+  EXPECT_EQ(splitReasonOf(result->plan, g.findNode("a")), SplitReason::MaxSplitsMerge);
+  EXPECT_EQ(splitReasonOf(result->plan, g.findNode("c")), SplitReason::Accelerator);
   ASSERT_FALSE(result->plan.remarks.empty());
 }
 
@@ -90,13 +90,13 @@ TEST(Splitter, NonTensorValuesNeverCrossBetweenAccAndCpu) {
                     .op("Relu", "use", {"view", "size2"}).output({"use"}).build();
   Expected<SplitResult> result = splitGraph(g, decide(g, R"({"ops": ["Shape", "Relu"]})"), {});
   ASSERT_TRUE(result);
-  EXPECT_EQ(result->plan.placement[g.findNode("shape")], plan::Placement::NonTensorBoundary);
-  EXPECT_EQ(result->plan.placement[g.findNode("use")], plan::Placement::NonTensorBoundary);
+  EXPECT_EQ(splitReasonOf(result->plan, g.findNode("shape")), SplitReason::NonTensorBoundary);
+  EXPECT_EQ(splitReasonOf(result->plan, g.findNode("use")), SplitReason::NonTensorBoundary);
   // Fusion groups apply even when non-tensor flow is allowed (as in torch); skip them too.
   Expected<SplitResult> allowed =
       splitGraph(g, decide(g, R"({"ops": ["Shape", "Relu"]})"), {.skipFusion = true, .allowNonTensor = true});
   ASSERT_TRUE(allowed);
-  EXPECT_EQ(allowed->plan.placement[g.findNode("shape")], plan::Placement::Accelerator);
+  EXPECT_EQ(splitReasonOf(allowed->plan, g.findNode("shape")), SplitReason::Accelerator);
 }
 
 TEST(Splitter, OverlappingFusionGroupsMergeInsteadOfFailing) {
@@ -135,7 +135,7 @@ TEST(Splitter, MovesNonTensorNodesToTheSubmoduleOfTheirUsers) {
   Expected<SplitResult> moved = splitGraph(g, decisions, options);
   ASSERT_TRUE(moved);
   EXPECT_EQ(shape(g, *moved), (std::vector<std::pair<bool, V>>{{true, V{"a"}}, {false, V{"s", "v"}}}));
-  EXPECT_EQ(moved->plan.placement[g.findNode("s")], plan::Placement::NonTensorBoundary);
+  EXPECT_EQ(splitReasonOf(moved->plan, g.findNode("s")), SplitReason::NonTensorBoundary);
 }
 
 TEST(Splitter, ExtendAccPullsSmallSubgraphsForward) {
@@ -145,15 +145,15 @@ TEST(Splitter, ExtendAccPullsSmallSubgraphsForward) {
   auto decisions = decide(g, R"({"ops": ["Relu"]})");
   Expected<SplitResult> result = splitGraph(g, decisions, {.minAccSize = 2, .extendAcc = true});
   ASSERT_TRUE(result);
-  EXPECT_EQ(result->plan.placement[g.findNode("a")], plan::Placement::BelowMinSize);
+  EXPECT_EQ(splitReasonOf(result->plan, g.findNode("a")), SplitReason::BelowMinSize);
   // x -> a (acc) -> d ; x -> b (cpu) -> c (acc) -> d: {a} alone is demoted, then pulled into {c, d}.
   ir::Graph diamond = TestGraph().input("x").op("Relu", "a", {"x"}).op("Sigmoid", "b", {"x"})
                           .op("Relu", "c", {"b"}).op("Add", "d", {"a", "c"}).output({"d"}).build();
   auto diamondDecisions = decide(diamond, R"({"ops": ["Relu", "Add"]})");
   Expected<SplitResult> extended = splitGraph(diamond, diamondDecisions, {.minAccSize = 2, .extendAcc = true});
   ASSERT_TRUE(extended);
-  EXPECT_EQ(extended->plan.placement[diamond.findNode("a")], plan::Placement::Accelerator);
-  EXPECT_TRUE(extended->plan.submodules[extended->plan.submoduleOf[diamond.findNode("a")]].isAcc);
+  EXPECT_EQ(splitReasonOf(extended->plan, diamond.findNode("a")), SplitReason::Accelerator);
+  EXPECT_EQ(extended->plan.submodules[extended->plan.submoduleOf[diamond.findNode("a")]].role, plan::SubmoduleRole::Accelerator);
 }
 
 TEST(Splitter, RejectsNegativeOptions) {
@@ -240,17 +240,17 @@ TEST(SplitterProperties, HoldOnThousandsOfRandomGraphs) {
       const plan::Submodule& sub = plan.submodules[s];
       ASSERT_FALSE(sub.nodes.empty());
       if (s > 0 && !c.options.extendAcc && !c.options.moveNonTensorBoundary)
-        ASSERT_NE(sub.isAcc, plan.submodules[s - 1].isAcc) << "kinds alternate";
+        ASSERT_NE((sub.role == plan::SubmoduleRole::Accelerator), (plan.submodules[s - 1].role == plan::SubmoduleRole::Accelerator)) << "kinds alternate";
       for (NodeId node : sub.nodes) {
         // Acc submodules hold only supported nodes, and every node's placement matches.
-        if (sub.isAcc) {
+        if ((sub.role == plan::SubmoduleRole::Accelerator)) {
           ASSERT_TRUE(decisions[node].supported);
-          ASSERT_EQ(plan.placement[node], plan::Placement::Accelerator);
+          ASSERT_EQ(splitReasonOf(plan, node), SplitReason::Accelerator);
         } else {
-          ASSERT_NE(plan.placement[node], plan::Placement::Accelerator);
+          ASSERT_NE(splitReasonOf(plan, node), SplitReason::Accelerator);
         }
       }
-      if (sub.isAcc && !c.options.extendAcc && !c.options.moveNonTensorBoundary)
+      if ((sub.role == plan::SubmoduleRole::Accelerator) && !c.options.extendAcc && !c.options.moveNonTensorBoundary)
         ASSERT_GE(static_cast<std::int64_t>(sub.nodes.size()), c.options.minAccSize);
     }
     if (c.options.maxSplits > 0 && !c.options.moveNonTensorBoundary)
@@ -266,8 +266,8 @@ TEST(SplitterProperties, HoldOnThousandsOfRandomGraphs) {
         std::uint32_t to = g.isCallable(node) ? plan.submoduleOf[node] : UINT32_MAX;
         if (to != UINT32_MAX)
           ASSERT_LE(from, to) << g.name(producer) << " -> " << g.name(node);
-        bool fromAcc = plan.submodules[from].isAcc;
-        bool toAcc = to != UINT32_MAX && plan.submodules[to].isAcc;
+        bool fromAcc = (plan.submodules[from].role == plan::SubmoduleRole::Accelerator);
+        bool toAcc = to != UINT32_MAX && (plan.submodules[to].role == plan::SubmoduleRole::Accelerator);
         if (!c.options.allowNonTensor && !producesTensor(g, producer) && from != to)
           ASSERT_EQ(fromAcc, toAcc) << "non-tensor " << g.valueName(value) << " crosses acc/cpu";
       }

@@ -75,7 +75,7 @@ class Conformance(TempDirTest):
                              "--min-acc-size", min_size, "--json")
         self.assertEqual(code, 0, err)
         summary = json.loads(out)
-        return [(s["is_acc"], sorted(s["nodes"])) for s in summary["subgraphs"]], out_dir
+        return [(s["role"] == "acc", sorted(s["nodes"])) for s in summary["subgraphs"]], out_dir
 
     def check(self, gm, inputs, name, support_sets, min_sizes=(1,)):
         fx_path = self.path(f"{name}.fx.json")

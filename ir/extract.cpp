@@ -1,0 +1,102 @@
+#include "ir/extract.h"
+
+#include <algorithm>
+
+#include "ir/builder.h"
+
+namespace cleave::ir {
+
+NodeSetBoundary boundaryOf(const Graph& graph, std::span<const NodeId> nodes) {
+  std::vector<std::uint8_t> inSet(graph.numNodes(), 0);
+  for (NodeId node : nodes)
+    inSet[index(node)] = 1;
+  NodeSetBoundary boundary;
+  for (NodeId node : nodes) {
+    for (ValueId value : graph.inputs(node))
+      if (value != kNoValue && !inSet[index(graph.producer(value))] &&
+          graph.kind(graph.producer(value)) != NodeKind::Parameter)
+        boundary.inputs.push_back(value);
+    for (ValueId value : graph.outputs(node)) {
+      auto users = graph.users(value);
+      if (std::any_of(users.begin(), users.end(), [&](NodeId user) { return !inSet[index(user)]; }))
+        boundary.outputs.push_back(value);
+    }
+  }
+  for (std::vector<ValueId>* list : {&boundary.inputs, &boundary.outputs}) {
+    std::sort(list->begin(), list->end());
+    list->erase(std::unique(list->begin(), list->end()), list->end());
+  }
+  return boundary;
+}
+
+namespace {
+// Parameter nodes the set reads or sends, once each, in node order; those `inputs` lists are
+// sent by their owner instead.
+std::vector<NodeId> parametersToCopy(const Graph& graph, const SubgraphSpec& spec) {
+  std::vector<NodeId> params;
+  auto consider = [&](ValueId value) {
+    if (value != kNoValue && graph.kind(graph.producer(value)) == NodeKind::Parameter)
+      params.push_back(graph.producer(value));
+  };
+  for (NodeId node : spec.nodes)
+    for (ValueId value : graph.inputs(node))
+      consider(value);
+  for (ValueId value : spec.outputs)
+    consider(value);
+  std::sort(params.begin(), params.end());
+  params.erase(std::unique(params.begin(), params.end()), params.end());
+  std::erase_if(params, [&](NodeId param) {
+    return std::find(spec.inputs.begin(), spec.inputs.end(), graph.outputs(param)[0]) != spec.inputs.end();
+  });
+  return params;
+}
+
+NodeSpec copyOf(const Graph& graph, NodeId node, const IdVector<ValueId, ValueType>* types) {
+  NodeSpec spec;
+  spec.kind = graph.kind(node);
+  spec.name = graph.name(node);
+  spec.domain = graph.opDomain(node);
+  spec.opType = graph.opType(node);
+  spec.scope = graph.scope(node);
+  spec.implicitInputs = graph.numImplicitInputs(node);
+  for (ValueId value : graph.inputs(node))
+    spec.inputs.emplace_back(value == kNoValue ? std::string_view() : graph.valueName(value));
+  for (ValueId value : graph.outputs(node))
+    spec.outputs.push_back({std::string(graph.valueName(value)), types ? (*types)[value] : graph.valueType(value)});
+  spec.attributes.assign(graph.attributes(node).begin(), graph.attributes(node).end());
+  for (ParamId param : graph.parameters(node))
+    spec.parameters.push_back(graph.parameter(param));
+  return spec;
+}
+} // namespace
+
+Expected<Graph> extractSubgraph(const Graph& graph, const SubgraphSpec& spec) {
+  auto typeOf = [&](ValueId value) { return spec.types ? (*spec.types)[value] : graph.valueType(value); };
+  GraphBuilder builder(graph.modelInfo().format);
+  ModelInfo info = graph.modelInfo();
+  info.graphName = spec.name;
+  info.producerName = "cleave";
+  builder.modelInfo() = info;
+  builder.setModelFile(graph.modelFile());
+  for (ValueId value : spec.inputs)
+    builder.addInput(graph.valueName(value), typeOf(value));
+  for (NodeId paramNode : parametersToCopy(graph, spec)) {
+    for (ParamId param : graph.parameters(paramNode)) {
+      Parameter copy = graph.parameter(param);
+      if (copy.data.source == ParameterData::Source::Inline) {
+        CLEAVE_TRY(std::string bytes, graph.readParameterData(param));
+        copy.data = builder.appendInlineData(bytes);
+      }
+      builder.addParameter(std::move(copy), graph.valueType(graph.outputs(paramNode)[0]));
+    }
+  }
+  for (NodeId node : spec.nodes)
+    builder.addNode(copyOf(graph, node, spec.types));
+  std::vector<std::string> outputs;
+  for (ValueId value : spec.outputs)
+    outputs.emplace_back(graph.valueName(value));
+  builder.setOutputs(std::move(outputs));
+  return std::move(builder).finish();
+}
+
+} // namespace cleave::ir
