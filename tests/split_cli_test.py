@@ -67,6 +67,15 @@ class Split(TempDirTest):
         for node in summary["cpu_nodes"]:
             self.assertTrue(node["reason"])
             self.assertTrue(node["detail"], node)
+        # Grouped by (op, reason), most frequent first, covering every CPU node once.
+        groups = summary["cpu_reasons"]
+        self.assertEqual(sum(g["count"] for g in groups), len(summary["cpu_nodes"]))
+        self.assertEqual([g["count"] for g in groups], sorted((g["count"] for g in groups), reverse=True))
+        pairs = {(n["target"], n["reason"]) for n in summary["cpu_nodes"]}
+        self.assertEqual(pairs, {(g["op"], g["reason"]) for g in groups})
+        self.assertIn(("Transpose", "not in the profile"), pairs)
+        code, text, err = run("split", os.path.join(EXAMPLES, "transformer.onnx"), "--profile", NPU, "--preview")
+        self.assertIn("cpu nodes by op and reason:\n  Add x12: dtype not allowed", text)
 
     def test_plan_only_writes_no_submodels_and_is_deterministic(self):
         args = ["split", os.path.join(EXAMPLES, "cnn.onnx"), "--profile", GPU, "--plan-only"]

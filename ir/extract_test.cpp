@@ -1,0 +1,66 @@
+#include "ir/extract.h"
+
+#include <gtest/gtest.h>
+
+#include "testing/test_graphs.h"
+
+namespace cleave::ir {
+namespace {
+using cleave::testing::TestGraph;
+
+// x -> a(MatMul x, w) -> b(Relu) -> d(Add b, c), x -> c(Relu): d is the output.
+Graph diamond() {
+  return TestGraph().input("x").param("w", {4, 4}).op("MatMul", "a", {"x", "w"}).op("Relu", "b", {"a"})
+      .op("Relu", "c", {"x"}).op("Add", "d", {"b", "c"}).output({"d"}).build();
+}
+
+std::vector<std::string> namesOf(const Graph& graph, const std::vector<ValueId>& values) {
+  std::vector<std::string> names;
+  for (ValueId value : values)
+    names.emplace_back(graph.valueName(value));
+  return names;
+}
+
+TEST(BoundaryOf, InputsReadFromOutsideOutputsReadOutside) {
+  Graph g = diamond();
+  std::vector<NodeId> nodes{g.findNode("a"), g.findNode("b")};
+  NodeSetBoundary boundary = boundaryOf(g, nodes);
+  EXPECT_EQ(namesOf(g, boundary.inputs), std::vector<std::string>{"x"}); // w is a parameter: copied
+  EXPECT_EQ(namesOf(g, boundary.outputs), std::vector<std::string>{"b"}); // a is read only inside
+  std::vector<NodeId> last{g.findNode("d")};
+  EXPECT_EQ(namesOf(g, boundaryOf(g, last).inputs), (std::vector<std::string>{"b", "c"}));
+  EXPECT_EQ(namesOf(g, boundaryOf(g, last).outputs), std::vector<std::string>{"d"}); // the graph output
+}
+
+TEST(ExtractSubgraph, CopiesOnlyTheParametersItReads) {
+  Graph g = diamond();
+  std::vector<NodeId> nodes{g.findNode("a"), g.findNode("b")};
+  NodeSetBoundary boundary = boundaryOf(g, nodes);
+  Expected<Graph> part = extractSubgraph(g, {"part", nodes, boundary.inputs, boundary.outputs});
+  ASSERT_TRUE(part) << part.error().message();
+  EXPECT_EQ(part->modelInfo().graphName, "part");
+  EXPECT_EQ(part->numParameters(), 1u);
+  EXPECT_NE(part->findNode("a"), NodeId{UINT32_MAX});
+  EXPECT_EQ(part->findNode("c"), NodeId{UINT32_MAX});
+  ASSERT_EQ(part->graphOutputs().size(), 1u);
+  EXPECT_EQ(part->valueName(part->graphOutputs()[0]), "b");
+  // Without the parameter copied (listed as an input), it arrives from outside instead.
+  std::vector<ValueId> withW{g.findValue("x"), g.findValue("w")};
+  Expected<Graph> sent = extractSubgraph(g, {"sent", nodes, withW, boundary.outputs});
+  ASSERT_TRUE(sent) << sent.error().message();
+  EXPECT_EQ(sent->numParameters(), 0u);
+  EXPECT_EQ(sent->inputNodes().size(), 2u);
+}
+
+TEST(ExtractSubgraph, RefusesAValueFromNowhere) {
+  Graph g = diamond();
+  std::vector<NodeId> nodes{g.findNode("d")};
+  std::vector<ValueId> onlyB{g.findValue("b")};
+  std::vector<ValueId> outputs{g.findValue("d")};
+  Expected<Graph> part = extractSubgraph(g, {"part", nodes, onlyB, outputs});
+  ASSERT_FALSE(part);
+  EXPECT_NE(part.error().message().find("c"), std::string::npos) << part.error().message();
+}
+
+} // namespace
+} // namespace cleave::ir
