@@ -18,7 +18,7 @@ struct SplitFlags {
   std::string path, profilePath;
   OutputDirectoryFlags output;
   split::SplitOptions options;
-  bool json = false, preview = false, dumpInputs = false, lowerAndRun = false;
+  bool json = false, preview = false, dumpInputs = false, lowerAndRun = false, dot = false;
   double pcieGiBps = 100.0;
   RuntimeOptions runtime;
   runtime::Tolerance tolerance;
@@ -93,6 +93,8 @@ Status splitModel(const SplitFlags& flags, std::ostream& out) {
     PlanReport files{report::splitReportText(graph, splitReport, true), summary, splitSettings(profile, flags.options)};
     if (flags.dumpInputs)
       files.moreFiles.push_back({"submodule_inputs.json", submoduleInputs});
+    if (flags.dot)
+      files.moreFiles.push_back({"split.dot", report::splitDot(graph, result.plan)});
     CLEAVE_CHECK(writePlanDirectory(graph, result.plan, flags.path, flags.output, *outDir, std::move(files)));
   }
   if (flags.json)
@@ -132,6 +134,8 @@ int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_flag("--dump-inputs", flags.dumpInputs,
                "write submodule_inputs.json: each submodule's inputs captured from a run of the model "
                "on --inputs FILE or random inputs (--seed)")
+      ->needs(output);
+  app.add_flag("--dot", flags.dot, "also write split.dot (Graphviz) of the cut into the output directory")
       ->needs(output);
   addRuntimeOptions(app, flags.runtime);
   app.add_option("--rtol", flags.tolerance.rtol, "--preview --backend: relative tolerance")->capture_default_str();

@@ -25,6 +25,20 @@ std::string inputDtypes(const ir::Graph& graph, NodeId node) {
   return text + ")";
 }
 
+// A DOT string literal: quotes and backslashes escaped, line breaks as DOT's \n.
+std::string dotQuoted(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '"' || c == '\\')
+      out += std::string("\\") + c;
+    else
+      out += c;
+  }
+  return out + "\"";
+}
+
 std::string formatQps(double qps) { return formatSi(qps, "qps"); }
 } // namespace
 
@@ -98,19 +112,13 @@ void printSupportText(const Json& support, std::ostream& out) {
 std::string supportDot(const ir::Graph& graph, const IdVector<NodeId, support::Decision>& decisions) {
   std::ostringstream dot;
   dot << "digraph support {\n  node [shape=box, style=filled, fontname=\"Helvetica\"];\n";
-  auto quoted = [](std::string_view text) {
-    std::string out = "\"";
-    for (char c : text)
-      out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
-    return out + "\"";
-  };
   for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
     NodeId node{n};
     const char* color = !graph.isCallable(node) ? "lightgrey"
                         : decisions[node].supported ? "chartreuse1" : "crimson";
     std::string label = std::string(graph.name(node)) +
-                        (graph.isCallable(node) ? "\\n" + graph.target(node) : std::string());
-    dot << "  n" << n << " [label=" << quoted(label) << ", fillcolor=\"" << color << "\"];\n";
+                        (graph.isCallable(node) ? "\n" + graph.target(node) : std::string());
+    dot << "  n" << n << " [label=" << dotQuoted(label) << ", fillcolor=\"" << color << "\"];\n";
   }
   for (std::uint32_t n = 0; n < graph.numNodes(); ++n)
     for (ValueId value : graph.inputs(NodeId{n}))
@@ -271,6 +279,36 @@ void printCpuReasons(const ir::Graph& graph, const plan::CutPlan& plan, std::ost
   }
 }
 } // namespace
+
+
+std::string splitDot(const ir::Graph& graph, const plan::CutPlan& plan) {
+  std::ostringstream dot;
+  dot << "digraph split {\n  rankdir=TB;\n  node [shape=box, style=filled, fontname=\"Helvetica\", fillcolor=white];\n";
+  for (std::uint32_t s = 0; s < plan.submodules.size(); ++s) {
+    const plan::Submodule& sub = plan.submodules[s];
+    bool acc = sub.role == plan::SubmoduleRole::Accelerator;
+    dot << "  subgraph cluster_" << s << " {\n    label=" << dotQuoted(sub.name) << ";\n    style=filled;\n"
+        << "    fillcolor=\"" << (acc ? "#d9f2d0" : "#e6e6e6") << "\";\n";
+    for (NodeId node : sub.nodes) {
+      std::string label = std::string(graph.name(node)) + "\n" + graph.target(node);
+      if (const plan::PlacementReason* reason = plan::reasonOf(plan, node))
+        label += "\n(" + std::string(reasonText(reason->code)) + ")";
+      dot << "    n" << index(node) << " [label=" << dotQuoted(label) << "];\n";
+    }
+    dot << "  }\n";
+  }
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
+    NodeId node{n};
+    if (graph.kind(node) == ir::NodeKind::Input || graph.kind(node) == ir::NodeKind::Output)
+      dot << "  n" << n << " [shape=ellipse, label=" << dotQuoted(graph.name(node)) << "];\n";
+  }
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n)
+    for (ValueId value : graph.inputs(NodeId{n}))
+      if (value != ir::kNoValue && graph.kind(graph.producer(value)) != ir::NodeKind::Parameter)
+        dot << "  n" << index(graph.producer(value)) << " -> n" << n << ";\n";
+  dot << "}\n";
+  return dot.str();
+}
 
 std::string splitReportText(const ir::Graph& graph, const SplitReport& report, bool preview) {
   const split::SplitResult& result = report.result;

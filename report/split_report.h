@@ -35,6 +35,9 @@ struct SplitReport {
 // report.json / --json. CPU nodes come twice: grouped by (op, reason) with a count and an
 // example, then one by one with the rule behind each.
 Json splitReportJson(const ir::Graph& graph, const SplitReport& report);
+// Graphviz DOT of the cut: one box per submodule (acc green, cpu grey) holding its nodes, CPU
+// nodes labelled with their reason, edges between the graph's nodes. Deterministic; O(V + E).
+std::string splitDot(const ir::Graph& graph, const plan::CutPlan& plan);
 // The text report; `preview` adds every submodule's seam bytes and the PCIe bound.
 std::string splitReportText(const ir::Graph& graph, const SplitReport& report, bool preview);
 

@@ -86,6 +86,19 @@ class Split(TempDirTest):
             self.assertEqual(open(self.path(f"a/{name}")).read().replace(self.path("a"), ""),
                              open(self.path(f"b/{name}")).read().replace(self.path("b"), ""))
 
+    def test_dot_draws_each_submodule_as_a_cluster(self):
+        out = self.path("dot")
+        run("split", os.path.join(EXAMPLES, "transformer.onnx"), "--profile", GPU, "-o", out, "--dot", check=True)
+        plan = json.load(open(os.path.join(out, "plan.json")))
+        dot = open(os.path.join(out, "split.dot")).read()
+        self.assertTrue(dot.startswith("digraph split {"))
+        for sub in plan["submodules"]:
+            self.assertIn('label="%s";' % sub["name"], dot)
+        self.assertEqual(dot.count("subgraph cluster_"), len(plan["submodules"]))
+        self.assertIn("(not in the profile)", dot)
+        code, _, err = run("split", os.path.join(EXAMPLES, "transformer.onnx"), "--profile", GPU, "--preview", "--dot")
+        self.assertEqual(code, 2, err)  # --dot needs -o
+
     def test_max_acc_splits_limits_the_submodules(self):
         run("gen", "chain", "30", "-o", self.path("c.onnx"), check=True)
         profile = self.path("nosig.json")
