@@ -12,18 +12,16 @@ namespace cleave::partition {
 using ir::NodeId;
 
 namespace {
-Expected<PartitionResult> aheadOfTimeFromDocument(const ir::Graph& graph, const DeviceSet& devices,
-                                                  const nlohmann::json& doc, const std::string& sourceName) {
-  using nlohmann::json;
-  if (!doc.is_object() || !doc.contains("node_to_partition") ||
-      !doc["node_to_partition"].is_object() || !doc.contains("partition_to_logical_devices") ||
-      !doc["partition_to_logical_devices"].is_object())
-    return Error(ErrorCode::ParseError) << sourceName
-                                        << ": expected {\"node_to_partition\": {...}, \"partition_to_logical_devices\": {...}}";
+using nlohmann::json;
+using DevicesOfPartition = std::map<std::int64_t, std::vector<std::int64_t>>;
+using MembersOfPartition = std::map<std::int64_t, std::vector<NodeId>>;
+
+// partition_to_logical_devices: each partition id with a non-empty list of known device ids.
+Expected<DevicesOfPartition> readDeviceLists(const json& doc, const DeviceSet& devices, const std::string& sourceName) {
   std::set<std::int64_t> knownIds;
   for (const Device& device : devices.devices)
     knownIds.insert(device.logicalId);
-  std::map<std::int64_t, std::vector<std::int64_t>> devicesOf;
+  DevicesOfPartition devicesOf;
   for (const auto& [key, ids] : doc["partition_to_logical_devices"].items()) {
     char* end = nullptr;
     long long id = std::strtoll(key.c_str(), &end, 10);
@@ -37,6 +35,13 @@ Expected<PartitionResult> aheadOfTimeFromDocument(const ir::Graph& graph, const 
       devicesOf[id].push_back(value.get<std::int64_t>());
     }
   }
+  return devicesOf;
+}
+
+// node_to_partition: every callable node of the graph in a partition that has devices; returns
+// each partition's members in node order.
+Expected<MembersOfPartition> readNodePartitions(const ir::Graph& graph, const json& doc,
+                                                const DevicesOfPartition& devicesOf, const std::string& sourceName) {
   IdVector<NodeId, std::int64_t> partitionOf(graph.numNodes(), -1);
   for (const auto& [name, value] : doc["node_to_partition"].items()) {
     NodeId node = graph.findNode(name);
@@ -51,7 +56,7 @@ Expected<PartitionResult> aheadOfTimeFromDocument(const ir::Graph& graph, const 
                                                << " of node '" << name << "' has no logical devices";
     partitionOf[node] = value.get<std::int64_t>();
   }
-  std::map<std::int64_t, std::vector<NodeId>> members;
+  MembersOfPartition members;
   for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
     NodeId node{n};
     if (!graph.isCallable(node))
@@ -60,36 +65,40 @@ Expected<PartitionResult> aheadOfTimeFromDocument(const ir::Graph& graph, const 
       return Error(ErrorCode::InvalidArgument) << sourceName << ": node '" << graph.name(node) << "' has no partition";
     members[partitionOf[node]].push_back(node);
   }
-  // Order partitions so data flows forward (Kahn, ties by partition id); a cycle is an error.
+  return members;
+}
+
+// The partition ids in an order where data flows forward (Kahn, ties by partition id); a cycle
+// is an error naming a partition on it. O(V + E log P).
+Expected<std::vector<std::int64_t>> orderPartitions(const ir::Graph& graph, const MembersOfPartition& members,
+                                                    const std::string& sourceName) {
   std::vector<std::int64_t> ids;
-  std::map<std::int64_t, std::uint32_t> slot;
+  IdVector<NodeId, std::uint32_t> slotOf(graph.numNodes(), 0);
   for (const auto& [id, nodes] : members) {
-    slot[id] = static_cast<std::uint32_t>(ids.size());
+    for (NodeId node : nodes)
+      slotOf[node] = static_cast<std::uint32_t>(ids.size());
     ids.push_back(id);
   }
   std::vector<std::set<std::uint32_t>> children(ids.size());
   std::vector<std::uint32_t> indegree(ids.size(), 0);
-  for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
-    NodeId node{n};
-    if (!graph.isCallable(node))
-      continue;
-    for (ir::ValueId value : graph.inputs(node)) {
-      if (value == ir::kNoValue || !graph.isCallable(graph.producer(value)))
-        continue;
-      std::uint32_t from = slot[partitionOf[graph.producer(value)]], to = slot[partitionOf[node]];
-      if (from != to && children[from].insert(to).second)
-        ++indegree[to];
-    }
-  }
+  for (const auto& [id, nodes] : members)
+    for (NodeId node : nodes)
+      for (ir::ValueId value : graph.inputs(node)) {
+        if (value == ir::kNoValue || !graph.isCallable(graph.producer(value)))
+          continue;
+        std::uint32_t from = slotOf[graph.producer(value)], to = slotOf[node];
+        if (from != to && children[from].insert(to).second)
+          ++indegree[to];
+      }
   std::priority_queue<std::uint32_t, std::vector<std::uint32_t>, std::greater<>> ready;
   for (std::uint32_t s = 0; s < ids.size(); ++s)
     if (indegree[s] == 0)
       ready.push(s);
-  std::vector<std::uint32_t> order;
+  std::vector<std::int64_t> order;
   while (!ready.empty()) {
     std::uint32_t s = ready.top();
     ready.pop();
-    order.push_back(s);
+    order.push_back(ids[s]);
     for (std::uint32_t c : children[s])
       if (--indegree[c] == 0)
         ready.push(c);
@@ -101,11 +110,22 @@ Expected<PartitionResult> aheadOfTimeFromDocument(const ir::Graph& graph, const 
     return Error(ErrorCode::InvalidGraph) << sourceName << ": partitions depend on each other in a cycle (partition "
                                           << ids[stuck] << " is on it)";
   }
+  return order;
+}
+
+Expected<PartitionResult> aheadOfTimeFromDocument(const ir::Graph& graph, const DeviceSet& devices, const json& doc,
+                                                  const std::string& sourceName) {
+  if (!doc.is_object() || !doc.contains("node_to_partition") || !doc["node_to_partition"].is_object() ||
+      !doc.contains("partition_to_logical_devices") || !doc["partition_to_logical_devices"].is_object())
+    return Error(ErrorCode::ParseError) << sourceName
+                                        << ": expected {\"node_to_partition\": {...}, \"partition_to_logical_devices\": {...}}";
+  CLEAVE_TRY(DevicesOfPartition devicesOf, readDeviceLists(doc, devices, sourceName));
+  CLEAVE_TRY(MembersOfPartition members, readNodePartitions(graph, doc, devicesOf, sourceName));
+  CLEAVE_TRY(std::vector<std::int64_t> order, orderPartitions(graph, members, sourceName));
   IdVector<NodeId, NodeSize> sizes = computeNodeSizes(graph);
   IdVector<NodeId, std::uint8_t> in(graph.numNodes(), 0);
   PartitionResult result = startPartitionResult(graph);
-  for (std::uint32_t s : order) {
-    std::int64_t id = ids[s];
+  for (std::int64_t id : order) {
     std::vector<NodeId> all = members[id];
     for (NodeId node : members[id])
       for (NodeId input : inputNodesOf(graph, node))

@@ -47,6 +47,13 @@ private:
   void add(std::size_t p, NodeId node);
   std::vector<std::uint32_t> bfsLevels(); // by position in order_
   Status combineBySize(std::vector<std::size_t>& list);
+  // Phase 1: sweep the callable nodes in order, a new partition at every switch between
+  // embedding and dense nodes and whenever the current one is full.
+  Status formPartitions(std::vector<std::size_t>& embedding, std::vector<std::size_t>& dense);
+  // Phase 3: each embedding partition on its own device, the dense ones replicated on all of those.
+  Status placeOnDevices(const std::vector<std::size_t>& embedding, const std::vector<std::size_t>& dense);
+  // Phase 4: the partitions in an order whose data flows forward (Kahn, ties by list order).
+  Expected<PartitionResult> orderedResult();
 
   const ir::Graph& graph_;
   const std::vector<Device>& devices_;
@@ -160,13 +167,7 @@ Status SparseNnPartitioner::combineBySize(std::vector<std::size_t>& list) {
   return {};
 }
 
-Expected<PartitionResult> SparseNnPartitioner::run() {
-  available_ = devices_.front().availableMemBytes;
-  for (const Device& device : devices_)
-    if (device.availableMemBytes != available_)
-      return Error(ErrorCode::InvalidArgument) << "sparse_nn needs devices of one memory size; '" << device.name
-                                               << "' has " << device.availableMemBytes << ", the first has " << available_;
-  std::vector<std::size_t> embedding, dense;
+Status SparseNnPartitioner::formPartitions(std::vector<std::size_t>& embedding, std::vector<std::size_t>& dense) {
   bool inEmbedding = false;
   std::size_t current = create();
   auto close = [&](bool startNew) {
@@ -199,9 +200,11 @@ Expected<PartitionResult> SparseNnPartitioner::run() {
     add(current, node);
   }
   close(false);
-  CLEAVE_CHECK(combineBySize(dense));
-  CLEAVE_CHECK(combineBySize(embedding));
+  return {};
+}
 
+Status SparseNnPartitioner::placeOnDevices(const std::vector<std::size_t>& embedding,
+                                           const std::vector<std::size_t>& dense) {
   std::int64_t denseBytes = 0;
   for (std::size_t p : dense)
     denseBytes += store_[p].usedBytes;
@@ -220,8 +223,10 @@ Expected<PartitionResult> SparseNnPartitioner::run() {
   }
   for (std::size_t p : dense)
     store_[p].deviceIds = occupied;
+  return {};
+}
 
-  // Plan order: partitions that run forward (Kahn over callable data flow), ties by list order.
+Expected<PartitionResult> SparseNnPartitioner::orderedResult() {
   std::erase_if(order_, [&](std::size_t p) { return store_[p].callable.empty(); });
   std::size_t count = order_.size();
   IdVector<NodeId, std::uint32_t> position(graph_.numNodes(), UINT32_MAX);
@@ -258,6 +263,21 @@ Expected<PartitionResult> SparseNnPartitioner::run() {
     return Error(ErrorCode::InvalidGraph) << "sparse_nn merged partitions that depend on each other in a cycle";
   finishPartitionResult(graph_, result);
   return result;
+}
+
+Expected<PartitionResult> SparseNnPartitioner::run() {
+  available_ = devices_.front().availableMemBytes;
+  for (const Device& device : devices_)
+    if (device.availableMemBytes != available_)
+      return Error(ErrorCode::InvalidArgument) << "sparse_nn needs devices of one memory size; '" << device.name
+                                               << "' has " << device.availableMemBytes << ", the first has " << available_;
+  std::vector<std::size_t> embedding, dense;
+  CLEAVE_CHECK(formPartitions(embedding, dense));
+  // Phase 2: merge small partitions of each kind (torch's combine_partitions_based_on_size).
+  CLEAVE_CHECK(combineBySize(dense));
+  CLEAVE_CHECK(combineBySize(embedding));
+  CLEAVE_CHECK(placeOnDevices(embedding, dense));
+  return orderedResult();
 }
 
 } // namespace
