@@ -288,32 +288,21 @@ Status GraphBuilder::checkTotalBytes() const {
   return {};
 }
 
-Expected<Graph> GraphBuilder::finish() && {
-  if (!outputsSet_)
-    return Error(ErrorCode::InvalidGraph) << "graph has no outputs";
-  CLEAVE_CHECK(nameUnnamedNodes());
-  CLEAVE_TRY(std::vector<std::uint32_t> operandValues, resolveOperands());
-  CLEAVE_TRY(std::vector<std::uint32_t> order, orderTopologically(operandValues));
-  // The Output node was added by setOutputs(); nothing uses it, but a later node could have
-  // been added after it, so move it to the end explicitly.
-  for (std::uint32_t i = 0; i < order.size(); ++i)
-    if (nodes_[order[i]].kind == NodeKind::Output) {
-      std::uint32_t outputIndex = order[i];
-      order.erase(order.begin() + i);
-      order.push_back(outputIndex);
-      break;
-    }
-  std::size_t outputNodes = std::count_if(nodes_.begin(), nodes_.end(), [](const PendingNode& n) {
+Status GraphBuilder::placeOutputLast(const std::vector<PendingNode>& nodes, std::vector<std::uint32_t>& order) {
+  std::size_t outputNodes = std::count_if(nodes.begin(), nodes.end(), [](const PendingNode& n) {
     return n.kind == NodeKind::Output;
   });
   if (outputNodes != 1)
     return Error(ErrorCode::InvalidGraph) << "graph has " << outputNodes << " output nodes";
+  // setOutputs() added the Output node; nothing uses it, but a later node could have been added
+  // after it, so move it to the end explicitly.
+  auto output = std::find_if(order.begin(), order.end(), [&](std::uint32_t i) { return nodes[i].kind == NodeKind::Output; });
+  std::rotate(output, output + 1, order.end());
+  return {};
+}
 
-  CLEAVE_CHECK(checkTotalBytes());
-
-  // Phase 5: renumber and build the flat arrays.
-  Graph graph;
-  graph.info_ = std::move(info_);
+void GraphBuilder::buildFlatArrays(Graph& graph, const std::vector<std::uint32_t>& order,
+                                   const std::vector<std::uint32_t>& operandValues) {
   std::vector<std::uint32_t> newValueId(values_.size(), kNone);
   graph.nodes_.reserve(nodes_.size());
   graph.values_.reserve(values_.size());
@@ -342,8 +331,7 @@ Expected<Graph> GraphBuilder::finish() && {
       value.rankKnown = pv.rankKnown;
       value.typeName = pv.typeName;
       value.dims.begin = u32(graph.dims_.size());
-      graph.dims_.insert(graph.dims_.end(), dims_.begin() + pv.dims.begin,
-                         dims_.begin() + pv.dims.end);
+      graph.dims_.insert(graph.dims_.end(), dims_.begin() + pv.dims.begin, dims_.begin() + pv.dims.end);
       value.dims.end = u32(graph.dims_.size());
       value.bytes = pv.bytes;
       graph.results_.push_back(ValueId{newValueId[v]});
@@ -362,10 +350,10 @@ Expected<Graph> GraphBuilder::finish() && {
       graph.inputNodes_.push_back(nodeId);
     graph.nodes_.push_back(node);
   }
-  graph.params_ = std::move(params_);
-  graph.storage_ = resolveStorage(graph.params_);
+}
 
-  // Users: count, then fill (CSR). A node using a value twice is listed once.
+// Users: count, then fill (CSR). A node using a value twice is listed once.
+void GraphBuilder::indexUsers(Graph& graph) {
   std::vector<std::uint32_t> userCount(graph.values_.size(), 0);
   std::vector<std::uint32_t> lastUser(graph.values_.size(), kNone);
   for (std::uint32_t n = 0; n < graph.nodes_.size(); ++n)
@@ -389,14 +377,33 @@ Expected<Graph> GraphBuilder::finish() && {
         continue;
       graph.users_[users.end++] = NodeId{n};
     }
+}
 
-  graph.strings_ = std::move(strings_);
+void GraphBuilder::indexNames(Graph& graph) {
   graph.nodeByName_.assign(graph.strings_.size(), kNone);
   graph.valueByName_.assign(graph.strings_.size(), kNone);
   for (std::uint32_t n = 0; n < graph.nodes_.size(); ++n)
     graph.nodeByName_[graph.nodes_[n].name] = n;
   for (std::uint32_t v = 0; v < graph.values_.size(); ++v)
     graph.valueByName_[graph.values_[v].name] = v;
+}
+
+Expected<Graph> GraphBuilder::finish() && {
+  if (!outputsSet_)
+    return Error(ErrorCode::InvalidGraph) << "graph has no outputs";
+  CLEAVE_CHECK(nameUnnamedNodes());
+  CLEAVE_TRY(std::vector<std::uint32_t> operandValues, resolveOperands());
+  CLEAVE_TRY(std::vector<std::uint32_t> order, orderTopologically(operandValues));
+  CLEAVE_CHECK(placeOutputLast(nodes_, order));
+  CLEAVE_CHECK(checkTotalBytes());
+  Graph graph;
+  graph.info_ = std::move(info_);
+  buildFlatArrays(graph, order, operandValues);
+  graph.params_ = std::move(params_);
+  graph.storage_ = resolveStorage(graph.params_);
+  indexUsers(graph);
+  graph.strings_ = std::move(strings_);
+  indexNames(graph);
   graph.inlineData_ = std::make_shared<const std::string>(std::move(inlineData_));
   graph.modelFile_ = std::move(modelFile_);
   return graph;

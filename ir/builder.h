@@ -91,6 +91,13 @@ private:
   Expected<std::vector<std::uint32_t>> resolveOperands();
   Expected<std::vector<std::uint32_t>> orderTopologically(const std::vector<std::uint32_t>& producerOf);
   std::string describeCycle(const std::vector<std::uint32_t>& stack, std::uint32_t repeated) const;
+  // finish()'s last phases: the Output node last (exactly one); nodes, values and operands
+  // renumbered into the graph's flat arrays in `order`; users and names indexed.
+  static Status placeOutputLast(const std::vector<PendingNode>& nodes, std::vector<std::uint32_t>& order);
+  void buildFlatArrays(Graph& graph, const std::vector<std::uint32_t>& order,
+                       const std::vector<std::uint32_t>& operandValues);
+  static void indexUsers(Graph& graph);
+  static void indexNames(Graph& graph);
 
   ModelInfo info_;
   StringTable strings_;
