@@ -1,5 +1,6 @@
 #include "report/split_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -155,6 +156,12 @@ std::vector<CpuGroup> groupCpuReasons(const ir::Graph& graph, const plan::CutPla
   return sorted;
 }
 
+std::uint32_t accSubmodules(const plan::CutPlan& plan) {
+  return static_cast<std::uint32_t>(std::count_if(plan.submodules.begin(), plan.submodules.end(), [](const plan::Submodule& sub) {
+    return sub.role == plan::SubmoduleRole::Accelerator;
+  }));
+}
+
 std::string_view reasonText(std::uint8_t code) { return split::kSplitReasons.name(static_cast<split::SplitReason>(code)); }
 
 Json trialJson(const SubmoduleTrialLine& trial) {
@@ -191,9 +198,7 @@ Json splitReportJson(const ir::Graph& graph, const SplitReport& report) {
   const split::SplitResult& result = report.result;
   const plan::CutPlan& plan = result.plan;
   Json out;
-  std::uint32_t acc = 0;
-  for (const plan::Submodule& sub : plan.submodules)
-    acc += sub.role == plan::SubmoduleRole::Accelerator;
+  std::uint32_t acc = accSubmodules(plan);
   out["acc_subgraphs"] = acc;
   out["cpu_subgraphs"] = static_cast<std::uint32_t>(plan.submodules.size()) - acc;
   out["before_min_size"] = {{"acc_subgraphs", result.beforeMinSize.acc}, {"cpu_subgraphs", result.beforeMinSize.cpu}};
@@ -312,9 +317,7 @@ std::string splitDot(const ir::Graph& graph, const plan::CutPlan& plan) {
 
 std::string splitReportText(const ir::Graph& graph, const SplitReport& report, bool preview) {
   const split::SplitResult& result = report.result;
-  std::uint32_t acc = 0;
-  for (const plan::Submodule& sub : result.plan.submodules)
-    acc += sub.role == plan::SubmoduleRole::Accelerator;
+  std::uint32_t acc = accSubmodules(result.plan);
   std::ostringstream out;
   out << "subgraphs: " << acc << " acc, " << result.plan.submodules.size() - acc << " cpu"
       << " (before removing small acc subgraphs: " << result.beforeMinSize.acc << " acc, " << result.beforeMinSize.cpu
