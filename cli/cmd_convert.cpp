@@ -5,25 +5,33 @@
 
 namespace cleave::cli {
 
-int runConvert(const Args& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"Read an ONNX model into cleave's IR and write it back (types filled by shape "
-               "inference, parameters inline or as external data).",
-               "cleave convert"};
+namespace {
+struct ConvertFlags {
   std::string input, output;
   std::int64_t externalThreshold = 0;
   bool check = false;
-  addModelInput(app, input);
-  app.add_option("-o,--output", output, "the .onnx file to write")->required();
-  app.add_option("--external-data", externalThreshold,
+};
+
+void describe(CLI::App& app, ConvertFlags& flags) {
+  app.description("Read an ONNX model into cleave's IR and write it back (types filled by shape inference, parameters "
+                  "inline or as external data).");
+  app.add_option("-o,--output", flags.output, "the .onnx file to write")->required();
+  addModelInput(app, flags.input);
+  app.add_option("--external-data", flags.externalThreshold,
                  "write parameters of at least this many bytes to OUT.onnx.data (0: inline)");
-  app.add_flag("--check", check, "run onnx's full check on the written model");
-  return runCommand(app, args, out, err, [&]() -> Status {
-    CLEAVE_TRY(ir::Graph graph, io::loadModel(input));
-    CLEAVE_CHECK(io::writeOnnx(graph, output, {.externalDataThreshold = externalThreshold}));
-    if (check)
-      CLEAVE_CHECK(io::checkOnnxFile(output));
-    return {};
-  });
+  app.add_flag("--check", flags.check, "run onnx's full check on the written model");
 }
+
+Status convert(const ConvertFlags& flags, std::ostream&, std::ostream&) {
+  CLEAVE_TRY(ir::Graph graph, io::loadModel(flags.input));
+  CLEAVE_CHECK(io::writeOnnx(graph, flags.output, {.externalDataThreshold = flags.externalThreshold}));
+  if (flags.check)
+    CLEAVE_CHECK(io::checkOnnxFile(flags.output));
+  return {};
+}
+} // namespace
+
+const Command kConvertCommand{"convert", "read a model and write it back as ONNX (round trip, external data)",
+                              parseThenRun<ConvertFlags, describe, convert>};
 
 } // namespace cleave::cli

@@ -13,6 +13,22 @@ struct GenFlags {
   gen::FamilyOptions options;
 };
 
+void describe(CLI::App& app, GenFlags& flags) {
+  app.description("Write a synthetic ONNX model of a graph family (the families of "
+                  "shared/bench/reference/graphs.py, plus a transformer stack).");
+  app.add_option("FAMILY", flags.family, "chain | wide | linear_chain | diamonds | transformer");
+  app.add_option("N", flags.n, "size: blocks, branches, layers or diamonds");
+  app.add_option("-o,--output", flags.output, "the .onnx file to write");
+  app.add_option("--width", flags.options.width, "hidden width (0: the family's default)");
+  app.add_option("--batch", flags.options.batch, "batch size (0: the family's default)");
+  app.add_option("--heads", flags.options.heads, "attention heads (transformer)");
+  app.add_option("--seq", flags.options.sequence, "sequence length (transformer)");
+  app.add_option("--seed", flags.options.seed, "seed of the random weights");
+  app.add_option("--external-data", flags.externalThreshold,
+                 "write parameters of at least this many bytes to FILE.data (0: inline)");
+  app.add_flag("--list", flags.list, "list the families and exit");
+}
+
 Status generate(const GenFlags& flags, std::ostream& out, std::ostream& err) {
   if (flags.list) {
     for (const gen::FamilyInfo& info : gen::listFamilies())
@@ -28,23 +44,7 @@ Status generate(const GenFlags& flags, std::ostream& out, std::ostream& err) {
 }
 } // namespace
 
-int runGen(const Args& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"Write a synthetic ONNX model of a graph family (the families of "
-               "shared/bench/reference/graphs.py, plus a transformer stack).",
-               "cleave gen"};
-  GenFlags flags;
-  app.add_option("FAMILY", flags.family, "chain | wide | linear_chain | diamonds | transformer");
-  app.add_option("N", flags.n, "size: blocks, branches, layers or diamonds");
-  app.add_option("-o,--output", flags.output, "the .onnx file to write");
-  app.add_option("--width", flags.options.width, "hidden width (0: the family's default)");
-  app.add_option("--batch", flags.options.batch, "batch size (0: the family's default)");
-  app.add_option("--heads", flags.options.heads, "attention heads (transformer)");
-  app.add_option("--seq", flags.options.sequence, "sequence length (transformer)");
-  app.add_option("--seed", flags.options.seed, "seed of the random weights");
-  app.add_option("--external-data", flags.externalThreshold,
-                 "write parameters of at least this many bytes to FILE.data (0: inline)");
-  app.add_flag("--list", flags.list, "list the families and exit");
-  return runCommand(app, args, out, err, [&] { return generate(flags, out, err); });
-}
+const Command kGenCommand{"gen", "write a synthetic ONNX model (chain, wide, linear_chain, diamonds, transformer)",
+                          parseThenRun<GenFlags, describe, generate>};
 
 } // namespace cleave::cli

@@ -15,7 +15,18 @@ struct InspectFlags {
   std::size_t top = 0;
 };
 
-Status inspect(const InspectFlags& flags, std::ostream& out) {
+void describe(CLI::App& app, InspectFlags& flags) {
+  app.description("Print node and edge counts, op histogram, parameter and activation bytes, inputs/outputs, depth "
+                  "and widest level of a model.");
+  addModelInput(app, flags.path);
+  addJsonFlag(app, flags.json);
+  app.add_flag("--nodes", flags.nodes, "list every node (JSON) or print the graph's text form");
+  app.add_flag("--check", flags.check, "also run onnx's full check (ONNX models)");
+  app.add_flag("--no-infer", flags.noInfer, "do not run onnx shape inference");
+  app.add_option("--top", flags.top, "show only the K most frequent op types (0: all)");
+}
+
+Status inspect(const InspectFlags& flags, std::ostream& out, std::ostream&) {
   io::OnnxReadOptions readOptions;
   if (flags.noInfer)
     readOptions.shapeInference = io::ShapeInference::Never;
@@ -34,18 +45,7 @@ Status inspect(const InspectFlags& flags, std::ostream& out) {
 }
 } // namespace
 
-int runInspect(const Args& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"Print node and edge counts, op histogram, parameter and activation bytes, "
-               "inputs/outputs, depth and widest level of a model.",
-               "cleave inspect"};
-  InspectFlags flags;
-  addModelInput(app, flags.path);
-  addJsonFlag(app, flags.json);
-  app.add_flag("--nodes", flags.nodes, "list every node (JSON) or print the graph's text form");
-  app.add_flag("--check", flags.check, "also run onnx's full check (ONNX models)");
-  app.add_flag("--no-infer", flags.noInfer, "do not run onnx shape inference");
-  app.add_option("--top", flags.top, "show only the K most frequent op types (0: all)");
-  return runCommand(app, args, out, err, [&] { return inspect(flags, out); });
-}
+const Command kInspectCommand{"inspect", "counts, sizes, op histogram, inputs/outputs, depth and width of a model",
+                              parseThenRun<InspectFlags, describe, inspect>};
 
 } // namespace cleave::cli

@@ -22,6 +22,23 @@ struct MinimizeFlags {
   bool json = false;
 };
 
+void describe(CLI::App& app, MinimizeFlags& flags) {
+  app.description("Find the smallest set of nodes (among those the profile supports) where backend B fails or "
+                  "disagrees with backend A beyond tolerance, and write it as a repro submodel.");
+  addModelInput(app, flags.path);
+  app.add_option("--profile", flags.profilePath, "support profile: its supported nodes are the candidates")
+      ->required();
+  app.add_option("--backend-a", flags.run.backendA, "reference backend")->capture_default_str();
+  app.add_option("--backend-b", flags.run.backendB, "backend under test")->required();
+  addEnumOption(app, "--mode", flags.run.mode, runtime::kMinimizeModes, "search");
+  addOutputDirectory(app, flags.output, "write the culprit: repro.onnx, repro_inputs.json, report.json");
+  app.add_option("--inputs", flags.runtime.inputsPath, "input tensors (JSON); default: random from --seed");
+  app.add_option("--seed", flags.runtime.seed, "seed of the random inputs")->capture_default_str();
+  app.add_option("--rtol", flags.tolerance.rtol, "relative tolerance")->capture_default_str();
+  app.add_option("--atol", flags.tolerance.atol, "absolute tolerance")->capture_default_str();
+  addJsonFlag(app, flags.json);
+}
+
 // repro.onnx (the first culprit as a model), repro_inputs.json and report.json, committed whole.
 Status writeRepro(const runtime::ReferenceRun& reference, const runtime::MinimizeResult& result,
                   const Json& summary, OutputDirectory& outDir) {
@@ -36,7 +53,7 @@ Status writeRepro(const runtime::ReferenceRun& reference, const runtime::Minimiz
   return outDir.commit();
 }
 
-Status minimizeModel(MinimizeFlags& flags, std::ostream& out) {
+Status minimizeModel(MinimizeFlags& flags, std::ostream& out, std::ostream&) {
   CLEAVE_TRY(support::Profile profile, support::Profile::load(flags.profilePath));
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> a, runtime::makeBackend(flags.run.backendA));
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> b, runtime::makeBackend(flags.run.backendB));
@@ -62,24 +79,7 @@ Status minimizeModel(MinimizeFlags& flags, std::ostream& out) {
 }
 } // namespace
 
-int runMinimize(const Args& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"Find the smallest set of nodes (among those the profile supports) where backend B fails or "
-               "disagrees with backend A beyond tolerance, and write it as a repro submodel.",
-               "cleave minimize"};
-  MinimizeFlags flags;
-  addModelInput(app, flags.path);
-  app.add_option("--profile", flags.profilePath, "support profile: its supported nodes are the candidates")
-      ->required();
-  app.add_option("--backend-a", flags.run.backendA, "reference backend")->capture_default_str();
-  app.add_option("--backend-b", flags.run.backendB, "backend under test")->required();
-  addEnumOption(app, "--mode", flags.run.mode, runtime::kMinimizeModes, "search");
-  addOutputDirectory(app, flags.output, "write the culprit: repro.onnx, repro_inputs.json, report.json");
-  app.add_option("--inputs", flags.runtime.inputsPath, "input tensors (JSON); default: random from --seed");
-  app.add_option("--seed", flags.runtime.seed, "seed of the random inputs")->capture_default_str();
-  app.add_option("--rtol", flags.tolerance.rtol, "relative tolerance")->capture_default_str();
-  app.add_option("--atol", flags.tolerance.atol, "absolute tolerance")->capture_default_str();
-  addJsonFlag(app, flags.json);
-  return runCommand(app, args, out, err, [&] { return minimizeModel(flags, out); });
-}
+const Command kMinimizeCommand{"minimize", "find the smallest node set where one backend fails or disagrees with another",
+                               parseThenRun<MinimizeFlags, describe, minimizeModel>};
 
 } // namespace cleave::cli

@@ -18,53 +18,9 @@ struct PartitionFlags {
   double flops = 1e12, bandwidth = 1e11;
 };
 
-// Node latencies from --latency FILE or --estimate; none otherwise.
-Status loadLatencies(const ir::Graph& graph, const PartitionFlags& flags, partition::PartitionOptions& options) {
-  if (!flags.latencyPath.empty()) {
-    CLEAVE_TRY(std::string text, readFile(flags.latencyPath));
-    CLEAVE_TRY(options.latencies, partition::parseLatencies(graph, text, flags.latencyPath));
-  } else if (flags.estimate) {
-    options.latencies = partition::estimateLatencies(graph, flags.flops, flags.bandwidth);
-  }
-  return {};
-}
-
-Status partitionModel(const PartitionFlags& flags, std::ostream& out) {
-  if (partition::needsLatencies(flags.options.mode) && flags.latencyPath.empty() && !flags.estimate)
-    return usageError() << "mode " << partition::kPartitionModes.name(flags.options.mode)
-                        << " needs node latencies: --latency FILE or --estimate";
-  if ((flags.options.mode == partition::PartitionMode::AotBased) != !flags.aotPath.empty())
-    return usageError() << "--aot FILE goes with --mode aot_based (and only with it)";
-  CLEAVE_TRY(std::optional<OutputDirectory> outDir,
-             openOutputDirectory(flags.output, {flags.path, flags.devicesPath, flags.latencyPath, flags.aotPath}));
-  CLEAVE_TRY(partition::DeviceSet devices, partition::loadDevices(flags.devicesPath));
-  CLEAVE_TRY(ir::Graph graph, io::loadModel(flags.path));
-  partition::PartitionOptions options = flags.options;
-  CLEAVE_CHECK(loadLatencies(graph, flags, options));
-  if (!flags.aotPath.empty()) {
-    CLEAVE_TRY(options.aotMapping, readFile(flags.aotPath));
-    options.aotSource = flags.aotPath;
-  }
-  CLEAVE_TRY(partition::PartitionReport result, partition::partitionGraph(graph, devices, options));
-  Json summary = report::partitionReportJson(graph, result);
-  std::string text = report::partitionReportText(result);
-  if (outDir) {
-    PlanReport files{text, summary};
-    files.planExtra["mode"] = summary["mode"];
-    if (flags.memorySvg)
-      files.moreFiles.push_back({"memory.svg", report::renderMemorySvg(report::partitionMemoryRows(result))});
-    CLEAVE_CHECK(writePlanDirectory(graph, result.result.plan, flags.path, flags.output, *outDir, std::move(files)));
-  }
-  out << (flags.json ? dumpJson(summary) : text);
-  return {};
-}
-} // namespace
-
-int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"Partition a model across devices with memory limits (torch.fx Partitioner "
-               "semantics) and write the partition DAG, submodels and reports.",
-               "cleave partition"};
-  PartitionFlags flags;
+void describe(CLI::App& app, PartitionFlags& flags) {
+  app.description("Partition a model across devices with memory limits (torch.fx Partitioner semantics) and write "
+                  "the partition DAG, submodels and reports.");
   addModelInput(app, flags.path);
   app.add_option("--devices", flags.devicesPath, "devices (JSON: logical ids and available memory)")->required();
   addEnumOption(app, "--mode", flags.options.mode, partition::kPartitionModes, "partition mode");
@@ -87,7 +43,47 @@ int runPartition(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_flag("--memory-svg", flags.memorySvg, "also write memory.svg (memory per device) into the output directory")
       ->needs(output);
   addJsonFlag(app, flags.json);
-  return runCommand(app, args, out, err, [&] { return partitionModel(flags, out); });
 }
+
+// Node latencies from --latency FILE or --estimate; none otherwise.
+Status loadLatencies(const ir::Graph& graph, const PartitionFlags& flags, partition::PartitionOptions& options) {
+  if (!flags.latencyPath.empty()) {
+    CLEAVE_TRY(std::string text, readFile(flags.latencyPath));
+    CLEAVE_TRY(options.latencies, partition::parseLatencies(graph, text, flags.latencyPath));
+  } else if (flags.estimate) {
+    options.latencies = partition::estimateLatencies(graph, flags.flops, flags.bandwidth);
+  }
+  return {};
+}
+
+Status partitionModel(const PartitionFlags& flags, std::ostream& out, std::ostream&) {
+  if (partition::needsLatencies(flags.options.mode) && flags.latencyPath.empty() && !flags.estimate)
+    return usageError() << "mode " << partition::kPartitionModes.name(flags.options.mode)
+                        << " needs node latencies: --latency FILE or --estimate";
+  if ((flags.options.mode == partition::PartitionMode::AotBased) != !flags.aotPath.empty())
+    return usageError() << "--aot FILE goes with --mode aot_based (and only with it)";
+  CLEAVE_TRY(std::optional<OutputDirectory> outDir,
+             openOutputDirectory(flags.output, {flags.path, flags.devicesPath, flags.latencyPath, flags.aotPath}));
+  CLEAVE_TRY(partition::DeviceSet devices, partition::loadDevices(flags.devicesPath));
+  CLEAVE_TRY(ir::Graph graph, io::loadModel(flags.path));
+  partition::PartitionOptions options = flags.options;
+  CLEAVE_CHECK(loadLatencies(graph, flags, options));
+  if (!flags.aotPath.empty()) {
+    CLEAVE_TRY(options.aotMapping, readFile(flags.aotPath));
+    options.aotSource = flags.aotPath;
+  }
+  CLEAVE_TRY(partition::PartitionReport result, partition::partitionGraph(graph, devices, options));
+  Json summary = report::partitionReportJson(graph, result);
+  PlanReport files{report::partitionReportText(result), summary};
+  files.planExtra["mode"] = summary["mode"];
+  if (flags.memorySvg)
+    files.moreFiles.push_back({"memory.svg", report::renderMemorySvg(report::partitionMemoryRows(result))});
+  return writePlanAndPrint(graph, result.result.plan, flags.path, flags.output, outDir, std::move(files), flags.json,
+                           out);
+}
+} // namespace
+
+const Command kPartitionCommand{"partition", "partition a model across devices with memory limits",
+                                parseThenRun<PartitionFlags, describe, partitionModel>};
 
 } // namespace cleave::cli

@@ -17,35 +17,9 @@ struct PipelineFlags {
   bool json = false;
 };
 
-Status pipelineModel(const PipelineFlags& flags, std::ostream& out) {
-  pipeline::PipelineOptions options = flags.options;
-  if (!flags.loss.empty())
-    options.loss = flags.loss;
-  if (!flags.specPath.empty()) {
-    CLEAVE_TRY(std::string text, readFile(flags.specPath));
-    CLEAVE_TRY(options.spec, pipeline::parseSplitSpec(text, flags.specPath));
-  }
-  CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.specPath}));
-  CLEAVE_TRY(ir::Graph graph, io::loadModel(flags.path));
-  CLEAVE_TRY(pipeline::PipelinePlan plan, pipeline::planPipeline(graph, options));
-  Json summary = report::pipelineReportJson(graph, plan, options);
-  std::string text = report::pipelineReportText(graph, plan, options);
-  if (outDir) {
-    PlanReport files{text, summary};
-    files.planExtra["pipeline"] = summary;
-    files.transmitted = plan.transmitted;
-    CLEAVE_CHECK(writePlanDirectory(graph, plan.plan, flags.path, flags.output, *outDir, std::move(files)));
-  }
-  out << (flags.json ? dumpJson(summary) : text);
-  return {};
-}
-} // namespace
-
-int runPipeline(const Args& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"Cut a model into pipeline stages: by split markers (pipe_split / cleave::PipeSplit), a split "
-               "spec, or a balancing policy; place parameters, route skip connections, plan the backward pass.",
-               "cleave pipeline"};
-  PipelineFlags flags;
+void describe(CLI::App& app, PipelineFlags& flags) {
+  app.description("Cut a model into pipeline stages: by split markers (pipe_split / cleave::PipeSplit), a split "
+                  "spec, or a balancing policy; place parameters, route skip connections, plan the backward pass.");
   addModelInput(app, flags.path);
   CLI::Option* stages = app.add_option("--stages", flags.options.stages, "number of stages (with --policy)")
                             ->check(CLI::Range(1u, 1u << 20));
@@ -60,7 +34,28 @@ int runPipeline(const Args& args, std::ostream& out, std::ostream& err) {
   app.add_option("--loss", flags.loss, "the output that is the loss (default: an output named 'loss', if any)");
   addPlanOutput(app, flags.output);
   addJsonFlag(app, flags.json);
-  return runCommand(app, args, out, err, [&] { return pipelineModel(flags, out); });
 }
+
+Status pipelineModel(const PipelineFlags& flags, std::ostream& out, std::ostream&) {
+  pipeline::PipelineOptions options = flags.options;
+  if (!flags.loss.empty())
+    options.loss = flags.loss;
+  if (!flags.specPath.empty()) {
+    CLEAVE_TRY(std::string text, readFile(flags.specPath));
+    CLEAVE_TRY(options.spec, pipeline::parseSplitSpec(text, flags.specPath));
+  }
+  CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.specPath}));
+  CLEAVE_TRY(ir::Graph graph, io::loadModel(flags.path));
+  CLEAVE_TRY(pipeline::PipelinePlan plan, pipeline::planPipeline(graph, options));
+  Json summary = report::pipelineReportJson(graph, plan, options);
+  PlanReport files{report::pipelineReportText(graph, plan, options), summary};
+  files.planExtra["pipeline"] = summary;
+  files.transmitted = plan.transmitted;
+  return writePlanAndPrint(graph, plan.plan, flags.path, flags.output, outDir, std::move(files), flags.json, out);
+}
+} // namespace
+
+const Command kPipelineCommand{"pipeline", "cut a model into pipeline stages; parameters, skip connections, backward plan",
+                               parseThenRun<PipelineFlags, describe, pipelineModel>};
 
 } // namespace cleave::cli

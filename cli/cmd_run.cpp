@@ -22,6 +22,26 @@ struct RunFlags {
   std::int64_t microbatches = 1;
 };
 
+void describe(CLI::App& app, RunFlags& flags) {
+  app.description("Run a model, or a cut model (a split/partition output directory), on ATen; print output "
+                  "summaries and timings.");
+  app.add_option("MODEL", flags.path, "ONNX model, or a directory with plan.json")->required();
+  addRuntimeOptions(app, flags.runtime);
+  app.add_option("--repeat", flags.repeat, "runs to time (the first one is included)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--save-outputs", flags.saveOutputs, "write the outputs to a tensor file (JSON)");
+  CLI::Option* pipelined = app.add_flag(
+      "--pipeline", flags.pipelined,
+      "run a pipeline plan's stages microbatch by microbatch (inputs split along dim 0, outputs merged)");
+  app.add_option("--microbatches", flags.microbatches, "microbatches for --pipeline")
+      ->capture_default_str()
+      ->needs(pipelined);
+  app.add_flag("--profile", flags.profile,
+               "time every kernel; report seconds per op type and the slowest nodes (last run)");
+  addJsonFlag(app, flags.json);
+}
+
 struct RunMeasurements {
   runtime::TensorMap outputs;
   std::vector<double> seconds; // per run, sorted
@@ -119,7 +139,7 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
   return text.str();
 }
 
-Status runModel(const RunFlags& flags, std::ostream& out) {
+Status runModel(const RunFlags& flags, std::ostream& out, std::ostream&) {
   if (flags.pipelined && !plan::isPlanDirectory(flags.path))
     return usageError() << "--pipeline runs a cut model directory (cleave pipeline -o DIR)";
   CLEAVE_TRY(OpenedRunnable opened, openRunnable(flags.path, flags.runtime));
@@ -132,27 +152,7 @@ Status runModel(const RunFlags& flags, std::ostream& out) {
 }
 } // namespace
 
-int runRun(const Args& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"Run a model, or a cut model (a split/partition output directory), on ATen; print output "
-               "summaries and timings.",
-               "cleave run"};
-  RunFlags flags;
-  app.add_option("MODEL", flags.path, "ONNX model, or a directory with plan.json")->required();
-  addRuntimeOptions(app, flags.runtime);
-  app.add_option("--repeat", flags.repeat, "runs to time (the first one is included)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--save-outputs", flags.saveOutputs, "write the outputs to a tensor file (JSON)");
-  CLI::Option* pipelined = app.add_flag(
-      "--pipeline", flags.pipelined,
-      "run a pipeline plan's stages microbatch by microbatch (inputs split along dim 0, outputs merged)");
-  app.add_option("--microbatches", flags.microbatches, "microbatches for --pipeline")
-      ->capture_default_str()
-      ->needs(pipelined);
-  app.add_flag("--profile", flags.profile,
-               "time every kernel; report seconds per op type and the slowest nodes (last run)");
-  addJsonFlag(app, flags.json);
-  return runCommand(app, args, out, err, [&] { return runModel(flags, out); });
-}
+const Command kRunCommand{"run", "run a model or a cut model on ATen; output summaries and timings",
+                          parseThenRun<RunFlags, describe, runModel>};
 
 } // namespace cleave::cli

@@ -20,6 +20,30 @@ struct ScheduleFlags {
   bool simulate = false, comm = false, json = false;
 };
 
+void describe(CLI::App& app, ScheduleFlags& flags) {
+  app.description("Generate, validate and simulate a pipeline schedule (GPipe, 1F1B, interleaved 1F1B, looped BFS, "
+                  "zero bubble); read and write PyTorch-style action CSVs; draw the timeline.");
+  addEnumOption(app, "--kind", flags.kind, pipeline::kScheduleKinds, "schedule");
+  app.add_option("--stages", flags.stages, "pipeline stages (a multiple of the ranks)");
+  app.add_option("--microbatches", flags.microbatches, "microbatches per step");
+  app.add_option("--ranks", flags.ranks, "ranks (default: one per stage)");
+  app.add_option("--from-csv", flags.csvIn, "read the schedule from a CSV instead of generating it");
+  app.add_option("--csv", flags.csvOut, "write the schedule as CSV (one line per rank)");
+  app.add_flag("--comm", flags.comm, "include the SEND/RECV actions");
+  app.add_flag("--simulate", flags.simulate,
+               "time the schedule: makespan, bubble fraction, peak activations per rank");
+  app.add_option("--costs", flags.costsText, "per stage F,B or F,B,I,W time units for --simulate")
+      ->capture_default_str();
+  app.add_option("--transfer-latency", flags.latency, "time per cross-rank transfer for --simulate")
+      ->check(CLI::Range(0.0, 1e15))
+      ->capture_default_str();
+  app.add_option("--activation-bytes", flags.activationBytes, "activation bytes a microbatch holds per stage")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--svg", flags.svgPath, "write the simulated timeline as SVG (implies --simulate)");
+  addJsonFlag(app, flags.json);
+}
+
 Expected<std::vector<double>> parseCosts(const std::string& text) {
   std::vector<double> costs;
   std::stringstream in(text);
@@ -65,7 +89,7 @@ Expected<pipeline::SimulationResult> simulate(const ScheduleFlags& flags, const 
   return pipeline::simulateSchedule(schedule, options);
 }
 
-Status schedule(const ScheduleFlags& flags, std::ostream& out) {
+Status schedule(const ScheduleFlags& flags, std::ostream& out, std::ostream&) {
   CLEAVE_TRY(pipeline::Schedule schedule, obtainSchedule(flags));
   if (flags.comm && !schedule.hasCommunication())
     schedule = pipeline::withCommunication(schedule);
@@ -84,31 +108,7 @@ Status schedule(const ScheduleFlags& flags, std::ostream& out) {
 }
 } // namespace
 
-int runSchedule(const Args& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"Generate, validate and simulate a pipeline schedule (GPipe, 1F1B, interleaved 1F1B, looped BFS, "
-               "zero bubble); read and write PyTorch-style action CSVs; draw the timeline.",
-               "cleave schedule"};
-  ScheduleFlags flags;
-  addEnumOption(app, "--kind", flags.kind, pipeline::kScheduleKinds, "schedule");
-  app.add_option("--stages", flags.stages, "pipeline stages (a multiple of the ranks)");
-  app.add_option("--microbatches", flags.microbatches, "microbatches per step");
-  app.add_option("--ranks", flags.ranks, "ranks (default: one per stage)");
-  app.add_option("--from-csv", flags.csvIn, "read the schedule from a CSV instead of generating it");
-  app.add_option("--csv", flags.csvOut, "write the schedule as CSV (one line per rank)");
-  app.add_flag("--comm", flags.comm, "include the SEND/RECV actions");
-  app.add_flag("--simulate", flags.simulate,
-               "time the schedule: makespan, bubble fraction, peak activations per rank");
-  app.add_option("--costs", flags.costsText, "per stage F,B or F,B,I,W time units for --simulate")
-      ->capture_default_str();
-  app.add_option("--transfer-latency", flags.latency, "time per cross-rank transfer for --simulate")
-      ->check(CLI::Range(0.0, 1e15))
-      ->capture_default_str();
-  app.add_option("--activation-bytes", flags.activationBytes, "activation bytes a microbatch holds per stage")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
-      ->capture_default_str();
-  app.add_option("--svg", flags.svgPath, "write the simulated timeline as SVG (implies --simulate)");
-  addJsonFlag(app, flags.json);
-  return runCommand(app, args, out, err, [&] { return schedule(flags, out); });
-}
+const Command kScheduleCommand{"schedule", "generate, validate and simulate pipeline schedules (GPipe, 1F1B, ...)",
+                               parseThenRun<ScheduleFlags, describe, schedule>};
 
 } // namespace cleave::cli

@@ -24,6 +24,43 @@ struct SplitFlags {
   runtime::Tolerance tolerance;
 };
 
+void describe(CLI::App& app, SplitFlags& flags) {
+  app.description("Split a model into as few accelerator and CPU submodules as possible (torch.fx splitter "
+                  "semantics) and write the plan, one standalone model per submodule, and reports. FX graphs get a "
+                  "node -> submodule assignment instead of submodels.");
+  split::SplitOptions& options = flags.options;
+  addModelInput(app, flags.path);
+  app.add_option("--profile", flags.profilePath, "operator-support profile (JSON)")->required();
+  CLI::Option* output = addPlanOutput(app, flags.output);
+  app.add_option("--min-acc-size", options.minAccSize, "smallest acc subgraph kept (torch's min_acc_module_size)")
+      ->capture_default_str();
+  app.add_option("--max-acc-splits", options.maxSplits,
+                 "most submodules (acc + cpu) allowed; merges the least valuable acc subgraphs back "
+                 "to the CPU until it holds (0: no limit)");
+  app.add_flag("--skip-fusion", options.skipFusion, "no fusion groups");
+  app.add_flag("--allow-non-tensor", options.allowNonTensor, "allow non-tensor data between acc and cpu");
+  app.add_flag("--extend-acc", options.extendAcc,
+               "pull acc nodes from earlier submodules into each acc submodule (torch's extend_acc_subgraph)");
+  app.add_flag("--move-non-tensor-boundary", options.moveNonTensorBoundary,
+               "move non-tensor acc nodes next to their users in another submodule (torch's "
+               "move_non_tensor_nodes_on_boundary; useful with --allow-non-tensor)");
+  app.add_flag("--preview", flags.preview, "report per acc subgraph sizes, PCIe-bound max QPS and the bottleneck");
+  app.add_option("--pcie-gbps", flags.pcieGiBps, "PCIe bandwidth for --preview, GiB/s")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--dump-inputs", flags.dumpInputs,
+               "write submodule_inputs.json: each submodule's inputs captured from a run of the model "
+               "on --inputs FILE or random inputs (--seed)")
+      ->needs(output);
+  app.add_flag("--dot", flags.dot, "also write split.dot (Graphviz) of the cut into the output directory")
+      ->needs(output);
+  addRuntimeOptions(app, flags.runtime);
+  app.add_option("--rtol", flags.tolerance.rtol, "--preview --backend: relative tolerance")->capture_default_str();
+  app.add_option("--atol", flags.tolerance.atol, "--preview --backend: absolute tolerance")->capture_default_str();
+  addJsonFlag(app, flags.json);
+  app.callback([&app, &flags] { flags.lowerAndRun = flags.preview && app.count("--backend") > 0; });
+}
+
 report::SubmoduleTrialLine trialLine(const runtime::ReferenceRun& reference, const runtime::SubmoduleTrial& trial) {
   report::SubmoduleTrialLine line{trial.name, std::string(runtime::trialOutcomeName(trial.result.outcome)),
                                   trial.result.passed() ? "" : trial.result.message, trial.result.maxAbs,
@@ -72,7 +109,7 @@ Json splitSettings(const support::Profile& profile, const split::SplitOptions& o
   return extra;
 }
 
-Status splitModel(const SplitFlags& flags, std::ostream& out) {
+Status splitModel(const SplitFlags& flags, std::ostream& out, std::ostream&) {
   if (flags.output.path.empty() && !flags.preview)
     return usageError() << "-o DIR is required (or --preview alone)";
   CLEAVE_TRY(std::optional<OutputDirectory> outDir,
@@ -105,46 +142,7 @@ Status splitModel(const SplitFlags& flags, std::ostream& out) {
 }
 } // namespace
 
-int runSplit(const Args& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"Split a model into as few accelerator and CPU submodules as possible (torch.fx "
-               "splitter semantics) and write the plan, one standalone model per submodule, and "
-               "reports. FX graphs get a node -> submodule assignment instead of submodels.",
-               "cleave split"};
-  SplitFlags flags;
-  split::SplitOptions& options = flags.options;
-  addModelInput(app, flags.path);
-  app.add_option("--profile", flags.profilePath, "operator-support profile (JSON)")->required();
-  CLI::Option* output = addPlanOutput(app, flags.output);
-  app.add_option("--min-acc-size", options.minAccSize, "smallest acc subgraph kept (torch's min_acc_module_size)")
-      ->capture_default_str();
-  app.add_option("--max-acc-splits", options.maxSplits,
-                 "most submodules (acc + cpu) allowed; merges the least valuable acc subgraphs back "
-                 "to the CPU until it holds (0: no limit)");
-  app.add_flag("--skip-fusion", options.skipFusion, "no fusion groups");
-  app.add_flag("--allow-non-tensor", options.allowNonTensor, "allow non-tensor data between acc and cpu");
-  app.add_flag("--extend-acc", options.extendAcc,
-               "pull acc nodes from earlier submodules into each acc submodule (torch's extend_acc_subgraph)");
-  app.add_flag("--move-non-tensor-boundary", options.moveNonTensorBoundary,
-               "move non-tensor acc nodes next to their users in another submodule (torch's "
-               "move_non_tensor_nodes_on_boundary; useful with --allow-non-tensor)");
-  app.add_flag("--preview", flags.preview, "report per acc subgraph sizes, PCIe-bound max QPS and the bottleneck");
-  app.add_option("--pcie-gbps", flags.pcieGiBps, "PCIe bandwidth for --preview, GiB/s")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_flag("--dump-inputs", flags.dumpInputs,
-               "write submodule_inputs.json: each submodule's inputs captured from a run of the model "
-               "on --inputs FILE or random inputs (--seed)")
-      ->needs(output);
-  app.add_flag("--dot", flags.dot, "also write split.dot (Graphviz) of the cut into the output directory")
-      ->needs(output);
-  addRuntimeOptions(app, flags.runtime);
-  app.add_option("--rtol", flags.tolerance.rtol, "--preview --backend: relative tolerance")->capture_default_str();
-  app.add_option("--atol", flags.tolerance.atol, "--preview --backend: absolute tolerance")->capture_default_str();
-  addJsonFlag(app, flags.json);
-  return runCommand(app, args, out, err, [&] {
-    flags.lowerAndRun = flags.preview && app.count("--backend") > 0;
-    return splitModel(flags, out);
-  });
-}
+const Command kSplitCommand{"split", "split a model into accelerator and CPU submodules",
+                            parseThenRun<SplitFlags, describe, splitModel>};
 
 } // namespace cleave::cli

@@ -7,29 +7,37 @@
 
 namespace cleave::cli {
 
-int runSupport(const Args& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"Which ops of a model an accelerator profile supports: per op type and input dtypes, "
-               "supported or not, with counts and reasons.",
-               "cleave support"};
+namespace {
+struct SupportFlags {
   std::string path, profilePath, dotPath;
   bool json = false;
-  addModelInput(app, path);
-  app.add_option("--profile", profilePath, "operator-support profile (JSON)")->required();
-  addJsonFlag(app, json);
-  app.add_option("--dot", dotPath, "also write a Graphviz DOT of the graph, nodes coloured by support");
-  return runCommand(app, args, out, err, [&]() -> Status {
-    CLEAVE_TRY(support::Profile profile, support::Profile::load(profilePath));
-    CLEAVE_TRY(ir::Graph graph, io::loadModel(path));
-    IdVector<ir::NodeId, support::Decision> decisions = support::decideAll(graph, profile);
-    if (!dotPath.empty())
-      CLEAVE_CHECK(writeFileAtomically(dotPath, report::supportDot(graph, decisions)));
-    Json result = report::supportJson(graph, decisions, profile.name());
-    if (json)
-      out << dumpJson(result);
-    else
-      report::printSupportText(result, out);
-    return {};
-  });
+};
+
+void describe(CLI::App& app, SupportFlags& flags) {
+  app.description("Which ops of a model an accelerator profile supports: per op type and input dtypes, supported or not, "
+                  "with counts and reasons.");
+  addModelInput(app, flags.path);
+  addJsonFlag(app, flags.json);
+  app.add_option("--profile", flags.profilePath, "operator-support profile (JSON)")->required();
+  app.add_option("--dot", flags.dotPath, "also write a Graphviz DOT of the graph, nodes coloured by support");
 }
+
+Status decideSupport(const SupportFlags& flags, std::ostream& out, std::ostream&) {
+  CLEAVE_TRY(support::Profile profile, support::Profile::load(flags.profilePath));
+  CLEAVE_TRY(ir::Graph graph, io::loadModel(flags.path));
+  IdVector<ir::NodeId, support::Decision> decisions = support::decideAll(graph, profile);
+  if (!flags.dotPath.empty())
+    CLEAVE_CHECK(writeFileAtomically(flags.dotPath, report::supportDot(graph, decisions)));
+  Json result = report::supportJson(graph, decisions, profile.name());
+  if (flags.json)
+    out << dumpJson(result);
+  else
+    report::printSupportText(result, out);
+  return {};
+}
+} // namespace
+
+const Command kSupportCommand{"support", "which ops of a model an accelerator profile supports, and why not",
+                              parseThenRun<SupportFlags, describe, decideSupport>};
 
 } // namespace cleave::cli

@@ -19,6 +19,17 @@ struct VerifyFlags {
   bool json = false;
 };
 
+void describe(CLI::App& app, VerifyFlags& flags) {
+  app.description("Run a model and its cut (a split/partition output directory) on the same inputs and compare "
+                  "every output: |cut - original| <= atol + rtol * |original| element-wise.");
+  app.add_option("MODEL", flags.modelPath, "the original ONNX model")->required();
+  app.add_option("OUT_DIR", flags.cutPath, "its cut: a directory with plan.json")->required();
+  addRuntimeOptions(app, flags.runtime);
+  app.add_option("--rtol", flags.rtol, "relative tolerance")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--atol", flags.atol, "absolute tolerance")->capture_default_str()->check(CLI::NonNegativeNumber);
+  addJsonFlag(app, flags.json);
+}
+
 // Compares every output of `want` with `got` into `summary` and `text`; the first failure, if any.
 std::string compareOutputs(const runtime::TensorMap& want, const runtime::TensorMap& got, const VerifyFlags& flags,
                            Json& summary, std::ostringstream& text) {
@@ -51,7 +62,7 @@ std::string compareOutputs(const runtime::TensorMap& want, const runtime::Tensor
   return failure;
 }
 
-Status verify(const VerifyFlags& flags, std::ostream& out) {
+Status verify(const VerifyFlags& flags, std::ostream& out, std::ostream&) {
   if (!plan::isPlanDirectory(flags.cutPath))
     return Error(ErrorCode::NotFound) << flags.cutPath << ": no plan.json (not a cut model)";
   RuntimeOptions reference = flags.runtime;
@@ -79,18 +90,7 @@ Status verify(const VerifyFlags& flags, std::ostream& out) {
 }
 } // namespace
 
-int runVerify(const Args& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"Run a model and its cut (a split/partition output directory) on the same inputs and compare "
-               "every output: |cut - original| <= atol + rtol * |original| element-wise.",
-               "cleave verify"};
-  VerifyFlags flags;
-  app.add_option("MODEL", flags.modelPath, "the original ONNX model")->required();
-  app.add_option("OUT_DIR", flags.cutPath, "its cut: a directory with plan.json")->required();
-  addRuntimeOptions(app, flags.runtime);
-  app.add_option("--rtol", flags.rtol, "relative tolerance")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--atol", flags.atol, "absolute tolerance")->capture_default_str()->check(CLI::NonNegativeNumber);
-  addJsonFlag(app, flags.json);
-  return runCommand(app, args, out, err, [&] { return verify(flags, out); });
-}
+const Command kVerifyCommand{"verify", "check that a cut model computes what the original does",
+                             parseThenRun<VerifyFlags, describe, verify>};
 
 } // namespace cleave::cli

@@ -1,6 +1,6 @@
 // cli/commands.h - one entry per subcommand; cli/main.cpp only dispatches.
-// Each declares its options (cli/options.h groups), then runs one body through runCommand: call
-// the library, render with report/. Exit codes are decided in runCommand alone:
+// Each declares its flags (cli/options.h groups) and one body that calls the library and
+// renders with report/; parseThenRun joins them. Exit codes are decided in runCommand alone:
 // 0 ok, 1 rejected (bad input, an impossible request), 2 usage, 3 bug (cli/main.cpp).
 #pragma once
 
@@ -18,18 +18,17 @@ inline constexpr int kExitOk = 0, kExitRejected = 1, kExitUsage = 2, kExitBug = 
 
 using Args = std::vector<std::string>;
 
-int runInspect(const Args& args, std::ostream& out, std::ostream& err);
-int runGen(const Args& args, std::ostream& out, std::ostream& err);
-int runConvert(const Args& args, std::ostream& out, std::ostream& err);
-int runSupport(const Args& args, std::ostream& out, std::ostream& err);
-int runSplit(const Args& args, std::ostream& out, std::ostream& err);
-int runPartition(const Args& args, std::ostream& out, std::ostream& err);
-int runRun(const Args& args, std::ostream& out, std::ostream& err);
-int runVerify(const Args& args, std::ostream& out, std::ostream& err);
-int runMinimize(const Args& args, std::ostream& out, std::ostream& err);
-int runShapes(const Args& args, std::ostream& out, std::ostream& err);
-int runPipeline(const Args& args, std::ostream& out, std::ostream& err);
-int runSchedule(const Args& args, std::ostream& out, std::ostream& err);
+// A subcommand: its name, its line in `cleave --help`, and how it runs (usually parseThenRun
+// below). Each cli/cmd_*.cpp defines one; cli/main.cpp lists them.
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(const Command& command, const Args& args, std::ostream& out, std::ostream& err);
+};
+
+extern const Command kInspectCommand, kGenCommand, kConvertCommand, kSupportCommand, kSplitCommand,
+    kPartitionCommand, kPipelineCommand, kScheduleCommand, kRunCommand, kVerifyCommand, kShapesCommand,
+    kMinimizeCommand;
 
 // The command kernel: parses `args` with `app` (its name is the command's, "cleave split"), then
 // runs `body`. Exit 0 after --help or when the body succeeds; 2 on a usage error (CLI11's, or an
@@ -37,6 +36,16 @@ int runSchedule(const Args& args, std::ostream& out, std::ostream& err);
 // any other Error, printed as "cleave split: error: ...". Messages are always one line.
 int runCommand(CLI::App& app, const Args& args, std::ostream& out, std::ostream& err,
                const std::function<Status()>& body);
+
+// The usual Command::run: a default `Flags`, `describe(app, flags)` sets the description that
+// opens `--help` and adds the options, then runCommand parses and calls `body(flags, out, err)`.
+template <class Flags, auto describe, auto body>
+int parseThenRun(const Command& command, const Args& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{"", std::string("cleave ") + command.name};
+  Flags flags;
+  describe(app, flags);
+  return runCommand(app, args, out, err, [&]() -> Status { return body(flags, out, err); });
+}
 
 // An Error that runCommand reports as a usage error (exit 2).
 Error usageError();

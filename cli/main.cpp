@@ -42,32 +42,16 @@ int runCommand(CLI::App& app, const Args& args, std::ostream& out, std::ostream&
 Error usageError() { return Error(ErrorCode::Usage); }
 
 namespace {
-struct Command {
-  const char* name;
-  int (*run)(const Args&, std::ostream&, std::ostream&);
-  const char* summary;
-};
-constexpr Command kCommands[] = {
-    {"inspect", runInspect, "counts, sizes, op histogram, inputs/outputs, depth and width of a model"},
-    {"gen", runGen, "write a synthetic ONNX model (chain, wide, linear_chain, diamonds, transformer)"},
-    {"convert", runConvert, "read a model and write it back as ONNX (round trip, external data)"},
-    {"support", runSupport, "which ops of a model an accelerator profile supports, and why not"},
-    {"split", runSplit, "split a model into accelerator and CPU submodules"},
-    {"partition", runPartition, "partition a model across devices with memory limits"},
-    {"pipeline", runPipeline, "cut a model into pipeline stages; parameters, skip connections, backward plan"},
-    {"schedule", runSchedule, "generate, validate and simulate pipeline schedules (GPipe, 1F1B, ...)"},
-    {"run", runRun, "run a model or a cut model on ATen; output summaries and timings"},
-    {"verify", runVerify, "check that a cut model computes what the original does"},
-    {"shapes", runShapes, "record every value's dtype and shape from a run on sample inputs"},
-    {"minimize", runMinimize, "find the smallest node set where one backend fails or disagrees with another"},
-};
+const Command* const kCommands[] = {&kInspectCommand,  &kGenCommand,      &kConvertCommand, &kSupportCommand,
+                                    &kSplitCommand,    &kPartitionCommand, &kPipelineCommand, &kScheduleCommand,
+                                    &kRunCommand,      &kVerifyCommand,   &kShapesCommand,  &kMinimizeCommand};
 
 void printUsage(std::ostream& out) {
   out << "cleave - cut neural-network graphs across devices\n\n"
          "usage: cleave COMMAND [ARGS] (cleave COMMAND --help for each)\n\n"
          "commands:\n";
-  for (const Command& command : kCommands)
-    out << "  " << command.name << std::string(10 - std::strlen(command.name), ' ') << command.summary
+  for (const Command* command : kCommands)
+    out << "  " << command->name << std::string(10 - std::strlen(command->name), ' ') << command->summary
         << "\n";
   out << "\nmodels: ONNX files (.onnx, ai.onnx opsets 1-18; 1-10 converted to 11) or FX-graph JSON written by tools/cleave_fx.py\n";
 }
@@ -85,17 +69,17 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   Args args(argv + 2, argv + argc);
-  for (const Command& command : kCommands) {
-    if (std::strcmp(argv[1], command.name) != 0)
+  for (const Command* command : kCommands) {
+    if (std::strcmp(argv[1], command->name) != 0)
       continue;
     try {
-      return command.run(args, std::cout, std::cerr);
+      return command->run(*command, args, std::cout, std::cerr);
     } catch (const std::bad_alloc&) { // an input asked for more memory than the machine has: not a bug
-      std::cerr << "cleave " << command.name << ": error: out of memory (the input needs more than this machine has)\n";
+      std::cerr << "cleave " << command->name << ": error: out of memory (the input needs more than this machine has)\n";
       return kExitRejected;
     } catch (const std::exception& e) { // a bug: say so in one line instead of crashing
       std::string what = e.what();
-      std::cerr << "cleave " << command.name << ": internal error: " << what.substr(0, what.find('\n')) << "\n";
+      std::cerr << "cleave " << command->name << ": internal error: " << what.substr(0, what.find('\n')) << "\n";
       return kExitBug;
     }
   }

@@ -45,4 +45,14 @@ Status writePlanDirectory(const ir::Graph& graph, const plan::CutPlan& plan, con
   return plan::materialize(graph, plan, modelPath, dir, report.planExtra, options);
 }
 
+Status writePlanAndPrint(const ir::Graph& graph, const plan::CutPlan& plan, const std::string& modelPath,
+                         const OutputDirectoryFlags& flags, std::optional<OutputDirectory>& dir, PlanReport report,
+                         bool json, std::ostream& out) {
+  std::string printed = json ? dumpJson(report.json) : report.text;
+  if (dir)
+    CLEAVE_CHECK(writePlanDirectory(graph, plan, modelPath, flags, *dir, std::move(report)));
+  out << printed;
+  return {};
+}
+
 } // namespace cleave::cli

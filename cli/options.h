@@ -70,4 +70,10 @@ struct PlanReport {
 Status writePlanDirectory(const ir::Graph& graph, const plan::CutPlan& plan, const std::string& modelPath,
                           const OutputDirectoryFlags& flags, OutputDirectory& dir, PlanReport report);
 
+// The end of a plan-writing command: writePlanDirectory when -o opened a directory, then prints
+// the report (its JSON with --json, else its text).
+Status writePlanAndPrint(const ir::Graph& graph, const plan::CutPlan& plan, const std::string& modelPath,
+                         const OutputDirectoryFlags& flags, std::optional<OutputDirectory>& dir, PlanReport report,
+                         bool json, std::ostream& out);
+
 } // namespace cleave::cli
