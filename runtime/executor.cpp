@@ -103,135 +103,181 @@ Executor& KernelContext::subgraph(std::string_view attribute) const {
   return owner_->subgraph(node_, attribute);
 }
 
+struct Executor::RunState {
+  RunStats* stats = nullptr;
+  const Observer* observe = nullptr;
+  OutputLayout outputLayout = OutputLayout::Dense;
+  bool fuse = false; // an observer sees every value, so observed runs do not fuse
+  std::vector<at::Tensor> values;
+  std::vector<std::uint32_t> remaining;
+  std::int64_t live = 0, peak = 0;
+
+  bool mayStayBlocked(BlockedReaders readers) const {
+    return readers == BlockedReaders::Yes ||
+           (readers == BlockedReaders::IfOutputsMay && outputLayout == OutputLayout::AsComputed);
+  }
+  void observed(ir::ValueId value, const at::Tensor& tensor) const {
+    if (observe)
+      (*observe)(value, toDense(tensor));
+  }
+};
+
+namespace {
+std::int64_t bytesOf(const at::Tensor& tensor) {
+  return tensor.defined() ? static_cast<std::int64_t>(tensor.numel() * tensor.element_size()) : 0;
+}
+} // namespace
+
 Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, const Observer* observe,
                                   OutputLayout outputLayout) {
   const ir::Graph& g = *graph_;
-  const bool fuse = observe == nullptr && options_.optimizations.fusion; // an observer sees every value
-  auto mayStayBlocked = [&](ir::ValueId value) {
-    BlockedReaders readers = blockedReaders_[index(value)];
-    return readers == BlockedReaders::Yes ||
-           (readers == BlockedReaders::IfOutputsMay && outputLayout == OutputLayout::AsComputed);
-  };
-  std::vector<at::Tensor> values(g.numValues());
-  std::vector<std::uint32_t> remaining = uses_;
-  std::int64_t live = 0, peak = 0;
-  auto bytesOf = [](const at::Tensor& t) {
-    return t.defined() ? static_cast<std::int64_t>(t.numel() * t.element_size()) : 0;
-  };
+  RunState state{stats, observe, outputLayout, observe == nullptr && options_.optimizations.fusion,
+                 std::vector<at::Tensor>(g.numValues()), uses_};
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
     NodeId node{n};
     switch (g.kind(node)) {
-    case ir::NodeKind::Input: {
-      ir::ValueId value = g.outputs(node)[0];
-      auto found = inputs.find(std::string(g.valueName(value)));
-      if (found == inputs.end())
-        return Error(ErrorCode::InvalidArgument) << "no value for input '" << g.valueName(value) << "'";
-      // A blocked input (another submodel's output) stays so only for readers taking it, on the CPU.
-      bool keepBlocked = mayStayBlocked(value) && options_.device.is_cpu() && !options_.floatType;
-      values[index(value)] = (keepBlocked ? found->second : toDense(found->second)).to(options_.device);
-      if (options_.floatType && at::isFloatingType(found->second.scalar_type()))
-        values[index(value)] = values[index(value)].to(*options_.floatType);
-      if (observe)
-        (*observe)(value, toDense(values[index(value)]));
-      continue;
+    case ir::NodeKind::Input: CLEAVE_CHECK(bindInput(node, inputs, state)); break;
+    case ir::NodeKind::Parameter: bindParameter(node, state); break;
+    case ir::NodeKind::Output: return collectOutputs(node, state);
+    default: CLEAVE_CHECK(runOp(node, state)); break;
     }
-    case ir::NodeKind::Parameter:
-      values[index(g.outputs(node)[0])] = parameters_[node];
-      if (observe)
-        (*observe)(g.outputs(node)[0], parameters_[node]);
-      continue;
-    case ir::NodeKind::Output: {
-      TensorMap outputs;
-      for (ir::ValueId value : g.inputs(node)) {
-        at::Tensor tensor = values[index(value)];
-        if (options_.floatType && tensor.defined() && tensor.scalar_type() == *options_.floatType)
-          tensor = tensor.to(at::kFloat);
-        outputs[std::string(g.valueName(value))] = tensor;
-      }
-      if (stats)
-        stats->peakActivationBytes = peak;
-      return outputs;
-    }
-    default: break;
-    }
-    // A fused group (fusion.h) runs at its last node, on the group's operands, for all its nodes.
-    const FusedGroup* group = fuse && fusion_.groupOf[node] >= 0 ? &fusion_.groups[fusion_.groupOf[node]] : nullptr;
-    if (group && node != group->nodes.back())
-      continue;
-    const NodeId single[] = {node};
-    std::span<const NodeId> members = group ? std::span<const NodeId>(group->nodes) : std::span<const NodeId>(single);
-    std::span<const ir::ValueId> operandValues = group ? std::span<const ir::ValueId>(group->operands) : g.inputs(node);
-    KernelEntry kernel = group ? KernelEntry{fusedKernel(group->kind), Layouts::Dense} : kernels_[node];
-    auto opName = [&] { return group ? std::string(fusedName(group->kind)) : g.target(node); }; // errors, profiles
-    std::vector<at::Tensor> operands;
-    operands.reserve(operandValues.size());
-    for (ir::ValueId value : operandValues) {
-      operands.push_back(value == ir::kNoValue ? at::Tensor() : values[index(value)]);
-      if (kernel.layouts == Layouts::Dense) // no-op: values stay blocked only for readers taking them
-        operands.back() = toDense(operands.back());
-    }
-    KernelContext context(g, node, opset_, std::move(operands), this, &caches_[node]);
-    std::vector<at::Tensor> results;
-    auto fail = [&](std::string_view what) {
-      std::string text(what);
-      if (std::size_t newline = text.find('\n'); newline != std::string::npos)
-        text.resize(newline);
-      return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << opName() << ", opset " << opset_
-                                           << "): " << text;
-    };
-    try {
-      if (stats && stats->profileOps) {
-        auto start = std::chrono::steady_clock::now();
-        results = kernel.kernel(context);
-        double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        stats->secondsByOp[opName()] += seconds;
-        stats->secondsByNode[std::string(g.name(node))] += seconds;
-      } else {
-        results = kernel.kernel(context);
-      }
-    } catch (const KernelError& e) {
-      return fail(e.what());
-    } catch (const c10::Error& e) {
-      return fail(e.what_without_backtrace());
-    } catch (const std::exception& e) {
-      return fail(e.what());
-    }
-    auto outputs = g.outputs(node);
-    for (std::size_t i = 0; i < outputs.size(); ++i) {
-      if (i >= results.size() || !results[i].defined()) {
-        if (!g.users(outputs[i]).empty())
-          return fail("output " + std::to_string(i) + " is used but the kernel does not produce it");
-        continue;
-      }
-      if (results[i].is_mkldnn() && !mayStayBlocked(outputs[i]))
-        results[i] = results[i].to_dense();
-      values[index(outputs[i])] = std::move(results[i]);
-      live += bytesOf(values[index(outputs[i])]);
-      if (observe)
-        (*observe)(outputs[i], toDense(values[index(outputs[i])]));
-    }
-    peak = std::max(peak, live);
-    // Free operands whose last user this was (parameters stay; graph outputs are used by the
-    // output node, so they stay until the end). A group's members all read now; its inner
-    // values were never made.
-    for (NodeId member : members)
-      for (ir::ValueId value : g.inputs(member)) {
-        if (value == ir::kNoValue || --remaining[index(value)] > 0)
-          continue;
-        ir::NodeKind producerKind = g.kind(g.producer(value));
-        if (producerKind == ir::NodeKind::Parameter)
-          continue;
-        if (producerKind == ir::NodeKind::Op)
-          live -= bytesOf(values[index(value)]);
-        values[index(value)] = at::Tensor();
-      }
-    for (ir::ValueId value : outputs) // outputs nobody reads
-      if (remaining[index(value)] == 0 && values[index(value)].defined()) {
-        live -= bytesOf(values[index(value)]);
-        values[index(value)] = at::Tensor();
-      }
   }
   return Error(ErrorCode::InvalidGraph) << "the graph has no output node";
+}
+
+Status Executor::bindInput(NodeId node, const TensorMap& inputs, RunState& state) const {
+  const ir::Graph& g = *graph_;
+  ir::ValueId value = g.outputs(node)[0];
+  auto found = inputs.find(std::string(g.valueName(value)));
+  if (found == inputs.end())
+    return Error(ErrorCode::InvalidArgument) << "no value for input '" << g.valueName(value) << "'";
+  // A blocked input (another submodel's output) stays so only for readers taking it, on the CPU.
+  bool keepBlocked = state.mayStayBlocked(blockedReaders_[index(value)]) && options_.device.is_cpu() &&
+                     !options_.floatType;
+  at::Tensor& bound = state.values[index(value)];
+  bound = (keepBlocked ? found->second : toDense(found->second)).to(options_.device);
+  if (options_.floatType && at::isFloatingType(found->second.scalar_type()))
+    bound = bound.to(*options_.floatType);
+  state.observed(value, bound);
+  return {};
+}
+
+void Executor::bindParameter(NodeId node, RunState& state) const {
+  ir::ValueId value = graph_->outputs(node)[0];
+  state.values[index(value)] = parameters_[node];
+  state.observed(value, parameters_[node]);
+}
+
+TensorMap Executor::collectOutputs(NodeId node, RunState& state) const {
+  const ir::Graph& g = *graph_;
+  TensorMap outputs;
+  for (ir::ValueId value : g.inputs(node)) {
+    at::Tensor tensor = state.values[index(value)];
+    if (options_.floatType && tensor.defined() && tensor.scalar_type() == *options_.floatType)
+      tensor = tensor.to(at::kFloat);
+    outputs[std::string(g.valueName(value))] = tensor;
+  }
+  if (state.stats)
+    state.stats->peakActivationBytes = state.peak;
+  return outputs;
+}
+
+// A fused group (fusion.h) runs at its last node, on the group's operands, for all its nodes.
+Status Executor::runOp(NodeId node, RunState& state) {
+  const ir::Graph& g = *graph_;
+  const FusedGroup* group =
+      state.fuse && fusion_.groupOf[node] >= 0 ? &fusion_.groups[fusion_.groupOf[node]] : nullptr;
+  if (group && node != group->nodes.back())
+    return {};
+  const NodeId single[] = {node};
+  std::span<const NodeId> members = group ? std::span<const NodeId>(group->nodes) : std::span<const NodeId>(single);
+  std::span<const ir::ValueId> operandValues = group ? std::span<const ir::ValueId>(group->operands) : g.inputs(node);
+  KernelEntry kernel = group ? KernelEntry{fusedKernel(group->kind), Layouts::Dense} : kernels_[node];
+  std::vector<at::Tensor> operands;
+  operands.reserve(operandValues.size());
+  for (ir::ValueId value : operandValues) {
+    operands.push_back(value == ir::kNoValue ? at::Tensor() : state.values[index(value)]);
+    if (kernel.layouts == Layouts::Dense) // no-op: values stay blocked only for readers taking them
+      operands.back() = toDense(operands.back());
+  }
+  CLEAVE_TRY(std::vector<at::Tensor> results, callKernel(node, group, kernel, std::move(operands), state.stats));
+  CLEAVE_CHECK(storeResults(node, std::move(results), state));
+  releaseDeadValues(members, node, state);
+  return {};
+}
+
+// Any exception a kernel throws becomes one line naming the node, its op and the opset.
+Expected<std::vector<at::Tensor>> Executor::callKernel(NodeId node, const FusedGroup* group, const KernelEntry& kernel,
+                                                       std::vector<at::Tensor> operands, RunStats* stats) {
+  const ir::Graph& g = *graph_;
+  auto opName = [&] { return group ? std::string(fusedName(group->kind)) : g.target(node); };
+  auto fail = [&](std::string_view what) {
+    std::string text(what.substr(0, what.find('\n')));
+    return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << opName() << ", opset " << opset_
+                                         << "): " << text;
+  };
+  KernelContext context(g, node, opset_, std::move(operands), this, &caches_[node]);
+  try {
+    if (!stats || !stats->profileOps)
+      return kernel.kernel(context);
+    auto start = std::chrono::steady_clock::now();
+    std::vector<at::Tensor> results = kernel.kernel(context);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stats->secondsByOp[opName()] += seconds;
+    stats->secondsByNode[std::string(g.name(node))] += seconds;
+    return results;
+  } catch (const KernelError& e) {
+    return fail(e.what());
+  } catch (const c10::Error& e) {
+    return fail(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+}
+
+Status Executor::storeResults(NodeId node, std::vector<at::Tensor> results, RunState& state) const {
+  const ir::Graph& g = *graph_;
+  auto outputs = g.outputs(node);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (i >= results.size() || !results[i].defined()) {
+      if (!g.users(outputs[i]).empty())
+        return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << g.target(node) << ", opset "
+                                             << opset_ << "): output " << i
+                                             << " is used but the kernel does not produce it";
+      continue;
+    }
+    if (results[i].is_mkldnn() && !state.mayStayBlocked(blockedReaders_[index(outputs[i])]))
+      results[i] = results[i].to_dense();
+    at::Tensor& stored = state.values[index(outputs[i])];
+    stored = std::move(results[i]);
+    state.live += bytesOf(stored);
+    state.observed(outputs[i], stored);
+  }
+  state.peak = std::max(state.peak, state.live);
+  return {};
+}
+
+// Frees the operands whose last reader this was (parameters stay; graph outputs are read by the
+// output node, so they stay until the end), then `producer`'s outputs nobody reads. A group's
+// members all read now; its inner values were never made.
+void Executor::releaseDeadValues(std::span<const NodeId> readers, NodeId producer, RunState& state) const {
+  const ir::Graph& g = *graph_;
+  for (NodeId reader : readers)
+    for (ir::ValueId value : g.inputs(reader)) {
+      if (value == ir::kNoValue || --state.remaining[index(value)] > 0)
+        continue;
+      ir::NodeKind producerKind = g.kind(g.producer(value));
+      if (producerKind == ir::NodeKind::Parameter)
+        continue;
+      if (producerKind == ir::NodeKind::Op)
+        state.live -= bytesOf(state.values[index(value)]);
+      state.values[index(value)] = at::Tensor();
+    }
+  for (ir::ValueId value : g.outputs(producer))
+    if (state.remaining[index(value)] == 0 && state.values[index(value)].defined()) {
+      state.live -= bytesOf(state.values[index(value)]);
+      state.values[index(value)] = at::Tensor();
+    }
 }
 
 } // namespace cleave::runtime

@@ -13,8 +13,9 @@
 #include <ATen/ATen.h>
 
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
+#include <span>
 
 #include "base/expected.h"
 #include "ir/graph.h"
@@ -75,6 +76,18 @@ private:
   friend class KernelContext; // builds subgraph executors through subgraph()
   Executor() = default;
   Executor& subgraph(ir::NodeId node, std::string_view attribute);
+
+  // One run's values in flight: by value id, the uses still to come, live and peak bytes.
+  struct RunState;
+  // The steps of run(), one node kind each.
+  Status bindInput(ir::NodeId node, const TensorMap& inputs, RunState& state) const;
+  void bindParameter(ir::NodeId node, RunState& state) const;
+  TensorMap collectOutputs(ir::NodeId node, RunState& state) const;
+  Status runOp(ir::NodeId node, RunState& state);
+  Expected<std::vector<at::Tensor>> callKernel(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
+                                               std::vector<at::Tensor> operands, RunStats* stats);
+  Status storeResults(ir::NodeId node, std::vector<at::Tensor> results, RunState& state) const;
+  void releaseDeadValues(std::span<const ir::NodeId> readers, ir::NodeId producer, RunState& state) const;
 
   std::shared_ptr<const ir::Graph> graph_;
   ExecutorOptions options_;
