@@ -58,76 +58,90 @@ Status checkActions(const Schedule& s) {
   return {};
 }
 
-// Plays the schedule; with `options`, in time.
-Expected<SimulationResult> play(const Schedule& s, const SimulationOptions* options) {
-  CLEAVE_CHECK(checkActions(s));
-  bool explicitComm = s.hasCommunication();
-  Ledger ledger(s.stages, s.microbatches);
-  auto costOf = [&](const Action& a) -> const StageCosts& {
+// Plays a checked schedule: each rank runs its actions in order, an action as soon as its inputs
+// are ready (readyAt) and its rank is free. Without options every action takes one unit and no
+// costs are recorded (validation only).
+class Player {
+public:
+  Player(const Schedule& s, const SimulationOptions* options)
+      : s_(s), options_(options), explicitComm_(s.hasCommunication()), latency_(options ? options->transferLatency : 0.0),
+        ledger_(s.stages, s.microbatches), live_(s.ranks, 0), clock_(s.ranks, 0.0), next_(s.ranks, 0) {
+    result_.busy.assign(s.ranks, 0.0);
+    result_.peakActivationBytes.assign(s.ranks, 0);
+  }
+
+  Expected<SimulationResult> play() {
+    std::size_t remaining = 0;
+    for (const auto& actions : s_.perRank)
+      remaining += actions.size();
+    while (remaining > 0) {
+      std::size_t moved = 0;
+      for (std::uint32_t r = 0; r < s_.ranks; ++r)
+        moved += advance(r);
+      if (moved == 0)
+        return deadlock();
+      remaining -= moved;
+    }
+    if (options_)
+      summarize();
+    return std::move(result_);
+  }
+
+private:
+  // Runs rank r's actions until one is not ready; returns how many ran.
+  std::size_t advance(std::uint32_t r) {
+    std::size_t ran = 0;
+    while (next_[r] < s_.perRank[r].size()) {
+      const Action& a = s_.perRank[r][next_[r]];
+      double ready = readyAt(r, a);
+      if (ready < 0)
+        break;
+      double start = std::max(clock_[r], ready), end = start + (options_ ? durationOf(a) : 1.0);
+      ledger_.at(a.stage, a.microbatch, a.type) = end;
+      clock_[r] = end;
+      ++next_[r];
+      ++ran;
+      if (options_)
+        record(r, a, start, end);
+    }
+    return ran;
+  }
+
+  void record(std::uint32_t r, const Action& a, double start, double end) {
+    result_.busy[r] += end - start;
+    std::int64_t bytes = costOf(a).activationBytes;
+    if (a.type == A::Forward)
+      result_.peakActivationBytes[r] = std::max(result_.peakActivationBytes[r], live_[r] += bytes);
+    else if (a.type == A::Backward || a.type == A::BackwardWeight)
+      live_[r] -= bytes;
+    result_.timeline.push_back({r, a, start, end});
+  }
+
+  Error deadlock() const {
+    std::ostringstream blocked;
+    for (std::uint32_t r = 0; r < s_.ranks; ++r)
+      if (next_[r] < s_.perRank[r].size())
+        blocked << (blocked.tellp() > 0 ? ", " : "") << "rank " << r << " at " << formatAction(s_.perRank[r][next_[r]]);
+    return Error(ErrorCode::InvalidArgument) << "the schedule deadlocks: " << blocked.str();
+  }
+
+  void summarize() {
+    for (double c : clock_)
+      result_.makespan = std::max(result_.makespan, c);
+    double busy = 0.0;
+    for (double b : result_.busy)
+      busy += b;
+    result_.bubbleFraction = result_.makespan > 0 ? 1.0 - busy / (result_.makespan * s_.ranks) : 0.0;
+  }
+
+  const StageCosts& costOf(const Action& a) const {
     static const StageCosts defaults;
-    if (!options || options->stages.empty())
+    if (!options_ || options_->stages.empty())
       return defaults;
-    return options->stages.size() == 1 ? options->stages[0] : options->stages[a.stage];
-  };
-  double latency = options ? options->transferLatency : 0.0;
-  SimulationResult result;
-  result.busy.assign(s.ranks, 0.0);
-  result.peakActivationBytes.assign(s.ranks, 0);
-  std::vector<std::int64_t> live(s.ranks, 0);
-  std::vector<double> clock(s.ranks, 0.0);
-  std::vector<std::size_t> next(s.ranks, 0);
-  std::size_t remaining = 0;
-  for (const auto& actions : s.perRank)
-    remaining += actions.size();
-  auto backwardDone = [&](std::uint32_t stage, std::uint32_t m) -> double {
-    double b = ledger.at(stage, m, A::Backward), i = ledger.at(stage, m, A::BackwardInput);
-    return b >= 0 ? b : i;
-  };
-  // When the action's inputs are available (<0: not yet).
-  auto readyAt = [&](std::uint32_t rank, const Action& a) -> double {
-    auto crossRank = [&](std::uint32_t other) { return s.rankOf(other) != rank; };
-    switch (a.type) {
-    case A::Forward: {
-      if (a.stage == 0)
-        return 0.0;
-      if (explicitComm && crossRank(a.stage - 1))
-        return ledger.at(a.stage, a.microbatch, A::RecvF);
-      double t = ledger.at(a.stage - 1, a.microbatch, A::Forward);
-      return t < 0 ? t : t + (crossRank(a.stage - 1) ? latency : 0.0);
-    }
-    case A::Backward:
-    case A::BackwardInput: {
-      double own = ledger.at(a.stage, a.microbatch, A::Forward);
-      if (own < 0)
-        return -1.0;
-      if (a.stage + 1 == s.stages)
-        return own;
-      if (explicitComm && crossRank(a.stage + 1)) {
-        double t = ledger.at(a.stage, a.microbatch, A::RecvB);
-        return t < 0 ? t : std::max(own, t);
-      }
-      double t = backwardDone(a.stage + 1, a.microbatch);
-      return t < 0 ? t : std::max(own, t + (crossRank(a.stage + 1) ? latency : 0.0));
-    }
-    case A::BackwardWeight: return ledger.at(a.stage, a.microbatch, A::BackwardInput);
-    case A::SendF: return ledger.at(a.stage, a.microbatch, A::Forward);
-    case A::SendB: return backwardDone(a.stage, a.microbatch);
-    case A::RecvF: {
-      if (a.stage == 0)
-        return -1.0;
-      double t = ledger.at(a.stage - 1, a.microbatch, A::SendF);
-      return t < 0 ? t : t + latency;
-    }
-    case A::RecvB: {
-      if (a.stage + 1 >= s.stages)
-        return -1.0;
-      double t = ledger.at(a.stage + 1, a.microbatch, A::SendB);
-      return t < 0 ? t : t + latency;
-    }
-    }
-    return -1.0;
-  };
-  auto durationOf = [&](const Action& a) {
+    return options_->stages.size() == 1 ? options_->stages[0] : options_->stages[a.stage];
+  }
+
+  double durationOf(const Action& a) const {
     const StageCosts& c = costOf(a);
     switch (a.type) {
     case A::Forward: return c.forward;
@@ -136,49 +150,67 @@ Expected<SimulationResult> play(const Schedule& s, const SimulationOptions* opti
     case A::BackwardWeight: return c.backwardWeight;
     default: return 0.0;
     }
-  };
-  while (remaining > 0) {
-    bool moved = false;
-    for (std::uint32_t r = 0; r < s.ranks; ++r) {
-      while (next[r] < s.perRank[r].size()) {
-        const Action& a = s.perRank[r][next[r]];
-        double ready = readyAt(r, a);
-        if (ready < 0)
-          break;
-        double start = std::max(clock[r], ready), end = start + (options ? durationOf(a) : 1.0);
-        ledger.at(a.stage, a.microbatch, a.type) = end;
-        clock[r] = end;
-        ++next[r];
-        --remaining;
-        moved = true;
-        if (options) {
-          result.busy[r] += end - start;
-          std::int64_t bytes = costOf(a).activationBytes;
-          if (a.type == A::Forward)
-            result.peakActivationBytes[r] = std::max(result.peakActivationBytes[r], live[r] += bytes);
-          else if (a.type == A::Backward || a.type == A::BackwardWeight)
-            live[r] -= bytes;
-          result.timeline.push_back({r, a, start, end});
-        }
-      }
-    }
-    if (!moved) {
-      std::ostringstream blocked;
-      for (std::uint32_t r = 0; r < s.ranks; ++r)
-        if (next[r] < s.perRank[r].size())
-          blocked << (blocked.tellp() > 0 ? ", " : "") << "rank " << r << " at " << formatAction(s.perRank[r][next[r]]);
-      return Error(ErrorCode::InvalidArgument) << "the schedule deadlocks: " << blocked.str();
-    }
   }
-  if (options) {
-    for (double c : clock)
-      result.makespan = std::max(result.makespan, c);
-    double busy = 0.0;
-    for (double b : result.busy)
-      busy += b;
-    result.bubbleFraction = result.makespan > 0 ? 1.0 - busy / (result.makespan * s.ranks) : 0.0;
+
+  double backwardDone(std::uint32_t stage, std::uint32_t m) {
+    double b = ledger_.at(stage, m, A::Backward), i = ledger_.at(stage, m, A::BackwardInput);
+    return b >= 0 ? b : i;
   }
-  return result;
+  bool crossRank(std::uint32_t rank, std::uint32_t otherStage) const { return s_.rankOf(otherStage) != rank; }
+  // `t` (< 0: not yet) plus the transfer latency when it comes from another rank.
+  double arrival(double t, bool fromOtherRank) const { return t < 0 ? t : t + (fromOtherRank ? latency_ : 0.0); }
+
+  // When the action's inputs are available (< 0: not yet).
+  double readyAt(std::uint32_t rank, const Action& a) {
+    switch (a.type) {
+    case A::Forward: return forwardReadyAt(rank, a);
+    case A::Backward:
+    case A::BackwardInput: return backwardReadyAt(rank, a);
+    case A::BackwardWeight: return ledger_.at(a.stage, a.microbatch, A::BackwardInput);
+    case A::SendF: return ledger_.at(a.stage, a.microbatch, A::Forward);
+    case A::SendB: return backwardDone(a.stage, a.microbatch);
+    case A::RecvF:
+      return a.stage == 0 ? -1.0 : arrival(ledger_.at(a.stage - 1, a.microbatch, A::SendF), true);
+    case A::RecvB:
+      return a.stage + 1 >= s_.stages ? -1.0 : arrival(ledger_.at(a.stage + 1, a.microbatch, A::SendB), true);
+    }
+    return -1.0;
+  }
+
+  double forwardReadyAt(std::uint32_t rank, const Action& a) {
+    if (a.stage == 0)
+      return 0.0;
+    if (explicitComm_ && crossRank(rank, a.stage - 1))
+      return ledger_.at(a.stage, a.microbatch, A::RecvF);
+    return arrival(ledger_.at(a.stage - 1, a.microbatch, A::Forward), crossRank(rank, a.stage - 1));
+  }
+
+  // After the stage's own forward and the next stage's backward (the last stage: its forward).
+  double backwardReadyAt(std::uint32_t rank, const Action& a) {
+    double own = ledger_.at(a.stage, a.microbatch, A::Forward);
+    if (own < 0 || a.stage + 1 == s_.stages)
+      return own < 0 ? -1.0 : own;
+    double t = explicitComm_ && crossRank(rank, a.stage + 1)
+                   ? ledger_.at(a.stage, a.microbatch, A::RecvB)
+                   : arrival(backwardDone(a.stage + 1, a.microbatch), crossRank(rank, a.stage + 1));
+    return t < 0 ? t : std::max(own, t);
+  }
+
+  const Schedule& s_;
+  const SimulationOptions* options_;
+  bool explicitComm_;
+  double latency_;
+  Ledger ledger_;
+  SimulationResult result_;
+  std::vector<std::int64_t> live_;
+  std::vector<double> clock_;
+  std::vector<std::size_t> next_;
+};
+
+// Plays the schedule; with `options`, in time.
+Expected<SimulationResult> play(const Schedule& s, const SimulationOptions* options) {
+  CLEAVE_CHECK(checkActions(s));
+  return Player(s, options).play();
 }
 } // namespace
 
