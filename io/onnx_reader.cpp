@@ -253,6 +253,14 @@ struct GraphSpans {
   std::vector<std::string_view> nodes, initializers, inputs, outputs, valueInfos;
 };
 
+// A TensorProto's fields as the wire has them; where its data lives is decided after.
+struct InitializerFields {
+  ir::Parameter param;
+  std::int64_t dataType = 0;
+  bool typedFields = false, external = false, hasRaw = false;
+  std::string_view raw;
+};
+
 class OnnxScanner {
 public:
   OnnxScanner(std::shared_ptr<const MappedFile> file, const OnnxReadOptions& options)
@@ -266,6 +274,7 @@ private:
   Status scanGraphSpans(std::string_view graph);
   Status declareTypes();
   Status declareInferredTypes();
+  Status locateInitializerData(InitializerFields& fields, std::string_view tensorBytes, const std::string& what);
   Status addInitializer(std::string_view tensor, const std::unordered_set<std::string_view>& inputNames,
                         std::unordered_set<std::string_view>& initializerInputs);
   Status addInput(std::string_view valueInfo, const std::unordered_set<std::string_view>& initializers);
@@ -518,73 +527,93 @@ Status OnnxScanner::fillPreservedRank(ir::NodeSpec& spec) {
   return {};
 }
 
-Status OnnxScanner::addInitializer(std::string_view tensorBytes,
-                                   const std::unordered_set<std::string_view>& inputNames,
-                                   std::unordered_set<std::string_view>& initializerInputs) {
-  ir::Parameter param;
-  std::int64_t dataType = 0;
-  bool typedFields = false, external = false;
-  std::string_view raw;
-  bool hasRaw = false;
-  bool ok = forEachField(tensorBytes, [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
+namespace {
+// external_data's offset or length: decimal digits only.
+bool parseExternalNumber(std::string_view text, std::uint64_t& number) {
+  std::string digits(text);
+  char* end = nullptr;
+  number = std::strtoull(digits.c_str(), &end, 10);
+  return !digits.empty() && *end == '\0';
+}
+
+// Reads the fields of one TensorProto; false on a malformed one. `onName` sees its name.
+template <class OnName>
+bool scanTensorFields(std::string_view tensorBytes, InitializerFields& f, OnName onName) {
+  return forEachField(tensorBytes, [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
     std::string_view text;
     std::uint64_t value;
     switch (number) {
-    case field::kDims: fine = r.readInts(type, [&](std::int64_t d) { param.dims.push_back(d); }); return true;
+    case field::kDims: fine = r.readInts(type, [&](std::int64_t d) { f.param.dims.push_back(d); }); return true;
     case field::kDataType:
       if (type != WireType::Varint) return false;
       fine = r.readVarint(value);
-      dataType = static_cast<std::int64_t>(value);
+      f.dataType = static_cast<std::int64_t>(value);
       return true;
     case field::kTensorName:
       if ((fine = readText(type, r, text))) {
-        param.name = text;
-        if (!inputNames.empty() && inputNames.count(text))
-          initializerInputs.insert(text);
+        f.param.name = text;
+        onName(text);
       }
       return true;
-    case field::kRawData: fine = readText(type, r, raw); hasRaw = true; return true;
+    case field::kRawData: fine = readText(type, r, f.raw); f.hasRaw = true; return true;
     case field::kFloatData: case field::kInt32Data: case field::kStringData: case field::kInt64Data:
-    case field::kDoubleData: case field::kUint64Data: typedFields = true; return false;
+    case field::kDoubleData: case field::kUint64Data: f.typedFields = true; return false;
     case field::kDataLocation:
       if (type != WireType::Varint) return false;
       fine = r.readVarint(value);
-      external = value == onnx::TensorProto::EXTERNAL;
+      f.external = value == onnx::TensorProto::EXTERNAL;
       return true;
     case field::kExternalData: {
       std::string_view key, val;
       if (!(fine = readText(type, r, text) && readKeyValue(text, key, val)))
         return true;
-      if (key == "location") {
-        param.data.externalPath = val;
-      } else if (key == "offset" || key == "length") {
-        std::string number(val);
-        char* end = nullptr;
-        unsigned long long parsed = std::strtoull(number.c_str(), &end, 10);
-        if (number.empty() || *end != '\0') {
-          fine = false;
-          return true;
-        }
-        (key == "offset" ? param.data.offset : param.data.length) = parsed;
-      }
+      if (key == "location")
+        f.param.data.externalPath = val;
+      else if (key == "offset" || key == "length")
+        fine = parseExternalNumber(val, key == "offset" ? f.param.data.offset : f.param.data.length);
       return true;
     }
     default: return false;
     }
+  });
+}
+} // namespace
+
+Status OnnxScanner::addInitializer(std::string_view tensorBytes,
+                                   const std::unordered_set<std::string_view>& inputNames,
+                                   std::unordered_set<std::string_view>& initializerInputs) {
+  InitializerFields fields;
+  ir::Parameter& param = fields.param;
+  bool ok = scanTensorFields(tensorBytes, fields, [&](std::string_view name) {
+    if (!inputNames.empty() && inputNames.count(name))
+      initializerInputs.insert(name);
   });
   const std::string what = "initializer '" + param.name + "'";
   if (!ok)
     return corrupt(param.name.empty() ? std::string("an initializer") : what);
   if (param.name.empty())
     return Error(ErrorCode::ParseError) << "an initializer has no name";
-  CLEAVE_TRY(param.dtype, toDType(static_cast<int>(dataType), what));
+  CLEAVE_TRY(param.dtype, toDType(static_cast<int>(fields.dataType), what));
   for (std::int64_t dim : param.dims)
     if (dim < 0)
       return Error(ErrorCode::InvalidArgument) << what << " has negative dimension " << dim;
   ir::ValueType declared = ir::ValueType::tensor(param.dtype, param.dims);
   CLEAVE_CHECK(ir::checkTensorSize(declared, what));
   param.bytes = ir::byteSizeOf(declared);
-  if (external) {
+  CLEAVE_CHECK(locateInitializerData(fields, tensorBytes, what));
+  builder_.addParameter(std::move(param), declared);
+  return {};
+}
+
+// External data (inside the model's folder), raw bytes in the model file (kept in place), or typed
+// repeated fields (decoded by protobuf, rare); each must hold exactly what the shape needs.
+Status OnnxScanner::locateInitializerData(InitializerFields& fields, std::string_view tensorBytes,
+                                          const std::string& what) {
+  ir::Parameter& param = fields.param;
+  auto sizeMismatch = [&](std::size_t held) {
+    return Error(ErrorCode::ParseError) << what << " holds " << held << " bytes, its shape needs " << param.bytes;
+  };
+  if (fields.external) {
     param.data.source = ir::ParameterData::Source::External;
     if (param.data.externalPath.empty())
       return Error(ErrorCode::ParseError) << what << " has external data without a location";
@@ -594,28 +623,23 @@ Status OnnxScanner::addInitializer(std::string_view tensorBytes,
       return std::move(inside.error());
     if (param.data.length == 0)
       param.data.length = static_cast<std::uint64_t>(param.bytes);
-  } else if (hasRaw) {
-    if (static_cast<std::int64_t>(raw.size()) != param.bytes)
-      return Error(ErrorCode::ParseError) << what << " holds " << raw.size()
-                                          << " bytes, its shape needs " << param.bytes;
+  } else if (fields.hasRaw) {
+    if (static_cast<std::int64_t>(fields.raw.size()) != param.bytes)
+      return sizeMismatch(fields.raw.size());
     param.data.source = ir::ParameterData::Source::ModelFile;
-    param.data.offset = static_cast<std::uint64_t>(raw.data() - file_->bytes().data());
-    param.data.length = raw.size();
-  } else if (typedFields || param.bytes == 0) {
+    param.data.offset = static_cast<std::uint64_t>(fields.raw.data() - file_->bytes().data());
+    param.data.length = fields.raw.size();
+  } else if (fields.typedFields || param.bytes == 0) {
     onnx::TensorProto tensor; // rare: let protobuf decode the typed repeated fields
     if (!tensor.ParseFromArray(tensorBytes.data(), static_cast<int>(tensorBytes.size())))
       return corrupt(what);
     CLEAVE_TRY(std::string converted, typedFieldsToRaw(tensor, param.dtype));
     if (static_cast<std::int64_t>(converted.size()) != param.bytes)
-      return Error(ErrorCode::ParseError) << what << " holds " << converted.size()
-                                          << " bytes, its shape needs " << param.bytes;
+      return sizeMismatch(converted.size());
     param.data = builder_.appendInlineData(converted);
   } else {
-    return Error(ErrorCode::ParseError) << what << " holds no data, its shape needs " << param.bytes
-                                        << " bytes";
+    return Error(ErrorCode::ParseError) << what << " holds no data, its shape needs " << param.bytes << " bytes";
   }
-  ir::ValueType type = std::move(declared);
-  builder_.addParameter(std::move(param), type);
   return {};
 }
 
