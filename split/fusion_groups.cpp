@@ -166,86 +166,94 @@ std::vector<std::vector<NodeId>> cyclicComponents(const ir::Graph& graph, const 
 
 } // namespace
 
-FusionGroups findFusionGroups(const ir::Graph& graph, AccNodes& acc) {
-  FusionGroups result;
-  result.groupOf = IdVector<NodeId, std::uint32_t>(graph.numNodes(), kNoGroup);
-  GroupBuilder builder(graph);
+namespace {
+// Empties group `group`, appending its members to `into`.
+void takeGroup(FusionGroups& fusion, std::uint32_t group, std::vector<NodeId>& into) {
+  for (NodeId member : fusion.groups[group])
+    fusion.groupOf[member] = kNoGroup;
+  into.insert(into.end(), fusion.groups[group].begin(), fusion.groups[group].end());
+  fusion.groups[group].clear();
+}
+
+void sortUnique(std::vector<NodeId>& nodes) {
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+}
+
+void addGroup(FusionGroups& fusion, std::vector<NodeId> members) {
+  auto id = static_cast<std::uint32_t>(fusion.groups.size());
+  for (NodeId member : members)
+    fusion.groupOf[member] = id;
+  fusion.groups.push_back(std::move(members));
+}
+
+// Phase 1: one convex group per acc node without tensor meta that no group holds yet. A group
+// that touches earlier ones takes them in and grows again: a union of convex groups need not be
+// convex, and a node between two merged groups would depend on itself.
+void growGroups(const ir::Graph& graph, const AccNodes& acc, GroupBuilder& builder, FusionGroups& fusion) {
   for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
     NodeId seed{n};
     if (!acc.isAcc[seed] || !graph.isCallable(seed) || hasTensorMeta(graph, seed) ||
-        result.groupOf[seed] != kNoGroup)
+        fusion.groupOf[seed] != kNoGroup)
       continue;
     std::vector<NodeId> members = builder.grow({seed});
-    // Merge with every earlier group it touches, then grow again: a union of convex groups need
-    // not be convex, and a node between two merged groups would depend on itself.
-    auto id = static_cast<std::uint32_t>(result.groups.size());
     while (true) {
       std::vector<std::uint32_t> touched;
       for (NodeId member : members)
-        if (result.groupOf[member] != kNoGroup)
-          touched.push_back(result.groupOf[member]);
+        if (fusion.groupOf[member] != kNoGroup)
+          touched.push_back(fusion.groupOf[member]);
       std::sort(touched.begin(), touched.end());
       touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
       if (touched.empty())
         break;
-      for (std::uint32_t old : touched) {
-        for (NodeId member : result.groups[old])
-          result.groupOf[member] = kNoGroup;
-        members.insert(members.end(), result.groups[old].begin(), result.groups[old].end());
-        result.groups[old].clear();
-      }
-      std::sort(members.begin(), members.end());
-      members.erase(std::unique(members.begin(), members.end()), members.end());
+      for (std::uint32_t old : touched)
+        takeGroup(fusion, old, members);
+      sortUnique(members);
       members = builder.grow(members);
     }
-    for (NodeId member : members)
-      result.groupOf[member] = id;
-    result.groups.push_back(std::move(members));
+    addGroup(fusion, std::move(members));
   }
-  // Contracting two groups can close a cycle (A reaches B and B reaches A through other
-  // nodes) even when each is convex: merge every cyclic component into one group and re-close
-  // it, until the contracted graph is acyclic. Each round removes groups, so this ends.
+}
+
+// Phase 2: contracting two groups can close a cycle (A reaches B and B reaches A through other
+// nodes) even when each is convex: merge every cyclic component into one group and re-close it,
+// until the contracted graph is acyclic. Each round removes groups, so this ends.
+void mergeCyclicGroups(const ir::Graph& graph, GroupBuilder& builder, FusionGroups& fusion) {
   auto anyGroup = [&] {
-    return std::any_of(result.groups.begin(), result.groups.end(), [](const auto& g) { return !g.empty(); });
+    return std::any_of(fusion.groups.begin(), fusion.groups.end(), [](const auto& g) { return !g.empty(); });
   };
   while (anyGroup()) {
-    std::vector<std::vector<NodeId>> cycles = cyclicComponents(graph, result);
+    std::vector<std::vector<NodeId>> cycles = cyclicComponents(graph, fusion);
     if (cycles.empty())
       break;
     for (const std::vector<NodeId>& cycle : cycles) {
       std::vector<NodeId> members;
       for (NodeId vertex : cycle) {
-        std::uint32_t group = result.groupOf[vertex];
-        if (group == kNoGroup) {
+        if (fusion.groupOf[vertex] == kNoGroup)
           members.push_back(vertex);
-          continue;
-        }
-        for (NodeId member : result.groups[group])
-          result.groupOf[member] = kNoGroup;
-        members.insert(members.end(), result.groups[group].begin(), result.groups[group].end());
-        result.groups[group].clear();
+        else
+          takeGroup(fusion, fusion.groupOf[vertex], members);
       }
       std::sort(members.begin(), members.end());
       members = builder.grow(members);
-      auto id = static_cast<std::uint32_t>(result.groups.size());
       std::vector<NodeId> absorbed; // re-closing reached other groups: take them in whole
-      for (NodeId member : members) {
-        std::uint32_t old = result.groupOf[member];
-        if (old != kNoGroup && old != id) {
-          for (NodeId other : result.groups[old])
-            result.groupOf[other] = kNoGroup;
-          absorbed.insert(absorbed.end(), result.groups[old].begin(), result.groups[old].end());
-          result.groups[old].clear();
-        }
-      }
-      members.insert(members.end(), absorbed.begin(), absorbed.end());
-      std::sort(members.begin(), members.end());
-      members.erase(std::unique(members.begin(), members.end()), members.end());
       for (NodeId member : members)
-        result.groupOf[member] = id;
-      result.groups.push_back(std::move(members));
+        if (fusion.groupOf[member] != kNoGroup)
+          takeGroup(fusion, fusion.groupOf[member], absorbed);
+      members.insert(members.end(), absorbed.begin(), absorbed.end());
+      sortUnique(members);
+      addGroup(fusion, std::move(members));
     }
   }
+}
+} // namespace
+
+FusionGroups findFusionGroups(const ir::Graph& graph, AccNodes& acc) {
+  FusionGroups result;
+  result.groupOf = IdVector<NodeId, std::uint32_t>(graph.numNodes(), kNoGroup);
+  GroupBuilder builder(graph);
+  growGroups(graph, acc, builder, result);
+  mergeCyclicGroups(graph, builder, result);
   dissolveGroupsWithCpuMembers(graph, result, acc);
   return result;
 }

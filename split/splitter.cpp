@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <queue>
 
 #include "split/fusion_groups.h"
@@ -277,11 +278,12 @@ bool demoteNonTensorCrossings(const ir::Graph& graph, const std::vector<Phase>& 
 
 // torch's extend_acc_subgraph for phase `target` (an acc phase). Complexity: O(V + E) to build
 // the reverse dependencies, plus O(moved nodes x their edges).
-void extendAccPhase(const ir::Graph& graph, const AccNodes& acc, const FusionGroups& fusion,
-                    std::vector<Phase>& phases, IdVector<NodeId, std::uint32_t>& phaseOf,
-                    std::uint32_t target, bool allowNonTensor, SplitNotes& notes) {
+// extendAccPhase's reverse dependencies: per node, the callable users in phases before `target`
+// that must move first, with each fusion group's members sharing their users outside the group.
+std::vector<std::vector<NodeId>> usersInEarlierPhases(const ir::Graph& graph, const FusionGroups& fusion,
+                                                      const IdVector<NodeId, std::uint32_t>& phaseOf,
+                                                      std::uint32_t target) {
   std::uint32_t count = graph.numNodes();
-  // Reverse dependencies: the callable users in earlier phases, with fusion groups merged.
   std::vector<std::vector<NodeId>> waitsFor(count);
   for (std::uint32_t n = 0; n < count; ++n) {
     NodeId node{n};
@@ -309,6 +311,31 @@ void extendAccPhase(const ir::Graph& graph, const AccNodes& acc, const FusionGro
                                                         group.begin(), group.end());
     }
   }
+  return waitsFor;
+}
+
+// Moves the `moved` nodes among `candidates` into phase `target`, keeping each phase sorted.
+void takeIntoPhase(std::vector<Phase>& phases, IdVector<NodeId, std::uint32_t>& phaseOf, std::uint32_t target,
+                   const std::vector<NodeId>& candidates, const IdVector<NodeId, std::uint8_t>& moved,
+                   SplitNotes& notes) {
+  for (Phase& phase : phases)
+    phase.nodes.erase(std::remove_if(phase.nodes.begin(), phase.nodes.end(), [&](NodeId n) { return moved[n] != 0; }),
+                      phase.nodes.end());
+  for (NodeId node : candidates)
+    if (moved[node]) {
+      phases[target].nodes.push_back(node);
+      phaseOf[node] = target;
+      notes.reason[node] = SplitReason::Accelerator;
+      notes.detail[node].clear();
+    }
+  std::sort(phases[target].nodes.begin(), phases[target].nodes.end());
+}
+
+void extendAccPhase(const ir::Graph& graph, const AccNodes& acc, const FusionGroups& fusion,
+                    std::vector<Phase>& phases, IdVector<NodeId, std::uint32_t>& phaseOf,
+                    std::uint32_t target, bool allowNonTensor, SplitNotes& notes) {
+  std::uint32_t count = graph.numNodes();
+  std::vector<std::vector<NodeId>> waitsFor = usersInEarlierPhases(graph, fusion, phaseOf, target);
   // Candidates: callable inputs of the phase from other phases; take those ready, to a fixpoint
   // (the taken set is the closure, whatever the order: readiness only grows).
   IdVector<NodeId, std::uint8_t> moved(count, 0), candidate(count, 0);
@@ -363,107 +390,112 @@ void extendAccPhase(const ir::Graph& graph, const AccNodes& acc, const FusionGro
       addInputsOf(node);
     }
   }
-  for (Phase& phase : phases)
-    phase.nodes.erase(std::remove_if(phase.nodes.begin(), phase.nodes.end(), [&](NodeId n) { return moved[n] != 0; }),
-                      phase.nodes.end());
-  for (NodeId node : candidates)
-    if (moved[node]) {
-      phases[target].nodes.push_back(node);
-      phaseOf[node] = target;
-      notes.reason[node] = SplitReason::Accelerator;
-      notes.detail[node].clear();
+  takeIntoPhase(phases, phaseOf, target, candidates, moved, notes);
+}
+
+// The callable users of `node`'s outputs that are in some phase.
+std::vector<NodeId> phasedUsers(const ir::Graph& graph, const IdVector<NodeId, std::uint32_t>& phaseOf, NodeId node) {
+  std::vector<NodeId> out;
+  for (ir::ValueId value : graph.outputs(node))
+    for (NodeId user : graph.users(value))
+      if (graph.isCallable(user) && phaseOf[user] != UINT32_MAX)
+        out.push_back(user);
+  return out;
+}
+
+bool hasUsersElsewhere(const ir::Graph& graph, const IdVector<NodeId, std::uint32_t>& phaseOf, NodeId node,
+                       std::uint32_t phase) {
+  for (NodeId user : phasedUsers(graph, phaseOf, node))
+    if (phaseOf[user] != phase)
+      return true;
+  return false;
+}
+
+// `node` and its descendants in phase `from`, all to move to `to`; nothing when a descendant is
+// in a third phase. The walk stops at nodes already in `to`.
+std::optional<std::vector<NodeId>> descendantsToMove(const ir::Graph& graph,
+                                                     const IdVector<NodeId, std::uint32_t>& phaseOf, NodeId node,
+                                                     std::uint32_t from, std::uint32_t to) {
+  std::vector<NodeId> toMove, stack{node};
+  std::vector<std::uint8_t> seen(graph.numNodes(), 0);
+  while (!stack.empty()) {
+    NodeId current = stack.back();
+    stack.pop_back();
+    if (seen[index(current)] || phaseOf[current] == to)
+      continue;
+    seen[index(current)] = 1;
+    if (phaseOf[current] != from)
+      return std::nullopt;
+    toMove.push_back(current);
+    for (NodeId user : phasedUsers(graph, phaseOf, current))
+      stack.push_back(user);
+  }
+  return toMove;
+}
+
+void moveNodes(const ir::Graph& graph, std::vector<Phase>& phases, IdVector<NodeId, std::uint32_t>& phaseOf,
+               const std::vector<NodeId>& toMove, NodeId nonTensorNode, std::uint32_t from, std::uint32_t to,
+               SplitNotes& notes) {
+  for (NodeId moved : toMove) {
+    phaseOf[moved] = to;
+    phases[to].nodes.push_back(moved);
+    if (!phases[to].isAcc) {
+      notes.reason[moved] = SplitReason::NonTensorBoundary;
+      notes.detail[moved] = "moved next to the users of non-tensor node '" + std::string(graph.name(nonTensorNode)) + "'";
     }
-  std::sort(phases[target].nodes.begin(), phases[target].nodes.end());
+  }
+  auto& nodes = phases[from].nodes;
+  nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [&](NodeId n) { return phaseOf[n] != from; }), nodes.end());
+  std::sort(phases[to].nodes.begin(), phases[to].nodes.end());
+}
+
+// torch's move_non_tensor_nodes_on_boundary for acc phase `from`: a non-tensor node whose users
+// are all in one other phase moves there with its descendants in `from`; then its non-tensor
+// parents are tried.
+void moveNonTensorNodesOutOf(const ir::Graph& graph, std::vector<Phase>& phases,
+                             IdVector<NodeId, std::uint32_t>& phaseOf, std::uint32_t from, SplitNotes& notes) {
+  std::deque<NodeId> queue;
+  for (NodeId node : phases[from].nodes)
+    if (!producesTensor(graph, node) && hasUsersElsewhere(graph, phaseOf, node, from))
+      queue.push_back(node);
+  std::vector<std::uint8_t> processed(graph.numNodes(), 0);
+  while (!queue.empty()) {
+    NodeId node = queue.front();
+    queue.pop_front();
+    if (processed[index(node)] || phaseOf[node] != from)
+      continue;
+    processed[index(node)] = 1;
+    std::vector<std::uint32_t> targets;
+    for (NodeId user : phasedUsers(graph, phaseOf, node))
+      if (phaseOf[user] != from)
+        targets.push_back(phaseOf[user]);
+    std::sort(targets.begin(), targets.end());
+    targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+    if (targets.size() != 1) {
+      notes.remarks.push_back("cannot move non-tensor node '" + std::string(graph.name(node)) +
+                              "': its users are in several submodules");
+      continue;
+    }
+    if (std::optional<std::vector<NodeId>> toMove = descendantsToMove(graph, phaseOf, node, from, targets[0]))
+      moveNodes(graph, phases, phaseOf, *toMove, node, from, targets[0], notes);
+    for (ir::ValueId value : graph.inputs(node)) {
+      if (value == ir::kNoValue)
+        continue;
+      NodeId parent = graph.producer(value);
+      if (graph.isCallable(parent) && phaseOf[parent] == from && !producesTensor(graph, parent) &&
+          !processed[index(parent)] && hasUsersElsewhere(graph, phaseOf, parent, from))
+        queue.push_back(parent);
+    }
+  }
 }
 
 // torch's move_non_tensor_nodes_on_boundary over the phases. Complexity: O(moved nodes x their
 // descendants' edges) per acc phase.
 void moveNonTensorNodesOnBoundary(const ir::Graph& graph, std::vector<Phase>& phases,
                                   IdVector<NodeId, std::uint32_t>& phaseOf, SplitNotes& notes) {
-  auto children = [&](NodeId node) {
-    std::vector<NodeId> out;
-    for (ir::ValueId value : graph.outputs(node))
-      for (NodeId user : graph.users(value))
-        if (graph.isCallable(user) && phaseOf[user] != UINT32_MAX)
-          out.push_back(user);
-    return out;
-  };
-  auto hasChildrenElsewhere = [&](NodeId node, std::uint32_t phase) {
-    for (NodeId child : children(node))
-      if (phaseOf[child] != phase)
-        return true;
-    return false;
-  };
-  for (std::uint32_t from = 0; from < phases.size(); ++from) {
-    if (!phases[from].isAcc)
-      continue;
-    std::deque<NodeId> queue;
-    for (NodeId node : phases[from].nodes)
-      if (!producesTensor(graph, node) && hasChildrenElsewhere(node, from))
-        queue.push_back(node);
-    std::vector<std::uint8_t> processed(graph.numNodes(), 0);
-    while (!queue.empty()) {
-      NodeId node = queue.front();
-      queue.pop_front();
-      if (processed[index(node)] || phaseOf[node] != from)
-        continue;
-      processed[index(node)] = 1;
-      std::vector<std::uint32_t> targets;
-      for (NodeId child : children(node))
-        if (phaseOf[child] != from)
-          targets.push_back(phaseOf[child]);
-      std::sort(targets.begin(), targets.end());
-      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-      if (targets.size() != 1) {
-        notes.remarks.push_back("cannot move non-tensor node '" + std::string(graph.name(node)) +
-                               "': its users are in several submodules");
-        continue;
-      }
-      std::uint32_t to = targets[0];
-      // Descendants: in `to` the walk stops, in `from` they move along, elsewhere: cannot move.
-      std::vector<NodeId> toMove, stack{node};
-      std::vector<std::uint8_t> seen(graph.numNodes(), 0);
-      bool canMove = true;
-      while (!stack.empty() && canMove) {
-        NodeId current = stack.back();
-        stack.pop_back();
-        if (seen[index(current)])
-          continue;
-        seen[index(current)] = 1;
-        if (phaseOf[current] == to)
-          continue;
-        if (phaseOf[current] != from) {
-          canMove = false;
-          break;
-        }
-        toMove.push_back(current);
-        for (NodeId child : children(current))
-          stack.push_back(child);
-      }
-      if (canMove) {
-        for (NodeId moved : toMove) {
-          phaseOf[moved] = to;
-          phases[to].nodes.push_back(moved);
-          if (!phases[to].isAcc) {
-            notes.reason[moved] = SplitReason::NonTensorBoundary;
-            notes.detail[moved] = "moved next to the users of non-tensor node '" + std::string(graph.name(node)) + "'";
-          }
-        }
-        auto& nodes = phases[from].nodes;
-        nodes.erase(std::remove_if(nodes.begin(), nodes.end(), [&](NodeId n) { return phaseOf[n] != from; }),
-                    nodes.end());
-        std::sort(phases[to].nodes.begin(), phases[to].nodes.end());
-      }
-      for (ir::ValueId value : graph.inputs(node)) {
-        if (value == ir::kNoValue)
-          continue;
-        NodeId parent = graph.producer(value);
-        if (graph.isCallable(parent) && phaseOf[parent] == from && !producesTensor(graph, parent) &&
-            !processed[index(parent)] && hasChildrenElsewhere(parent, from))
-          queue.push_back(parent);
-      }
-    }
-  }
+  for (std::uint32_t from = 0; from < phases.size(); ++from)
+    if (phases[from].isAcc)
+      moveNonTensorNodesOutOf(graph, phases, phaseOf, from, notes);
 }
 
 } // namespace
