@@ -2,6 +2,7 @@
 // Expected<T> uses the member names of C++23 std::expected (has_value, value, error, *, ->), so a
 // later switch to std::expected is a rename. Nothing in cleave throws; foreign exceptions are caught
 // where they arise (protobuf/JSON parsers in io/, ATen in runtime/) and turned into Errors there.
+// Complexity: checks and moves are O(1); an Error costs its message text, built only on failure.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 // Every file cleave writes goes through writeFileAtomically: data goes to a temporary name in the
 // destination's directory and is renamed into place, so a reader never sees a half-written file
 // and a failure leaves nothing behind. Output directories: base/output_directory.h.
+// Complexity: reads and writes are linear in the file's bytes; a write adds one rename.
 #pragma once
 
 #include <cstdint>

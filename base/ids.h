@@ -1,5 +1,7 @@
 // base/ids.h - strongly typed dense ids and id-indexed side arrays.
 // Ids are indexes into the graph's flat arrays; the enums keep NodeId and ValueId from mixing.
+// Guarantee: an id of one kind does not convert to another. Complexity: an IdVector access is one
+// array index, O(1).
 #pragma once
 
 #include <cstdint>

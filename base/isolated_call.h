@@ -5,7 +5,7 @@
 // gets an Expected: the body's result string, or an Error naming `what` ("WHAT failed: <exception>",
 // "WHAT crashed on this input (signal N)", "WHAT did not finish in N s"). The child shares nothing
 // back but the result bytes (a pipe) and leaves with _exit, so no atexit handler or destructor of
-// the parent's state runs twice. Cost: one fork (copy-on-write; page tables only) per call.
+// the parent's state runs twice. Complexity: one fork (copy-on-write; page tables only) per call.
 // Caveat: the child runs `body` in a copy of a possibly multi-threaded process; `body` must only
 // use state that no other thread holds a lock on (cleave reads models before any pool starts).
 #pragma once

@@ -1,6 +1,7 @@
 // base/mapped_file.h - a read-only memory mapping of a whole file.
 // Pages are read from disk only when touched, so a reader can skip large regions (ONNX weights)
 // for free and come back to them later through the same mapping.
+// Complexity: O(1) to map (one mmap); a page costs a disk read only when first touched.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,5 @@
 // bench/bench_timing.h - the timing helpers every benchmark uses.
+// Guarantee: only `work` runs inside the timed region. Complexity: O(repeat log repeat) besides it.
 #pragma once
 
 #include <algorithm>

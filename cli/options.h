@@ -2,6 +2,7 @@
 // --json, the output directory (-o, --force, --plan-only), enum-valued options fed by one
 // EnumTable, and writing a plan directory with its reports. The output directory is checked
 // (base/output_directory.h) before any work starts, so a refused `-o` costs the user nothing.
+// Complexity: declaring is O(options); writing a plan directory is linear in what it writes.
 #pragma once
 
 #include <optional>

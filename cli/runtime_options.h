@@ -1,5 +1,6 @@
 // cli/runtime_options.h - the options every running command shares (--backend, --inputs,
 // --seed, --dim) and opening what they run.
+// Complexity: random inputs are linear in their elements; opening is the model's load.
 #pragma once
 
 #include <map>

@@ -1,4 +1,6 @@
 // io/model_loader.h - open a model file whatever its format (ONNX protobuf or FX-graph JSON).
+// Guarantee: one loader for every format, with the format's own errors (one line, naming the
+// file). Complexity: detection reads the first bytes; loading is the format reader's (linear).
 #pragma once
 
 #include <string>

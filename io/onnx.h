@@ -7,6 +7,8 @@
 // the node's implicit operands, so dependencies stay right.
 // Writing: the reverse; a written model passes onnx's full check and reads back to the same
 // graph (same nodes, values, attributes and initializers).
+// Complexity: reading is linear in the model's bytes outside the weights (weights stay mapped or
+// external until used); writing is linear in the model.
 #pragma once
 
 #include <string>

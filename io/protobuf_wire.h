@@ -1,6 +1,7 @@
 // io/protobuf_wire.h - a bounds-checked reader of the protobuf wire format.
 // Used to scan ONNX models without materializing protobuf messages: every read checks the end of
 // its span, so truncated or corrupt input yields `false`, never an out-of-bounds access.
+// Complexity: each read is O(its bytes); scanning a message is one pass over its span.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,8 @@
 // outputs, attributes and parameters are ranges into shared CSR arrays; each value has exactly
 // one producer and a sorted, duplicate-free list of user nodes. Only GraphBuilder::finish()
 // creates a Graph (after checking it), so every Graph in cleave satisfies verifyGraph().
+// Complexity: GraphBuilder::finish is O(V + E) plus sorting each value's users; every query is
+// O(1) or linear in the range it returns.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
 // ir/types.h - element types, value kinds and shapes carried by IR values.
+// Complexity: every query is O(rank).
 #pragma once
 
 #include <cstdint>

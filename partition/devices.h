@@ -12,6 +12,7 @@
 // Fails (one-line errors naming the entry): no devices, a duplicate logical id, zero or negative
 // memory, missing fields, a profile that does not load, a matrix of the wrong size or with a
 // non-positive rate, invalid JSON.
+// Complexity: linear in the JSON (and in each profile it loads).
 #pragma once
 
 #include <memory>

@@ -16,6 +16,8 @@
 //                  with 1F1B's in-flight limit, so the W's fill what would be bubbles (ZB-H1
 //                  style), 1 stage per rank
 // CSV: one line per rank, its actions separated by commas (an empty cell is an idle step).
+// Complexity: a generator makes O(stages x microbatches) actions in time linear in them; CSV
+// reading and writing are linear in the text.
 #pragma once
 
 #include <optional>

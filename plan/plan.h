@@ -3,6 +3,7 @@
 // speaks no pass's vocabulary: a placement reason is a code the pass defines (the split's are in
 // split/placement_reason.h) plus a detail, rendered to text by report/. Materializing a plan
 // (submodels, plan.json) is plan/materialize.h; checking one is plan::verify.
+// Complexity: plan::verify is O(V + E); reasonOf is a binary search, O(log reasons).
 #pragma once
 
 #include <cstdint>

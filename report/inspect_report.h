@@ -1,4 +1,5 @@
 // report/inspect_report.h - what `cleave inspect` prints, as text and as JSON.
+// Complexity: linear in the graph (plus sorting the op histogram).
 #pragma once
 
 #include <optional>

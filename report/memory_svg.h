@@ -1,5 +1,6 @@
 // report/memory_svg.h - an SVG bar chart of memory per device: one row per device, its capacity
 // as the frame and one box per partition on it, sized by the partition's bytes.
+// Complexity: linear in devices and partitions.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,6 @@
 // report/split_report.h - what `cleave support` and `cleave split` print and write.
+// Guarantee: text and JSON render the same typed results. Complexity: linear in the graph plus
+// sorting the grouped CPU reasons.
 #pragma once
 
 #include <ostream>

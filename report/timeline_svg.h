@@ -1,6 +1,7 @@
 // report/timeline_svg.h - a pipeline schedule's timeline as SVG: one row per rank, time to the
 // right, one box per action (forward, backward, backward-input, backward-weight, communication
 // in distinct colours), labelled with its action string.
+// Complexity: linear in the actions.
 #pragma once
 
 #include <string>

@@ -10,6 +10,8 @@
 //                  (naming the node and the profile's reason), else runs like aten-cpu: a
 //                  stand-in accelerator to exercise failure paths
 // Outputs stay on the backend's device; callers move values where the next module needs them.
+// Complexity: lowering is linear in the graph plus loading parameters once; a run is the
+// executor's (runtime/executor.h: O(V + E) besides the kernels).
 #pragma once
 
 #include <memory>

@@ -2,6 +2,7 @@
 // runnable thing: its submodels lowered onto backends, run in plan order, each fed from the
 // graph inputs and earlier submodels' outputs (moved to the submodel's device), values dropped
 // once no later submodel reads them.
+// Complexity: per run, the submodels' runs plus O(boundary values) to route tensors.
 #pragma once
 
 #include <chrono>

@@ -7,6 +7,8 @@
 // reads from outside; its outputs: the values it makes that others read, or graph outputs), lowers
 // it on the backend, feeds it the reference values and compares its outputs with theirs:
 // |got - want| <= atol + rtol * |want| element-wise.
+// Complexity: a reference run keeps every value (memory: the sum of all activations); a trial is
+// O(V + E) to extract plus the subgraph's run.
 #pragma once
 
 #include "plan/plan.h"

@@ -9,6 +9,8 @@
 //
 // Every function returns an undefined tensor when oneDNN cannot take the operands (not built
 // with it, not float32 on the CPU, a layout the primitive refuses); the caller then uses ATen.
+// Complexity: the first call with a weight pays primitive creation and the weight's reorder; later
+// calls only the product.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,5 +1,6 @@
 // runtime/runnable.h - a model file or a cut-model directory behind one interface, for the
 // commands that run things (run, verify): open, make inputs, run with per-submodule timings.
+// Complexity: that of the model or cut model it wraps.
 #pragma once
 
 #include <optional>

@@ -2,6 +2,7 @@
 // for ONNX graphs whose static shapes are incomplete): every value made during the run gets the
 // dtype and shape it had; values the run never made (the other branch of an If) keep theirs.
 // The result is a new graph, ready for the memory model, the splitter's preview, or writing.
+// Complexity: one run of the model plus O(V + E) to rebuild the graph.
 #pragma once
 
 #include "runtime/tensors.h"

@@ -2,6 +2,7 @@
 // plan's plan::PlacementReason carries. The profile's own rejections come first (one code per
 // support::Reason), then the split's: a supported node the sweep still had to put on the CPU.
 // report/split_report.h renders them; nothing else interprets the numbers.
+// Complexity: a name is a table lookup, O(1); splitReasonOf is reasonOf's binary search.
 #pragma once
 
 #include <cstdint>
