@@ -135,6 +135,7 @@ const KernelTable& kernelTable() {
     registerIndexKernels(t);
     registerQuantKernels(t);
     registerResizeKernels(t);
+    registerRecurrentKernels(t);
     std::sort(t.entries_.begin(), t.entries_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     return t;
   }();

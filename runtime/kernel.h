@@ -116,6 +116,7 @@ void registerLossKernels(KernelTable& table);
 void registerIndexKernels(KernelTable& table);
 void registerQuantKernels(KernelTable& table);
 void registerResizeKernels(KernelTable& table);
+void registerRecurrentKernels(KernelTable& table);
 
 // Helpers shared by kernel files.
 // x[..., K] times a 2-D weight, with `weightIsNK` telling whether it is laid out [N, K] (Gemm's

@@ -1,8 +1,8 @@
 """The ATen runtime against ONNX Runtime (npm onnxruntime-node) on the model zoo of issue 4:
 torchvision resnet50, mobilenet_v3_large and a ViT (torchvision's VisionTransformer), a
-torch.nn.TransformerEncoder, a GPT-2-style decoder and a DLRM-like model with EmbeddingBag
-(exported by tools/export_zoo.py --small with Debian's torch, opsets 13 to 17). Outputs must agree
-within 1e-4 relative error (max |cleave - ORT| / max |ORT|). Cut models (split with the GPU and NPU
+torch.nn.TransformerEncoder, a GPT-2-style decoder, a DLRM-like model with EmbeddingBag and
+2-layer bidirectional LSTM and GRU taggers (exported by tools/export_zoo.py --small with Debian's
+torch, opsets 13 to 17). Outputs must agree within 1e-4 relative error (max |cleave - ORT| / max |ORT|). Cut models (split with the GPU and NPU
 profiles) must verify against the original with `cleave verify`, and unsupported input must be
 refused with one-line errors."""
 import json
@@ -17,7 +17,7 @@ from testlib import EXAMPLES, SOURCE_DIR, TempDirTest, main, run, CLEAVE
 
 ORACLE = os.path.join(SOURCE_DIR, "tests", "oracle", "run_model.js")
 ZOO = os.path.join(os.path.dirname(os.path.abspath(CLEAVE)), "zoo_small")
-MODELS = ("resnet50", "mobilenet_v3_large", "vit_b_16", "transformer_encoder", "gpt2", "dlrm")
+MODELS = ("resnet50", "mobilenet_v3_large", "vit_b_16", "transformer_encoder", "gpt2", "dlrm", "lstm", "gru")
 GPU = os.path.join(EXAMPLES, "profiles", "gpu.json")
 NPU = os.path.join(EXAMPLES, "profiles", "npu.json")
 

@@ -6,6 +6,7 @@ Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
   resnet50           torchvision, opset 13          mobilenet_v3_large  torchvision, opset 14
   vit_b_16           torchvision, opset 15          transformer_encoder torch.nn.TransformerEncoder, opset 17
   gpt2               a GPT-2-style decoder, opset 16   dlrm            DLRM-like with EmbeddingBag, opset 17
+  lstm, gru          2-layer bidirectional LSTM / GRU taggers (batch first), opset 14
   bert_base          a BERT-base-sized encoder (12 x 768, 12 heads), opset 17 (benchmarks)
 --small shrinks the encoder/decoder sizes and image sizes for fast tests (same op sets).
 Existing files are kept (delete them to re-export).
@@ -90,6 +91,21 @@ class Encoder(nn.Module):
         return self.encoder(x)
 
 
+class Recurrent(nn.Module):
+    """A sequence tagger: a 2-layer bidirectional LSTM or GRU (batch first) and a linear head; the
+    output mixes the per-step outputs Y with the final hidden state Y_h, so both are checked."""
+
+    def __init__(self, cell, features=16, hidden=32, classes=8):
+        super().__init__()
+        self.rnn = cell(features, hidden, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(2 * hidden, classes)
+
+    def forward(self, x):
+        y, state = self.rnn(x)
+        h = state[0] if isinstance(state, tuple) else state  # LSTM: (h, c)
+        return self.head(y) + h.sum(0).mean(-1, keepdim=True).unsqueeze(1)
+
+
 def randomize(model, seed=1):
     """Random weights that make every layer matter: zero-initialized weights (ViT's head) drawn
     from N(0, 0.02), and BatchNorm statistics and affine terms random instead of the identity."""
@@ -132,6 +148,8 @@ def zoo(small):
            (torch.randint(0, 1000, (2, 32), generator=g),), ["ids"])
     yield ("dlrm", 17, lambda: export_examples.Dlrm(), export_examples.dlrm_inputs(),
            ["dense", "indices", "offsets"])
+    yield ("lstm", 14, lambda: Recurrent(nn.LSTM), (torch.randn(3, 10, 16, generator=g),), ["x"])
+    yield ("gru", 14, lambda: Recurrent(nn.GRU), (torch.randn(3, 10, 16, generator=g),), ["x"])
     yield ("bert_base", 17, lambda: Encoder(768, 12, 12, 3072, activation="gelu"),
            (torch.randn(1, 128, 768, generator=g),), ["x"])
 
