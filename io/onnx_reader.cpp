@@ -918,6 +918,8 @@ Expected<std::shared_ptr<const MappedFile>> convertOldOpset(const std::shared_pt
     return Error(ErrorCode::ParseError) << "not a valid ONNX model (protobuf parse failed: truncated or corrupt file?)";
   (void)onnx::OpSchemaRegistry::Instance(); // initialized before the fork, not in the child
   Expected<std::string> converted = runIsolated("onnx's version converter", [&]() {
+    // The broadcasting adapters (Add/Gemm 6 -> 7) need every operand's shape: infer them first.
+    onnx::shape_inference::InferShapes(model);
     return onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMinOnnxOpset)).SerializeAsString();
   });
   if (!converted)

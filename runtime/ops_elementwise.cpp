@@ -103,7 +103,16 @@ void registerElementwiseKernels(KernelTable& t) {
   t.add("Celu", [](KernelContext& c) -> Outputs { return {at::celu(c.input(0), c.floatAttr("alpha", 1.0f))}; });
   t.add("PRelu", [](KernelContext& c) -> Outputs {
     const at::Tensor& x = c.input(0);
-    return {at::where(x >= 0, x, x * c.input(1))};
+    at::Tensor slope = c.input(1);
+    // Opset 6's per-channel slope (axis 1), left as is by the version converter: a 1-D slope of
+    // C entries that cannot broadcast against the last axis is read per channel.
+    if (slope.dim() == 1 && x.dim() > 2 && slope.size(0) == x.size(1) && slope.size(0) != 1 &&
+        slope.size(0) != x.size(-1)) {
+      std::vector<std::int64_t> perChannel(x.dim() - 1, 1);
+      perChannel[0] = slope.size(0);
+      slope = slope.reshape(perChannel);
+    }
+    return {at::where(x >= 0, x, x * slope)};
   });
   t.add("HardSigmoid", [](KernelContext& c) -> Outputs {
     float alpha = c.floatAttr("alpha", 0.2f), beta = c.floatAttr("beta", 0.5f);
