@@ -136,6 +136,8 @@ const KernelTable& kernelTable() {
     registerQuantKernels(t);
     registerResizeKernels(t);
     registerRecurrentKernels(t);
+    registerSignalKernels(t);
+    registerSpatialKernels(t);
     std::sort(t.entries_.begin(), t.entries_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     return t;
   }();

@@ -117,6 +117,8 @@ void registerIndexKernels(KernelTable& table);
 void registerQuantKernels(KernelTable& table);
 void registerResizeKernels(KernelTable& table);
 void registerRecurrentKernels(KernelTable& table);
+void registerSignalKernels(KernelTable& table);
+void registerSpatialKernels(KernelTable& table);
 
 // Helpers shared by kernel files.
 // x[..., K] times a 2-D weight, with `weightIsNK` telling whether it is laid out [N, K] (Gemm's

@@ -1,5 +1,5 @@
 // runtime/ops_index.cpp - ONNX's index and scatter ops on ATen: ScatterElements, GatherND,
-// ScatterND, OneHot, Compress. Negative indices count from the end of their axis, as ONNX says.
+// ScatterND, OneHot, Compress, ReverseSequence. Negative indices count from the end of their axis, as ONNX says.
 #include "runtime/kernel.h"
 
 namespace cleave::runtime {
@@ -91,6 +91,26 @@ Outputs compress(KernelContext& c) {
   std::int64_t axis = normalizeAxis(c.intAttr("axis", 0), x.dim());
   return {x.index_select(axis, kept)};
 }
+// Reverses each batch entry's first sequence_lens[b] steps along time_axis; later steps stay.
+Outputs reverseSequence(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  std::int64_t timeAxis = normalizeAxis(c.intAttr("time_axis", 0), x.dim());
+  std::int64_t batchAxis = normalizeAxis(c.intAttr("batch_axis", 1), x.dim());
+  if (timeAxis == batchAxis || x.dim() < 2)
+    throw KernelError("time_axis and batch_axis must be two different axes");
+  at::Tensor lengths = c.input(1).to(at::kLong);
+  std::int64_t steps = x.size(timeAxis), batch = x.size(batchAxis);
+  if (lengths.dim() != 1 || lengths.size(0) != batch)
+    throw KernelError("sequence_lens must have one entry per batch element");
+  at::Tensor t = at::arange(steps, lengths.options()).unsqueeze(1); // [time, batch]
+  at::Tensor index = at::where(t < lengths.unsqueeze(0), lengths.unsqueeze(0) - 1 - t, t);
+  if (timeAxis > batchAxis)
+    index = index.t();
+  std::vector<std::int64_t> view(x.dim(), 1);
+  view[timeAxis] = steps;
+  view[batchAxis] = batch;
+  return {at::gather(x, timeAxis, index.reshape(view).expand(x.sizes()))};
+}
 } // namespace
 
 void registerIndexKernels(KernelTable& t) {
@@ -100,6 +120,7 @@ void registerIndexKernels(KernelTable& t) {
   t.add("ScatterND", scatterNd);
   t.add("OneHot", oneHot);
   t.add("Compress", compress);
+  t.add("ReverseSequence", reverseSequence);
 }
 
 } // namespace cleave::runtime

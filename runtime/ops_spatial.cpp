@@ -1,0 +1,114 @@
+// runtime/ops_spatial.cpp - ONNX ops over spatial and channel axes that ATen has no single op
+// for, or names differently: GridSample, MaxUnpool, LRN, MeanVarianceNormalization.
+//
+// GridSample (opset 16): ATen's grid_sampler with ONNX's mode (bilinear, nearest, bicubic),
+// padding_mode (zeros, border, reflection) and align_corners. MaxUnpool: each value goes to the
+// flat position MaxPool's Indices gave it (over the whole N x C x spatial tensor), the rest zero;
+// output shape from `output_shape` or (in - 1) * stride + kernel - pads. LRN: x / (bias +
+// alpha / size * sum of squares over the channel window [c - floor((size-1)/2), c +
+// ceil((size-1)/2)])^beta. MVN: (x - mean) / sqrt(variance + 1e-9) over `axes` (default 0, 2, 3).
+// Cost: linear in the tensor (LRN: times `size`), GridSample: ATen's.
+#include "runtime/kernel.h"
+
+namespace cleave::runtime {
+
+namespace {
+using Outputs = std::vector<at::Tensor>;
+
+std::int64_t choice(const std::string& value, std::initializer_list<const char*> names, const char* what) {
+  std::int64_t i = 0;
+  for (const char* name : names) {
+    if (value == name)
+      return i;
+    ++i;
+  }
+  throw KernelError(std::string("unknown ") + what + " '" + value + "'");
+}
+
+Outputs gridSample(KernelContext& c) {
+  std::int64_t mode = choice(c.stringAttr("mode", "bilinear"), {"bilinear", "nearest", "bicubic"}, "mode");
+  std::int64_t padding =
+      choice(c.stringAttr("padding_mode", "zeros"), {"zeros", "border", "reflection"}, "padding_mode");
+  bool alignCorners = c.intAttr("align_corners", 0) != 0;
+  const at::Tensor& x = c.input(0);
+  return {at::grid_sampler(x, c.input(1).to(x.scalar_type()), mode, padding, alignCorners)};
+}
+
+// The shape MaxPool's input had: (in - 1) * stride + kernel - pads per spatial axis.
+std::vector<std::int64_t> unpooledShape(const KernelContext& c, const at::Tensor& x) {
+  std::size_t spatial = x.dim() - 2;
+  std::vector<std::int64_t> kernel = c.intsAttr("kernel_shape"), strides = c.intsAttr("strides"),
+                            pads = c.intsAttr("pads");
+  if (kernel.size() != spatial)
+    throw KernelError("kernel_shape must have one entry per spatial axis");
+  std::vector<std::int64_t> shape = {x.size(0), x.size(1)};
+  for (std::size_t d = 0; d < spatial; ++d) {
+    std::int64_t stride = d < strides.size() ? strides[d] : 1;
+    std::int64_t padded = pads.size() == 2 * spatial ? pads[d] + pads[d + spatial] : 0;
+    shape.push_back((x.size(2 + d) - 1) * stride + kernel[d] - padded);
+  }
+  return shape;
+}
+
+// Indices are flat positions in MaxPool's input; a larger output_shape keeps each value at the
+// same coordinates, zeros after them (ONNX's reference).
+Outputs maxUnpool(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  if (x.dim() < 3)
+    throw KernelError("X must have spatial axes");
+  at::Tensor unpooled = at::zeros(unpooledShape(c, x), x.options());
+  at::Tensor flatIndices = c.input(1).to(at::kLong).reshape({-1});
+  if (flatIndices.numel() != x.numel())
+    throw KernelError("I must have as many entries as X");
+  if (flatIndices.numel() > 0 && (flatIndices.min().item<std::int64_t>() < 0 ||
+                                  flatIndices.max().item<std::int64_t>() >= unpooled.numel()))
+    throw KernelError("an index in I is outside the unpooled tensor");
+  unpooled.view({-1}).index_put_({flatIndices}, x.reshape({-1}));
+  if (!c.has(2))
+    return {unpooled};
+  std::vector<std::int64_t> shape = c.ints(2);
+  if (shape.size() != static_cast<std::size_t>(x.dim()))
+    throw KernelError("output_shape must have one entry per axis of X");
+  at::Tensor out = at::zeros(shape, x.options());
+  at::Tensor region = out, source = unpooled;
+  for (std::int64_t d = 0; d < x.dim(); ++d) {
+    std::int64_t extent = std::min(shape[d], unpooled.size(d));
+    region = region.narrow(d, 0, extent);
+    source = source.narrow(d, 0, extent);
+  }
+  region.copy_(source);
+  return {out};
+}
+
+Outputs lrn(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  std::int64_t size = c.intAttr("size", 0);
+  if (size <= 0)
+    throw KernelError("size must be positive");
+  double alpha = c.floatAttr("alpha", 1e-4f), beta = c.floatAttr("beta", 0.75f), bias = c.floatAttr("bias", 1.0f);
+  std::int64_t before = (size - 1) / 2, after = size - 1 - before;
+  at::Tensor squares = x.pow(2).transpose(1, -1); // channels last, for constant_pad_nd
+  at::Tensor padded = at::constant_pad_nd(squares, {before, after});
+  at::Tensor sums = padded.unfold(-1, size, 1).sum(-1).transpose(1, -1);
+  return {x / (bias + alpha / static_cast<double>(size) * sums).pow(beta)};
+}
+
+Outputs meanVarianceNormalization(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  std::vector<std::int64_t> axes = c.intsAttr("axes", {0, 2, 3});
+  for (std::int64_t& axis : axes)
+    axis = normalizeAxis(axis, x.dim());
+  at::Tensor mean = x.mean(axes, true);
+  at::Tensor variance = (x - mean).pow(2).mean(axes, true);
+  return {(x - mean) / (variance + 1e-9).sqrt()};
+}
+} // namespace
+
+void registerSpatialKernels(KernelTable& t) {
+  t.add("GridSample", gridSample);
+  t.add("MaxUnpool", maxUnpool);
+  t.add("LRN", lrn);
+  t.add("MeanVarianceNormalization", meanVarianceNormalization);
+}
+
+} // namespace cleave::runtime
