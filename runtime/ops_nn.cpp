@@ -101,24 +101,73 @@ Outputs conv(KernelContext& c) {
                                  dilations, groups)};
 }
 
+// ConvTranspose's pads per spatial axis as (begin, end), from `pads`, or from `output_shape` /
+// auto_pad SAME_* (total padding = full output - wanted output, split as ONNX says: SAME_UPPER puts
+// the smaller half first, otherwise the larger; a negative total adds zero rows). `full` is the
+// unpadded output length per axis.
+std::vector<std::pair<std::int64_t, std::int64_t>> transposedPads(const KernelContext& c, const at::Tensor& x,
+                                                                  const std::vector<std::int64_t>& full,
+                                                                  const std::vector<std::int64_t>& strides) {
+  std::size_t n = full.size();
+  std::string autoPad = c.stringAttr("auto_pad", "NOTSET");
+  std::vector<std::int64_t> wanted = c.intsAttr("output_shape");
+  if (wanted.size() == n + 2)
+    wanted.erase(wanted.begin(), wanted.begin() + 2);
+  std::vector<std::pair<std::int64_t, std::int64_t>> pads(n, {0, 0});
+  if (wanted.empty() && (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER"))
+    for (std::size_t d = 0; d < n; ++d)
+      wanted.push_back(x.size(2 + d) * strides[d]);
+  if (wanted.empty()) {
+    std::vector<std::int64_t> given = c.intsAttr("pads");
+    for (std::size_t d = 0; d < n && given.size() == 2 * n; ++d)
+      pads[d] = {given[d], given[d + n]};
+    return pads;
+  }
+  if (wanted.size() != n)
+    throw KernelError("output_shape must have one entry per spatial axis");
+  for (std::size_t d = 0; d < n; ++d) {
+    std::int64_t total = full[d] - wanted[d];
+    std::int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2); // floor(total / 2)
+    pads[d] = autoPad == "SAME_UPPER" ? std::make_pair(half, total - half) : std::make_pair(total - half, half);
+  }
+  return pads;
+}
+
+// Computes the unpadded transposed convolution (output_padding included), then crops (or, for
+// negative pads, extends with zeros) and adds the bias.
 Outputs convTranspose(KernelContext& c) {
   const at::Tensor& x = c.input(0);
   const at::Tensor& w = c.input(1);
-  at::Tensor bias = c.has(2) ? c.input(2) : at::Tensor();
   std::size_t n = static_cast<std::size_t>(w.dim() - 2);
-  if (!c.intsAttr("output_shape").empty() || c.stringAttr("auto_pad", "NOTSET") != "NOTSET")
-    throw KernelError("output_shape and auto_pad are not supported");
   std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
-  std::vector<std::int64_t> pads = c.intsAttr("pads"), outputPadding = c.intsAttr("output_padding");
-  std::vector<std::int64_t> padding(n, 0), extra(n, 0);
-  for (std::size_t d = 0; d < n && !pads.empty(); ++d) {
-    if (pads[d] != pads[d + n])
-      throw KernelError("asymmetric pads are not supported");
-    padding[d] = pads[d];
+  std::vector<std::int64_t> outputPadding = c.intsAttr("output_padding"), extra(n, 0), zeros(n, 0), full(n, 0);
+  for (std::size_t d = 0; d < n; ++d) {
+    extra[d] = d < outputPadding.size() ? outputPadding[d] : 0;
+    full[d] = strides[d] * (x.size(2 + d) - 1) + extra[d] + (w.size(2 + d) - 1) * dilations[d] + 1;
   }
-  for (std::size_t d = 0; d < outputPadding.size() && d < n; ++d)
-    extra[d] = outputPadding[d];
-  return {at::convolution(x, w, bias, strides, padding, dilations, true, extra, c.intAttr("group", 1))};
+  std::vector<std::pair<std::int64_t, std::int64_t>> pads = transposedPads(c, x, full, strides);
+  bool symmetric = std::all_of(pads.begin(), pads.end(), [](auto p) { return p.first == p.second && p.first >= 0; });
+  at::Tensor bias = c.has(2) ? c.input(2) : at::Tensor();
+  std::int64_t groups = c.intAttr("group", 1);
+  if (symmetric) { // ATen pads itself
+    std::vector<std::int64_t> padding(n);
+    for (std::size_t d = 0; d < n; ++d)
+      padding[d] = pads[d].first;
+    return {at::convolution(x, w, bias, strides, padding, dilations, true, extra, groups)};
+  }
+  at::Tensor y = at::convolution(x, w, at::Tensor(), strides, zeros, dilations, true, extra, groups);
+  std::vector<std::int64_t> crop; // constant_pad_nd order: last axis first, negative crops
+  for (std::size_t d = n; d-- > 0;) {
+    crop.push_back(-pads[d].first);
+    crop.push_back(-pads[d].second);
+  }
+  y = at::constant_pad_nd(y, crop, 0.0);
+  if (bias.defined()) {
+    std::vector<std::int64_t> shape(y.dim(), 1);
+    shape[1] = bias.size(0);
+    y = y + bias.reshape(shape);
+  }
+  return {y};
 }
 
 Outputs maxPool(KernelContext& c) {
