@@ -170,10 +170,49 @@ Outputs convTranspose(KernelContext& c) {
   return {y};
 }
 
+// MaxPool's Indices output: ATen's per-plane flat indices made flat over the whole input (N, C
+// and the spatial axes, ONNX's convention), column-major within a plane with storage_order 1.
+at::Tensor onnxPoolIndices(const at::Tensor& x, at::Tensor planeIndices, bool columnMajor) {
+  std::int64_t planeSize = 1;
+  for (std::int64_t d = 2; d < x.dim(); ++d)
+    planeSize *= x.size(d);
+  if (columnMajor && x.dim() == 4) {
+    std::int64_t height = x.size(2), width = x.size(3);
+    planeIndices = (planeIndices % width) * height + planeIndices.div(width, "floor");
+  }
+  std::vector<std::int64_t> planeShape(x.dim(), 1);
+  planeShape[0] = x.size(0);
+  planeShape[1] = x.size(1);
+  at::Tensor planeStart = at::arange(x.size(0) * x.size(1), planeIndices.options()).reshape(planeShape) * planeSize;
+  return planeIndices + planeStart;
+}
+
+Outputs maxPoolWithIndices(const KernelContext& c, const at::Tensor& x, const std::vector<std::int64_t>& kernel,
+                           const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padding,
+                           const std::vector<std::int64_t>& dilations, bool ceil) {
+  std::tuple<at::Tensor, at::Tensor> pooled;
+  switch (kernel.size()) {
+  case 1: {
+    pooled = at::max_pool2d_with_indices(x.unsqueeze(2), {1, kernel[0]}, {1, strides[0]}, {0, padding[0]},
+                                         {1, dilations[0]}, ceil);
+    std::get<0>(pooled) = std::get<0>(pooled).squeeze(2);
+    std::get<1>(pooled) = std::get<1>(pooled).squeeze(2);
+    break;
+  }
+  case 2: pooled = at::max_pool2d_with_indices(x, kernel, strides, padding, dilations, ceil); break;
+  case 3: pooled = at::max_pool3d_with_indices(x, kernel, strides, padding, dilations, ceil); break;
+  default: throw KernelError("MaxPool over " + std::to_string(kernel.size()) + " spatial dims");
+  }
+  return {std::get<0>(pooled), onnxPoolIndices(x, std::get<1>(pooled), c.intAttr("storage_order", 0) == 1)};
+}
+
+// 8-bit inputs (opset 12) pool as float, which holds them exactly.
 Outputs maxPool(KernelContext& c) {
-  if (c.outputUsed(1))
-    throw KernelError("the Indices output is not supported");
   at::Tensor x = c.input(0);
+  at::ScalarType type = x.scalar_type();
+  bool narrowInteger = type == at::kByte || type == at::kChar;
+  if (narrowInteger)
+    x = x.to(at::kFloat);
   std::vector<std::int64_t> kernel = c.intsAttr("kernel_shape");
   std::size_t n = kernel.size();
   std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
@@ -183,6 +222,13 @@ Outputs maxPool(KernelContext& c) {
   bool fits = pads.symmetric();
   for (std::size_t d = 0; d < n && fits; ++d)
     fits = padding[d] * 2 <= kernel[d]; // ATen's limit on implicit padding
+  if (c.outputUsed(1)) {
+    if (!fits)
+      throw KernelError("the Indices output needs symmetric pads of at most half the kernel");
+    Outputs pooled = maxPoolWithIndices(c, x.is_mkldnn() ? x.to_dense() : x, kernel, strides, padding, dilations, ceil);
+    pooled[0] = pooled[0].to(type);
+    return pooled;
+  }
   // oneDNN's blocked pooling: 2-D, implicit padding, no dilation.
   bool undilated = std::all_of(dilations.begin(), dilations.end(), [](std::int64_t d) { return d == 1; });
   if (x.is_mkldnn() && !(n == 2 && fits && undilated))
@@ -191,12 +237,14 @@ Outputs maxPool(KernelContext& c) {
     x = at::constant_pad_nd(x, pads.atenOrder(), -std::numeric_limits<double>::infinity());
     padding.assign(n, 0);
   }
+  at::Tensor y;
   switch (n) {
-  case 1: return {at::max_pool1d(x, kernel, strides, padding, dilations, ceil)};
-  case 2: return {at::max_pool2d(x, kernel, strides, padding, dilations, ceil)};
-  case 3: return {at::max_pool3d(x, kernel, strides, padding, dilations, ceil)};
+  case 1: y = at::max_pool1d(x, kernel, strides, padding, dilations, ceil); break;
+  case 2: y = at::max_pool2d(x, kernel, strides, padding, dilations, ceil); break;
+  case 3: y = at::max_pool3d(x, kernel, strides, padding, dilations, ceil); break;
   default: throw KernelError("MaxPool over " + std::to_string(n) + " spatial dims");
   }
+  return {narrowInteger ? y.to(type) : y};
 }
 
 at::Tensor averagePool(const at::Tensor& x, const std::vector<std::int64_t>& kernel, const std::vector<std::int64_t>& strides,

@@ -96,6 +96,30 @@ Outputs gather(KernelContext& c) {
   return {data.index_select(axis, indices.flatten()).reshape(shape)};
 }
 
+// Edge or reflect padding of one axis as a gather, for every rank and dtype: position i of the
+// padded axis reads clamp(i) (edge) or numpy's reflection of i (reflect, period 2 (n - 1)); a
+// negative pad crops.
+at::Tensor padAxis(const at::Tensor& x, std::int64_t axis, std::int64_t before, std::int64_t after, bool reflect) {
+  std::int64_t n = x.size(axis);
+  if (before == 0 && after == 0)
+    return x;
+  if (n == 0)
+    throw KernelError("cannot edge- or reflect-pad an empty axis");
+  std::vector<std::int64_t> index;
+  for (std::int64_t i = -before; i < n + after; ++i) {
+    std::int64_t j = i;
+    if (reflect && n > 1) {
+      std::int64_t period = 2 * (n - 1);
+      j = ((j % period) + period) % period;
+      j = j >= n ? period - j : j;
+    } else {
+      j = std::clamp<std::int64_t>(j, 0, n - 1);
+    }
+    index.push_back(j);
+  }
+  return x.index_select(axis, at::tensor(index, at::kLong).to(x.device()));
+}
+
 Outputs pad(KernelContext& c) {
   const at::Tensor& data = c.input(0);
   std::string mode = c.stringAttr("mode", "constant");
@@ -123,12 +147,12 @@ Outputs pad(KernelContext& c) {
   }
   if (mode == "constant")
     return {at::constant_pad_nd(data, atenPads, value)};
-  // reflect / edge pad only trailing dims in ATen: leading pads must be zero.
-  while (!atenPads.empty() && atenPads.back() == 0 && atenPads[atenPads.size() - 2] == 0 && atenPads.size() > 2)
-    atenPads.resize(atenPads.size() - 2);
-  at::Tensor batched = data.dim() == static_cast<std::int64_t>(atenPads.size() / 2) ? data.unsqueeze(0) : data;
-  at::Tensor result = at::pad(batched, atenPads, mode == "edge" ? "replicate" : "reflect");
-  return {batched.dim() == data.dim() ? result : result.squeeze(0)};
+  if (mode != "edge" && mode != "reflect")
+    throw KernelError("unknown mode '" + mode + "'");
+  at::Tensor result = data;
+  for (std::int64_t a = 0; a < rank; ++a)
+    result = padAxis(result, a, begin[static_cast<std::size_t>(a)], end[static_cast<std::size_t>(a)], mode == "reflect");
+  return {result};
 }
 } // namespace
 
