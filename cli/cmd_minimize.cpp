@@ -32,7 +32,7 @@ void describe(CLI::App& app, MinimizeFlags& flags) {
   app.add_option("--backend-b", flags.run.backendB, "backend under test")->required();
   addEnumOption(app, "--mode", flags.run.mode, runtime::kMinimizeModes, "search");
   addOutputDirectory(app, flags.output, "write the culprit: repro.onnx, repro_inputs.json, report.json");
-  app.add_option("--inputs", flags.runtime.inputsPath, "input tensors (JSON); default: random from --seed");
+  app.add_option("--inputs", flags.runtime.inputsPath, "input tensors (.json, .pb, .npy, .npz or a folder); default: random from --seed");
   app.add_option("--seed", flags.runtime.seed, "seed of the random inputs")->capture_default_str();
   app.add_option("--rtol", flags.tolerance.rtol, "relative tolerance")->capture_default_str();
   app.add_option("--atol", flags.tolerance.atol, "absolute tolerance")->capture_default_str();

@@ -9,6 +9,7 @@
 #include "cli/runtime_options.h"
 #include "plan/plan_file.h"
 #include "runtime/microbatch.h"
+#include "runtime/tensor_files.h"
 
 namespace cleave::cli {
 namespace {
@@ -30,7 +31,7 @@ void describe(CLI::App& app, RunFlags& flags) {
   app.add_option("--repeat", flags.repeat, "runs to time (the first one is included)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--save-outputs", flags.saveOutputs, "write the outputs to a tensor file (JSON)");
+  app.add_option("--save-outputs", flags.saveOutputs, "write the outputs: FILE.json, FILE.npz, FILE.npy / FILE.pb (one output), or DIR/ (output_N.pb)");
   CLI::Option* pipelined = app.add_flag(
       "--pipeline", flags.pipelined,
       "run a pipeline plan's stages microbatch by microbatch (inputs split along dim 0, outputs merged)");
@@ -146,7 +147,7 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream&) {
   CLEAVE_TRY(runtime::TensorMap inputs, makeInputs(opened.runnable, flags.runtime));
   CLEAVE_TRY(RunMeasurements measured, runRepeatedly(flags, opened.runnable, inputs));
   if (!flags.saveOutputs.empty())
-    CLEAVE_CHECK(runtime::writeTensorFile(measured.outputs, flags.saveOutputs));
+    CLEAVE_CHECK(runtime::writeTensors(measured.outputs, flags.saveOutputs, opened.runnable.outputNames()));
   out << (flags.json ? dumpJson(runJson(flags, opened.runnable, measured)) : runText(flags, measured));
   return {};
 }

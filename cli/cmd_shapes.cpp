@@ -22,7 +22,7 @@ void describe(CLI::App& app, ShapesFlags& flags) {
                   "whose static shapes are incomplete; write the typed model.");
   addModelInput(app, flags.path);
   app.add_option("-o,--output", flags.output, "the typed model (.onnx)")->required();
-  app.add_option("--inputs", flags.runtime.inputsPath, "sample input tensors (JSON); default: random from --seed");
+  app.add_option("--inputs", flags.runtime.inputsPath, "sample input tensors (.json, .pb, .npy, .npz or a folder); default: random from --seed");
   app.add_option("--seed", flags.runtime.seed, "seed of the random inputs")->capture_default_str();
   app.add_option("--dim", flags.runtime.dims, "NAME=SIZE for a symbolic input dim of the random inputs");
   addJsonFlag(app, flags.json);

@@ -1,11 +1,13 @@
 #include "cli/runtime_options.h"
 
+#include "runtime/tensor_files.h"
+
 namespace cleave::cli {
 
 void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
   app.add_option("--backend", options.backend, "aten-cpu, aten-cpu-bf16, aten-cuda or profile:FILE (accelerator submodules)")
       ->capture_default_str();
-  app.add_option("--inputs", options.inputsPath, "input tensors (JSON: name -> {dtype, dims, data})");
+  app.add_option("--inputs", options.inputsPath, "input tensors: .json, .pb (ONNX TensorProto), .npy, .npz, or a folder of input_N.pb / NAME.npy");
   app.add_option("--seed", options.seed, "seed of the random inputs used without --inputs")->capture_default_str();
   app.add_flag("--random", options.random, "use random inputs (the default without --inputs)");
   app.add_option("--dim", options.dims, "NAME=SIZE for a symbolic input dim (repeatable; others are 1)");
@@ -37,14 +39,18 @@ Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOpti
 
 Expected<runtime::TensorMap> makeInputs(const runtime::Runnable& runnable, const RuntimeOptions& options) {
   if (!options.inputsPath.empty())
-    return runtime::readTensorFile(options.inputsPath);
+    return runtime::readTensors(options.inputsPath, runnable.inputNames());
   CLEAVE_TRY(auto dims, parseDims(options.dims));
   return runnable.randomInputs(options.seed, dims);
 }
 
 Expected<runtime::TensorMap> makeInputs(const ir::Graph& graph, const RuntimeOptions& options) {
-  if (!options.inputsPath.empty())
-    return runtime::readTensorFile(options.inputsPath);
+  if (!options.inputsPath.empty()) {
+    std::vector<std::string> names;
+    for (ir::NodeId node : graph.inputNodes())
+      names.emplace_back(graph.valueName(graph.outputs(node)[0]));
+    return runtime::readTensors(options.inputsPath, names);
+  }
   CLEAVE_TRY(auto dims, parseDims(options.dims));
   return runtime::randomInputs(graph, options.seed, 10, dims);
 }

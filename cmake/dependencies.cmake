@@ -18,6 +18,7 @@ macro(cleave_require name debian_package)
 endmacro()
 
 cleave_require(Protobuf "libprotobuf-dev protobuf-compiler")
+cleave_require(ZLIB "zlib1g-dev")
 cleave_require(ONNX libonnx-dev)
 cleave_require(nlohmann_json nlohmann-json3-dev 3)
 cleave_require(CLI11 libcli11-dev)

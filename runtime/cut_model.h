@@ -30,6 +30,7 @@ public:
 
   std::size_t size() const { return steps_.size(); }
   const std::vector<std::string>& graphInputs() const { return graphInputs_; }
+  const std::vector<std::string>& graphOutputs() const { return outputs_; }
   // The submodels' graphs, in plan order (their inputs' types give random inputs a shape).
   std::vector<const ir::Graph*> graphs() const;
 

@@ -31,6 +31,24 @@ Expected<TensorMap> Runnable::run(const TensorMap& inputs, std::vector<Submodule
   return outputs;
 }
 
+std::vector<std::string> Runnable::inputNames() const {
+  if (cut_)
+    return cut_->graphInputs();
+  std::vector<std::string> names;
+  for (ir::NodeId node : graph_->inputNodes())
+    names.emplace_back(graph_->valueName(graph_->outputs(node)[0]));
+  return names;
+}
+
+std::vector<std::string> Runnable::outputNames() const {
+  if (cut_)
+    return cut_->graphOutputs();
+  std::vector<std::string> names;
+  for (ir::ValueId value : graph_->graphOutputs())
+    names.emplace_back(graph_->valueName(value));
+  return names;
+}
+
 Expected<TensorMap> Runnable::randomInputs(std::uint64_t seed, const std::map<std::string, std::int64_t>& dims) const {
   if (!cut_)
     return runtime::randomInputs(*graph_, seed, 10, dims);

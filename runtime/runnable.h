@@ -20,6 +20,10 @@ public:
                           RunStats* stats = nullptr);
   // Random inputs (tensors.h: the same seed gives a model and its cut the same tensors).
   Expected<TensorMap> randomInputs(std::uint64_t seed, const std::map<std::string, std::int64_t>& dims = {}) const;
+  // The model's input and output names, in the graph's (or the plan's) order: what unnamed tensors
+  // bind to and what output_N.pb files are numbered by (tensor_files.h).
+  std::vector<std::string> inputNames() const;
+  std::vector<std::string> outputNames() const;
   bool isCut() const { return cut_.has_value(); }
   std::size_t submodules() const { return cut_ ? cut_->size() : 1; }
 

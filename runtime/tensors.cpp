@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "base/file_io.h"
@@ -50,13 +51,14 @@ ir::DType dtypeOf(at::ScalarType type) {
 }
 
 
-namespace {
-at::Tensor fromBytes(const void* data, std::size_t bytes, std::vector<std::int64_t> dims, at::ScalarType type) {
+at::Tensor tensorFromBytes(const void* data, std::size_t bytes, std::vector<std::int64_t> dims, at::ScalarType type) {
   at::Tensor tensor = at::empty(dims, at::TensorOptions().dtype(type));
   if (bytes)
     std::memcpy(tensor.data_ptr(), data, bytes);
   return tensor;
 }
+
+namespace {
 } // namespace
 
 Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param) {
@@ -70,21 +72,26 @@ Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param) {
   if (bytes.size() != expected)
     return Error(ErrorCode::ParseError) << "parameter '" << p.name << "' has " << bytes.size() << " bytes, its shape needs "
                                         << expected;
-  return fromBytes(bytes.data(), bytes.size(), p.dims, type);
+  return tensorFromBytes(bytes.data(), bytes.size(), p.dims, type);
 }
 
-Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what) {
+Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what, std::string* name) {
   onnx::TensorProto proto;
   if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return Error(ErrorCode::ParseError) << what << ": not a TensorProto";
+  if (name)
+    *name = proto.name();
   std::optional<ir::DType> dtype = ir::dtypeFromOnnx(proto.data_type());
   if (!dtype)
     return Error(ErrorCode::ParseError) << what << ": unknown dtype code " << proto.data_type();
   CLEAVE_TRY(at::ScalarType type, scalarTypeOf(*dtype));
   std::vector<std::int64_t> dims(proto.dims().begin(), proto.dims().end());
   std::int64_t elements = 1;
-  for (std::int64_t d : dims)
+  for (std::int64_t d : dims) {
+    if (d < 0 || (d > 0 && elements > std::numeric_limits<std::int64_t>::max() / 16 / d))
+      return Error(ErrorCode::ParseError) << what << ": dimension " << d << " is negative or too large";
     elements *= d;
+  }
   std::size_t size = static_cast<std::size_t>(elements) * at::elementSize(type);
   if (proto.data_location() == onnx::TensorProto::EXTERNAL)
     return Error(ErrorCode::Unsupported) << what << ": external data in an attribute tensor";
@@ -92,12 +99,13 @@ Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& 
     if (proto.raw_data().size() != size)
       return Error(ErrorCode::ParseError) << what << ": raw_data has " << proto.raw_data().size() << " bytes, expected "
                                           << size;
-    return fromBytes(proto.raw_data().data(), size, dims, type);
+    return tensorFromBytes(proto.raw_data().data(), size, dims, type);
   }
-  at::Tensor tensor = at::empty(dims, at::TensorOptions().dtype(type));
+  at::Tensor tensor;
   auto fill = [&](const auto& field, at::ScalarType from) -> Status {
-    if (static_cast<std::int64_t>(field.size()) != elements)
+    if (static_cast<std::int64_t>(field.size()) != elements) // checked before allocating
       return Error(ErrorCode::ParseError) << what << ": " << field.size() << " values for " << elements << " elements";
+    tensor = at::empty(dims, at::TensorOptions().dtype(type));
     std::vector<std::remove_cvref_t<decltype(field[0])>> values(field.begin(), field.end());
     tensor.copy_(at::from_blob(values.data(), dims, at::TensorOptions().dtype(from)).clone().to(type));
     return {};

@@ -24,8 +24,11 @@ ir::DType dtypeOf(at::ScalarType type);
 
 // A parameter's bytes as a tensor (copied out of the model file; owns its memory).
 Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param);
-// A serialized onnx.TensorProto (Constant's `value`, ConstantOfShape's `value`) as a tensor.
-Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what);
+// A serialized onnx.TensorProto (Constant's `value`, ConstantOfShape's `value`, a .pb file) as a
+// tensor; `name` (when given) receives the proto's name. Dims are checked before allocating.
+Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what, std::string* name = nullptr);
+// A tensor of `dims` and `type` holding a copy of `bytes` (their count must match).
+at::Tensor tensorFromBytes(const void* data, std::size_t bytes, std::vector<std::int64_t> dims, at::ScalarType type);
 
 Expected<TensorMap> readTensorFile(const std::string& path);
 Status writeTensorFile(const TensorMap& tensors, const std::string& path);

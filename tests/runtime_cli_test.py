@@ -1,10 +1,14 @@
 """The runtime's commands end to end on the committed examples: `cleave run` (models and cut
 models, repeat, saved outputs), `cleave split --dump-inputs` and `--preview --backend`
-(lower-and-run with a culprit), `cleave minimize` in its four modes with a repro submodel."""
+(lower-and-run with a culprit), `cleave minimize` in its four modes with a repro submodel, and
+tensors in and out as .pb, .npy, .npz and folders of input_N.pb (checked with NumPy and onnx)."""
 import json
 import os
+import zipfile
 
+import numpy as np
 import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 from testlib import EXAMPLES, TempDirTest, main, run
 
@@ -163,6 +167,97 @@ class RuntimeCli(TempDirTest):
         code2, again, _ = run("run", typed, "--seed", "2", "--json")
         self.assertEqual((code, code2), (0, 0))
         self.assertEqual(json.loads(whole)["outputs"], json.loads(again)["outputs"])
+
+    def two_input_model(self):
+        """y = x * w + b over float32 [2, 3] inputs x, w and an int64 [3] input k (y2 = k * 2)."""
+        nodes = [helper.make_node("Mul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"]),
+                 helper.make_node("Add", ["k", "k"], ["y2"])]
+        f = lambda n, t, d: helper.make_tensor_value_info(n, t, d)
+        graph = helper.make_graph(nodes, "g", [f("x", TensorProto.FLOAT, [2, 3]), f("w", TensorProto.FLOAT, [2, 3]),
+                                               f("b", TensorProto.FLOAT, [2, 3]), f("k", TensorProto.INT64, [3])],
+                                  [f("y", TensorProto.FLOAT, [2, 3]), f("y2", TensorProto.INT64, [3])])
+        path = self.path("fma.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+        return path
+
+    def test_tensors_in_npz_npy_pb_and_folders(self):
+        model = self.two_input_model()
+        rng = np.random.default_rng(5)
+        x, w, b = (rng.standard_normal((2, 3)).astype(np.float32) for _ in range(3))
+        k = np.array([1, -7, 2 ** 40], dtype=np.int64)
+        want = {"y": x * w + b, "y2": k * 2}
+        # Named arrays, compressed; positional arrays (arr_N bind to the inputs in order), stored.
+        np.savez_compressed(self.path("named.npz"), k=k, b=b, x=x, w=np.asfortranarray(w))
+        np.savez(self.path("positional.npz"), x, w, b, k)
+        # ONNX's test-data layout: input_N.pb, unnamed tensors bound by position.
+        os.makedirs(self.path("set"))
+        for n, array in enumerate((x, w, b, k)):
+            with open(self.path(f"set/input_{n}.pb"), "wb") as f:
+                f.write(numpy_helper.from_array(array).SerializeToString())
+        for inputs in ("named.npz", "positional.npz", "set"):
+            for saved in ("out.npz", "out.json", "outdir/"):
+                with self.subTest(inputs=inputs, saved=saved):
+                    code, _, err = run("run", model, "--inputs", self.path(inputs), "--save-outputs", self.path(saved))
+                    self.assertEqual(code, 0, err)
+                    if saved == "out.npz":
+                        got = dict(np.load(self.path(saved)))
+                    elif saved == "out.json":
+                        got = {n: np.array(t["data"]).reshape(t["dims"]) for n, t in json.load(open(self.path(saved))).items()}
+                    else:
+                        got = {}
+                        for n, name in enumerate(("y", "y2")):
+                            tensor = onnx.load_tensor(self.path(f"outdir/output_{n}.pb"))
+                            self.assertEqual(tensor.name, name)
+                            got[name] = numpy_helper.to_array(tensor)
+                    self.assertEqual(sorted(got), ["y", "y2"])
+                    np.testing.assert_array_equal(got["y"], want["y"])
+                    np.testing.assert_array_equal(got["y2"], want["y2"])
+        # One tensor per .npy / .pb file; a saved .npz is byte-identical run to run.
+        relu = self.path("relu.onnx")
+        node = helper.make_node("Relu", ["x"], ["r"])
+        onnx.save(helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                                                      [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 3])]),
+                                    opset_imports=[helper.make_opsetid("", 17)]), relu)
+        np.save(self.path("x.npy"), np.asfortranarray(x))
+        for saved in ("r.npy", "r.pb"):
+            code, _, err = run("run", relu, "--inputs", self.path("x.npy"), "--save-outputs", self.path(saved))
+            self.assertEqual(code, 0, err)
+        np.testing.assert_array_equal(np.load(self.path("r.npy")), np.maximum(x, 0))
+        np.testing.assert_array_equal(numpy_helper.to_array(onnx.load_tensor(self.path("r.pb"))), np.maximum(x, 0))
+        run("run", model, "--inputs", self.path("named.npz"), "--save-outputs", self.path("again.npz"), check=True)
+        self.assertEqual(open(self.path("out.npz"), "rb").read(), open(self.path("again.npz"), "rb").read())
+        self.assertEqual(zipfile.ZipFile(self.path("again.npz")).testzip(), None)
+
+    def test_bad_tensor_files(self):
+        model = self.two_input_model()
+        x = np.ones((2, 3), np.float32)
+        np.savez(self.path("ok.npz"), x=x, w=x, b=x, k=np.zeros(3, np.int64))
+        data = open(self.path("ok.npz"), "rb").read()
+        cases = {
+            "truncated.npz": data[: len(data) // 2],
+            "flipped.npz": data[:60] + bytes([data[60] ^ 0xFF]) + data[61:],
+            "empty.npy": b"",
+            "big_endian.npy": b"\x93NUMPY\x01\x00" + (b"{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }" + b" " * 3 + b"\n").ljust(70, b" ")[:70] + bytes(24),
+            "short.npy": None,
+            "huge.pb": None,
+        }
+        huge = TensorProto(name="x", data_type=TensorProto.FLOAT, dims=[10 ** 6, 10 ** 6])  # no data for 10^12 floats
+        cases["huge.pb"] = huge.SerializeToString()
+        np.save(self.path("short.npy"), x)
+        cases["short.npy"] = open(self.path("short.npy"), "rb").read()[:-4]
+        for name, content in cases.items():
+            with self.subTest(file=name):
+                with open(self.path(name), "wb") as f:
+                    f.write(content)
+                code, _, err = run("run", model, "--inputs", self.path(name))
+                self.assertOneLineError(code, err, name)
+        # A folder's links are not followed: an input never comes from outside the folder given.
+        os.makedirs(self.path("linked"))
+        os.symlink(self.path("short.npy"), self.path("linked/x.npy"))
+        code, _, err = run("run", model, "--inputs", self.path("linked"))
+        self.assertOneLineError(code, err, "no input_<N>.pb or NAME.npy files")
+        code, _, err = run("run", model, "--inputs", self.path("ok.npz"), "--save-outputs", self.path("two.npy"))
+        self.assertOneLineError(code, err, "holds one tensor, there are 2")
 
     def test_bad_requests(self):
         code, _, err = run("minimize", CNN, "--profile", self.profile("full"), "--backend-b", "aten-cpu", "--mode", "magic")

@@ -23,6 +23,7 @@
 #include "io/onnx.h"
 #include "runtime/backend.h"
 #include "runtime/compare.h"
+#include "runtime/tensor_files.h"
 #include "runtime/tensors.h"
 
 namespace fs = std::filesystem;
@@ -42,11 +43,6 @@ std::string reasonOf(std::string message, const std::string& caseDir) {
     if (c == '\t')
       c = ' ';
   return message.size() > 300 ? message.substr(0, 300) : message;
-}
-
-Expected<at::Tensor> readPb(const fs::path& path) {
-  CLEAVE_TRY(std::string bytes, readFile(path.string()));
-  return runtime::tensorFromProto(bytes, path.filename().string());
 }
 
 // "" when every data set of the case passes, else why not.
@@ -70,18 +66,14 @@ std::string runCase(const fs::path& dir) {
   if (sets.empty())
     return "no test data sets";
   for (const fs::path& set : sets) {
-    runtime::TensorMap inputs;
-    std::size_t k = 0;
-    for (ir::NodeId node : shared->inputNodes()) {
-      fs::path file = set / ("input_" + std::to_string(k++) + ".pb");
-      if (!fs::exists(file))
-        break; // optional inputs left out
-      Expected<at::Tensor> tensor = readPb(file);
-      if (!tensor)
-        return "input: " + reasonOf(tensor.error().message(), where);
-      inputs[std::string(shared->valueName(shared->outputs(node)[0]))] = *tensor;
-    }
-    Expected<runtime::TensorMap> outputs = (*lowered)->run(inputs);
+    std::vector<std::string> names;
+    for (ir::NodeId node : shared->inputNodes())
+      names.emplace_back(shared->valueName(shared->outputs(node)[0]));
+    // The set's input_N.pb files, read the way `cleave run --inputs DIR` reads them.
+    Expected<runtime::TensorMap> inputs = names.empty() ? runtime::TensorMap{} : runtime::readTensors(set.string(), names);
+    if (!inputs)
+      return "input: " + reasonOf(inputs.error().message(), where);
+    Expected<runtime::TensorMap> outputs = (*lowered)->run(*inputs);
     if (!outputs)
       return reasonOf(outputs.error().message(), where);
     std::size_t o = 0;
@@ -89,7 +81,9 @@ std::string runCase(const fs::path& dir) {
       fs::path file = set / ("output_" + std::to_string(o++) + ".pb");
       if (!fs::exists(file))
         continue;
-      Expected<at::Tensor> expected = readPb(file);
+      Expected<std::string> bytes = readFile(file.string());
+      Expected<at::Tensor> expected = bytes ? runtime::tensorFromProto(*bytes, file.filename().string())
+                                            : Expected<at::Tensor>(std::move(bytes.error()));
       if (!expected)
         return "expected output: " + reasonOf(expected.error().message(), where);
       auto found = outputs->find(std::string(shared->valueName(value)));
