@@ -8,6 +8,8 @@
 #include "cli/options.h"
 #include "cli/runtime_options.h"
 #include "plan/plan_file.h"
+#include "runtime/distributed/distributed_run.h"
+#include "runtime/distributed/environment.h"
 #include "runtime/microbatch.h"
 #include "runtime/tensor_files.h"
 
@@ -19,7 +21,7 @@ struct RunFlags {
   std::string path, saveOutputs;
   RuntimeOptions runtime;
   int repeat = 1;
-  bool json = false, profile = false, pipelined = false;
+  bool json = false, profile = false, pipelined = false, distributed = false;
   std::int64_t microbatches = 1;
 };
 
@@ -35,9 +37,14 @@ void describe(CLI::App& app, RunFlags& flags) {
   CLI::Option* pipelined = app.add_flag(
       "--pipeline", flags.pipelined,
       "run a pipeline plan's stages microbatch by microbatch (inputs split along dim 0, outputs merged)");
-  app.add_option("--microbatches", flags.microbatches, "microbatches for --pipeline")
+  CLI::Option* distributed = app.add_flag(
+      "--distributed", flags.distributed,
+      "under `cleave launch`: each rank runs its submodules (i % ranks) on c10d (Gloo), microbatch by "
+      "microbatch; rank 0 prints and saves the outputs");
+  distributed->excludes(pipelined);
+  app.add_option("--microbatches", flags.microbatches, "microbatches for --pipeline / --distributed")
       ->capture_default_str()
-      ->needs(pipelined);
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app.add_flag("--profile", flags.profile,
                "time every kernel; report seconds per op type and the slowest nodes (last run)");
   addJsonFlag(app, flags.json);
@@ -140,9 +147,51 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
   return text.str();
 }
 
-Status runModel(const RunFlags& flags, std::ostream& out, std::ostream&) {
-  if (flags.pipelined && !plan::isPlanDirectory(flags.path))
-    return usageError() << "--pipeline runs a cut model directory (cleave pipeline -o DIR)";
+// --distributed: this rank's part of the plan; rank 0 reports like a single-process run.
+Status runDistributed(const RunFlags& flags, std::ostream& out, std::ostream& err) {
+  CLEAVE_TRY(runtime::distributed::DistributedEnv env, runtime::distributed::readDistributedEnv());
+  CLEAVE_TRY(auto acc, runtime::makeBackend(flags.runtime.backend, flags.runtime.optimizations));
+  CLEAVE_TRY(auto cpu, runtime::makeBackend("aten-cpu", flags.runtime.optimizations));
+  CLEAVE_TRY(runtime::CutModel model, runtime::distributed::loadRankModel(flags.path, env.rank, env.worldSize, *acc, *cpu));
+  runtime::TensorMap inputs;
+  if (!flags.runtime.inputsPath.empty()) {
+    CLEAVE_TRY(inputs, runtime::readTensors(flags.runtime.inputsPath, model.graphInputs()));
+  } else {
+    CLEAVE_TRY(auto dims, parseDims(flags.runtime.dims));
+    CLEAVE_TRY(inputs, model.randomInputs(flags.runtime.seed, dims));
+  }
+  CLEAVE_TRY(auto comm, runtime::distributed::Communicator::connect(env));
+  auto start = std::chrono::steady_clock::now();
+  CLEAVE_TRY(runtime::distributed::DistributedRunResult result,
+             runtime::distributed::runDistributed(model, inputs, flags.microbatches, *comm));
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  err << "rank " << env.rank << " of " << env.worldSize << ": ran";
+  for (const std::string& step : result.ownSteps)
+    err << " " << step;
+  err << " over " << flags.microbatches << " microbatch(es) in " << seconds * 1e3 << " ms\n";
+  if (env.rank != 0)
+    return {};
+  if (!flags.saveOutputs.empty())
+    CLEAVE_CHECK(runtime::writeTensors(result.outputs, flags.saveOutputs, model.graphOutputs()));
+  Json summary = {{"model", flags.path}, {"ranks", env.worldSize}, {"microbatches", flags.microbatches},
+                  {"seconds", seconds}};
+  std::ostringstream text;
+  for (const auto& [name, tensor] : result.outputs) {
+    summary["outputs"][name] = {{"summary", runtime::summarize(tensor)}, {"shape", tensor.sizes().vec()}};
+    text << name << ": " << runtime::summarize(tensor) << "\n";
+  }
+  out << (flags.json ? dumpJson(summary) : text.str());
+  return {};
+}
+
+Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
+  if ((flags.pipelined || flags.distributed) && !plan::isPlanDirectory(flags.path))
+    return usageError() << (flags.pipelined ? "--pipeline" : "--distributed")
+                        << " runs a cut model directory (cleave pipeline -o DIR)";
+  if (flags.microbatches != 1 && !flags.pipelined && !flags.distributed)
+    return usageError() << "--microbatches goes with --pipeline or --distributed";
+  if (flags.distributed)
+    return runDistributed(flags, out, err);
   CLEAVE_TRY(OpenedRunnable opened, openRunnable(flags.path, flags.runtime));
   CLEAVE_TRY(runtime::TensorMap inputs, makeInputs(opened.runnable, flags.runtime));
   CLEAVE_TRY(RunMeasurements measured, runRepeatedly(flags, opened.runnable, inputs));

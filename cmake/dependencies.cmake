@@ -7,13 +7,16 @@
 
 # A macro, not a function: find_package's result variables and imported targets must land in the
 # caller's scope.
+macro(cleave_stop_missing name debian_package)
+  set(_cleave_missing "cleave: missing dependency ${name}: install the Debian package ${debian_package} (scripts/setup installs them all)")
+  # CMake wraps messages; scripts/build prints this file's one line instead.
+  file(WRITE "${CMAKE_BINARY_DIR}/missing-dependency.txt" "${_cleave_missing}\n")
+  message(FATAL_ERROR "${_cleave_missing}")
+endmacro()
 macro(cleave_require name debian_package)
   find_package(${name} ${ARGN} QUIET)
   if(NOT ${name}_FOUND)
-    set(_cleave_missing "cleave: missing dependency ${name}: install the Debian package ${debian_package} (scripts/setup installs them all)")
-    # CMake wraps messages; scripts/build prints this file's one line instead.
-    file(WRITE "${CMAKE_BINARY_DIR}/missing-dependency.txt" "${_cleave_missing}\n")
-    message(FATAL_ERROR "${_cleave_missing}")
+    cleave_stop_missing(${name} "${debian_package}")
   endif()
 endmacro()
 
@@ -34,6 +37,13 @@ if(CLEAVE_TORCH_DIR)
   list(PREPEND CMAKE_PREFIX_PATH ${CLEAVE_TORCH_DIR})
 endif()
 cleave_require(Torch libtorch-dev)
+
+# Gloo's headers, for c10d's ProcessGroupGloo (runtime/distributed/communicator.cpp; the library
+# itself is inside libtorch). A header only, so looked for as a path.
+find_path(GLOO_INCLUDE_DIR gloo/config.h)
+if(NOT GLOO_INCLUDE_DIR)
+  cleave_stop_missing(Gloo libgloo-dev)
+endif()
 
 # oneDNN, called directly for matrix products and convolutions (runtime/onednn.h). Debian's
 # dnnl-config.cmake asks for OpenCL (its GPU runtime) as REQUIRED, which is a hard CMake error when

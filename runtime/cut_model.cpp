@@ -9,7 +9,8 @@
 
 namespace cleave::runtime {
 
-Expected<CutModel> CutModel::load(const std::string& dir, const Backend& acc, const Backend& cpu) {
+Expected<CutModel> CutModel::load(const std::string& dir, const Backend& acc, const Backend& cpu,
+                                  const std::function<bool(std::size_t)>& lowers) {
   CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(dir));
   CutModel model;
   std::set<std::string> graphInputs;
@@ -31,6 +32,10 @@ Expected<CutModel> CutModel::load(const std::string& dir, const Backend& acc, co
     step.graph = std::make_shared<const ir::Graph>(std::move(graph));
     const Backend& backend = plan::runsOnAccelerator(sub.role) ? acc : cpu;
     step.backend = backend.name();
+    if (lowers && !lowers(model.steps_.size())) {
+      model.steps_.push_back(std::move(step));
+      continue;
+    }
     Expected<std::unique_ptr<LoweredModule>> lowered = backend.lower(step.graph);
     if (!lowered)
       return std::move(lowered.error().withContext("submodule '" + step.name + "'"));
@@ -49,6 +54,20 @@ std::vector<const ir::Graph*> CutModel::graphs() const {
   return graphs;
 }
 
+Expected<TensorMap> CutModel::randomInputs(std::uint64_t seed, const std::map<std::string, std::int64_t>& dims) const {
+  TensorMap inputs;
+  for (const std::string& name : graphInputs_)
+    for (const Step& step : steps_) {
+      ir::ValueId value = step.graph->findValue(name);
+      if (value == ir::kNoValue || step.graph->kind(step.graph->producer(value)) != ir::NodeKind::Input)
+        continue;
+      CLEAVE_TRY(at::Tensor tensor, randomTensor(*step.graph, value, seed, 10, dims));
+      inputs[name] = std::move(tensor);
+      break;
+    }
+  return inputs;
+}
+
 Expected<TensorMap> CutModel::run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings, RunStats* stats) {
   TensorMap values;
   for (const std::string& name : graphInputs_) {
@@ -63,22 +82,14 @@ Expected<TensorMap> CutModel::run(const TensorMap& inputs, std::vector<Submodule
     for (const std::string& name : step.inputs)
       ++readers[name];
   std::set<std::string> keep(outputs_.begin(), outputs_.end());
-  for (Step& step : steps_) {
-    TensorMap feeds;
-    for (const std::string& name : step.inputs) {
-      const at::Tensor& value = values.at(name);
-      // Values in oneDNN's blocked layout pass as they are between CPU submodels.
-      feeds[name] = value.is_mkldnn() && step.module->device().is_cpu() ? value : toDense(value).to(step.module->device());
-    }
-    auto start = std::chrono::steady_clock::now();
-    Expected<TensorMap> results = step.module->run(feeds, stats, nullptr, OutputLayout::AsComputed);
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!results)
-      return std::move(results.error().withContext("submodule '" + step.name + "'"));
+  for (std::size_t i = 0; i < steps_.size(); ++i) {
+    Step& step = steps_[i];
+    double seconds = 0.0;
+    CLEAVE_TRY(TensorMap results, runStep(i, values, stats, &seconds));
     if (timings)
       timings->push_back({step.name, step.backend, seconds});
-    for (const std::string& name : step.outputs)
-      values[name] = results->at(name);
+    for (auto& [name, tensor] : results)
+      values[name] = std::move(tensor);
     for (const std::string& name : step.inputs)
       if (--readers[name] == 0 && !keep.count(name))
         values.erase(name);
@@ -86,6 +97,31 @@ Expected<TensorMap> CutModel::run(const TensorMap& inputs, std::vector<Submodule
   TensorMap outputs;
   for (const std::string& name : outputs_)
     outputs[name] = toDense(values.at(name));
+  return outputs;
+}
+
+Expected<TensorMap> CutModel::runStep(std::size_t i, const TensorMap& values, RunStats* stats, double* seconds) {
+  Step& step = steps_[i];
+  if (!step.module)
+    return Error(ErrorCode::InvalidArgument) << "submodule '" << step.name << "' was not lowered in this process";
+  TensorMap feeds;
+  for (const std::string& name : step.inputs) {
+    auto found = values.find(name);
+    if (found == values.end())
+      return Error(ErrorCode::InvalidArgument) << "submodule '" << step.name << "': no value for '" << name << "'";
+    const at::Tensor& value = found->second;
+    // Values in oneDNN's blocked layout pass as they are between CPU submodels.
+    feeds[name] = value.is_mkldnn() && step.module->device().is_cpu() ? value : toDense(value).to(step.module->device());
+  }
+  auto start = std::chrono::steady_clock::now();
+  Expected<TensorMap> results = step.module->run(feeds, stats, nullptr, OutputLayout::AsComputed);
+  if (seconds)
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!results)
+    return std::move(results.error().withContext("submodule '" + step.name + "'"));
+  TensorMap outputs;
+  for (const std::string& name : step.outputs)
+    outputs[name] = results->at(name);
   return outputs;
 }
 

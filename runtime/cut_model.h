@@ -5,6 +5,8 @@
 // Complexity: per run, the submodels' runs plus O(boundary values) to route tensors.
 #pragma once
 
+#include <functional>
+
 #include <chrono>
 #include <vector>
 
@@ -23,16 +25,28 @@ public:
   // Accelerator submodules (split plans) and every partition (partition plans) go to `acc`;
   // the rest to `cpu`. Fails: NotFound/ParseError (plan.json), InvalidGraph (a submodule reads a
   // value nothing earlier makes), what lowering fails with (naming the submodule).
-  static Expected<CutModel> load(const std::string& dir, const Backend& acc, const Backend& cpu);
+  // `lowers` (optional) picks the submodules to lower by plan index: a distributed rank lowers
+  // only its own (runStep refuses the others).
+  static Expected<CutModel> load(const std::string& dir, const Backend& acc, const Backend& cpu,
+                                 const std::function<bool(std::size_t)>& lowers = {});
 
   Expected<TensorMap> run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings = nullptr,
                           RunStats* stats = nullptr);
 
   std::size_t size() const { return steps_.size(); }
+  const std::string& stepName(std::size_t i) const { return steps_[i].name; }
+  const std::vector<std::string>& stepInputs(std::size_t i) const { return steps_[i].inputs; }
+  const std::vector<std::string>& stepOutputs(std::size_t i) const { return steps_[i].outputs; }
+  // Runs submodule i on `values` (which must hold its inputs; other entries are ignored); returns
+  // its outputs, possibly in oneDNN's blocked layout (toDense before leaving the process).
+  Expected<TensorMap> runStep(std::size_t i, const TensorMap& values, RunStats* stats = nullptr,
+                              double* seconds = nullptr);
   const std::vector<std::string>& graphInputs() const { return graphInputs_; }
   const std::vector<std::string>& graphOutputs() const { return outputs_; }
   // The submodels' graphs, in plan order (their inputs' types give random inputs a shape).
   std::vector<const ir::Graph*> graphs() const;
+  // Random graph inputs (tensors.h: the same seed gives the whole model the same tensors).
+  Expected<TensorMap> randomInputs(std::uint64_t seed, const std::map<std::string, std::int64_t>& dims) const;
 
 private:
   struct Step {

@@ -52,17 +52,7 @@ std::vector<std::string> Runnable::outputNames() const {
 Expected<TensorMap> Runnable::randomInputs(std::uint64_t seed, const std::map<std::string, std::int64_t>& dims) const {
   if (!cut_)
     return runtime::randomInputs(*graph_, seed, 10, dims);
-  TensorMap inputs;
-  for (const std::string& name : cut_->graphInputs())
-    for (const ir::Graph* graph : cut_->graphs()) {
-      ir::ValueId value = graph->findValue(name);
-      if (value == ir::kNoValue || graph->kind(graph->producer(value)) != ir::NodeKind::Input)
-        continue;
-      CLEAVE_TRY(at::Tensor tensor, randomTensor(*graph, value, seed, 10, dims));
-      inputs[name] = std::move(tensor);
-      break;
-    }
-  return inputs;
+  return cut_->randomInputs(seed, dims);
 }
 
 } // namespace cleave::runtime

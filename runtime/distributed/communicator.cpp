@@ -1,0 +1,121 @@
+#include "runtime/distributed/communicator.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "runtime/kernel.h"
+
+namespace cleave::runtime::distributed {
+
+namespace {
+constexpr std::int64_t kMaxRank = 16; // dims a header carries
+
+std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+class GlooCommunicator final : public Communicator {
+public:
+  GlooCommunicator(c10::intrusive_ptr<c10d::ProcessGroupGloo> group, DistributedEnv env)
+      : group_(std::move(group)), env_(std::move(env)) {}
+
+  int rank() const override { return env_.rank; }
+  int worldSize() const override { return env_.worldSize; }
+
+  // Tag 2t carries the header, 2t + 1 the data.
+  Status send(const at::Tensor& original, int dst, std::uint32_t tag) override {
+    at::Tensor tensor = toDense(original).to(at::kCPU).contiguous();
+    if (tensor.dim() > kMaxRank)
+      return Error(ErrorCode::Unsupported) << "a tensor of rank " << tensor.dim() << " (at most " << kMaxRank << ")";
+    at::Tensor header = at::zeros({2 + kMaxRank}, at::kLong);
+    header[0] = static_cast<std::int64_t>(tensor.scalar_type());
+    header[1] = tensor.dim();
+    for (std::int64_t d = 0; d < tensor.dim(); ++d)
+      header[2 + d] = tensor.size(d);
+    return guarded("send to rank " + std::to_string(dst), [&] {
+      std::vector<at::Tensor> headerList{header}, dataList{tensor};
+      pending_.push_back({group_->send(headerList, dst, static_cast<int>(2 * tag)), header});
+      pending_.push_back({group_->send(dataList, dst, static_cast<int>(2 * tag + 1)), tensor});
+    });
+  }
+
+  Expected<at::Tensor> recv(int src, std::uint32_t tag) override {
+    at::Tensor header = at::zeros({2 + kMaxRank}, at::kLong), tensor;
+    std::string what = "receive from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
+    CLEAVE_CHECK(guarded(what, [&] {
+      std::vector<at::Tensor> list{header};
+      group_->recv(list, src, static_cast<int>(2 * tag))->wait(env_.timeout);
+    }));
+    const std::int64_t* h = header.data_ptr<std::int64_t>();
+    if (h[1] < 0 || h[1] > kMaxRank || h[0] < 0 || h[0] >= static_cast<std::int64_t>(at::ScalarType::NumOptions))
+      return Error(ErrorCode::ParseError) << what << ": a corrupt tensor header";
+    std::vector<std::int64_t> dims(h + 2, h + 2 + h[1]);
+    CLEAVE_CHECK(guarded(what, [&] {
+      tensor = at::empty(dims, at::TensorOptions().dtype(static_cast<at::ScalarType>(h[0])));
+      std::vector<at::Tensor> list{tensor};
+      group_->recv(list, src, static_cast<int>(2 * tag + 1))->wait(env_.timeout);
+    }));
+    return tensor;
+  }
+
+  Status finish() override {
+    Status status = guarded("waiting for sends", [&] {
+      for (auto& [work, keep] : pending_)
+        work->wait(env_.timeout);
+    });
+    pending_.clear();
+    return status;
+  }
+
+  Status barrier() override {
+    return guarded("barrier", [&] { group_->barrier()->wait(env_.timeout); });
+  }
+
+private:
+  template <class Body> Status guarded(const std::string& what, Body body) {
+    try {
+      body();
+      return {};
+    } catch (const c10::Error& e) {
+      return Error(ErrorCode::InvalidArgument) << "rank " << env_.rank << ": " << what << " failed: "
+                                               << firstLine(e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      return Error(ErrorCode::InvalidArgument) << "rank " << env_.rank << ": " << what << " failed: "
+                                               << firstLine(e.what());
+    }
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  DistributedEnv env_;
+  // Posted sends with the tensors they read (kept alive until the send completes).
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> pending_;
+};
+// Where this rank's Gloo transport listens: GLOO_SOCKET_IFNAME's interface when set (as in
+// PyTorch); loopback when the master is on this host's loopback; else the host's own address.
+std::shared_ptr<::gloo::transport::Device> transportDevice(const DistributedEnv& env) {
+  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface)
+    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+  if (env.masterAddr == "localhost" || env.masterAddr.rfind("127.", 0) == 0)
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+} // namespace
+
+Expected<std::unique_ptr<Communicator>> Communicator::connect(const DistributedEnv& env) {
+  std::string where = env.masterAddr + ":" + std::to_string(env.masterPort);
+  try {
+    c10d::TCPStoreOptions options;
+    options.port = env.masterPort;
+    options.isServer = env.rank == 0;
+    options.numWorkers = env.worldSize;
+    options.timeout = env.timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(env.masterAddr, options);
+    auto groupOptions = c10d::ProcessGroupGloo::Options::create(env.timeout);
+    groupOptions->devices.push_back(transportDevice(env));
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.worldSize, groupOptions);
+    return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(std::move(group), env));
+  } catch (const std::exception& e) {
+    return Error(ErrorCode::InvalidArgument) << "rank " << env.rank << ": rendezvous at " << where << " failed (timeout "
+                                             << env.timeout.count() << " s): " << firstLine(e.what());
+  }
+}
+
+} // namespace cleave::runtime::distributed

@@ -1,0 +1,38 @@
+// runtime/distributed/distributed_run.h - a cut model (plan.json directory: pipeline stages,
+// partitions or split submodules) run across ranks: submodule i lives on rank i % world size and
+// is lowered only there; inputs are split into microbatches (runtime/microbatch.h) and each
+// microbatch goes through the submodules in plan order (GPipe's forward).
+//
+// A value crosses ranks once per microbatch, straight from the rank that makes it to each rank
+// that reads it (skip connections included, in either direction of the rank order); values on
+// the same rank are handed over in memory. The plan's outputs are sent to rank 0, which merges
+// the microbatches and returns them; other ranks return nothing.
+// Guarantees: the outputs equal the single-process `cleave run PLAN --pipeline --microbatches M`
+// bit for bit (same kernels, same microbatches) at the same intra-op thread count. It cannot
+// deadlock: every rank walks (microbatch, submodule) in the same order, sends never wait, and a
+// receive waits only for a value made earlier in that order.
+// Complexity: per microbatch, the submodules' runs plus one message per (value, reading rank).
+#pragma once
+
+#include <string>
+
+#include "base/expected.h"
+#include "runtime/backend.h"
+#include "runtime/cut_model.h"
+#include "runtime/distributed/communicator.h"
+#include "runtime/tensors.h"
+
+namespace cleave::runtime::distributed {
+
+struct DistributedRunResult {
+  TensorMap outputs;                 // on rank 0 only
+  std::vector<std::string> ownSteps; // the submodules this rank ran
+};
+
+// The plan with only this rank's submodules lowered.
+Expected<CutModel> loadRankModel(const std::string& planDir, int rank, int worldSize, const Backend& acc,
+                                 const Backend& cpu);
+Expected<DistributedRunResult> runDistributed(CutModel& model, const TensorMap& inputs, std::int64_t microbatches,
+                                              Communicator& comm);
+
+} // namespace cleave::runtime::distributed

@@ -1,0 +1,29 @@
+// runtime/distributed/environment.h - where a rank is, the torchrun way: RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT (cleave launch sets them), plus CLEAVE_DIST_TIMEOUT
+// (seconds, default 300) for rendezvous and every receive.
+//
+// Guarantee: a missing or malformed variable, or an inconsistent set (RANK >= WORLD_SIZE, a port
+// outside 1-65535), is one InvalidArgument naming the variable and what it holds.
+// Complexity: O(1).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "base/expected.h"
+
+namespace cleave::runtime::distributed {
+
+struct DistributedEnv {
+  int rank = 0, worldSize = 1, localRank = 0;
+  std::string masterAddr;
+  std::uint16_t masterPort = 0;
+  std::chrono::seconds timeout{300};
+};
+
+// `lookup` returns a variable's value or null (std::getenv by default).
+Expected<DistributedEnv> readDistributedEnv(const std::function<const char*(const char*)>& lookup = {});
+
+} // namespace cleave::runtime::distributed
