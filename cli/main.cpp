@@ -44,7 +44,8 @@ Error usageError() { return Error(ErrorCode::Usage); }
 namespace {
 const Command* const kCommands[] = {&kInspectCommand,  &kGenCommand,      &kConvertCommand, &kSupportCommand,
                                     &kSplitCommand,    &kPartitionCommand, &kPipelineCommand, &kScheduleCommand,
-                                    &kRunCommand,      &kVerifyCommand,   &kShapesCommand,  &kMinimizeCommand};
+                                    &kRunCommand,      &kVerifyCommand,   &kShapesCommand,  &kMinimizeCommand,
+                                    &kLaunchCommand};
 
 void printUsage(std::ostream& out) {
   out << "cleave - cut neural-network graphs across devices\n\n"

@@ -1,0 +1,238 @@
+#include "runtime/distributed/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+#include <thread>
+
+namespace cleave::runtime::distributed {
+
+namespace {
+volatile sig_atomic_t interrupted = 0; // SIGINT / SIGTERM to the launcher: stop the ranks too
+
+void onInterrupt(int) { interrupted = 1; }
+
+struct Rank {
+  int global = 0;
+  pid_t pid = -1;
+  int outFd = -1, errFd = -1;
+  std::string outPending, errPending, lastErrLine;
+  bool exited = false;
+  int status = 0;
+};
+
+std::string selfExecutable() {
+  char path[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  return n > 0 ? std::string(path, static_cast<std::size_t>(n)) : "cleave";
+}
+
+std::vector<std::string> rankEnvironment(const LaunchOptions& o, int local) {
+  int world = o.nodes * o.processes, cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::string> env = {
+      "RANK=" + std::to_string(o.nodeRank * o.processes + local), "LOCAL_RANK=" + std::to_string(local),
+      "WORLD_SIZE=" + std::to_string(world), "LOCAL_WORLD_SIZE=" + std::to_string(o.processes),
+      "MASTER_ADDR=" + o.masterAddr, "MASTER_PORT=" + std::to_string(o.masterPort),
+      "CLEAVE_DIST_TIMEOUT=" + std::to_string(o.timeout.count())};
+  if (!std::getenv("OMP_NUM_THREADS"))
+    env.push_back("OMP_NUM_THREADS=" + std::to_string(std::max(1, cores / o.processes)));
+  return env;
+}
+
+// Forks one rank: stdout and stderr into pipes, its own process group, then exec.
+Expected<Rank> start(const LaunchOptions& options, int local, const std::vector<std::string>& command) {
+  int outPipe[2], errPipe[2];
+  if (pipe2(outPipe, O_CLOEXEC) != 0 || pipe2(errPipe, O_CLOEXEC) != 0)
+    return Error(ErrorCode::InvalidArgument) << "cannot create pipes: " << std::strerror(errno);
+  std::vector<std::string> env = rankEnvironment(options, local);
+  std::vector<std::string> args = command;
+  if (args[0] == "cleave")
+    args[0] = selfExecutable();
+  pid_t pid = fork();
+  if (pid < 0)
+    return Error(ErrorCode::InvalidArgument) << "cannot start rank " << local << ": " << std::strerror(errno);
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(outPipe[1], STDOUT_FILENO);
+    dup2(errPipe[1], STDERR_FILENO);
+    for (const std::string& entry : env)
+      putenv(const_cast<char*>(entry.c_str()));
+    std::vector<char*> argv;
+    for (std::string& arg : args)
+      argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "cleave launch: error: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(outPipe[1]);
+  close(errPipe[1]);
+  Rank rank;
+  rank.global = options.nodeRank * options.processes + local;
+  rank.pid = pid;
+  rank.outFd = outPipe[0];
+  rank.errFd = errPipe[0];
+  return rank;
+}
+
+// Moves whole lines from `pending` to `to`, prefixed; with `flush`, the rest too.
+void emitLines(std::string& pending, int rank, std::ostream& to, bool flush, std::string* lastLine) {
+  std::size_t start = 0, end;
+  while ((end = pending.find('\n', start)) != std::string::npos || (flush && start < pending.size())) {
+    if (end == std::string::npos)
+      end = pending.size();
+    std::string line = pending.substr(start, end - start);
+    to << "[rank " << rank << "] " << line << "\n";
+    if (lastLine && !line.empty())
+      *lastLine = line;
+    start = end + 1;
+  }
+  pending.erase(0, std::min(start, pending.size()));
+  to.flush();
+}
+
+// Reads what is ready on one pipe; closes it at end of file.
+void drain(int& fd, std::string& pending, int rank, std::ostream& to, std::string* lastLine) {
+  char buffer[65536];
+  ssize_t n = read(fd, buffer, sizeof(buffer));
+  if (n > 0) {
+    pending.append(buffer, static_cast<std::size_t>(n));
+    emitLines(pending, rank, to, false, lastLine);
+    return;
+  }
+  if (n < 0 && (errno == EINTR || errno == EAGAIN))
+    return;
+  close(fd);
+  fd = -1;
+  emitLines(pending, rank, to, true, lastLine);
+}
+
+void signalAll(std::vector<Rank>& ranks, int signal) {
+  for (Rank& rank : ranks)
+    if (!rank.exited)
+      kill(-rank.pid, signal);
+}
+
+class Supervisor {
+public:
+  Supervisor(std::vector<Rank> ranks, const LaunchOptions& options, std::ostream& out, std::ostream& err)
+      : ranks_(std::move(ranks)), options_(options), out_(out), err_(err) {}
+
+  LaunchResult run() {
+    while (!allDone()) {
+      pollPipes();
+      reap();
+      if ((result_.failedRank >= 0 || interrupted) && !terminated_) {
+        signalAll(ranks_, SIGTERM);
+        terminated_ = true;
+        killAt_ = std::chrono::steady_clock::now() + options_.grace;
+      }
+      if (terminated_ && std::chrono::steady_clock::now() > killAt_)
+        signalAll(ranks_, SIGKILL);
+    }
+    if (failedRank_ && result_.failure.empty())
+      result_.failure = describeFailure(*failedRank_);
+    if (interrupted && result_.failedRank < 0) {
+      result_.exitCode = 1;
+      result_.failure = "interrupted: every rank was stopped";
+    }
+    return result_;
+  }
+
+private:
+  bool allDone() const {
+    for (const Rank& rank : ranks_)
+      if (!rank.exited || rank.outFd >= 0 || rank.errFd >= 0)
+        return false;
+    return true;
+  }
+
+  void pollPipes() {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Rank*, bool>> owners; // (rank, is stderr)
+    for (Rank& rank : ranks_) {
+      if (rank.outFd >= 0) {
+        fds.push_back({rank.outFd, POLLIN, 0});
+        owners.push_back({&rank, false});
+      }
+      if (rank.errFd >= 0) {
+        fds.push_back({rank.errFd, POLLIN, 0});
+        owners.push_back({&rank, true});
+      }
+    }
+    if (fds.empty() || poll(fds.data(), fds.size(), 100) <= 0)
+      return;
+    for (std::size_t k = 0; k < fds.size(); ++k) {
+      if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR)))
+        continue;
+      Rank& rank = *owners[k].first;
+      if (owners[k].second)
+        drain(rank.errFd, rank.errPending, rank.global, err_, &rank.lastErrLine);
+      else
+        drain(rank.outFd, rank.outPending, rank.global, out_, nullptr);
+    }
+  }
+
+  void reap() {
+    for (Rank& rank : ranks_) {
+      if (rank.exited || waitpid(rank.pid, &rank.status, WNOHANG) != rank.pid)
+        continue;
+      rank.exited = true;
+      bool failed = !WIFEXITED(rank.status) || WEXITSTATUS(rank.status) != 0;
+      if (!failed || result_.failedRank >= 0 || terminated_)
+        continue;
+      result_.failedRank = rank.global;
+      result_.exitCode = WIFEXITED(rank.status) ? WEXITSTATUS(rank.status) : 1;
+      failedRank_ = &rank;
+    }
+    if (failedRank_ && failedRank_->errFd < 0 && result_.failure.empty())
+      result_.failure = describeFailure(*failedRank_);
+  }
+
+  static std::string describeFailure(const Rank& rank) {
+    std::string how = WIFEXITED(rank.status) ? "exited with status " + std::to_string(WEXITSTATUS(rank.status))
+                                             : std::string("died of signal ") + strsignal(WTERMSIG(rank.status));
+    return "rank " + std::to_string(rank.global) + " " + how +
+           (rank.lastErrLine.empty() ? "" : ": " + rank.lastErrLine);
+  }
+
+  std::vector<Rank> ranks_;
+  const LaunchOptions& options_;
+  std::ostream &out_, &err_;
+  LaunchResult result_;
+  Rank* failedRank_ = nullptr;
+  bool terminated_ = false;
+  std::chrono::steady_clock::time_point killAt_;
+};
+} // namespace
+
+Expected<LaunchResult> launch(const LaunchOptions& options, const std::vector<std::string>& command,
+                              std::ostream& out, std::ostream& err) {
+  if (command.empty())
+    return Error(ErrorCode::Usage) << "no command to launch (cleave launch --nproc N -- COMMAND ...)";
+  interrupted = 0;
+  struct sigaction action {};
+  action.sa_handler = onInterrupt;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  std::vector<Rank> ranks;
+  for (int local = 0; local < options.processes; ++local) {
+    Expected<Rank> rank = start(options, local, command);
+    if (!rank) {
+      signalAll(ranks, SIGKILL);
+      for (Rank& started : ranks)
+        waitpid(started.pid, nullptr, 0);
+      return std::move(rank.error());
+    }
+    ranks.push_back(std::move(*rank));
+  }
+  return Supervisor(std::move(ranks), options, out, err).run();
+}
+
+} // namespace cleave::runtime::distributed

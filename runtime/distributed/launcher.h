@@ -1,0 +1,41 @@
+// runtime/distributed/launcher.h - `cleave launch`: torchrun for one host (run it on each host of
+// many). Starts `processes` ranks of `command`, each with RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CLEAVE_DIST_TIMEOUT and (unless already set)
+// OMP_NUM_THREADS = cores / ranks, in its own process group.
+//
+// Guarantees: every line a rank prints reaches this process's stdout / stderr whole, prefixed
+// "[rank R] "; when a rank fails (non-zero exit or a signal) the others get SIGTERM, then SIGKILL
+// after a grace period, and the result names the first rank that failed with its last stderr
+// line; no child outlives launch(). "cleave" as the command's program is this executable.
+// Complexity: one poll loop over 2 pipes per rank; O(output) work.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "base/expected.h"
+
+namespace cleave::runtime::distributed {
+
+struct LaunchOptions {
+  int processes = 1;      // ranks on this host
+  int nodes = 1, nodeRank = 0;
+  std::string masterAddr = "127.0.0.1";
+  std::uint16_t masterPort = 29500;
+  std::chrono::seconds timeout{300};  // CLEAVE_DIST_TIMEOUT for the ranks
+  std::chrono::seconds grace{5};      // SIGTERM to SIGKILL
+};
+
+struct LaunchResult {
+  int exitCode = 0;      // 0, or the first failed rank's status (1 when it died by a signal)
+  int failedRank = -1;
+  std::string failure;   // "rank 1 exited with status 1: <its last stderr line>"
+};
+
+Expected<LaunchResult> launch(const LaunchOptions& options, const std::vector<std::string>& command,
+                              std::ostream& out, std::ostream& err);
+
+} // namespace cleave::runtime::distributed

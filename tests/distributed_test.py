@@ -1,0 +1,131 @@
+"""The distributed runner end to end: `cleave launch` starts ranks that run a cut model on c10d
+(TCPStore + ProcessGroupGloo) with `cleave run PLAN --distributed`. Outputs must equal the
+single-process microbatched run byte for byte (same thread count), including an uneven last
+microbatch and a skip connection that jumps a stage; split plans run the same way. Faults: a
+missing or inconsistent environment, a rank that fails, a peer that never comes."""
+import os
+import socket
+import subprocess
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from testlib import CLEAVE, EXAMPLES, TempDirTest, main, run
+
+os.environ["OMP_NUM_THREADS"] = "1"  # the single-process runs and every rank: one intra-op thread
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(nproc, *command, timeout=60):
+    return run("launch", "--nproc", nproc, "--master-port", free_port(), "--timeout", 30, "--", *command)
+
+
+class Distributed(TempDirTest):
+    def mlp_with_skip(self):
+        """x [N, 8] -> 4 Linear+Relu blocks; block 3 adds block 0's output back (a skip over stages)."""
+        rng = np.random.default_rng(2)
+        inits, nodes, h = [], [], "x"
+        for k in range(4):
+            inits += [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), f"w{k}"),
+                      numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), f"b{k}")]
+            nodes += [helper.make_node("MatMul", [h, f"w{k}"], [f"m{k}"]), helper.make_node("Add", [f"m{k}", f"b{k}"], [f"a{k}"])]
+            if k == 3:
+                nodes.append(helper.make_node("Add", ["a3", "h0"], ["s3"]))
+            nodes.append(helper.make_node("Tanh" if k == 3 else "Relu", ["s3" if k == 3 else f"a{k}"], [f"h{k}"]))
+            h = f"h{k}"
+        graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                                  [helper.make_tensor_value_info("h3", TensorProto.FLOAT, ["N", 8])], inits)
+        path = self.path("mlp.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+        return path
+
+    def test_pipeline_ranks_match_the_single_process_run(self):
+        model = self.mlp_with_skip()
+        plan = self.path("plan")
+        run("pipeline", model, "--stages", 3, "-o", plan, check=True)
+        np.savez(self.path("x.npz"), x=np.random.default_rng(1).standard_normal((7, 8)).astype(np.float32))
+        for microbatches in (1, 3):  # 7 rows in 3 microbatches: 3, 3, 1
+            single = self.path(f"single{microbatches}.npz")
+            run("run", plan, "--pipeline", "--microbatches", microbatches, "--inputs", self.path("x.npz"),
+                "--save-outputs", single, check=True)
+            for nproc in (3, 2):  # 2 ranks: stages 0 and 2 share rank 0
+                with self.subTest(microbatches=microbatches, nproc=nproc):
+                    got = self.path(f"dist{microbatches}_{nproc}.npz")
+                    code, out, err = launch(nproc, "cleave", "run", plan, "--distributed", "--microbatches",
+                                            microbatches, "--inputs", self.path("x.npz"), "--save-outputs", got)
+                    self.assertEqual(code, 0, err)
+                    with open(single, "rb") as a, open(got, "rb") as b:
+                        self.assertEqual(a.read(), b.read())
+                    self.assertIn("[rank 0] h3: f32[7,8]", out)
+                    self.assertIn("[rank 1] rank 1 of", err)
+        whole = self.path("whole.npz")
+        run("run", model, "--inputs", self.path("x.npz"), "--save-outputs", whole, check=True)
+        np.testing.assert_allclose(np.load(whole)["h3"], np.load(self.path("dist3_3.npz"))["h3"], rtol=1e-6, atol=1e-6)
+
+    def test_a_split_plan_runs_across_ranks(self):
+        plan = self.path("split")
+        run("split", os.path.join(EXAMPLES, "transformer.onnx"), "--profile",
+            os.path.join(EXAMPLES, "profiles", "gpu.json"), "-o", plan, check=True)
+        run("run", plan, "--seed", 4, "--save-outputs", self.path("single.npz"), check=True)
+        code, _, err = launch(2, "cleave", "run", plan, "--distributed", "--seed", 4, "--save-outputs",
+                              self.path("dist.npz"))
+        self.assertEqual(code, 0, err)
+        with open(self.path("single.npz"), "rb") as a, open(self.path("dist.npz"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    def test_environment_errors_are_one_line(self):
+        model = self.mlp_with_skip()
+        plan = self.path("plan")
+        run("pipeline", model, "--stages", 2, "-o", plan, check=True)
+        base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+        cases = [({}, "WORLD_SIZE is not set"),
+                 ({"WORLD_SIZE": "2"}, "RANK is not set"),
+                 ({"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}, "RANK=2 is not below WORLD_SIZE=2"),
+                 ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "99999"}, "MASTER_PORT='99999'"),
+                 ({"WORLD_SIZE": "two", "RANK": "0"}, "WORLD_SIZE='two'")]
+        for extra, needle in cases:
+            with self.subTest(env=extra):
+                proc = subprocess.run([CLEAVE, "run", plan, "--distributed"], env={**base, **extra},
+                                      capture_output=True, text=True, timeout=60)
+                self.assertOneLineError(proc.returncode, proc.stderr, needle)
+
+    def test_a_peer_that_never_comes_times_out_naming_the_rendezvous(self):
+        model = self.mlp_with_skip()
+        plan = self.path("plan")
+        run("pipeline", model, "--stages", 2, "-o", plan, check=True)
+        port = free_port()
+        env = {**os.environ, "WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "CLEAVE_DIST_TIMEOUT": "3"}
+        start = time.monotonic()
+        proc = subprocess.run([CLEAVE, "run", plan, "--distributed"], env=env, capture_output=True, text=True,
+                              timeout=120)
+        self.assertLess(time.monotonic() - start, 60)
+        self.assertOneLineError(proc.returncode, proc.stderr, f"rendezvous at 127.0.0.1:{port}", "timeout 3 s")
+
+    def test_launch_stops_every_rank_when_one_fails(self):
+        start = time.monotonic()
+        code, out, err = launch(3, "sh", "-c", 'echo "up $RANK/$WORLD_SIZE $LOCAL_RANK"; '
+                                               '[ "$RANK" = 1 ] && { sleep 1; echo "rank one broke" >&2; exit 4; }; sleep 60')
+        self.assertLess(time.monotonic() - start, 30)  # the sleepers were stopped
+        self.assertOneLineError(code, err.splitlines()[-1] + "\n", "rank 1 exited with status 4: rank one broke")
+        self.assertIn("[rank 1] rank one broke", err)
+        for r in range(3):
+            self.assertIn(f"[rank {r}] up {r}/3 {r}", out)
+        code, _, err = run("launch", "--nproc", 2)
+        self.assertOneLineError(code, err, "no command", exit_code=2)
+        code, _, err = run("launch", "--nproc", 2, "--nnodes", 2, "--node-rank", 2, "--", "true")
+        self.assertOneLineError(code, err, "--node-rank 2 is not below --nnodes 2", exit_code=2)
+        code, _, err = launch(2, "/nonexistent/program")
+        self.assertEqual(code, 1)
+        self.assertIn("cannot run '/nonexistent/program'", err)
+
+
+if __name__ == "__main__":
+    main()
