@@ -45,7 +45,7 @@ namespace {
 const Command* const kCommands[] = {&kInspectCommand,  &kGenCommand,      &kConvertCommand, &kSupportCommand,
                                     &kSplitCommand,    &kPartitionCommand, &kPipelineCommand, &kScheduleCommand,
                                     &kRunCommand,      &kVerifyCommand,   &kShapesCommand,  &kMinimizeCommand,
-                                    &kLaunchCommand};
+                                    &kTrainCommand,    &kLaunchCommand};
 
 void printUsage(std::ostream& out) {
   out << "cleave - cut neural-network graphs across devices\n\n"

@@ -83,7 +83,14 @@ Expected<Graph> extractSubgraph(const Graph& graph, const SubgraphSpec& spec) {
   for (NodeId paramNode : parametersToCopy(graph, spec)) {
     for (ParamId param : graph.parameters(paramNode)) {
       Parameter copy = graph.parameter(param);
-      if (copy.data.source == ParameterData::Source::Inline) {
+      auto replaced = spec.parameterBytes ? spec.parameterBytes->find(copy.aliasOf.empty() ? copy.name : copy.aliasOf)
+                                          : std::map<std::string, std::string>::const_iterator();
+      if (spec.parameterBytes && replaced != spec.parameterBytes->end()) {
+        if (static_cast<std::int64_t>(replaced->second.size()) != copy.bytes)
+          return Error(ErrorCode::InvalidArgument) << "parameter '" << copy.name << "': " << replaced->second.size()
+                                                   << " new bytes for " << copy.bytes;
+        copy.data = builder.appendInlineData(replaced->second);
+      } else if (copy.data.source == ParameterData::Source::Inline) {
         CLEAVE_TRY(std::string bytes, graph.readParameterData(param));
         copy.data = builder.appendInlineData(bytes);
       }

@@ -12,6 +12,8 @@
 // Complexity: O(nodes + their operands + parameters, log parameters) plus copied bytes.
 #pragma once
 
+#include <map>
+
 #include <span>
 #include <string>
 #include <vector>
@@ -36,6 +38,8 @@ struct SubgraphSpec {
   std::span<const ValueId> inputs;      // its graph inputs, in order
   std::span<const ValueId> outputs;     // its graph outputs, in order
   const IdVector<ValueId, ValueType>* types = nullptr; // replaces the source's value types
+  // Replaces the bytes of the named parameters (and of their aliases), e.g. trained weights.
+  const std::map<std::string, std::string>* parameterBytes = nullptr;
 };
 [[nodiscard]] Expected<Graph> extractSubgraph(const Graph& graph, const SubgraphSpec& spec);
 

@@ -29,6 +29,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
     return Error(ErrorCode::Unsupported) << "the runtime executes ONNX graphs; FX graphs carry torch targets, not ops";
   executor->graph_ = std::move(graph);
   executor->options_ = options;
+  if (options.trainable)
+    executor->options_.optimizations = Optimizations{.fusion = false, .blockedLayout = false};
   executor->opset_ = defaultOpset(g);
   executor->kernels_ = IdVector<NodeId, KernelEntry>(g.numNodes());
   executor->parameters_ = IdVector<NodeId, at::Tensor>(g.numNodes());
@@ -43,10 +45,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
                                              << "', opset " << executor->opset_ << ")";
       executor->kernels_[node] = *kernel;
     } else if (g.kind(node) == ir::NodeKind::Parameter) {
-      CLEAVE_TRY(at::Tensor tensor, loadParameter(g, g.parameters(node)[0]));
-      if (options.floatType && at::isFloatingType(tensor.scalar_type()))
-        tensor = tensor.to(*options.floatType);
-      executor->parameters_[node] = tensor.to(options.device);
+      CLEAVE_TRY(executor->parameters_[node], executor->parameterTensor(g.parameters(node)[0]));
     } else if (g.kind(node) == ir::NodeKind::ModuleCall || g.kind(node) == ir::NodeKind::MethodCall) {
       return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' is a module or method call";
     }
@@ -70,6 +69,35 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
       executor->blockedReaders_[v] = !takers ? BlockedReaders::No : output ? BlockedReaders::IfOutputsMay : BlockedReaders::Yes;
   }
   return executor;
+}
+
+// A parameter's tensor on the device; with `trainable`, aliases share their owner's tensor and
+// trained tensors are autograd leaves.
+Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param) {
+  const ir::Graph& g = *graph_;
+  ir::ParamId owner = options_.trainable ? g.storageOf(param) : param;
+  if (options_.trainable && storageTensors_.empty())
+    storageTensors_.resize(g.numParameters());
+  if (options_.trainable && storageTensors_[index(owner)].defined())
+    return storageTensors_[index(owner)];
+  CLEAVE_TRY(at::Tensor tensor, loadParameter(g, owner));
+  if (options_.floatType && at::isFloatingType(tensor.scalar_type()))
+    tensor = tensor.to(*options_.floatType);
+  tensor = tensor.to(options_.device);
+  if (!options_.trainable)
+    return tensor;
+  if (at::isFloatingType(tensor.scalar_type()) && !g.parameter(owner).isBuffer)
+    tensor.requires_grad_(true);
+  storageTensors_[index(owner)] = tensor;
+  return tensor;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Executor::trainableParameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> trained;
+  for (std::uint32_t p = 0; p < storageTensors_.size(); ++p)
+    if (storageTensors_[p].defined() && storageTensors_[p].requires_grad())
+      trained.emplace_back(graph_->parameter(ir::ParamId{p}).name, storageTensors_[p]);
+  return trained;
 }
 
 Executor& Executor::subgraph(NodeId node, std::string_view attribute) {

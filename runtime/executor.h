@@ -39,6 +39,10 @@ struct ExecutorOptions {
   // When set (e.g. bfloat16): floating parameters and inputs are cast to it, and floating outputs
   // cast back to float32: a lower-precision device, for exercising disagreement paths.
   std::optional<at::ScalarType> floatType;
+  // Training: floating parameters that are not buffers are autograd leaves (requires_grad), one
+  // tensor per storage (an ONNX alias of a parameter is the same tensor); fusion, the blocked
+  // layout and oneDNN's direct products are off, so every op records its backward.
+  bool trainable = false;
 };
 
 enum class OutputLayout : std::uint8_t { Dense, AsComputed };
@@ -70,12 +74,16 @@ public:
                           OutputLayout outputLayout = OutputLayout::Dense);
 
   const ir::Graph& graph() const { return *graph_; }
+  // With ExecutorOptions::trainable: each trained tensor once, under its storage owner's name, in
+  // parameter order; the optimizer updates them in place and later runs read the new values.
+  std::vector<std::pair<std::string, at::Tensor>> trainableParameters() const;
   std::int64_t opset() const { return opset_; }
 
 private:
   friend class KernelContext; // builds subgraph executors through subgraph()
   Executor() = default;
   Executor& subgraph(ir::NodeId node, std::string_view attribute);
+  Expected<at::Tensor> parameterTensor(ir::ParamId param);
 
   // One run's values in flight: by value id, the uses still to come, live and peak bytes.
   struct RunState;
@@ -94,6 +102,7 @@ private:
   std::int64_t opset_ = 0;
   IdVector<ir::NodeId, KernelEntry> kernels_;
   IdVector<ir::NodeId, at::Tensor> parameters_; // Parameter nodes' tensors
+  std::vector<at::Tensor> storageTensors_;      // trainable: per storage-owning parameter
   IdVector<ir::NodeId, KernelCache> caches_;    // per op node: what its kernel keeps (packed weights)
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)
   FusionPlan fusion_;                            // node groups run as one kernel (unobserved runs)

@@ -183,7 +183,8 @@ at::Tensor toDense(const at::Tensor& t) { return t.defined() && t.is_mkldnn() ? 
 at::Tensor toBlocked(const at::Tensor& t) { return t.is_mkldnn() ? t : t.to_mkldnn(); }
 
 bool blockable(const at::Tensor& t) {
-  return at::hasMKLDNN() && t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat;
+  // Not for autograd: mkldnn tensors and packed weights record no backward.
+  return at::hasMKLDNN() && t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat && !t.requires_grad();
 }
 
 at::ScalarType onnxScalarType(std::int64_t onnxDtype) {

@@ -22,7 +22,9 @@ const dnnl::engine& cpuEngine() {
 
 // A dense float32 CPU tensor (not one of ATen's own mkldnn tensors).
 bool eligible(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
+  // Not for autograd: oneDNN's direct products record no backward.
+  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat &&
+         !t.requires_grad();
 }
 
 // The tensor's sizes and strides as a oneDNN memory descriptor (no copy).

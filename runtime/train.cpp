@@ -1,0 +1,131 @@
+#include "runtime/train.h"
+
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include "ir/extract.h"
+#include "runtime/executor.h"
+#include "runtime/microbatch.h"
+
+namespace cleave::runtime {
+
+struct Trainer::State {
+  std::shared_ptr<const ir::Graph> graph;
+  std::unique_ptr<Executor> executor;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  TrainOptions options;
+  std::string lossName;
+};
+
+namespace {
+Expected<std::string> lossOutput(const ir::Graph& graph, const std::string& wanted) {
+  std::vector<std::string> scalars;
+  for (ir::ValueId value : graph.graphOutputs()) {
+    std::string name(graph.valueName(value));
+    if (!wanted.empty() ? name == wanted : name == "loss")
+      return name;
+    if (graph.dims(value).empty() && graph.valueKind(value) == ir::ValueKind::Tensor)
+      scalars.push_back(name);
+  }
+  if (!wanted.empty())
+    return Error(ErrorCode::InvalidArgument) << "the model has no output '" << wanted << "' (--loss)";
+  if (scalars.size() == 1)
+    return scalars[0];
+  return Error(ErrorCode::InvalidArgument) << "which output is the loss? none is named 'loss' and " << scalars.size()
+                                           << " are scalars (export the model with its loss; name it with --loss)";
+}
+
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<at::Tensor> params, const OptimizerOptions& o) {
+  if (o.kind == OptimizerKind::Sgd)
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weightDecay.value_or(0.0)));
+  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr)
+                                                           .betas({o.beta1, o.beta2})
+                                                           .eps(o.eps)
+                                                           .weight_decay(o.weightDecay.value_or(0.01)));
+}
+
+// Rows (stepIndex * batch + i) mod N of every tensor.
+Expected<TensorMap> batchAt(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch) {
+  TensorMap rows;
+  for (const auto& [name, tensor] : data) {
+    if (tensor.dim() == 0 || tensor.size(0) == 0)
+      return Error(ErrorCode::InvalidArgument) << "data '" << name << "' has no rows (dim 0)";
+    at::Tensor index = (at::arange(batch, at::kLong) + stepIndex * batch) % tensor.size(0);
+    rows[name] = tensor.index_select(0, index);
+  }
+  return rows;
+}
+} // namespace
+
+Trainer::~Trainer() = default;
+
+Expected<std::unique_ptr<Trainer>> Trainer::create(std::shared_ptr<const ir::Graph> graph, const TrainOptions& options) {
+  std::unique_ptr<Trainer> trainer(new Trainer());
+  trainer->state_ = std::make_unique<State>();
+  State& s = *trainer->state_;
+  s.graph = std::move(graph);
+  s.options = options;
+  CLEAVE_TRY(s.lossName, lossOutput(*s.graph, options.loss));
+  ExecutorOptions executorOptions;
+  executorOptions.trainable = true;
+  CLEAVE_TRY(s.executor, Executor::create(s.graph, executorOptions));
+  std::vector<at::Tensor> params;
+  for (auto& [name, tensor] : s.executor->trainableParameters())
+    params.push_back(tensor);
+  if (params.empty())
+    return Error(ErrorCode::InvalidArgument) << "the model has no floating parameters to train";
+  s.optimizer = makeOptimizer(params, options.optimizer);
+  return trainer;
+}
+
+std::size_t Trainer::trainedTensors() const { return state_->executor->trainableParameters().size(); }
+
+Expected<double> Trainer::step(const TensorMap& data, std::int64_t stepIndex) {
+  State& s = *state_;
+  CLEAVE_TRY(TensorMap batch, batchAt(data, stepIndex, s.options.batch));
+  CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
+  s.optimizer->zero_grad();
+  double total = 0.0;
+  for (const TensorMap& chunk : chunks) {
+    std::int64_t rows = chunk.begin()->second.dim() > 0 ? chunk.begin()->second.size(0) : s.options.batch;
+    CLEAVE_TRY(TensorMap outputs, s.executor->run(chunk));
+    const at::Tensor& loss = outputs.at(s.lossName);
+    if (loss.numel() != 1 || !loss.requires_grad())
+      return Error(ErrorCode::InvalidArgument) << "output '" << s.lossName
+                                               << "' is not a scalar that depends on the trained parameters";
+    at::Tensor share = loss.reshape({}) * (static_cast<double>(rows) / static_cast<double>(s.options.batch));
+    try {
+      share.backward();
+    } catch (const c10::Error& e) {
+      std::string what = e.what_without_backtrace();
+      return Error(ErrorCode::Unsupported) << "backward failed: " << what.substr(0, what.find('\n'));
+    }
+    total += share.item<double>();
+  }
+  s.optimizer->step();
+  return total;
+}
+
+Expected<ir::Graph> Trainer::trainedGraph() const {
+  const State& s = *state_;
+  std::map<std::string, std::string> bytes;
+  for (const auto& [name, tensor] : s.executor->trainableParameters()) {
+    at::Tensor plain = tensor.detach().to(at::kCPU).contiguous();
+    bytes[name] = std::string(static_cast<const char*>(plain.data_ptr()), plain.nbytes());
+  }
+  const ir::Graph& g = *s.graph;
+  std::vector<ir::NodeId> ops;
+  std::vector<ir::ValueId> inputs;
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    ir::NodeId node{n};
+    if (g.kind(node) == ir::NodeKind::Op)
+      ops.push_back(node);
+    else if (g.kind(node) == ir::NodeKind::Input)
+      inputs.push_back(g.outputs(node)[0]);
+  }
+  std::vector<ir::ValueId> outputs(g.graphOutputs().begin(), g.graphOutputs().end());
+  return ir::extractSubgraph(g, {std::string(g.modelInfo().graphName), ops, inputs, outputs, nullptr, &bytes});
+}
+
+} // namespace cleave::runtime

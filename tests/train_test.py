@@ -1,0 +1,109 @@
+"""`cleave train` against PyTorch's own training (Debian's python3-torch): an MLP exported with its
+CrossEntropy loss (the seeds' LossWrapper: targets are an input) is trained by cleave and by
+torch.optim on the same rows; the per-step losses and the trained weights (read back from
+trained.onnx) must agree within float rounding, for SGD with momentum and weight decay over
+uneven microbatches, and for AdamW."""
+import json
+import os
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+from testlib import TempDirTest, main, run
+
+torch.set_num_threads(1)
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(6, 16)
+        self.fc2 = torch.nn.Linear(16, 16)
+        self.fc3 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        h = torch.tanh(self.fc2(h)) + h
+        return self.fc3(h)
+
+
+class LossWrapper(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, x, target):
+        return self.loss(self.model(x), target)
+
+
+def rows(data, step, batch):
+    index = (torch.arange(batch) + step * batch) % data.shape[0]
+    return data[index]
+
+
+class Train(TempDirTest):
+    def setUp(self):
+        super().setUp()
+        torch.manual_seed(0)
+        self.wrapper = LossWrapper(Mlp())
+        self.initial = {k: v.clone() for k, v in self.wrapper.state_dict().items()}
+        self.model = self.path("mlp_loss.onnx")
+        torch.onnx.export(self.wrapper, (torch.randn(8, 6), torch.zeros(8, dtype=torch.long)), self.model,
+                          input_names=["x", "target"], output_names=["loss"], opset_version=13,
+                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+        g = torch.Generator().manual_seed(1)
+        self.x = torch.randn(20, 6, generator=g)
+        self.target = torch.randint(0, 4, (20,), generator=g)
+        np.savez(self.path("data.npz"), x=self.x.numpy(), target=self.target.numpy())
+
+    def reference(self, make_optimizer, steps, batch):
+        self.wrapper.load_state_dict(self.initial)
+        optimizer = make_optimizer(self.wrapper.parameters())
+        losses = []
+        for step in range(steps):
+            optimizer.zero_grad()
+            loss = self.wrapper(rows(self.x, step, batch), rows(self.target, step, batch))
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses, {k: v.detach().numpy() for k, v in self.wrapper.state_dict().items()}
+
+    def check(self, flags, make_optimizer, steps=6, batch=8):
+        out = self.path("out")
+        code, stdout, err = run("train", self.model, "--data", self.path("data.npz"), "--batch", batch, "--steps",
+                                steps, *flags, "-o", out, "--force", "--json")
+        self.assertEqual(code, 0, err)
+        got = [json.loads(line) for line in stdout.splitlines()]
+        self.assertEqual([g["step"] for g in got], list(range(1, steps + 1)))
+        want, weights = self.reference(make_optimizer, steps, batch)
+        np.testing.assert_allclose([g["loss"] for g in got], want, rtol=2e-5, atol=1e-6)
+        self.assertLess(want[-1], want[0])  # it learns
+        trained = {t.name: numpy_helper.to_array(t) for t in onnx.load(os.path.join(out, "trained.onnx")).graph.initializer}
+        for name, value in weights.items():
+            onnx_name = next(n for n in trained if n.endswith(name.replace("model.", "")) or n == name)
+            np.testing.assert_allclose(trained[onnx_name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+
+    def test_sgd_with_momentum_and_weight_decay_over_uneven_microbatches(self):
+        self.check(["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--weight-decay", "0.01",
+                    "--microbatches", "3"],  # 8 rows: 3, 3, 2
+                   lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01))
+
+    def test_adamw(self):
+        self.check(["--optimizer", "adamw", "--lr", "0.01", "--betas", "0.8,0.99", "--weight-decay", "0.05"],
+                   lambda p: torch.optim.AdamW(p, lr=0.01, betas=(0.8, 0.99), weight_decay=0.05))
+
+    def test_bad_requests(self):
+        code, _, err = run("train", self.model, "--data", self.path("data.npz"), "--batch", 4, "--loss", "nope")
+        self.assertOneLineError(code, err, "no output 'nope'")
+        np.savez(self.path("partial.npz"), x=self.x.numpy())
+        code, _, err = run("train", self.model, "--data", self.path("partial.npz"), "--batch", 4)
+        self.assertOneLineError(code, err, "target")
+        code, _, err = run("train", self.model, "--data", self.path("data.npz"), "--batch", 0)
+        self.assertEqual(code, 2, err)
+
+
+if __name__ == "__main__":
+    main()
