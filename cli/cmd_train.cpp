@@ -7,6 +7,8 @@
 #include "io/model_loader.h"
 #include "io/onnx.h"
 #include "plan/plan_file.h"
+#include "runtime/distributed/communicator.h"
+#include "runtime/distributed/pipeline_train.h"
 #include "runtime/tensor_files.h"
 #include "runtime/train.h"
 
@@ -46,14 +48,45 @@ void describe(CLI::App& app, TrainFlags& flags) {
   addJsonFlag(app, flags.json);
 }
 
-Status train(TrainFlags& flags, std::ostream& out, std::ostream&) {
-  if (plan::isPlanDirectory(flags.path))
-    return usageError() << "training a cut model (plan directory) is not supported yet: train the model itself";
+void printStep(const TrainFlags& flags, std::int64_t step, double loss, std::ostream& out) {
+  if (flags.json)
+    out << toJsonText(Json{{"step", step + 1}, {"loss", loss}}) << "\n"; // one line per step
+  else
+    out << "step " << step + 1 << "/" << flags.steps << ": loss " << loss << "\n";
+  out.flush();
+}
+
+// A plan directory: its stages on this process (no RANK) or on this rank's share (under launch).
+Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) {
+  if (!flags.output.path.empty())
+    return usageError() << "-o is not supported yet when training a plan directory";
+  std::unique_ptr<runtime::distributed::Communicator> comm = runtime::distributed::Communicator::local();
+  if (std::getenv("RANK")) {
+    CLEAVE_TRY(runtime::distributed::DistributedEnv env, runtime::distributed::readDistributedEnv());
+    CLEAVE_TRY(comm, runtime::distributed::Communicator::connect(env));
+  }
+  CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, *comm));
+  CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, trainer->graphInputs()));
+  for (std::int64_t step = 0; step < flags.steps; ++step) {
+    CLEAVE_TRY(double loss, trainer->step(data, step));
+    if (comm->rank() == 0)
+      printStep(flags, step, loss, out);
+  }
+  err << "rank " << comm->rank() << " of " << comm->worldSize() << ": trained";
+  for (const std::string& stage : trainer->ownStages())
+    err << " " << stage;
+  err << "\n";
+  return {};
+}
+
+Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   if (!flags.betas.empty()) {
     flags.options.optimizer.beta1 = flags.betas[0];
     flags.options.optimizer.beta2 = flags.betas[1];
   }
   flags.options.optimizer.weightDecay = flags.weightDecay;
+  if (plan::isPlanDirectory(flags.path))
+    return trainPlan(flags, out, err);
   CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.dataPath}));
   CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path));
   auto graph = std::make_shared<const ir::Graph>(std::move(loaded));
@@ -64,11 +97,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream&) {
   CLEAVE_TRY(std::unique_ptr<runtime::Trainer> trainer, runtime::Trainer::create(graph, flags.options));
   for (std::int64_t step = 0; step < flags.steps; ++step) {
     CLEAVE_TRY(double loss, trainer->step(data, step));
-    if (flags.json)
-      out << toJsonText(Json{{"step", step + 1}, {"loss", loss}}) << "\n"; // one line per step
-    else
-      out << "step " << step + 1 << "/" << flags.steps << ": loss " << loss << "\n";
-    out.flush();
+    printStep(flags, step, loss, out);
   }
   if (!outDir)
     return {};

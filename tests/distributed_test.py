@@ -1,8 +1,11 @@
 """The distributed runner end to end: `cleave launch` starts ranks that run a cut model on c10d
 (TCPStore + ProcessGroupGloo) with `cleave run PLAN --distributed`. Outputs must equal the
 single-process microbatched run byte for byte (same thread count), including an uneven last
-microbatch and a skip connection that jumps a stage; split plans run the same way. Faults: a
-missing or inconsistent environment, a rank that fails, a peer that never comes."""
+microbatch and a skip connection that jumps a stage; split plans run the same way. Training a
+pipeline plan (`cleave train PLAN`, in one process and on 2 and 3 ranks) follows the whole model's
+training, tied weights included. Faults: a missing or inconsistent environment, a rank that
+fails, a peer that never comes."""
+import json
 import os
 import socket
 import subprocess
@@ -79,6 +82,52 @@ class Distributed(TempDirTest):
         self.assertEqual(code, 0, err)
         with open(self.path("single.npz"), "rb") as a, open(self.path("dist.npz"), "rb") as b:
             self.assertEqual(a.read(), b.read())
+
+    def test_training_stages_across_ranks_follows_the_whole_model(self):
+        """A weight shared by stages 0 and 1 (tied: its gradients are summed across ranks) and a skip
+        connection from stage 0 to stage 2; SGD and AdamW over uneven microbatches (8 rows: 3, 3, 2)."""
+        import torch
+        torch.manual_seed(0)
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = torch.nn.Linear(6, 16), torch.nn.Linear(16, 16)
+                self.c, self.d = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+                self.loss = torch.nn.CrossEntropyLoss()
+
+            def forward(self, x, target):
+                h = torch.relu(self.a(x))
+                g = torch.tanh(self.c(torch.tanh(self.b(h))))
+                return self.loss(self.d(torch.relu(self.b(g)) + h), target)
+
+        model = self.path("shared.onnx")
+        torch.onnx.export(Model(), (torch.randn(8, 6), torch.zeros(8, dtype=torch.long)), model,
+                          input_names=["x", "target"], output_names=["loss"], opset_version=13,
+                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+        g = torch.Generator().manual_seed(1)
+        np.savez(self.path("data.npz"), x=torch.randn(20, 6, generator=g).numpy(),
+                 target=torch.randint(0, 4, (20,), generator=g).numpy())
+        plan = self.path("stages")
+        code, out, err = run("pipeline", model, "--stages", 3, "-o", plan)
+        self.assertEqual(code, 0, err)
+        self.assertIn("tie group: b.weight on stages [0,1]", out)
+        self.assertIn("skip connection", out)
+        for optimizer in (["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"],
+                          ["--optimizer", "adamw", "--lr", "0.05"]):
+            common = ["--data", self.path("data.npz"), "--batch", 8, "--steps", 4, "--microbatches", 3, *optimizer, "--json"]
+            losses = lambda text: [json.loads(line.split("] ", 1)[-1])["loss"] for line in text.splitlines()]
+            code, whole, err = run("train", model, *common)
+            self.assertEqual(code, 0, err)
+            code, local, err = run("train", plan, *common)
+            self.assertEqual(code, 0, err)
+            np.testing.assert_allclose(losses(local), losses(whole), rtol=1e-6)
+            self.assertLess(losses(whole)[-1], losses(whole)[0])
+            for nproc in (2, 3):
+                with self.subTest(optimizer=optimizer[1], nproc=nproc):
+                    code, ranked, err = launch(nproc, "cleave", "train", plan, *common)
+                    self.assertEqual(code, 0, err)
+                    self.assertEqual(losses(ranked), losses(local))
 
     def test_environment_errors_are_one_line(self):
         model = self.mlp_with_skip()

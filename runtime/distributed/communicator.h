@@ -23,6 +23,8 @@ namespace cleave::runtime::distributed {
 class Communicator {
 public:
   static Expected<std::unique_ptr<Communicator>> connect(const DistributedEnv& env);
+  // One rank, no peers: what a plan runs on in a single process.
+  static std::unique_ptr<Communicator> local();
   virtual ~Communicator() = default;
 
   virtual int rank() const = 0;
@@ -31,6 +33,8 @@ public:
   virtual Expected<at::Tensor> recv(int src, std::uint32_t tag) = 0;
   virtual Status finish() = 0; // waits for every send posted so far
   virtual Status barrier() = 0;
+  // Sums `tensor` (dense, contiguous, on the CPU) over every rank, in place.
+  virtual Status allReduceSum(at::Tensor& tensor) = 0;
 };
 
 } // namespace cleave::runtime::distributed

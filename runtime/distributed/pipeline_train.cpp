@@ -1,0 +1,297 @@
+#include "runtime/distributed/pipeline_train.h"
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "io/onnx.h"
+#include "plan/plan_file.h"
+#include "runtime/executor.h"
+#include "runtime/microbatch.h"
+
+namespace cleave::runtime::distributed {
+
+namespace {
+struct Stage {
+  std::string name;
+  std::vector<std::string> inputs, outputs;
+  std::shared_ptr<const ir::Graph> graph;
+  std::unique_ptr<Executor> executor; // own stages only
+  int rank = 0;
+};
+
+// One microbatch on one own stage: its input leaves and its outputs (with their autograd graph).
+struct StageRun {
+  TensorMap leaves, outputs;
+};
+
+// Trainable tensors of a graph (storage owners, floating, not buffers): name -> (dtype, dims).
+std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> trainedShapes(const ir::Graph& g) {
+  std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> shapes;
+  for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
+    const ir::Parameter& param = g.parameter(ir::ParamId{p});
+    bool floating = param.dtype == ir::DType::F32 || param.dtype == ir::DType::F64 || param.dtype == ir::DType::F16;
+    if (g.storageOf(ir::ParamId{p}) == ir::ParamId{p} && floating && !param.isBuffer)
+      shapes[param.name] = {param.dtype, param.dims};
+  }
+  return shapes;
+}
+
+Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch) {
+  TensorMap rows;
+  for (const auto& [name, tensor] : data) {
+    if (tensor.dim() == 0 || tensor.size(0) == 0)
+      return Error(ErrorCode::InvalidArgument) << "data '" << name << "' has no rows (dim 0)";
+    rows[name] = tensor.index_select(0, (at::arange(batch, at::kLong) + stepIndex * batch) % tensor.size(0));
+  }
+  return rows;
+}
+} // namespace
+
+struct PipelineTrainer::State {
+  Communicator* comm = nullptr;
+  TrainOptions options;
+  std::vector<Stage> stages;
+  std::vector<std::string> graphInputs;
+  std::map<std::string, int> producer;                 // value -> stage making it
+  std::map<std::string, std::vector<int>> readers;     // value -> stages reading it, in order
+  std::map<std::string, std::uint32_t> valueId;
+  std::string loss;
+  int lossStage = -1;
+  // Parameters several stages hold: name -> (dtype, dims), and this rank's copies of each.
+  std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> tied;
+  std::map<std::string, std::vector<at::Tensor>> ownCopies;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+
+  bool own(int stage) const { return stages[stage].rank == comm->rank(); }
+  // Tags: (microbatch, value, reading stage, direction) packed densely; < 2^30 (see communicator).
+  Expected<std::uint32_t> tag(std::size_t m, const std::string& value, int reader, bool backward) const {
+    std::uint64_t t = ((static_cast<std::uint64_t>(m) * valueId.size() + valueId.at(value)) * stages.size() +
+                       static_cast<std::uint64_t>(reader)) * 2 + (backward ? 1 : 0);
+    if (t >= (std::uint64_t(1) << 29))
+      return Error(ErrorCode::Unsupported) << "too many microbatches x values x stages for message tags";
+    return static_cast<std::uint32_t>(t);
+  }
+
+  Status loadPlan(const std::string& dir);
+  Status forward(std::size_t m, const TensorMap& chunk, std::vector<std::map<int, StageRun>>& runs, double& loss,
+                 double share);
+  Status backward(std::size_t m, std::vector<std::map<int, StageRun>>& runs, double share);
+  Status reduceTiedGradients();
+};
+
+Status PipelineTrainer::State::loadPlan(const std::string& dir) {
+  CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(dir));
+  std::set<std::string> seenInputs;
+  std::map<std::string, int> holders;
+  for (const plan::PlanFileSubmodule& sub : planFile.submodules) {
+    if (sub.file.empty())
+      return Error(ErrorCode::ParseError) << dir << ": submodule '" << sub.name << "' has no model file";
+    int index = static_cast<int>(stages.size());
+    Stage stage;
+    stage.name = sub.name;
+    stage.rank = index % comm->worldSize();
+    for (const plan::PlanFileInput& input : sub.inputs) {
+      stage.inputs.push_back(input.value);
+      readers[input.value].push_back(index);
+      valueId.emplace(input.value, static_cast<std::uint32_t>(valueId.size()));
+      if (input.from == "input" && seenInputs.insert(input.value).second)
+        graphInputs.push_back(input.value);
+    }
+    for (const std::string& output : sub.outputs) {
+      stage.outputs.push_back(output);
+      producer[output] = index;
+      valueId.emplace(output, static_cast<std::uint32_t>(valueId.size()));
+    }
+    CLEAVE_TRY(ir::Graph graph, io::readOnnx((std::filesystem::path(dir) / sub.file).string()));
+    stage.graph = std::make_shared<const ir::Graph>(std::move(graph));
+    for (auto& [name, shape] : trainedShapes(*stage.graph))
+      if (++holders[name] == 2)
+        tied[name] = shape;
+    stages.push_back(std::move(stage));
+  }
+  for (const plan::PlanFileInput& output : planFile.outputs)
+    if (options.loss.empty() ? output.value == "loss" : output.value == options.loss)
+      loss = output.value;
+  if (loss.empty())
+    return Error(ErrorCode::InvalidArgument) << dir << ": no plan output named '"
+                                             << (options.loss.empty() ? "loss" : options.loss)
+                                             << "' (export the model with its loss; name it with --loss)";
+  lossStage = producer.at(loss);
+  return {};
+}
+
+Status PipelineTrainer::State::forward(std::size_t m, const TensorMap& chunk,
+                                       std::vector<std::map<int, StageRun>>& runs, double& lossSum, double share) {
+  for (int i = 0; i < static_cast<int>(stages.size()); ++i) {
+    if (!own(i))
+      continue;
+    StageRun& run = runs[m][i];
+    TensorMap feeds;
+    for (const std::string& name : stages[i].inputs) {
+      auto made = producer.find(name);
+      at::Tensor value;
+      if (made == producer.end()) {
+        value = chunk.at(name);
+      } else if (own(made->second)) {
+        value = runs[m].at(made->second).outputs.at(name).detach();
+      } else {
+        CLEAVE_TRY(std::uint32_t t, tag(m, name, i, false));
+        CLEAVE_TRY(value, comm->recv(stages[made->second].rank, t));
+      }
+      if (made != producer.end() && at::isFloatingType(value.scalar_type()))
+        value.requires_grad_(true);
+      feeds[name] = value;
+      if (made != producer.end())
+        run.leaves[name] = value;
+    }
+    CLEAVE_TRY(run.outputs, stages[i].executor->run(feeds));
+    for (const std::string& name : stages[i].outputs)
+      for (int reader : readers[name])
+        if (!own(reader)) {
+          CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, false));
+          CLEAVE_CHECK(comm->send(run.outputs.at(name).detach(), stages[reader].rank, t));
+        }
+    if (i == lossStage)
+      lossSum += run.outputs.at(loss).item<double>() * share;
+  }
+  return {};
+}
+
+Status PipelineTrainer::State::backward(std::size_t m, std::vector<std::map<int, StageRun>>& runs, double share) {
+  for (int i = static_cast<int>(stages.size()) - 1; i >= 0; --i) {
+    if (!own(i))
+      continue;
+    StageRun& run = runs[m].at(i);
+    std::vector<at::Tensor> roots, grads;
+    for (const std::string& name : stages[i].outputs) {
+      const at::Tensor& output = run.outputs.at(name);
+      at::Tensor grad = name == loss ? at::full_like(output, share) : at::Tensor();
+      for (int reader : readers[name]) {
+        at::Tensor part;
+        if (own(reader)) {
+          part = runs[m].at(reader).leaves.at(name).grad();
+        } else {
+          CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, true));
+          CLEAVE_TRY(part, comm->recv(stages[reader].rank, t));
+        }
+        if (part.defined())
+          grad = grad.defined() ? grad + part : part;
+      }
+      if (grad.defined() && output.requires_grad()) {
+        roots.push_back(output);
+        grads.push_back(grad.to(output.scalar_type()));
+      }
+    }
+    try {
+      if (!roots.empty())
+        torch::autograd::backward(roots, grads);
+    } catch (const c10::Error& e) {
+      std::string what = e.what_without_backtrace();
+      return Error(ErrorCode::Unsupported) << "stage '" << stages[i].name << "': backward failed: "
+                                           << what.substr(0, what.find('\n'));
+    }
+    for (const auto& [name, leaf] : run.leaves) {
+      int made = producer.at(name);
+      if (own(made))
+        continue;
+      at::Tensor grad = leaf.grad().defined() ? leaf.grad() : at::zeros_like(leaf);
+      CLEAVE_TRY(std::uint32_t t, tag(m, name, i, true));
+      CLEAVE_CHECK(comm->send(grad, stages[made].rank, t));
+    }
+  }
+  return {};
+}
+
+Status PipelineTrainer::State::reduceTiedGradients() {
+  for (const auto& [name, shape] : tied) {
+    CLEAVE_TRY(at::ScalarType type, scalarTypeOf(shape.first));
+    at::Tensor sum = at::zeros(shape.second, at::TensorOptions().dtype(type));
+    auto copies = ownCopies.find(name);
+    if (copies != ownCopies.end())
+      for (const at::Tensor& copy : copies->second)
+        if (copy.grad().defined())
+          sum += copy.grad();
+    CLEAVE_CHECK(comm->allReduceSum(sum));
+    if (copies != ownCopies.end())
+      for (const at::Tensor& copy : copies->second)
+        copy.mutable_grad() = sum.clone();
+  }
+  return {};
+}
+
+PipelineTrainer::~PipelineTrainer() = default;
+
+Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::string& planDir,
+                                                                  const TrainOptions& options, Communicator& comm) {
+  std::unique_ptr<PipelineTrainer> trainer(new PipelineTrainer());
+  trainer->state_ = std::make_unique<State>();
+  State& s = *trainer->state_;
+  s.comm = &comm;
+  s.options = options;
+  CLEAVE_CHECK(s.loadPlan(planDir));
+  std::vector<at::Tensor> params;
+  ExecutorOptions executorOptions;
+  executorOptions.trainable = true;
+  for (int i = 0; i < static_cast<int>(s.stages.size()); ++i) {
+    if (!s.own(i))
+      continue;
+    Expected<std::unique_ptr<Executor>> executor = Executor::create(s.stages[i].graph, executorOptions);
+    if (!executor)
+      return std::move(executor.error().withContext("stage '" + s.stages[i].name + "'"));
+    s.stages[i].executor = std::move(*executor);
+    for (auto& [name, tensor] : s.stages[i].executor->trainableParameters()) {
+      params.push_back(tensor);
+      if (s.tied.count(name))
+        s.ownCopies[name].push_back(tensor);
+    }
+  }
+  const OptimizerOptions& o = options.optimizer;
+  if (params.empty()) // a rank without parameters still takes part; its optimizer has nothing to do
+    params.push_back(at::zeros({1}).requires_grad_(true));
+  if (o.kind == OptimizerKind::Sgd)
+    s.optimizer = std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weightDecay.value_or(0.0)));
+  else
+    s.optimizer = std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weightDecay.value_or(0.01)));
+  return trainer;
+}
+
+const std::vector<std::string>& PipelineTrainer::graphInputs() const { return state_->graphInputs; }
+
+std::vector<std::string> PipelineTrainer::ownStages() const {
+  std::vector<std::string> names;
+  for (int i = 0; i < static_cast<int>(state_->stages.size()); ++i)
+    if (state_->own(i))
+      names.push_back(state_->stages[i].name);
+  return names;
+}
+
+Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepIndex) {
+  State& s = *state_;
+  CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
+  CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
+  std::vector<double> shares;
+  for (const TensorMap& chunk : chunks)
+    shares.push_back(static_cast<double>(chunk.begin()->second.size(0)) / static_cast<double>(s.options.batch));
+  s.optimizer->zero_grad();
+  std::vector<std::map<int, StageRun>> runs(chunks.size());
+  double lossSum = 0.0;
+  for (std::size_t m = 0; m < chunks.size(); ++m)
+    CLEAVE_CHECK(s.forward(m, chunks[m], runs, lossSum, shares[m]));
+  for (std::size_t m = 0; m < chunks.size(); ++m)
+    CLEAVE_CHECK(s.backward(m, runs, shares[m]));
+  CLEAVE_CHECK(s.comm->finish());
+  CLEAVE_CHECK(s.reduceTiedGradients());
+  s.optimizer->step();
+  at::Tensor loss = at::full({1}, lossSum, at::kDouble);
+  CLEAVE_CHECK(s.comm->allReduceSum(loss));
+  return loss.item<double>();
+}
+
+} // namespace cleave::runtime::distributed

@@ -1,0 +1,47 @@
+// runtime/distributed/pipeline_train.h - training a cut model's stages (a plan.json directory whose
+// outputs include the loss) across ranks on c10d, or in one process with Communicator::local().
+//
+// Stage i lives on rank i % ranks (loop placement). A step takes the next `batch` rows of the data,
+// splits them into microbatches, and runs GPipe: every microbatch forward through the stages in
+// plan order, then every microbatch backward through them in reverse. Each stage runs on its own
+// trainable executor (ATen autograd); a value entering a stage is an autograd leaf there, so each
+// stage backpropagates alone: its output gradients are the sum over the stages that read the
+// value (received from other ranks, or read from the local leaf), plus the loss's share of the
+// batch's rows for the loss. A parameter held by several stages (pipeline's multi_use replicate)
+// gets the sum of their gradients on every holder (an all-reduce), so the copies stay equal. Then
+// one libtorch optimizer step per rank (runtime/train.h's options).
+// Guarantees: no deadlock (every rank walks the same (phase, microbatch, stage) order; sends never
+// wait; a receive waits only for what an earlier step of that order sent); the loss reported on
+// every rank is the batch's mean loss; losses follow the whole model's `cleave train` within float
+// rounding (tests/distributed_test.py).
+// Complexity: per step, each stage's forward and backward per microbatch, one message per (value,
+// reading stage) each way, one all-reduce per tied parameter and one for the loss.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/expected.h"
+#include "runtime/distributed/communicator.h"
+#include "runtime/train.h"
+
+namespace cleave::runtime::distributed {
+
+class PipelineTrainer {
+public:
+  static Expected<std::unique_ptr<PipelineTrainer>> create(const std::string& planDir, const TrainOptions& options,
+                                                          Communicator& comm);
+  ~PipelineTrainer();
+  // One step; every rank returns the batch's mean loss.
+  Expected<double> step(const TensorMap& data, std::int64_t stepIndex);
+  // The plan's graph inputs (what the data must hold).
+  const std::vector<std::string>& graphInputs() const;
+  std::vector<std::string> ownStages() const;
+
+private:
+  PipelineTrainer() = default;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+} // namespace cleave::runtime::distributed
