@@ -6,6 +6,8 @@
 #include "cli/options.h"
 #include "io/model_loader.h"
 #include "io/onnx.h"
+#include "pipeline/schedule.h"
+#include "pipeline/schedule_sim.h"
 #include "plan/plan_file.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/pipeline_train.h"
@@ -20,6 +22,7 @@ struct TrainFlags {
   std::vector<double> betas;
   std::optional<double> weightDecay;
   runtime::TrainOptions options;
+  std::optional<pipeline::ScheduleKind> schedule;
   OutputDirectoryFlags output;
   bool json = false;
 };
@@ -43,6 +46,11 @@ void describe(CLI::App& app, TrainFlags& flags) {
   app.add_option("--weight-decay", flags.weightDecay, "weight decay (default: PyTorch's, sgd 0, adamw 0.01)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--betas", flags.betas, "adamw betas B1,B2 (default 0.9,0.999)")->delimiter(',')->expected(2);
+  app.add_option_function<std::string>(
+         "--schedule", [&flags](const std::string& text) { flags.schedule = pipeline::kScheduleKinds.parse(text); },
+         "plan directories under launch: the pipeline schedule each rank follows (" +
+             pipeline::kScheduleKinds.choices() + "; default gpipe; in one process stages run in GPipe order)")
+      ->check(CLI::IsMember(pipeline::kScheduleKinds.names()));
   app.add_option("--loss", flags.options.loss, "the output that is the loss (default: 'loss', else the only scalar)");
   addOutputDirectory(app, flags.output, "directory for trained.onnx");
   addJsonFlag(app, flags.json);
@@ -67,8 +75,19 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   }
   CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, *comm));
   CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, trainer->graphInputs()));
+  std::optional<pipeline::Schedule> schedule;
+  if (flags.schedule && comm->worldSize() > 1) {
+    Expected<pipeline::Schedule> made = pipeline::generateSchedule(
+        *flags.schedule, static_cast<std::uint32_t>(trainer->stages()),
+        static_cast<std::uint32_t>(flags.options.microbatches), static_cast<std::uint32_t>(comm->worldSize()));
+    if (!made)
+      return usageError() << "--schedule " << pipeline::kScheduleKinds.name(*flags.schedule) << ": "
+                          << made.error().message();
+    CLEAVE_CHECK(pipeline::validateSchedule(*made));
+    schedule = std::move(*made);
+  }
   for (std::int64_t step = 0; step < flags.steps; ++step) {
-    CLEAVE_TRY(double loss, trainer->step(data, step));
+    CLEAVE_TRY(double loss, trainer->step(data, step, schedule ? &*schedule : nullptr));
     if (comm->rank() == 0)
       printStep(flags, step, loss, out);
   }

@@ -123,11 +123,23 @@ class Distributed(TempDirTest):
             self.assertEqual(code, 0, err)
             np.testing.assert_allclose(losses(local), losses(whole), rtol=1e-6)
             self.assertLess(losses(whole)[-1], losses(whole)[0])
-            for nproc in (2, 3):
-                with self.subTest(optimizer=optimizer[1], nproc=nproc):
-                    code, ranked, err = launch(nproc, "cleave", "train", plan, *common)
+            for nproc, schedule in ((2, []), (3, []), (3, ["--schedule", "1f1b"]), (3, ["--schedule", "zero_bubble"])):
+                with self.subTest(optimizer=optimizer[1], nproc=nproc, schedule=schedule):
+                    code, ranked, err = launch(nproc, "cleave", "train", plan, *common, *schedule)
                     self.assertEqual(code, 0, err)
                     self.assertEqual(losses(ranked), losses(local))
+        # Interleaved 1F1B: 4 stages on 2 ranks (stages 0 and 2 on rank 0), 4 microbatches.
+        four = self.path("four")
+        run("pipeline", model, "--stages", 4, "-o", four, check=True)
+        common = ["--data", self.path("data.npz"), "--batch", 8, "--steps", 3, "--microbatches", 4, "--lr", "0.1", "--json"]
+        code, local, err = run("train", four, *common)
+        self.assertEqual(code, 0, err)
+        code, ranked, err = launch(2, "cleave", "train", four, *common, "--schedule", "interleaved")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(losses(ranked), losses(local))
+        code, _, err = launch(2, "cleave", "train", four, *common, "--schedule", "1f1b")
+        self.assertEqual(code, 1)
+        self.assertIn("1f1b runs one stage per rank (4 stages on 2 ranks)", err)
 
     def test_environment_errors_are_one_line(self):
         model = self.mlp_with_skip()

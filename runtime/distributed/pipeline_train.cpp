@@ -9,6 +9,7 @@
 #include <set>
 
 #include "io/onnx.h"
+#include "pipeline/schedule.h"
 #include "plan/plan_file.h"
 #include "runtime/executor.h"
 #include "runtime/microbatch.h"
@@ -78,9 +79,12 @@ struct PipelineTrainer::State {
   }
 
   Status loadPlan(const std::string& dir);
-  Status forward(std::size_t m, const TensorMap& chunk, std::vector<std::map<int, StageRun>>& runs, double& loss,
-                 double share);
-  Status backward(std::size_t m, std::vector<std::map<int, StageRun>>& runs, double share);
+  Status forwardStage(std::size_t m, int stage, const TensorMap& chunk, std::vector<std::map<int, StageRun>>& runs,
+                      double& loss, double share);
+  Status backwardStage(std::size_t m, int stage, std::vector<std::map<int, StageRun>>& runs, double share);
+  // The (type, stage, microbatch) compute actions this rank runs, in order: its part of
+  // `schedule`, or (no schedule) GPipe over every own stage.
+  std::vector<pipeline::Action> ownActions(const pipeline::Schedule* schedule, std::size_t microbatches) const;
   Status reduceTiedGradients();
 };
 
@@ -125,11 +129,10 @@ Status PipelineTrainer::State::loadPlan(const std::string& dir) {
   return {};
 }
 
-Status PipelineTrainer::State::forward(std::size_t m, const TensorMap& chunk,
-                                       std::vector<std::map<int, StageRun>>& runs, double& lossSum, double share) {
-  for (int i = 0; i < static_cast<int>(stages.size()); ++i) {
-    if (!own(i))
-      continue;
+Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMap& chunk,
+                                            std::vector<std::map<int, StageRun>>& runs, double& lossSum,
+                                            double share) {
+  {
     StageRun& run = runs[m][i];
     TensorMap feeds;
     for (const std::string& name : stages[i].inputs) {
@@ -162,10 +165,9 @@ Status PipelineTrainer::State::forward(std::size_t m, const TensorMap& chunk,
   return {};
 }
 
-Status PipelineTrainer::State::backward(std::size_t m, std::vector<std::map<int, StageRun>>& runs, double share) {
-  for (int i = static_cast<int>(stages.size()) - 1; i >= 0; --i) {
-    if (!own(i))
-      continue;
+Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<std::map<int, StageRun>>& runs,
+                                             double share) {
+  {
     StageRun& run = runs[m].at(i);
     std::vector<at::Tensor> roots, grads;
     for (const std::string& name : stages[i].outputs) {
@@ -262,6 +264,8 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::st
   return trainer;
 }
 
+std::size_t PipelineTrainer::stages() const { return state_->stages.size(); }
+
 const std::vector<std::string>& PipelineTrainer::graphInputs() const { return state_->graphInputs; }
 
 std::vector<std::string> PipelineTrainer::ownStages() const {
@@ -272,7 +276,27 @@ std::vector<std::string> PipelineTrainer::ownStages() const {
   return names;
 }
 
-Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepIndex) {
+std::vector<pipeline::Action> PipelineTrainer::State::ownActions(const pipeline::Schedule* schedule,
+                                                                 std::size_t microbatches) const {
+  std::vector<pipeline::Action> actions;
+  if (schedule) {
+    for (const pipeline::Action& action : schedule->perRank[static_cast<std::size_t>(comm->rank())])
+      actions.push_back(action);
+    return actions;
+  }
+  for (std::size_t m = 0; m < microbatches; ++m)
+    for (int i = 0; i < static_cast<int>(stages.size()); ++i)
+      if (own(i))
+        actions.push_back({static_cast<std::uint32_t>(i), pipeline::ActionType::Forward, static_cast<std::uint32_t>(m)});
+  for (std::size_t m = 0; m < microbatches; ++m)
+    for (int i = static_cast<int>(stages.size()); i-- > 0;)
+      if (own(i))
+        actions.push_back({static_cast<std::uint32_t>(i), pipeline::ActionType::Backward, static_cast<std::uint32_t>(m)});
+  return actions;
+}
+
+Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepIndex,
+                                       const pipeline::Schedule* schedule) {
   State& s = *state_;
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
@@ -282,10 +306,16 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   s.optimizer->zero_grad();
   std::vector<std::map<int, StageRun>> runs(chunks.size());
   double lossSum = 0.0;
-  for (std::size_t m = 0; m < chunks.size(); ++m)
-    CLEAVE_CHECK(s.forward(m, chunks[m], runs, lossSum, shares[m]));
-  for (std::size_t m = 0; m < chunks.size(); ++m)
-    CLEAVE_CHECK(s.backward(m, runs, shares[m]));
+  for (const pipeline::Action& action : s.ownActions(schedule, chunks.size())) {
+    int stage = static_cast<int>(action.stage);
+    std::size_t m = action.microbatch;
+    switch (action.type) {
+    case pipeline::ActionType::Forward: CLEAVE_CHECK(s.forwardStage(m, stage, chunks[m], runs, lossSum, shares[m])); break;
+    case pipeline::ActionType::Backward:
+    case pipeline::ActionType::BackwardInput: CLEAVE_CHECK(s.backwardStage(m, stage, runs, shares[m])); break;
+    default: break; // W: the weight gradients came with I; SEND/RECV: implied by F and B
+    }
+  }
   CLEAVE_CHECK(s.comm->finish());
   CLEAVE_CHECK(s.reduceTiedGradients());
   s.optimizer->step();

@@ -23,6 +23,7 @@
 
 #include "base/expected.h"
 #include "runtime/distributed/communicator.h"
+#include "pipeline/schedule.h"
 #include "runtime/train.h"
 
 namespace cleave::runtime::distributed {
@@ -32,8 +33,11 @@ public:
   static Expected<std::unique_ptr<PipelineTrainer>> create(const std::string& planDir, const TrainOptions& options,
                                                           Communicator& comm);
   ~PipelineTrainer();
-  // One step; every rank returns the batch's mean loss.
-  Expected<double> step(const TensorMap& data, std::int64_t stepIndex);
+  // One step; every rank returns the batch's mean loss. `schedule` (stages and microbatches as
+  // the plan's and the options'; stage s on rank s % ranks) orders this rank's F and B / I
+  // actions (W is done with I); none: GPipe.
+  Expected<double> step(const TensorMap& data, std::int64_t stepIndex, const pipeline::Schedule* schedule = nullptr);
+  std::size_t stages() const;
   // The plan's graph inputs (what the data must hold).
   const std::vector<std::string>& graphInputs() const;
   std::vector<std::string> ownStages() const;
