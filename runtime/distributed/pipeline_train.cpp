@@ -25,9 +25,10 @@ struct Stage {
   int rank = 0;
 };
 
-// One microbatch on one own stage: its input leaves and its outputs (with their autograd graph).
+// One microbatch on one own stage: its input leaves and its outputs (with their autograd graph)
+// until its backward; then only the gradients of the leaves a stage on this rank made.
 struct StageRun {
-  TensorMap leaves, outputs;
+  TensorMap leaves, outputs, leafGrads;
 };
 
 // Trainable tensors of a graph (storage owners, floating, not buffers): name -> (dtype, dims).
@@ -176,7 +177,9 @@ Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<s
       for (int reader : readers[name]) {
         at::Tensor part;
         if (own(reader)) {
-          part = runs[m].at(reader).leaves.at(name).grad();
+          const TensorMap& readerGrads = runs[m].at(reader).leafGrads;
+          auto found = readerGrads.find(name);
+          part = found == readerGrads.end() ? at::Tensor() : found->second;
         } else {
           CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, true));
           CLEAVE_TRY(part, comm->recv(stages[reader].rank, t));
@@ -199,12 +202,16 @@ Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<s
     }
     for (const auto& [name, leaf] : run.leaves) {
       int made = producer.at(name);
-      if (own(made))
+      if (own(made)) {
+        run.leafGrads[name] = leaf.grad();
         continue;
+      }
       at::Tensor grad = leaf.grad().defined() ? leaf.grad() : at::zeros_like(leaf);
       CLEAVE_TRY(std::uint32_t t, tag(m, name, i, true));
       CLEAVE_CHECK(comm->send(grad, stages[made].rank, t));
     }
+    run.leaves.clear(); // the activations of this stage and microbatch are no longer needed
+    run.outputs.clear();
   }
   return {};
 }
