@@ -109,10 +109,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.dataPath}));
   CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path));
   auto graph = std::make_shared<const ir::Graph>(std::move(loaded));
-  std::vector<std::string> inputs;
-  for (ir::NodeId node : graph->inputNodes())
-    inputs.emplace_back(graph->valueName(graph->outputs(node)[0]));
-  CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, inputs));
+  CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, ir::graphInputNames(*graph)));
   CLEAVE_TRY(std::unique_ptr<runtime::Trainer> trainer, runtime::Trainer::create(graph, flags.options));
   for (std::int64_t step = 0; step < flags.steps; ++step) {
     CLEAVE_TRY(double loss, trainer->step(data, step));

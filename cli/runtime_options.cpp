@@ -45,12 +45,8 @@ Expected<runtime::TensorMap> makeInputs(const runtime::Runnable& runnable, const
 }
 
 Expected<runtime::TensorMap> makeInputs(const ir::Graph& graph, const RuntimeOptions& options) {
-  if (!options.inputsPath.empty()) {
-    std::vector<std::string> names;
-    for (ir::NodeId node : graph.inputNodes())
-      names.emplace_back(graph.valueName(graph.outputs(node)[0]));
-    return runtime::readTensors(options.inputsPath, names);
-  }
+  if (!options.inputsPath.empty())
+    return runtime::readTensors(options.inputsPath, ir::graphInputNames(graph));
   CLEAVE_TRY(auto dims, parseDims(options.dims));
   return runtime::randomInputs(graph, options.seed, 10, dims);
 }

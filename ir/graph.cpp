@@ -148,6 +148,20 @@ Expected<std::string> Graph::readParameterData(ParamId param) const {
   return std::string();
 }
 
+std::vector<std::string> graphInputNames(const Graph& graph) {
+  std::vector<std::string> names;
+  for (NodeId node : graph.inputNodes())
+    names.emplace_back(graph.valueName(graph.outputs(node)[0]));
+  return names;
+}
+
+std::vector<std::string> graphOutputNames(const Graph& graph) {
+  std::vector<std::string> names;
+  for (ValueId value : graph.graphOutputs())
+    names.emplace_back(graph.valueName(value));
+  return names;
+}
+
 Status verifyGraph(const Graph& graph) {
   auto fail = [&](NodeId node, std::string_view what) {
     return Error(ErrorCode::InvalidGraph)

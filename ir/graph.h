@@ -218,4 +218,8 @@ private:
 // whatever produced the graph; the error names the offending node or value.
 Status verifyGraph(const Graph& graph);
 
+// The names of the graph's inputs and of its outputs, in order (what unnamed tensors bind to).
+std::vector<std::string> graphInputNames(const Graph& graph);
+std::vector<std::string> graphOutputNames(const Graph& graph);
+
 } // namespace cleave::ir

@@ -32,21 +32,11 @@ Expected<TensorMap> Runnable::run(const TensorMap& inputs, std::vector<Submodule
 }
 
 std::vector<std::string> Runnable::inputNames() const {
-  if (cut_)
-    return cut_->graphInputs();
-  std::vector<std::string> names;
-  for (ir::NodeId node : graph_->inputNodes())
-    names.emplace_back(graph_->valueName(graph_->outputs(node)[0]));
-  return names;
+  return cut_ ? cut_->graphInputs() : ir::graphInputNames(*graph_);
 }
 
 std::vector<std::string> Runnable::outputNames() const {
-  if (cut_)
-    return cut_->graphOutputs();
-  std::vector<std::string> names;
-  for (ir::ValueId value : graph_->graphOutputs())
-    names.emplace_back(graph_->valueName(value));
-  return names;
+  return cut_ ? cut_->graphOutputs() : ir::graphOutputNames(*graph_);
 }
 
 Expected<TensorMap> Runnable::randomInputs(std::uint64_t seed, const std::map<std::string, std::int64_t>& dims) const {

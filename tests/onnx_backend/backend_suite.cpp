@@ -66,9 +66,7 @@ std::string runCase(const fs::path& dir) {
   if (sets.empty())
     return "no test data sets";
   for (const fs::path& set : sets) {
-    std::vector<std::string> names;
-    for (ir::NodeId node : shared->inputNodes())
-      names.emplace_back(shared->valueName(shared->outputs(node)[0]));
+    std::vector<std::string> names = ir::graphInputNames(*shared);
     // The set's input_N.pb files, read the way `cleave run --inputs DIR` reads them.
     Expected<runtime::TensorMap> inputs = names.empty() ? runtime::TensorMap{} : runtime::readTensors(set.string(), names);
     if (!inputs)
