@@ -1,5 +1,6 @@
 // runtime/ops_spatial.cpp - ONNX ops over spatial and channel axes that ATen has no single op
-// for, or names differently: GridSample, MaxUnpool, LRN, MeanVarianceNormalization.
+// for, or names differently: GridSample, MaxUnpool, LRN, MeanVarianceNormalization,
+// NonMaxSuppression.
 //
 // GridSample (opset 16): ATen's grid_sampler with ONNX's mode (bilinear, nearest, bicubic),
 // padding_mode (zeros, border, reflection) and align_corners. MaxUnpool: each value goes to the
@@ -7,7 +8,13 @@
 // output shape from `output_shape` or (in - 1) * stride + kernel - pads. LRN: x / (bias +
 // alpha / size * sum of squares over the channel window [c - floor((size-1)/2), c +
 // ceil((size-1)/2)])^beta. MVN: (x - mean) / sqrt(variance + 1e-9) over `axes` (default 0, 2, 3).
-// Cost: linear in the tensor (LRN: times `size`), GridSample: ATen's.
+// NonMaxSuppression: per batch and class, boxes scoring above score_threshold in descending score
+// order (ties: lower index first), each kept unless its IoU with a kept box exceeds
+// iou_threshold, at most max_output_boxes_per_class; corners in any order, or center_point_box.
+// Cost: linear in the tensor (LRN: times `size`), GridSample: ATen's, NMS: O(boxes x kept) per class.
+#include <algorithm>
+#include <optional>
+
 #include "runtime/kernel.h"
 
 namespace cleave::runtime {
@@ -102,6 +109,61 @@ Outputs meanVarianceNormalization(KernelContext& c) {
   at::Tensor variance = (x - mean).pow(2).mean(axes, true);
   return {(x - mean) / (variance + 1e-9).sqrt()};
 }
+struct Box {
+  float y1, x1, y2, x2;
+  float area() const { return (y2 - y1) * (x2 - x1); }
+};
+
+Box boxAt(const float* b, bool centerPoint) {
+  if (centerPoint) // [x_center, y_center, width, height]
+    return {b[1] - b[3] / 2, b[0] - b[2] / 2, b[1] + b[3] / 2, b[0] + b[2] / 2};
+  return {std::min(b[0], b[2]), std::min(b[1], b[3]), std::max(b[0], b[2]), std::max(b[1], b[3])};
+}
+
+float iou(const Box& a, const Box& b) {
+  float h = std::max(0.0f, std::min(a.y2, b.y2) - std::max(a.y1, b.y1));
+  float w = std::max(0.0f, std::min(a.x2, b.x2) - std::max(a.x1, b.x1));
+  float inter = h * w, uni = a.area() + b.area() - inter;
+  return uni > 0 ? inter / uni : 0.0f;
+}
+
+Outputs nonMaxSuppression(KernelContext& c) {
+  at::Tensor boxes = c.input(0).to(at::kFloat).contiguous(), scores = c.input(1).to(at::kFloat).contiguous();
+  if (boxes.dim() != 3 || boxes.size(2) != 4 || scores.dim() != 3 || scores.size(0) != boxes.size(0) ||
+      scores.size(2) != boxes.size(1))
+    throw KernelError("boxes must be [batches, boxes, 4] and scores [batches, classes, boxes]");
+  std::int64_t maxPerClass = c.has(2) ? c.ints(2).at(0) : 0;
+  float iouThreshold = c.has(3) ? c.input(3).item<float>() : 0.0f;
+  std::optional<float> scoreThreshold;
+  if (c.has(4))
+    scoreThreshold = c.input(4).item<float>();
+  bool centerPoint = c.intAttr("center_point_box", 0) != 0;
+  std::int64_t batches = boxes.size(0), classes = scores.size(1), count = boxes.size(1);
+  const float* boxData = boxes.data_ptr<float>();
+  const float* scoreData = scores.data_ptr<float>();
+  std::vector<std::int64_t> selected;
+  for (std::int64_t b = 0; b < batches && maxPerClass > 0; ++b)
+    for (std::int64_t k = 0; k < classes; ++k) {
+      const float* score = scoreData + (b * classes + k) * count;
+      std::vector<std::int64_t> order;
+      for (std::int64_t i = 0; i < count; ++i)
+        if (!scoreThreshold || score[i] > *scoreThreshold)
+          order.push_back(i);
+      std::stable_sort(order.begin(), order.end(), [&](std::int64_t l, std::int64_t r) { return score[l] > score[r]; });
+      std::vector<Box> kept;
+      for (std::int64_t i : order) {
+        if (static_cast<std::int64_t>(kept.size()) >= maxPerClass)
+          break;
+        Box box = boxAt(boxData + (b * count + i) * 4, centerPoint);
+        if (std::any_of(kept.begin(), kept.end(), [&](const Box& other) { return iou(box, other) > iouThreshold; }))
+          continue;
+        kept.push_back(box);
+        selected.insert(selected.end(), {b, k, i});
+      }
+    }
+  std::int64_t rows = static_cast<std::int64_t>(selected.size() / 3);
+  return {at::tensor(selected, at::kLong).reshape({rows, 3})};
+}
 } // namespace
 
 void registerSpatialKernels(KernelTable& t) {
@@ -109,6 +171,7 @@ void registerSpatialKernels(KernelTable& t) {
   t.add("MaxUnpool", maxUnpool);
   t.add("LRN", lrn);
   t.add("MeanVarianceNormalization", meanVarianceNormalization);
+  t.add("NonMaxSuppression", nonMaxSuppression);
 }
 
 } // namespace cleave::runtime
