@@ -1,4 +1,5 @@
 #include "base/isolated_call.h"
+#include "base/strings.h"
 
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -83,7 +84,7 @@ Expected<std::string> runIsolated(std::string_view what, const std::function<std
     return Error(ErrorCode::ParseError) << what << " crashed on this input (the input is malformed)";
   if (reply[0] == 'E') {
     std::string message = reply.substr(1);
-    return Error(ErrorCode::ParseError) << what << " failed: " << message.substr(0, message.find('\n'));
+    return Error(ErrorCode::ParseError) << what << " failed: " << firstLine(message);
   }
   return reply.substr(1);
 }

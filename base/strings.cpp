@@ -144,6 +144,8 @@ std::string joinStrings(const std::vector<std::string>& parts, std::string_view 
   return out;
 }
 
+std::string_view firstLine(std::string_view text) { return text.substr(0, text.find('\n')); }
+
 std::vector<std::string_view> splitString(std::string_view text, char separator) {
   std::vector<std::string_view> parts;
   std::size_t start = 0;

@@ -47,6 +47,8 @@ std::string formatBytes(std::int64_t bytes);
 // "604.2 k", "1.14 M", "3.20 G" + unit: SI prefixes with three significant digits ("12 FLOPs"
 // below 1000, "0.25 ms" style small values are the caller's).
 std::string formatSi(double value, std::string_view unit);
+// The text up to its first newline: messages from other libraries made one line.
+std::string_view firstLine(std::string_view text);
 // "a, b, c"
 std::string joinStrings(const std::vector<std::string>& parts, std::string_view separator = ", ");
 

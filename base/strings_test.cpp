@@ -83,5 +83,11 @@ TEST(MatchGlob, StarsAndQuestionMarks) {
   EXPECT_FALSE(matchGlob("a*b*c", "aXXbYY"));
 }
 
+TEST(FirstLine, StopsAtTheFirstNewline) {
+  EXPECT_EQ(firstLine("shape mismatch\nException raised from ..."), "shape mismatch");
+  EXPECT_EQ(firstLine("one line"), "one line");
+  EXPECT_EQ(firstLine("\nafter"), "");
+}
+
 } // namespace
 } // namespace cleave

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "base/strings.h"
 
 namespace cleave::cli {
 
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
       return kExitRejected;
     } catch (const std::exception& e) { // a bug: say so in one line instead of crashing
       std::string what = e.what();
-      std::cerr << "cleave " << command->name << ": internal error: " << what.substr(0, what.find('\n')) << "\n";
+      std::cerr << "cleave " << command->name << ": internal error: " << cleave::firstLine(what) << "\n";
       return kExitBug;
     }
   }

@@ -7,6 +7,7 @@
 
 #include "io/onnx.h"
 #include "runtime/fusion.h"
+#include "base/strings.h"
 
 namespace cleave::runtime {
 using ir::NodeId;
@@ -240,7 +241,7 @@ Expected<std::vector<at::Tensor>> Executor::callKernel(NodeId node, const FusedG
   const ir::Graph& g = *graph_;
   auto opName = [&] { return group ? std::string(fusedName(group->kind)) : g.target(node); };
   auto fail = [&](std::string_view what) {
-    std::string text(what.substr(0, what.find('\n')));
+    std::string_view text = firstLine(what);
     return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << opName() << ", opset " << opset_
                                          << "): " << text;
   };

@@ -182,6 +182,12 @@ at::Tensor toDense(const at::Tensor& t) { return t.defined() && t.is_mkldnn() ? 
 
 at::Tensor toBlocked(const at::Tensor& t) { return t.is_mkldnn() ? t : t.to_mkldnn(); }
 
+at::Tensor reversedTimeIndex(const at::Tensor& lengths, std::int64_t steps) {
+  at::Tensor t = at::arange(steps, lengths.options()).unsqueeze(1);
+  at::Tensor len = lengths.unsqueeze(0);
+  return at::where(t < len, len - 1 - t, t);
+}
+
 bool blockable(const at::Tensor& t) {
   // Not for autograd: mkldnn tensors and packed weights record no backward.
   return at::hasMKLDNN() && t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat && !t.requires_grad();

@@ -148,5 +148,8 @@ at::Tensor toDense(const at::Tensor& t);
 at::Tensor toBlocked(const at::Tensor& t);
 // Whether oneDNN computes this float32 CPU tensor in its blocked layout (ATen built with it).
 bool blockable(const at::Tensor& t);
+// [steps, batch] time indices that reverse each batch entry's first lengths[b] steps and keep the
+// rest in place (ReverseSequence, the reverse direction of RNN / GRU / LSTM); its own inverse.
+at::Tensor reversedTimeIndex(const at::Tensor& lengths, std::int64_t steps);
 
 } // namespace cleave::runtime

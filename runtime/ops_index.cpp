@@ -102,8 +102,7 @@ Outputs reverseSequence(KernelContext& c) {
   std::int64_t steps = x.size(timeAxis), batch = x.size(batchAxis);
   if (lengths.dim() != 1 || lengths.size(0) != batch)
     throw KernelError("sequence_lens must have one entry per batch element");
-  at::Tensor t = at::arange(steps, lengths.options()).unsqueeze(1); // [time, batch]
-  at::Tensor index = at::where(t < lengths.unsqueeze(0), lengths.unsqueeze(0) - 1 - t, t);
+  at::Tensor index = reversedTimeIndex(lengths, steps); // [time, batch]
   if (timeAxis > batchAxis)
     index = index.t();
   std::vector<std::int64_t> view(x.dim(), 1);

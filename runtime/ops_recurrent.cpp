@@ -112,14 +112,6 @@ struct DirectionInputs {
   at::Tensor h0, c0;                 // [batch, H]
 };
 
-// Per batch entry and position t: the time index to read, so that the reverse direction walks
-// each entry from its last valid step back to 0 (positions past the length stay in place).
-at::Tensor reversedPositions(const at::Tensor& lengths, std::int64_t steps) {
-  at::Tensor t = at::arange(steps, lengths.options()).unsqueeze(1); // [seq, 1]
-  at::Tensor len = lengths.unsqueeze(0);                            // [1, batch]
-  return at::where(t < len, len - 1 - t, t);                        // [seq, batch]
-}
-
 // Gathers x [seq, batch, ...] along time by `index` [seq, batch] (its own inverse).
 at::Tensor gatherTime(const at::Tensor& x, const at::Tensor& index) {
   at::Tensor expanded = index;
@@ -211,7 +203,7 @@ DirectionResult runDirection(const RecurrentSettings& s, const std::vector<Activ
   std::int64_t steps = x.size(0);
   at::Tensor order;
   if (reverse) {
-    order = reversedPositions(lengths, steps);
+    order = reversedTimeIndex(lengths, steps);
     x = gatherTime(x, order);
   }
   at::Tensor xw = at::matmul(x, in.w.t()) + in.wb; // [seq, batch, G*H]

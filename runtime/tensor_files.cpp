@@ -105,7 +105,7 @@ Expected<TensorMap> readFolder(const std::string& folder, const std::vector<std:
     if (base.rfind("input_", 0) == 0 && endsWith(base, ".pb")) {
       CLEAVE_TRY(auto named, readPb(what));
       std::string digits = base.substr(6, base.size() - 9);
-      if (digits.empty() || digits.size() > 6 || !std::all_of(digits.begin(), digits.end(), ::isdigit))
+      if (digits.empty() || digits.size() > 6 || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
         return Error(ErrorCode::InvalidArgument) << what << ": expected input_<N>.pb";
       if (std::find(names.begin(), names.end(), named.first) == names.end()) {
         CLEAVE_TRY(named.first, positionalName(names, std::stoul(digits), what));

@@ -6,6 +6,7 @@
 #include "ir/extract.h"
 #include "runtime/executor.h"
 #include "runtime/microbatch.h"
+#include "base/strings.h"
 
 namespace cleave::runtime {
 
@@ -35,6 +36,8 @@ Expected<std::string> lossOutput(const ir::Graph& graph, const std::string& want
                                            << " are scalars (export the model with its loss; name it with --loss)";
 }
 
+} // namespace
+
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<at::Tensor> params, const OptimizerOptions& o) {
   if (o.kind == OptimizerKind::Sgd)
     return std::make_unique<torch::optim::SGD>(
@@ -45,8 +48,7 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<at::Tensor> p
                                                            .weight_decay(o.weightDecay.value_or(0.01)));
 }
 
-// Rows (stepIndex * batch + i) mod N of every tensor.
-Expected<TensorMap> batchAt(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch) {
+Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch) {
   TensorMap rows;
   for (const auto& [name, tensor] : data) {
     if (tensor.dim() == 0 || tensor.size(0) == 0)
@@ -56,7 +58,6 @@ Expected<TensorMap> batchAt(const TensorMap& data, std::int64_t stepIndex, std::
   }
   return rows;
 }
-} // namespace
 
 Trainer::~Trainer() = default;
 
@@ -83,7 +84,7 @@ std::size_t Trainer::trainedTensors() const { return state_->executor->trainable
 
 Expected<double> Trainer::step(const TensorMap& data, std::int64_t stepIndex) {
   State& s = *state_;
-  CLEAVE_TRY(TensorMap batch, batchAt(data, stepIndex, s.options.batch));
+  CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
   s.optimizer->zero_grad();
   double total = 0.0;
@@ -98,8 +99,7 @@ Expected<double> Trainer::step(const TensorMap& data, std::int64_t stepIndex) {
     try {
       share.backward();
     } catch (const c10::Error& e) {
-      std::string what = e.what_without_backtrace();
-      return Error(ErrorCode::Unsupported) << "backward failed: " << what.substr(0, what.find('\n'));
+      return Error(ErrorCode::Unsupported) << "backward failed: " << firstLine(e.what_without_backtrace());
     }
     total += share.item<double>();
   }

@@ -17,6 +17,8 @@
 #include <memory>
 #include <string>
 
+#include <torch/optim/optimizer.h>
+
 #include "base/enum_table.h"
 #include "base/expected.h"
 #include "ir/graph.h"
@@ -38,6 +40,11 @@ struct TrainOptions {
   std::string loss; // the output that is the loss; empty: the output named "loss", else the only scalar one
   OptimizerOptions optimizer;
 };
+
+// Rows (stepIndex * batch + i) mod N, i < batch, of every tensor (rows along dim 0).
+Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch);
+// libtorch's optimizer for `options` over `params` (PyTorch's defaults where options are unset).
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<at::Tensor> params, const OptimizerOptions& options);
 
 class Trainer {
 public:

@@ -4,13 +4,12 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "runtime/kernel.h"
+#include "base/strings.h"
 
 namespace cleave::runtime::distributed {
 
 namespace {
 constexpr std::int64_t kMaxRank = 16; // dims a header carries
-
-std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 class GlooCommunicator final : public Communicator {
 public:

@@ -1,8 +1,6 @@
 #include "runtime/distributed/pipeline_train.h"
 
 #include <torch/csrc/autograd/autograd.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/sgd.h>
 
 #include <filesystem>
 #include <map>
@@ -13,6 +11,7 @@
 #include "plan/plan_file.h"
 #include "runtime/executor.h"
 #include "runtime/microbatch.h"
+#include "base/strings.h"
 
 namespace cleave::runtime::distributed {
 
@@ -43,15 +42,6 @@ std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> trainedSh
   return shapes;
 }
 
-Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch) {
-  TensorMap rows;
-  for (const auto& [name, tensor] : data) {
-    if (tensor.dim() == 0 || tensor.size(0) == 0)
-      return Error(ErrorCode::InvalidArgument) << "data '" << name << "' has no rows (dim 0)";
-    rows[name] = tensor.index_select(0, (at::arange(batch, at::kLong) + stepIndex * batch) % tensor.size(0));
-  }
-  return rows;
-}
 } // namespace
 
 struct PipelineTrainer::State {
@@ -196,9 +186,8 @@ Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<s
       if (!roots.empty())
         torch::autograd::backward(roots, grads);
     } catch (const c10::Error& e) {
-      std::string what = e.what_without_backtrace();
       return Error(ErrorCode::Unsupported) << "stage '" << stages[i].name << "': backward failed: "
-                                           << what.substr(0, what.find('\n'));
+                                           << firstLine(e.what_without_backtrace());
     }
     for (const auto& [name, leaf] : run.leaves) {
       int made = producer.at(name);
@@ -259,15 +248,9 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::st
         s.ownCopies[name].push_back(tensor);
     }
   }
-  const OptimizerOptions& o = options.optimizer;
   if (params.empty()) // a rank without parameters still takes part; its optimizer has nothing to do
     params.push_back(at::zeros({1}).requires_grad_(true));
-  if (o.kind == OptimizerKind::Sgd)
-    s.optimizer = std::make_unique<torch::optim::SGD>(
-        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weightDecay.value_or(0.0)));
-  else
-    s.optimizer = std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weightDecay.value_or(0.01)));
+  s.optimizer = makeOptimizer(std::move(params), options.optimizer);
   return trainer;
 }
 
