@@ -20,7 +20,6 @@ struct TrainFlags {
   std::string path, dataPath;
   std::int64_t steps = 1;
   std::vector<double> betas;
-  std::optional<double> weightDecay;
   runtime::TrainOptions options;
   std::optional<pipeline::ScheduleKind> schedule;
   OutputDirectoryFlags output;
@@ -43,7 +42,7 @@ void describe(CLI::App& app, TrainFlags& flags) {
   addEnumOption(app, "--optimizer", flags.options.optimizer.kind, runtime::kOptimizerKinds, "optimizer");
   app.add_option("--lr", flags.options.optimizer.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--momentum", flags.options.optimizer.momentum, "sgd momentum")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--weight-decay", flags.weightDecay, "weight decay (default: PyTorch's, sgd 0, adamw 0.01)")
+  app.add_option("--weight-decay", flags.options.optimizer.weightDecay, "weight decay (default: PyTorch's, sgd 0, adamw 0.01)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--betas", flags.betas, "adamw betas B1,B2 (default 0.9,0.999)")->delimiter(',')->expected(2);
   app.add_option_function<std::string>(
@@ -103,7 +102,6 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
     flags.options.optimizer.beta1 = flags.betas[0];
     flags.options.optimizer.beta2 = flags.betas[1];
   }
-  flags.options.optimizer.weightDecay = flags.weightDecay;
   if (plan::isPlanDirectory(flags.path))
     return trainPlan(flags, out, err);
   CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.dataPath}));
