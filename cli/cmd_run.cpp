@@ -1,4 +1,4 @@
-// cli/cmd_run.cpp - `cleave run MODEL|OUT_DIR [--inputs FILE | --random --seed S] [--repeat N]`.
+// cli/cmd_run.cpp - `cleave run MODEL|OUT_DIR [--inputs FILE | --random --seed S] [--repeat N] [--pipeline | --distributed --microbatches M]`.
 #include <algorithm>
 #include <map>
 #include <sstream>

@@ -29,9 +29,10 @@ struct TrainFlags {
 void describe(CLI::App& app, TrainFlags& flags) {
   app.description("Train a model exported with its loss (targets are inputs) on ATen autograd and PyTorch's own "
                   "optimizers: per step the next --batch rows of --data, in --microbatches (gradients accumulated, "
-                  "each loss scaled by its share of the rows), then one optimizer step. Prints each step's loss; "
-                  "-o DIR gets trained.onnx.");
-  addModelInput(app, flags.path);
+                  "each loss scaled by its share of the rows), then one optimizer step. A pipeline plan directory "
+                  "trains its stages: in this process, or under `cleave launch` stage i on rank i % ranks. Prints "
+                  "each step's loss; -o DIR gets trained.onnx (whole models).");
+  app.add_option("MODEL", flags.path, "ONNX model exported with its loss, or a pipeline plan directory")->required();
   app.add_option("--data", flags.dataPath, "training data: every model input, rows along dim 0 (.npz, .json, folder)")
       ->required();
   app.add_option("--batch", flags.options.batch, "rows per step")->required()->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
@@ -52,7 +53,7 @@ void describe(CLI::App& app, TrainFlags& flags) {
       ->check(CLI::IsMember(pipeline::kScheduleKinds.names()));
   app.add_option("--loss", flags.options.loss, "the output that is the loss (default: 'loss', else the only scalar)");
   addOutputDirectory(app, flags.output, "directory for trained.onnx");
-  addJsonFlag(app, flags.json);
+  app.add_flag("--json", flags.json, "print one JSON line per step: {\"step\": N, \"loss\": X}");
 }
 
 void printStep(const TrainFlags& flags, std::int64_t step, double loss, std::ostream& out) {
