@@ -7,6 +7,10 @@ Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
   vit_b_16           torchvision, opset 15          transformer_encoder torch.nn.TransformerEncoder, opset 17
   gpt2               a GPT-2-style decoder, opset 16   dlrm            DLRM-like with EmbeddingBag, opset 17
   lstm, gru          2-layer bidirectional LSTM / GRU taggers (batch first), opset 14
+  deeplabv3          torchvision deeplabv3_mobilenet_v3_large, opset 12
+  lraspp             torchvision lraspp_mobilenet_v3_large, opset 11
+  fcn                torchvision fcn_resnet50, opset 13
+  swin_t             torchvision swin_t, opset 17
   bert_base          a BERT-base-sized encoder (12 x 768, 12 heads), opset 17 (benchmarks)
 --small shrinks the encoder/decoder sizes and image sizes for fast tests (same op sets).
 Existing files are kept (delete them to re-export).
@@ -150,6 +154,18 @@ def zoo(small):
            ["dense", "indices", "offsets"])
     yield ("lstm", 14, lambda: Recurrent(nn.LSTM), (torch.randn(3, 10, 16, generator=g),), ["x"])
     yield ("gru", 14, lambda: Recurrent(nn.GRU), (torch.randn(3, 10, 16, generator=g),), ["x"])
+    # Segmentation heads (bilinear Resize back to the input size) and a Swin transformer (window
+    # shifts by Slice/Concat, relative position tables by Gather); older opsets exercise Resize's
+    # opset 11 form. --small only shrinks the image.
+    segmentation = torchvision.models.segmentation
+    yield ("deeplabv3", 12, lambda: segmentation.deeplabv3_mobilenet_v3_large(
+        weights=None, weights_backbone=None, aux_loss=False), (torch.randn(1, 3, image, image, generator=g),), ["x"])
+    yield ("lraspp", 11, lambda: segmentation.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None),
+           (torch.randn(1, 3, image, image, generator=g),), ["x"])
+    yield ("fcn", 13, lambda: segmentation.fcn_resnet50(weights=None, weights_backbone=None, aux_loss=False),
+           (torch.randn(1, 3, image, image, generator=g),), ["x"])
+    yield ("swin_t", 17, lambda: torchvision.models.swin_t(weights=None),
+           (torch.randn(1, 3, image, image, generator=g),), ["x"])
     yield ("bert_base", 17, lambda: Encoder(768, 12, 12, 3072, activation="gelu"),
            (torch.randn(1, 128, 768, generator=g),), ["x"])
 
