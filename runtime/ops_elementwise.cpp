@@ -29,6 +29,29 @@ at::Tensor add(const at::Tensor& a, const at::Tensor& b) { return at::add(a, b);
 
 // A residual connection of two blocked convolution outputs stays blocked; oneDNN's sum does not
 // broadcast, so operands of other shapes are made dense.
+// BitShift on unsigned integers (uint8, and u16/u32/u64 held widened, runtime/tensors.h): the
+// shift is logical, bits leaving the declared width are dropped, and a shift by the width or more
+// gives 0. O(elements).
+Outputs bitShift(KernelContext& c) {
+  const bool left = c.stringAttr("direction", "") == "LEFT";
+  const int width = 8 * ir::dtypeSize(c.graph().dtype(c.graph().inputs(c.node())[0]));
+  if (width == 0 || !at::isIntegralType(c.input(0).scalar_type(), false))
+    throw KernelError("BitShift needs unsigned integer operands");
+  std::vector<at::Tensor> operands = at::broadcast_tensors({c.input(0), c.input(1)});
+  at::Tensor x = operands[0].to(at::kLong).contiguous(), shift = operands[1].to(at::kLong).contiguous();
+  at::Tensor out = at::empty_like(x);
+  const std::uint64_t mask = width == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << width) - 1;
+  const std::int64_t* xs = x.data_ptr<std::int64_t>();
+  const std::int64_t* ss = shift.data_ptr<std::int64_t>();
+  std::int64_t* os = out.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    const std::uint64_t value = static_cast<std::uint64_t>(xs[i]) & mask, by = static_cast<std::uint64_t>(ss[i]) & mask;
+    const std::uint64_t shifted = by >= static_cast<std::uint64_t>(width) ? 0 : left ? (value << by) & mask : value >> by;
+    os[i] = static_cast<std::int64_t>(shifted);
+  }
+  return {out.to(c.input(0).scalar_type())};
+}
+
 Outputs addOperands(KernelContext& c) {
   const at::Tensor &a = c.input(0), &b = c.input(1);
   if (!a.is_mkldnn() && !b.is_mkldnn())
@@ -149,6 +172,7 @@ void registerElementwiseKernels(KernelTable& t) {
   t.add("Mod", [](KernelContext& c) -> Outputs {
     return {c.intAttr("fmod", 0) ? at::fmod(c.input(0), c.input(1)) : at::remainder(c.input(0), c.input(1))};
   });
+  t.add("BitShift", bitShift);
   t.add("Equal", [](KernelContext& c) -> Outputs { return {at::eq(c.input(0), c.input(1))}; });
   t.add("Greater", [](KernelContext& c) -> Outputs { return {at::gt(c.input(0), c.input(1))}; });
   t.add("GreaterOrEqual", [](KernelContext& c) -> Outputs { return {at::ge(c.input(0), c.input(1))}; });

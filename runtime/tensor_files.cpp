@@ -36,11 +36,12 @@ Expected<at::Tensor> tensorFromNpy(std::string_view bytes, const std::string& wh
     return Error(ErrorCode::Unsupported) << what << ": dtype " << ir::dtypeName(array.dtype)
                                          << " has no ATen type here";
   if (!array.fortranOrder)
-    return tensorFromBytes(array.data.data(), array.data.size(), array.dims, *type);
+    return tensorFromStored(array.data.data(), array.data.size(), array.dims, array.dtype);
   std::vector<std::int64_t> reversed(array.dims.rbegin(), array.dims.rend()), order;
   for (std::int64_t d = static_cast<std::int64_t>(reversed.size()); d-- > 0;)
     order.push_back(d);
-  return tensorFromBytes(array.data.data(), array.data.size(), reversed, *type).permute(order).contiguous();
+  CLEAVE_TRY(at::Tensor tensor, tensorFromStored(array.data.data(), array.data.size(), reversed, array.dtype));
+  return tensor.permute(order).contiguous();
 }
 
 // "arr_3" -> 3 (np.savez's positional names); nullopt otherwise.

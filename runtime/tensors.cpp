@@ -27,6 +27,8 @@ Expected<at::ScalarType> scalarTypeOf(ir::DType dtype) {
   case ir::DType::Bool: return at::kBool;
   case ir::DType::C64: return at::kComplexFloat;
   case ir::DType::C128: return at::kComplexDouble;
+  case ir::DType::U16: return at::kInt;
+  case ir::DType::U32: case ir::DType::U64: return at::kLong;
   default:
     return Error(ErrorCode::Unsupported) << "dtype " << ir::dtypeName(dtype) << " has no ATen tensor type here";
   }
@@ -58,21 +60,33 @@ at::Tensor tensorFromBytes(const void* data, std::size_t bytes, std::vector<std:
   return tensor;
 }
 
-namespace {
-} // namespace
+Expected<at::Tensor> tensorFromStored(const void* data, std::size_t bytes, std::vector<std::int64_t> dims,
+                                      ir::DType dtype) {
+  CLEAVE_TRY(at::ScalarType type, scalarTypeOf(dtype));
+  std::int64_t elements = 1;
+  for (std::int64_t d : dims)
+    elements *= d;
+  if (bytes != static_cast<std::size_t>(elements) * ir::dtypeSize(dtype))
+    return Error(ErrorCode::ParseError) << bytes << " bytes of " << ir::dtypeName(dtype) << " for " << elements
+                                        << " elements";
+  if (dtype == ir::DType::U16)
+    return tensorFromBytes(data, bytes, dims, at::kShort).to(at::kInt).bitwise_and(0xFFFF);
+  if (dtype == ir::DType::U32)
+    return tensorFromBytes(data, bytes, dims, at::kInt).to(at::kLong).bitwise_and(static_cast<std::int64_t>(0xFFFFFFFF));
+  return tensorFromBytes(data, bytes, dims, type);
+}
 
 Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param) {
   const ir::Parameter& p = graph.parameter(param);
-  CLEAVE_TRY(at::ScalarType type, scalarTypeOf(p.dtype));
   CLEAVE_TRY(std::string bytes, graph.readParameterData(param));
   std::int64_t elements = 1;
   for (std::int64_t d : p.dims)
     elements *= d;
-  std::size_t expected = static_cast<std::size_t>(elements) * at::elementSize(type);
+  std::size_t expected = static_cast<std::size_t>(elements) * ir::dtypeSize(p.dtype);
   if (bytes.size() != expected)
     return Error(ErrorCode::ParseError) << "parameter '" << p.name << "' has " << bytes.size() << " bytes, its shape needs "
                                         << expected;
-  return tensorFromBytes(bytes.data(), bytes.size(), p.dims, type);
+  return tensorFromStored(bytes.data(), bytes.size(), p.dims, p.dtype);
 }
 
 Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what, std::string* name) {
@@ -92,14 +106,14 @@ Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& 
       return Error(ErrorCode::ParseError) << what << ": dimension " << d << " is negative or too large";
     elements *= d;
   }
-  std::size_t size = static_cast<std::size_t>(elements) * at::elementSize(type);
+  std::size_t size = static_cast<std::size_t>(elements) * ir::dtypeSize(*dtype);
   if (proto.data_location() == onnx::TensorProto::EXTERNAL)
     return Error(ErrorCode::Unsupported) << what << ": external data in an attribute tensor";
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != size)
       return Error(ErrorCode::ParseError) << what << ": raw_data has " << proto.raw_data().size() << " bytes, expected "
                                           << size;
-    return tensorFromBytes(proto.raw_data().data(), size, dims, type);
+    return tensorFromStored(proto.raw_data().data(), size, dims, *dtype);
   }
   at::Tensor tensor;
   auto fill = [&](const auto& field, at::ScalarType from) -> Status {
@@ -113,7 +127,12 @@ Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& 
   switch (type) {
   case at::kFloat: CLEAVE_CHECK(fill(proto.float_data(), at::kFloat)); break;
   case at::kDouble: CLEAVE_CHECK(fill(proto.double_data(), at::kDouble)); break;
-  case at::kLong: CLEAVE_CHECK(fill(proto.int64_data(), at::kLong)); break;
+  case at::kLong:
+    if (*dtype == ir::DType::U32 || *dtype == ir::DType::U64) // uint64_data; u64 keeps its 64 bits
+      CLEAVE_CHECK(fill(proto.uint64_data(), at::kLong));
+    else
+      CLEAVE_CHECK(fill(proto.int64_data(), at::kLong));
+    break;
   case at::kInt: case at::kShort: case at::kChar: case at::kByte: case at::kBool:
     CLEAVE_CHECK(fill(proto.int32_data(), at::kInt));
     break;

@@ -19,6 +19,9 @@ namespace cleave::runtime {
 // Values by name; ordered so printing and files are deterministic.
 using TensorMap = std::map<std::string, at::Tensor>;
 
+// ATen 1.13 has no unsigned 16/32/64-bit dtypes, so those values are held widened: u16 in int32,
+// u32 in int64 (exact), and u64 as its 64 bits in int64 (exact for values below 2^63; BitShift
+// treats them as unsigned). They come back as int32/int64 in saved outputs.
 Expected<at::ScalarType> scalarTypeOf(ir::DType dtype);
 ir::DType dtypeOf(at::ScalarType type);
 
@@ -29,6 +32,10 @@ Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param);
 Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what, std::string* name = nullptr);
 // A tensor of `dims` and `type` holding a copy of `bytes` (their count must match).
 at::Tensor tensorFromBytes(const void* data, std::size_t bytes, std::vector<std::int64_t> dims, at::ScalarType type);
+// The same from values stored as `dtype` (a model's or a file's bytes), widening unsigned 16/32-bit
+// values as scalarTypeOf says; the byte count must match the dims.
+Expected<at::Tensor> tensorFromStored(const void* data, std::size_t bytes, std::vector<std::int64_t> dims,
+                                      ir::DType dtype);
 
 Expected<TensorMap> readTensorFile(const std::string& path);
 Status writeTensorFile(const TensorMap& tensors, const std::string& path);
