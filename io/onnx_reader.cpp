@@ -916,6 +916,14 @@ Expected<std::shared_ptr<const MappedFile>> convertOldOpset(const std::shared_pt
   onnx::ModelProto model;
   if (!model.ParseFromArray(file->bytes().data(), static_cast<int>(file->bytes().size())))
     return Error(ErrorCode::ParseError) << "not a valid ONNX model (protobuf parse failed: truncated or corrupt file?)";
+  // Scan-8 scans axis 1 of batched inputs with per-batch sequence_lens; the converter's 8 -> 9
+  // adapter keeps the node as it is, so it would scan the batch axis instead.
+  if (originalOpset < 9)
+    for (const onnx::NodeProto& node : model.graph().node())
+      if (node.op_type() == "Scan" && (node.domain().empty() || node.domain() == "ai.onnx"))
+        return Error(ErrorCode::Unsupported) << "opset " << originalOpset << " cannot be converted to opset "
+                                             << kMinOnnxOpset << ": node '" << node.name()
+                                             << "' is a batched Scan-8, which the converter does not rewrite";
   (void)onnx::OpSchemaRegistry::Instance(); // initialized before the fork, not in the child
   Expected<std::string> converted = runIsolated("onnx's version converter", [&]() {
     // The broadcasting adapters (Add/Gemm 6 -> 7) need every operand's shape: infer them first.

@@ -127,6 +127,11 @@ void registerSpatialKernels(KernelTable& table);
 // weight tensor comes back (a parameter, or a weight another submodel forwards); else on ATen.
 at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
                   const at::Tensor& bias);
+// ONNX Conv of x by w (+ bias) with the node's strides, dilations, group and pads / auto_pad. A 2-D
+// float32 convolution on the CPU runs on oneDNN in its blocked layout, with the weight reordered
+// once (kept in the node's cache while the same weight tensor comes back); its output stays
+// blocked for readers that take it. Anything else (other dtypes too) runs on at::convolution.
+at::Tensor convolution(KernelContext& c, at::Tensor x, const at::Tensor& w, const at::Tensor& bias);
 // A product with broadcast batch dims (attention's Q K^T and P V): one oneDNN call on the CPU in
 // float32, else at::matmul.
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);

@@ -1,5 +1,6 @@
-// runtime/ops_control.cpp - Loop and If: their bodies run on executors of their own (built once
+// runtime/ops_control.cpp - Loop, Scan and If: their bodies run on executors of their own (built once
 // per node from the subgraph attribute), fed the outer-scope values they read by name.
+#include <algorithm>
 #include <limits>
 
 #include "runtime/executor.h"
@@ -73,6 +74,69 @@ Outputs loop(KernelContext& c) {
   return results;
 }
 
+// Scan (opset 9 and later): N state values carried through the body and M scan inputs sliced along
+// their scan axes (read backwards where scan_input_directions says 1); the body's K extra outputs
+// are stacked along scan_output_axes (in reverse order where scan_output_directions says 1).
+// O(steps) body runs.
+Outputs scan(KernelContext& c) {
+  if (c.opset() < 9)
+    throw KernelError("Scan before opset 9 (with sequence_lens) is not supported");
+  Executor& body = c.subgraph("body");
+  std::vector<std::string> names = bodyInputNames(body.graph());
+  const std::size_t scanCount = static_cast<std::size_t>(c.intAttr("num_scan_inputs", 0));
+  if (scanCount == 0 || scanCount > c.numInputs() || names.size() != c.numInputs())
+    throw KernelError("num_scan_inputs does not fit the node's " + std::to_string(c.numInputs()) +
+                      " inputs and the body's " + std::to_string(names.size()));
+  const std::size_t stateCount = c.numInputs() - scanCount;
+  std::vector<std::int64_t> inAxes = c.intsAttr("scan_input_axes", std::vector<std::int64_t>(scanCount, 0));
+  std::vector<std::int64_t> inReverse = c.intsAttr("scan_input_directions", std::vector<std::int64_t>(scanCount, 0));
+  if (inAxes.size() != scanCount || inReverse.size() != scanCount)
+    throw KernelError("scan_input_axes / scan_input_directions need one entry per scan input");
+  std::vector<at::Tensor> sequences;
+  for (std::size_t m = 0; m < scanCount; ++m) {
+    const at::Tensor& input = c.input(stateCount + m);
+    sequences.push_back(input.movedim(normalizeAxis(inAxes[m], input.dim()), 0));
+  }
+  const std::int64_t steps = sequences[0].size(0);
+  for (const at::Tensor& sequence : sequences)
+    if (sequence.size(0) != steps)
+      throw KernelError("scan inputs differ in their scan axis lengths");
+  Outputs states;
+  for (std::size_t k = 0; k < stateCount; ++k)
+    states.push_back(c.input(k));
+  TensorMap feeds = outerValues(c);
+  std::vector<Outputs> scanned;
+  for (std::int64_t t = 0; t < steps; ++t) {
+    for (std::size_t k = 0; k < stateCount; ++k)
+      feeds[names[k]] = states[k];
+    for (std::size_t m = 0; m < scanCount; ++m)
+      feeds[names[stateCount + m]] = sequences[m][inReverse[m] ? steps - 1 - t : t];
+    Outputs out = runBody(body, feeds);
+    if (out.size() != c.numOutputs())
+      throw KernelError("the body returns " + std::to_string(out.size()) + " values for " +
+                        std::to_string(c.numOutputs()) + " outputs");
+    std::copy(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(stateCount), states.begin());
+    scanned.resize(out.size() - stateCount);
+    for (std::size_t s = 0; s < scanned.size(); ++s)
+      scanned[s].push_back(out[stateCount + s]);
+  }
+  const std::size_t outCount = c.numOutputs() - stateCount;
+  std::vector<std::int64_t> outAxes = c.intsAttr("scan_output_axes", std::vector<std::int64_t>(outCount, 0));
+  std::vector<std::int64_t> outReverse = c.intsAttr("scan_output_directions", std::vector<std::int64_t>(outCount, 0));
+  if (outAxes.size() != outCount || outReverse.size() != outCount)
+    throw KernelError("scan_output_axes / scan_output_directions need one entry per scan output");
+  Outputs results = states;
+  for (std::size_t s = 0; s < outCount; ++s) {
+    if (scanned.empty())
+      throw KernelError("Scan over zero steps has no output shape");
+    if (outReverse[s])
+      std::reverse(scanned[s].begin(), scanned[s].end());
+    at::Tensor stacked = at::stack(scanned[s], 0);
+    results.push_back(stacked.movedim(0, normalizeAxis(outAxes[s], stacked.dim())));
+  }
+  return results;
+}
+
 Outputs branch(KernelContext& c) {
   bool condition = c.input(0).item<bool>();
   return runBody(c.subgraph(condition ? "then_branch" : "else_branch"), outerValues(c));
@@ -81,6 +145,7 @@ Outputs branch(KernelContext& c) {
 
 void registerControlKernels(KernelTable& t) {
   t.add("Loop", loop);
+  t.add("Scan", scan);
   t.add("If", branch);
 }
 

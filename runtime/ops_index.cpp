@@ -1,5 +1,8 @@
 // runtime/ops_index.cpp - ONNX's index and scatter ops on ATen: ScatterElements, GatherND,
-// ScatterND, OneHot, Compress, ReverseSequence. Negative indices count from the end of their axis, as ONNX says.
+// ScatterND, OneHot, Compress, ReverseSequence, Unique. Negative indices count from the end of their axis, as ONNX says.
+#include <algorithm>
+#include <numeric>
+
 #include "runtime/kernel.h"
 
 namespace cleave::runtime {
@@ -110,9 +113,80 @@ Outputs reverseSequence(KernelContext& c) {
   view[batchAxis] = batch;
   return {at::gather(x, timeAxis, index.reshape(view).expand(x.sizes()))};
 }
+// Unique's slices (rows of `rows`, [n, width]) compared lexicographically by value.
+template <typename T>
+std::vector<std::int64_t> rowOrder(const at::Tensor& rows) {
+  const T* data = rows.data_ptr<T>();
+  const std::int64_t width = rows.size(1);
+  std::vector<std::int64_t> order(static_cast<std::size_t>(rows.size(0)));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return std::lexicographical_compare(data + a * width, data + (a + 1) * width, data + b * width,
+                                        data + (b + 1) * width);
+  });
+  return order;
+}
+
+template <typename T>
+bool sameRow(const at::Tensor& rows, std::int64_t a, std::int64_t b) {
+  const T* data = rows.data_ptr<T>();
+  const std::int64_t width = rows.size(1);
+  return std::equal(data + a * width, data + (a + 1) * width, data + b * width);
+}
+
+// Unique: the distinct elements (or slices along `axis`), sorted or in order of first occurrence,
+// with each one's first index, every element's position among them and their counts.
+// O(n log n * slice size) for n slices.
+Outputs unique(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  const bool byAxis = c.attribute("axis") != nullptr;
+  const std::int64_t axis = byAxis ? normalizeAxis(c.intAttr("axis", 0), x.dim()) : 0;
+  at::Tensor slices = byAxis ? x.movedim(axis, 0) : x.flatten();
+  const std::int64_t n = slices.size(0);
+  // Rows compared as int64 or double (exact for every ONNX integer and float type but u64 >= 2^63).
+  const bool integral = at::isIntegralType(x.scalar_type(), true);
+  at::Tensor rows = slices.reshape({n, -1}).to(integral ? at::kLong : at::kDouble).contiguous();
+  std::vector<std::int64_t> order = integral ? rowOrder<std::int64_t>(rows) : rowOrder<double>(rows);
+  auto same = [&](std::int64_t a, std::int64_t b) {
+    return integral ? sameRow<std::int64_t>(rows, a, b) : sameRow<double>(rows, a, b);
+  };
+  // Groups of equal slices in sorted order; the stable sort puts each group's first occurrence first.
+  std::vector<std::int64_t> firsts, counts, groupOf(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (i == 0 || !same(order[i - 1], order[i])) {
+      firsts.push_back(order[i]);
+      counts.push_back(0);
+    }
+    groupOf[static_cast<std::size_t>(order[i])] = static_cast<std::int64_t>(firsts.size()) - 1;
+    ++counts.back();
+  }
+  std::vector<std::int64_t> rank(firsts.size()); // group -> output position
+  std::iota(rank.begin(), rank.end(), 0);
+  if (!c.intAttr("sorted", 1)) {
+    std::vector<std::int64_t> byFirst(firsts.size());
+    std::iota(byFirst.begin(), byFirst.end(), 0);
+    std::sort(byFirst.begin(), byFirst.end(), [&](std::int64_t a, std::int64_t b) { return firsts[a] < firsts[b]; });
+    for (std::size_t p = 0; p < byFirst.size(); ++p)
+      rank[static_cast<std::size_t>(byFirst[p])] = static_cast<std::int64_t>(p);
+  }
+  std::vector<std::int64_t> outFirsts(firsts.size()), outCounts(firsts.size()), inverse(groupOf.size());
+  for (std::size_t g = 0; g < firsts.size(); ++g) {
+    outFirsts[static_cast<std::size_t>(rank[g])] = firsts[g];
+    outCounts[static_cast<std::size_t>(rank[g])] = counts[g];
+  }
+  for (std::size_t i = 0; i < groupOf.size(); ++i)
+    inverse[i] = rank[static_cast<std::size_t>(groupOf[i])];
+  auto asTensor = [](const std::vector<std::int64_t>& values) {
+    return at::tensor(at::ArrayRef<std::int64_t>(values), at::TensorOptions().dtype(at::kLong));
+  };
+  at::Tensor indices = asTensor(outFirsts);
+  at::Tensor y = slices.index_select(0, indices);
+  return {byAxis ? y.movedim(0, axis) : y, indices, asTensor(inverse), asTensor(outCounts)};
+}
 } // namespace
 
 void registerIndexKernels(KernelTable& t) {
+  t.add("Unique", unique);
   t.add("ScatterElements", scatterElements);
   t.add("Scatter", scatterElements); // opset 9-10 name, converted models keep it rarely
   t.add("GatherND", gatherNd);

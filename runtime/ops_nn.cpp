@@ -64,41 +64,8 @@ std::vector<std::int64_t> orOnes(std::vector<std::int64_t> values, std::size_t n
   return values;
 }
 
-// A 2-D float32 convolution on the CPU runs on oneDNN in its blocked layout, with the weight
-// reordered once (kept in the node's cache while the same weight tensor comes back); its output
-// stays blocked for readers that take it. Anything else runs on at::convolution.
 Outputs conv(KernelContext& c) {
-  at::Tensor x = c.input(0);
-  const at::Tensor& w = c.input(1);
-  at::Tensor bias = c.has(2) ? c.input(2) : at::Tensor();
-  std::size_t n = static_cast<std::size_t>(w.dim() - 2);
-  std::vector<std::int64_t> kernel(w.sizes().begin() + 2, w.sizes().end());
-  std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
-  std::int64_t groups = c.intAttr("group", 1);
-  WindowPads pads = windowPads(c, x, kernel, strides, dilations);
-  std::vector<std::int64_t> padding = pads.begin;
-  if (!pads.symmetric()) {
-    x = at::constant_pad_nd(toDense(x), pads.atenOrder(), 0.0);
-    padding.assign(n, 0);
-  }
-  bool blocked = n == 2 && x.dim() == 4 && x.numel() > 0 && blockable(x) && blockable(w) && !w.is_mkldnn() &&
-                 (!bias.defined() || (blockable(bias) && !bias.is_mkldnn())) && x.size(1) == w.size(1) * groups;
-  if (!blocked)
-    return {at::convolution(toDense(x), w, bias, strides, padding, dilations, false, std::vector<std::int64_t>(n, 0),
-                            groups)};
-  KernelCache* cache = c.cache();
-  at::Tensor packed;
-  if (cache && cache->derived.defined() && cache->source.is_same(w)) {
-    packed = cache->derived;
-  } else {
-    packed = at::mkldnn_reorder_conv2d_weight(w.contiguous().to_mkldnn(), padding, strides, dilations, groups);
-    if (cache) { // the source stays referenced, so its identity cannot be reused by another tensor
-      cache->source = w;
-      cache->derived = packed;
-    }
-  }
-  return {at::mkldnn_convolution(toBlocked(x), packed, bias.defined() ? bias.contiguous() : bias, padding, strides,
-                                 dilations, groups)};
+  return {convolution(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor())};
 }
 
 // ConvTranspose's pads per spatial axis as (begin, end), from `pads`, or from `output_shape` /
@@ -299,6 +266,37 @@ Outputs softmaxLike(KernelContext& c, bool logarithm) {
   return {(logarithm ? at::log_softmax(flat, 1) : at::softmax(flat, 1)).reshape(x.sizes())};
 }
 } // namespace
+
+at::Tensor convolution(KernelContext& c, at::Tensor x, const at::Tensor& w, const at::Tensor& bias) {
+  std::size_t n = static_cast<std::size_t>(w.dim() - 2);
+  std::vector<std::int64_t> kernel(w.sizes().begin() + 2, w.sizes().end());
+  std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
+  std::int64_t groups = c.intAttr("group", 1);
+  WindowPads pads = windowPads(c, x, kernel, strides, dilations);
+  std::vector<std::int64_t> padding = pads.begin;
+  if (!pads.symmetric()) {
+    x = at::constant_pad_nd(toDense(x), pads.atenOrder(), 0.0);
+    padding.assign(n, 0);
+  }
+  bool blocked = n == 2 && x.dim() == 4 && x.numel() > 0 && blockable(x) && blockable(w) && !w.is_mkldnn() &&
+                 (!bias.defined() || (blockable(bias) && !bias.is_mkldnn())) && x.size(1) == w.size(1) * groups;
+  if (!blocked)
+    return at::convolution(toDense(x), w, bias, strides, padding, dilations, false, std::vector<std::int64_t>(n, 0),
+                            groups);
+  KernelCache* cache = c.cache();
+  at::Tensor packed;
+  if (cache && cache->derived.defined() && cache->source.is_same(w)) {
+    packed = cache->derived;
+  } else {
+    packed = at::mkldnn_reorder_conv2d_weight(w.contiguous().to_mkldnn(), padding, strides, dilations, groups);
+    if (cache) { // the source stays referenced, so its identity cannot be reused by another tensor
+      cache->source = w;
+      cache->derived = packed;
+    }
+  }
+  return at::mkldnn_convolution(toBlocked(x), packed, bias.defined() ? bias.contiguous() : bias, padding, strides,
+                                dilations, groups);
+}
 
 void registerNnKernels(KernelTable& t) {
   t.add("Conv", conv, Layouts::DenseOrBlocked);
