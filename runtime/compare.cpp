@@ -24,7 +24,33 @@ std::vector<std::int64_t> unflatten(std::int64_t flat, at::IntArrayRef sizes) {
 }
 } // namespace
 
+namespace {
+// Sequences (nested tensors) compare element by element; empty optionals (undefined) only equal
+// each other.
+Comparison compareContainers(const at::Tensor& actual, const at::Tensor& expected, const AllClose& tolerance) {
+  if (!actual.defined() || !expected.defined())
+    return actual.defined() == expected.defined()
+               ? Comparison{}
+               : Comparison{false, actual.defined() ? "a value, expected an empty optional" : "an empty optional"};
+  if (actual.is_nested() != expected.is_nested())
+    return {false, actual.is_nested() ? "a sequence, expected a tensor" : "a tensor, expected a sequence"};
+  std::vector<at::Tensor> got = actual.unbind(0), want = expected.unbind(0);
+  if (got.size() != want.size())
+    return {false, "a sequence of " + std::to_string(got.size()) + ", expected " + std::to_string(want.size())};
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    Comparison element = compareTensors(got[i], want[i], tolerance);
+    if (!element.equal) {
+      element.message = "sequence element " + std::to_string(i) + ": " + element.message;
+      return element;
+    }
+  }
+  return {};
+}
+} // namespace
+
 Comparison compareTensors(const at::Tensor& actualIn, const at::Tensor& expectedIn, const AllClose& tolerance) {
+  if (!actualIn.defined() || !expectedIn.defined() || actualIn.is_nested() || expectedIn.is_nested())
+    return compareContainers(actualIn, expectedIn, tolerance);
   Comparison result;
   at::Tensor actual = actualIn.to(at::kCPU), expected = expectedIn.to(at::kCPU);
   if (actual.sizes() != expected.sizes()) {

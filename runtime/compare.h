@@ -2,7 +2,8 @@
 //   |actual - expected| <= atol + rtol * |expected|   (element-wise; NaN equals NaN),
 // the rule ONNX's backend test runner uses. The result names the worst element (largest excess
 // over the bound) by its index. Shapes and dtypes must match; integers and booleans compare
-// exactly when atol < 1. O(elements).
+// exactly when atol < 1. Sequences (nested tensors) compare element by element, empty optionals
+// (undefined tensors) only with each other. O(elements).
 #pragma once
 
 #include <string>

@@ -184,6 +184,11 @@ Status Executor::bindInput(NodeId node, const TensorMap& inputs, RunState& state
   bool keepBlocked = state.mayStayBlocked(blockedReaders_[index(value)]) && options_.device.is_cpu() &&
                      !options_.floatType;
   at::Tensor& bound = state.values[index(value)];
+  if (!found->second.defined()) { // an empty optional
+    if (g.valueKind(value) != ir::ValueKind::Sequence)
+      return Error(ErrorCode::InvalidArgument) << "input '" << g.valueName(value) << "' has no value";
+    return {};
+  }
   bound = (keepBlocked ? found->second : toDense(found->second)).to(options_.device);
   if (options_.floatType && at::isFloatingType(found->second.scalar_type()))
     bound = bound.to(*options_.floatType);
@@ -269,7 +274,9 @@ Status Executor::storeResults(NodeId node, std::vector<at::Tensor> results, RunS
   auto outputs = g.outputs(node);
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     if (i >= results.size() || !results[i].defined()) {
-      if (!g.users(outputs[i]).empty())
+      // Undefined is an empty optional where the output is a sequence or optional value.
+      bool emptyOptional = i < results.size() && g.valueKind(outputs[i]) == ir::ValueKind::Sequence;
+      if (!g.users(outputs[i]).empty() && !emptyOptional)
         return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << g.target(node) << ", opset "
                                              << opset_ << "): output " << i
                                              << " is used but the kernel does not produce it";

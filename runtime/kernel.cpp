@@ -138,6 +138,8 @@ const KernelTable& kernelTable() {
     registerRecurrentKernels(t);
     registerSignalKernels(t);
     registerSpatialKernels(t);
+    registerSequenceKernels(t);
+    registerTextKernels(t);
     std::sort(t.entries_.begin(), t.entries_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     return t;
   }();

@@ -119,8 +119,16 @@ void registerResizeKernels(KernelTable& table);
 void registerRecurrentKernels(KernelTable& table);
 void registerSignalKernels(KernelTable& table);
 void registerSpatialKernels(KernelTable& table);
+void registerSequenceKernels(KernelTable& table);
+void registerTextKernels(KernelTable& table);
 
 // Helpers shared by kernel files.
+// ONNX sequences are held as ATen nested tensors (elements of one dtype and rank, shapes free); an
+// empty optional is an undefined tensor. makeSequence throws KernelError on elements of different
+// ranks; sequenceElements on a value that is not a sequence.
+bool isSequence(const at::Tensor& t);
+std::vector<at::Tensor> sequenceElements(const at::Tensor& sequence);
+at::Tensor makeSequence(const std::vector<at::Tensor>& elements, at::ScalarType type);
 // x[..., K] times a 2-D weight, with `weightIsNK` telling whether it is laid out [N, K] (Gemm's
 // transB, torch's Linear) or [K, N]; plus an optional bias [N]. On the CPU in float32 this runs on
 // oneDNN (runtime/onednn.h) with the reordered weight kept in the node's cache while the same

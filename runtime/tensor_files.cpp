@@ -82,16 +82,28 @@ Expected<TensorMap> readNpz(const std::string& path, const std::vector<std::stri
   return tensors;
 }
 
-Expected<std::pair<std::string, at::Tensor>> readPb(const std::string& path) {
+// A .pb file holding the value of graph input `position`: a TensorProto (named or not), or the
+// container proto `kinds` names for that input (bound by position).
+Expected<std::pair<std::string, at::Tensor>> readPb(const std::string& path, const std::vector<std::string>& names,
+                                                    std::size_t position, const ProtoKinds& kinds) {
   CLEAVE_TRY(std::string bytes, readFile(path));
+  auto kind = position < names.size() ? kinds.find(names[position]) : kinds.end();
   std::string name;
+  if (kind != kinds.end() && kind->second != ProtoKind::Tensor) {
+    CLEAVE_TRY(at::Tensor value, valueFromProto(bytes, path, kind->second));
+    return std::make_pair(names[position], value);
+  }
   CLEAVE_TRY(at::Tensor tensor, tensorFromProto(bytes, path, &name));
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    CLEAVE_TRY(name, positionalName(names, position, path));
+  }
   return std::make_pair(name, tensor);
 }
 
 // input_N.pb and NAME.npy regular files of `folder` (links are not followed: an input never comes
 // from outside the folder given).
-Expected<TensorMap> readFolder(const std::string& folder, const std::vector<std::string>& names) {
+Expected<TensorMap> readFolder(const std::string& folder, const std::vector<std::string>& names,
+                               const ProtoKinds& kinds) {
   std::vector<fs::path> files;
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(folder, error))
@@ -104,13 +116,10 @@ Expected<TensorMap> readFolder(const std::string& folder, const std::vector<std:
   for (const fs::path& file : files) {
     std::string base = file.filename().string(), what = file.string();
     if (base.rfind("input_", 0) == 0 && endsWith(base, ".pb")) {
-      CLEAVE_TRY(auto named, readPb(what));
       std::string digits = base.substr(6, base.size() - 9);
       if (digits.empty() || digits.size() > 6 || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
         return Error(ErrorCode::InvalidArgument) << what << ": expected input_<N>.pb";
-      if (std::find(names.begin(), names.end(), named.first) == names.end()) {
-        CLEAVE_TRY(named.first, positionalName(names, std::stoul(digits), what));
-      }
+      CLEAVE_TRY(auto named, readPb(what, names, std::stoul(digits), kinds));
       CLEAVE_CHECK(addTensor(tensors, named.first, named.second, what));
     } else if (endsWith(base, ".npy")) {
       CLEAVE_TRY(std::string bytes, readFile(what));
@@ -166,10 +175,11 @@ Status writeFolder(const TensorMap& tensors, const std::string& folder, const st
 }
 } // namespace
 
-Expected<TensorMap> readTensors(const std::string& path, const std::vector<std::string>& names) {
+Expected<TensorMap> readTensors(const std::string& path, const std::vector<std::string>& names,
+                                const ProtoKinds& kinds) {
   std::error_code error;
   if (fs::is_directory(path, error))
-    return readFolder(path, names);
+    return readFolder(path, names, kinds);
   if (endsWith(path, ".npz"))
     return readNpz(path, names);
   if (endsWith(path, ".npy")) {
@@ -179,10 +189,7 @@ Expected<TensorMap> readTensors(const std::string& path, const std::vector<std::
     return TensorMap{{name, tensor}};
   }
   if (endsWith(path, ".pb")) {
-    CLEAVE_TRY(auto named, readPb(path));
-    if (std::find(names.begin(), names.end(), named.first) == names.end()) {
-      CLEAVE_TRY(named.first, positionalName(names, 0, path));
-    }
+    CLEAVE_TRY(auto named, readPb(path, names, 0, kinds));
     return TensorMap{{named.first, named.second}};
   }
   return readTensorFile(path);

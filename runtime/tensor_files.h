@@ -17,6 +17,7 @@
 // Complexity: linear in the files' bytes.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,10 @@
 
 namespace cleave::runtime {
 
-Expected<TensorMap> readTensors(const std::string& path, const std::vector<std::string>& names);
+// Inputs held in container protos (.pb files only), by input name; the rest are TensorProtos.
+using ProtoKinds = std::map<std::string, ProtoKind>;
+Expected<TensorMap> readTensors(const std::string& path, const std::vector<std::string>& names,
+                                const ProtoKinds& kinds = {});
 Status writeTensors(const TensorMap& tensors, const std::string& path, const std::vector<std::string>& order);
 
 } // namespace cleave::runtime

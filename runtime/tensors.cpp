@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 #include <onnx/onnx_pb.h>
+#include <onnx/onnx-data.pb.h> // after onnx_pb.h, which defines ONNX_API
 
 #include <cstring>
 #include <limits>
@@ -10,6 +11,7 @@
 #include "base/file_io.h"
 #include "base/json.h"
 #include "io/tensor_file.h"
+#include "runtime/kernel.h"
 
 namespace cleave::runtime {
 
@@ -140,6 +142,47 @@ Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& 
     return Error(ErrorCode::Unsupported) << what << ": typed-field data of dtype " << ir::dtypeName(*dtype);
   }
   return tensor;
+}
+
+Expected<at::Tensor> sequenceFromProto(std::string_view bytes, const std::string& what) {
+  onnx::SequenceProto proto;
+  if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return Error(ErrorCode::ParseError) << what << ": not a SequenceProto";
+  if (proto.elem_type() != onnx::SequenceProto::TENSOR)
+    return Error(ErrorCode::Unsupported) << what << ": a sequence of element type " << proto.elem_type()
+                                         << " (only sequences of tensors run here)";
+  std::vector<at::Tensor> elements;
+  for (const onnx::TensorProto& element : proto.tensor_values()) {
+    CLEAVE_TRY(at::Tensor tensor, tensorFromProto(element.SerializeAsString(), what));
+    elements.push_back(std::move(tensor));
+  }
+  try {
+    return makeSequence(elements, elements.empty() ? at::kFloat : elements[0].scalar_type());
+  } catch (const std::exception& e) {
+    return Error(ErrorCode::Unsupported) << what << ": " << e.what();
+  }
+}
+
+Expected<at::Tensor> optionalFromProto(std::string_view bytes, const std::string& what) {
+  onnx::OptionalProto proto;
+  if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return Error(ErrorCode::ParseError) << what << ": not an OptionalProto";
+  if (proto.elem_type() == onnx::OptionalProto::TENSOR && proto.has_tensor_value())
+    return tensorFromProto(proto.tensor_value().SerializeAsString(), what);
+  if (proto.elem_type() == onnx::OptionalProto::SEQUENCE && proto.has_sequence_value())
+    return sequenceFromProto(proto.sequence_value().SerializeAsString(), what);
+  if (proto.elem_type() == onnx::OptionalProto::TENSOR || proto.elem_type() == onnx::OptionalProto::SEQUENCE ||
+      proto.elem_type() == onnx::OptionalProto::UNDEFINED)
+    return at::Tensor(); // empty
+  return Error(ErrorCode::Unsupported) << what << ": an optional of element type " << proto.elem_type();
+}
+
+Expected<at::Tensor> valueFromProto(std::string_view bytes, const std::string& what, ProtoKind kind) {
+  switch (kind) {
+  case ProtoKind::Sequence: return sequenceFromProto(bytes, what);
+  case ProtoKind::Optional: return optionalFromProto(bytes, what);
+  default: return tensorFromProto(bytes, what);
+  }
 }
 
 Expected<TensorMap> readTensorFile(const std::string& path) {

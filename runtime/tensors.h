@@ -30,6 +30,10 @@ Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param);
 // A serialized onnx.TensorProto (Constant's `value`, ConstantOfShape's `value`, a .pb file) as a
 // tensor; `name` (when given) receives the proto's name. Dims are checked before allocating.
 Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what, std::string* name = nullptr);
+// What a .pb file holds: an ONNX TensorProto, a SequenceProto of tensors (read as a sequence,
+// runtime/kernel.h) or an OptionalProto (its value, or an undefined tensor when empty).
+enum class ProtoKind : std::uint8_t { Tensor, Sequence, Optional };
+Expected<at::Tensor> valueFromProto(std::string_view bytes, const std::string& what, ProtoKind kind);
 // A tensor of `dims` and `type` holding a copy of `bytes` (their count must match).
 at::Tensor tensorFromBytes(const void* data, std::size_t bytes, std::vector<std::int64_t> dims, at::ScalarType type);
 // The same from values stored as `dtype` (a model's or a file's bytes), widening unsigned 16/32-bit

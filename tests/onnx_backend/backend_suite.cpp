@@ -18,6 +18,8 @@
 #include <map>
 #include <sstream>
 
+#include <onnx/onnx_pb.h>
+
 #include "base/file_io.h"
 #include "base/isolated_call.h"
 #include "io/onnx.h"
@@ -53,6 +55,27 @@ at::Tensor asDeclared(const at::Tensor& tensor, const ir::Graph& graph, ir::Valu
   return tensor.bitwise_and(0xFFFF).to(at::kShort).view(at::kBFloat16);
 }
 
+// Which graph inputs and outputs hold sequences or optionals (their .pb files are SequenceProto /
+// OptionalProto): the IR knows them only as non-tensor values, the model's declared types say which.
+runtime::ProtoKinds containerKinds(const fs::path& model) {
+  runtime::ProtoKinds kinds;
+  Expected<std::string> bytes = readFile(model.string());
+  onnx::ModelProto proto;
+  if (!bytes || !proto.ParseFromString(*bytes))
+    return kinds;
+  auto note = [&](const onnx::ValueInfoProto& value) {
+    if (value.type().has_sequence_type())
+      kinds[value.name()] = runtime::ProtoKind::Sequence;
+    else if (value.type().has_optional_type())
+      kinds[value.name()] = runtime::ProtoKind::Optional;
+  };
+  for (const onnx::ValueInfoProto& value : proto.graph().input())
+    note(value);
+  for (const onnx::ValueInfoProto& value : proto.graph().output())
+    note(value);
+  return kinds;
+}
+
 // "" when every data set of the case passes, else why not.
 std::string runCase(const fs::path& dir) {
   std::string where = dir.string();
@@ -73,10 +96,11 @@ std::string runCase(const fs::path& dir) {
   std::sort(sets.begin(), sets.end());
   if (sets.empty())
     return "no test data sets";
+  runtime::ProtoKinds kinds = containerKinds(dir / "model.onnx");
   for (const fs::path& set : sets) {
     std::vector<std::string> names = ir::graphInputNames(*shared);
     // The set's input_N.pb files, read the way `cleave run --inputs DIR` reads them.
-    Expected<runtime::TensorMap> inputs = names.empty() ? runtime::TensorMap{} : runtime::readTensors(set.string(), names);
+    Expected<runtime::TensorMap> inputs = names.empty() ? runtime::TensorMap{} : runtime::readTensors(set.string(), names, kinds);
     if (!inputs)
       return "input: " + reasonOf(inputs.error().message(), where);
     for (ir::NodeId input : shared->inputNodes()) {
@@ -93,11 +117,15 @@ std::string runCase(const fs::path& dir) {
       if (!fs::exists(file))
         continue;
       Expected<std::string> bytes = readFile(file.string());
-      Expected<at::Tensor> expected = bytes ? runtime::tensorFromProto(*bytes, file.filename().string())
-                                            : Expected<at::Tensor>(std::move(bytes.error()));
+      std::string name(shared->valueName(value));
+      auto kind = kinds.find(name);
+      Expected<at::Tensor> expected =
+          bytes ? runtime::valueFromProto(*bytes, file.filename().string(),
+                                          kind == kinds.end() ? runtime::ProtoKind::Tensor : kind->second)
+                : Expected<at::Tensor>(std::move(bytes.error()));
       if (!expected)
         return "expected output: " + reasonOf(expected.error().message(), where);
-      auto found = outputs->find(std::string(shared->valueName(value)));
+      auto found = outputs->find(name);
       if (found == outputs->end())
         return "no output '" + std::string(shared->valueName(value)) + "'";
       runtime::Comparison comparison = runtime::compareTensors(found->second, asDeclared(*expected, *shared, value));
