@@ -31,7 +31,8 @@ void describe(CLI::App& app, TrainFlags& flags) {
                   "optimizers: per step the next --batch rows of --data, in --microbatches (gradients accumulated, "
                   "each loss scaled by its share of the rows), then one optimizer step. A pipeline plan directory "
                   "trains its stages: in this process, or under `cleave launch` stage i on rank i % ranks. Prints "
-                  "each step's loss; -o DIR gets trained.onnx (whole models).");
+                  "each step's loss; -o DIR gets trained.onnx (whole models) or, for a plan, a plan directory of the "
+                  "trained stages (runs with `cleave run DIR`).");
   app.add_option("MODEL", flags.path, "ONNX model exported with its loss, or a pipeline plan directory")->required();
   app.add_option("--data", flags.dataPath, "training data: every model input, rows along dim 0 (.npz, .json, folder)")
       ->required();
@@ -52,7 +53,7 @@ void describe(CLI::App& app, TrainFlags& flags) {
              pipeline::kScheduleKinds.choices() + "; default gpipe; in one process stages run in GPipe order)")
       ->check(CLI::IsMember(pipeline::kScheduleKinds.names()));
   app.add_option("--loss", flags.options.loss, "the output that is the loss (default: 'loss', else the only scalar)");
-  addOutputDirectory(app, flags.output, "directory for trained.onnx");
+  addOutputDirectory(app, flags.output, "directory for trained.onnx (a model) or the trained plan (a plan)");
   app.add_flag("--json", flags.json, "print one JSON line per step: {\"step\": N, \"loss\": X}");
 }
 
@@ -66,13 +67,18 @@ void printStep(const TrainFlags& flags, std::int64_t step, double loss, std::ost
 
 // A plan directory: its stages on this process (no RANK) or on this rank's share (under launch).
 Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) {
-  if (!flags.output.path.empty())
-    return usageError() << "-o is not supported yet when training a plan directory";
   std::unique_ptr<runtime::distributed::Communicator> comm = runtime::distributed::Communicator::local();
   if (std::getenv("RANK")) {
     CLEAVE_TRY(runtime::distributed::DistributedEnv env, runtime::distributed::readDistributedEnv());
     CLEAVE_TRY(comm, runtime::distributed::Communicator::connect(env));
   }
+  // Rank 0 alone writes OUT (a plan directory like the input, its stages trained).
+  Expected<std::optional<OutputDirectory>> opened =
+      comm->rank() == 0 ? openOutputDirectory(flags.output, {flags.path, flags.dataPath})
+                        : Expected<std::optional<OutputDirectory>>(std::nullopt);
+  if (!opened)
+    return std::move(opened.error());
+  std::optional<OutputDirectory>& outDir = *opened;
   CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, *comm));
   CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, trainer->graphInputs()));
   std::optional<pipeline::Schedule> schedule;
@@ -95,7 +101,10 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   for (const std::string& stage : trainer->ownStages())
     err << " " << stage;
   err << "\n";
-  return {};
+  if (flags.output.path.empty())
+    return {};
+  CLEAVE_CHECK(trainer->writeTrained(flags.path, outDir ? outDir->stagingPath() : std::string()));
+  return outDir ? outDir->commit() : Status{};
 }
 
 Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {

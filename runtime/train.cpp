@@ -108,13 +108,16 @@ Expected<double> Trainer::step(const TensorMap& data, std::int64_t stepIndex) {
 }
 
 Expected<ir::Graph> Trainer::trainedGraph() const {
-  const State& s = *state_;
+  return withTrainedParameters(*state_->graph, state_->executor->trainableParameters());
+}
+
+Expected<ir::Graph> withTrainedParameters(const ir::Graph& g,
+                                          const std::vector<std::pair<std::string, at::Tensor>>& trained) {
   std::map<std::string, std::string> bytes;
-  for (const auto& [name, tensor] : s.executor->trainableParameters()) {
+  for (const auto& [name, tensor] : trained) {
     at::Tensor plain = tensor.detach().to(at::kCPU).contiguous();
     bytes[name] = std::string(static_cast<const char*>(plain.data_ptr()), plain.nbytes());
   }
-  const ir::Graph& g = *s.graph;
   std::vector<ir::NodeId> ops;
   std::vector<ir::ValueId> inputs;
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {

@@ -46,6 +46,10 @@ Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std
 // libtorch's optimizer for `options` over `params` (PyTorch's defaults where options are unset).
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<at::Tensor> params, const OptimizerOptions& options);
 
+// `graph` with its trainable parameters' data replaced by `trained` (by name; others unchanged).
+Expected<ir::Graph> withTrainedParameters(const ir::Graph& graph,
+                                          const std::vector<std::pair<std::string, at::Tensor>>& trained);
+
 class Trainer {
 public:
   static Expected<std::unique_ptr<Trainer>> create(std::shared_ptr<const ir::Graph> graph, const TrainOptions& options);

@@ -128,6 +128,32 @@ class Distributed(TempDirTest):
                     code, ranked, err = launch(nproc, "cleave", "train", plan, *common, *schedule)
                     self.assertEqual(code, 0, err)
                     self.assertEqual(losses(ranked), losses(local))
+        # -o: the trained stages as a plan directory, the same bytes from one process and from 3
+        # ranks; their weights those of the whole model's training; the tied copies equal.
+        import onnx
+        from onnx import numpy_helper
+        outs = {name: self.path(f"trained_{name}") for name in ("whole", "local", "ranked")}
+        run("train", model, *common, "-o", outs["whole"], check=True)
+        run("train", plan, *common, "-o", outs["local"], check=True)
+        code, _, err = launch(3, "cleave", "train", plan, *common, "-o", outs["ranked"])
+        self.assertEqual(code, 0, err)
+        whole = {t.name: numpy_helper.to_array(t)
+                 for t in onnx.load(os.path.join(outs["whole"], "trained.onnx")).graph.initializer}
+        stage_files = sorted(f for f in os.listdir(plan) if f.endswith(".onnx"))
+        self.assertEqual(sorted(f for f in os.listdir(outs["ranked"]) if f.endswith(".onnx")), stage_files)
+        tied = []
+        for name in stage_files:
+            with open(os.path.join(outs["local"], name), "rb") as a, open(os.path.join(outs["ranked"], name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
+            for tensor in onnx.load(os.path.join(outs["ranked"], name)).graph.initializer:
+                if tensor.name in whole and tensor.data_type == onnx.TensorProto.FLOAT:
+                    np.testing.assert_allclose(numpy_helper.to_array(tensor), whole[tensor.name], rtol=1e-4, atol=1e-5)
+                if tensor.name == "b.weight":
+                    tied.append(numpy_helper.to_array(tensor))
+        self.assertEqual(len(tied), 2)
+        np.testing.assert_array_equal(tied[0], tied[1])
+        code, _, err = run("run", outs["ranked"], "--seed", 1)
+        self.assertEqual(code, 0, err)
         # Interleaved 1F1B: 4 stages on 2 ranks (stages 0 and 2 on rank 0), 4 microbatches.
         four = self.path("four")
         run("pipeline", model, "--stages", 4, "-o", four, check=True)

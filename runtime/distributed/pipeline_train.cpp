@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -11,13 +12,14 @@
 #include "plan/plan_file.h"
 #include "runtime/executor.h"
 #include "runtime/microbatch.h"
+#include "base/file_io.h"
 #include "base/strings.h"
 
 namespace cleave::runtime::distributed {
 
 namespace {
 struct Stage {
-  std::string name;
+  std::string name, file;
   std::vector<std::string> inputs, outputs;
   std::shared_ptr<const ir::Graph> graph;
   std::unique_ptr<Executor> executor; // own stages only
@@ -56,7 +58,8 @@ struct PipelineTrainer::State {
   int lossStage = -1;
   // Parameters several stages hold: name -> (dtype, dims), and this rank's copies of each.
   std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> tied;
-  std::map<std::string, std::vector<at::Tensor>> ownCopies;
+  std::map<std::string, std::vector<at::Tensor>> ownCopies; // in stage order
+  std::map<std::string, int> firstHolder;                   // parameter -> first stage holding it
   std::unique_ptr<torch::optim::Optimizer> optimizer;
 
   bool own(int stage) const { return stages[stage].rank == comm->rank(); }
@@ -77,6 +80,7 @@ struct PipelineTrainer::State {
   // `schedule`, or (no schedule) GPipe over every own stage.
   std::vector<pipeline::Action> ownActions(const pipeline::Schedule* schedule, std::size_t microbatches) const;
   Status reduceTiedGradients();
+  Status broadcastTiedParameters();
 };
 
 Status PipelineTrainer::State::loadPlan(const std::string& dir) {
@@ -89,6 +93,7 @@ Status PipelineTrainer::State::loadPlan(const std::string& dir) {
     int index = static_cast<int>(stages.size());
     Stage stage;
     stage.name = sub.name;
+    stage.file = sub.file;
     stage.rank = index % comm->worldSize();
     for (const plan::PlanFileInput& input : sub.inputs) {
       stage.inputs.push_back(input.value);
@@ -104,9 +109,11 @@ Status PipelineTrainer::State::loadPlan(const std::string& dir) {
     }
     CLEAVE_TRY(ir::Graph graph, io::readOnnx((std::filesystem::path(dir) / sub.file).string()));
     stage.graph = std::make_shared<const ir::Graph>(std::move(graph));
-    for (auto& [name, shape] : trainedShapes(*stage.graph))
+    for (auto& [name, shape] : trainedShapes(*stage.graph)) {
       if (++holders[name] == 2)
         tied[name] = shape;
+      firstHolder.emplace(name, index);
+    }
     stages.push_back(std::move(stage));
   }
   for (const plan::PlanFileInput& output : planFile.outputs)
@@ -222,6 +229,25 @@ Status PipelineTrainer::State::reduceTiedGradients() {
   return {};
 }
 
+// Every copy of a tied parameter starts from the first holding stage's value (they are equal in a
+// plan cut from one model; this makes it so for any plan). One all-reduce per tied parameter, in
+// the same (name) order on every rank; holders other than the first contribute zeros.
+Status PipelineTrainer::State::broadcastTiedParameters() {
+  c10::NoGradGuard noGrad;
+  for (const auto& [name, shape] : tied) {
+    CLEAVE_TRY(at::ScalarType type, scalarTypeOf(shape.first));
+    at::Tensor value = at::zeros(shape.second, at::TensorOptions().dtype(type));
+    auto copies = ownCopies.find(name);
+    if (own(firstHolder.at(name)))
+      value.copy_(copies->second.front());
+    CLEAVE_CHECK(comm->allReduceSum(value));
+    if (copies != ownCopies.end())
+      for (const at::Tensor& copy : copies->second)
+        copy.copy_(value);
+  }
+  return {};
+}
+
 PipelineTrainer::~PipelineTrainer() = default;
 
 Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::string& planDir,
@@ -251,7 +277,52 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::st
   if (params.empty()) // a rank without parameters still takes part; its optimizer has nothing to do
     params.push_back(at::zeros({1}).requires_grad_(true));
   s.optimizer = makeOptimizer(std::move(params), options.optimizer);
+  CLEAVE_CHECK(s.broadcastTiedParameters());
   return trainer;
+}
+
+Status PipelineTrainer::writeTrained(const std::string& planDir, const std::string& outDir) {
+  State& s = *state_;
+  // Tags above every step's (< 2^29): one per (stage, parameter) in stage and name order.
+  std::uint32_t tag = std::uint32_t(1) << 29;
+  for (int i = 0; i < static_cast<int>(s.stages.size()); ++i) {
+    Stage& stage = s.stages[i];
+    const auto shapes = trainedShapes(*stage.graph); // by name: the order of the messages
+    const std::uint32_t first = tag;
+    tag += static_cast<std::uint32_t>(shapes.size());
+    std::map<std::string, at::Tensor> own;
+    if (s.own(i)) {
+      for (auto& [name, tensor] : stage.executor->trainableParameters())
+        own[name] = tensor.detach();
+      for (const auto& entry : shapes)
+        if (!own.count(entry.first))
+          return Error(ErrorCode::InvalidGraph) << "stage '" << stage.name << "': no trained tensor '" << entry.first << "'";
+    }
+    if (s.comm->rank() != 0) {
+      std::uint32_t t = first;
+      if (s.own(i))
+        for (const auto& entry : shapes)
+          CLEAVE_CHECK(s.comm->send(own.at(entry.first), 0, t++));
+      continue;
+    }
+    std::vector<std::pair<std::string, at::Tensor>> trained;
+    std::uint32_t t = first;
+    for (const auto& entry : shapes) {
+      if (s.own(i)) {
+        trained.emplace_back(entry.first, own.at(entry.first));
+        continue;
+      }
+      CLEAVE_TRY(at::Tensor tensor, s.comm->recv(stage.rank, t++));
+      trained.emplace_back(entry.first, tensor);
+    }
+    CLEAVE_TRY(ir::Graph graph, withTrainedParameters(*stage.graph, trained));
+    CLEAVE_CHECK(io::writeOnnx(graph, (std::filesystem::path(outDir) / stage.file).string()));
+  }
+  CLEAVE_CHECK(s.comm->finish());
+  if (s.comm->rank() != 0)
+    return {};
+  CLEAVE_TRY(std::string planText, readFile((std::filesystem::path(planDir) / "plan.json").string()));
+  return writeFileAtomically((std::filesystem::path(outDir) / "plan.json").string(), planText);
 }
 
 std::size_t PipelineTrainer::stages() const { return state_->stages.size(); }

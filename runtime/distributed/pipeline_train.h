@@ -15,7 +15,8 @@
 // every rank is the batch's mean loss; losses follow the whole model's `cleave train` within float
 // rounding (tests/distributed_test.py).
 // Complexity: per step, each stage's forward and backward per microbatch, one message per (value,
-// reading stage) each way, one all-reduce per tied parameter and one for the loss.
+// reading stage) each way, one all-reduce per tied parameter and one for the loss. Tied copies
+// start equal: the first holder's value is broadcast (an all-reduce) at create.
 #pragma once
 
 #include <memory>
@@ -37,6 +38,9 @@ public:
   // the plan's and the options'; stage s on rank s % ranks) orders this rank's F and B / I
   // actions (W is done with I); none: GPipe.
   Expected<double> step(const TensorMap& data, std::int64_t stepIndex, const pipeline::Schedule* schedule = nullptr);
+  // Collective (every rank calls it): rank 0 gathers each stage's trained parameters and writes
+  // `outDir` as a plan directory like `planDir` (its plan.json, each stage's model with them).
+  Status writeTrained(const std::string& planDir, const std::string& outDir);
   std::size_t stages() const;
   // The plan's graph inputs (what the data must hold).
   const std::vector<std::string>& graphInputs() const;
