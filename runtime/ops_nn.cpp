@@ -255,6 +255,23 @@ std::vector<std::int64_t> spatialDims(const at::Tensor& x) {
   return dims;
 }
 
+// BatchNormalization's training mode (opset 14+): normalized by the batch's mean and (biased)
+// variance over every axis but the channels; running mean and variance updated with `momentum`.
+Outputs batchNormTraining(KernelContext& c) {
+  const at::Tensor x = toDense(c.input(0));
+  std::vector<std::int64_t> axes{0};
+  for (std::int64_t d = 2; d < x.dim(); ++d)
+    axes.push_back(d);
+  std::vector<std::int64_t> channelShape(static_cast<std::size_t>(x.dim()), 1);
+  channelShape[1] = x.size(1);
+  at::Tensor mean = x.mean(axes, true), variance = x.var(axes, /*unbiased=*/false, true);
+  at::Tensor y = (x - mean) / at::sqrt(variance + c.floatAttr("epsilon", 1e-5f)) * c.input(1).reshape(channelShape) +
+                 c.input(2).reshape(channelShape);
+  const double momentum = c.floatAttr("momentum", 0.9f);
+  return {y, c.input(3) * momentum + mean.flatten() * (1 - momentum),
+          c.input(4) * momentum + variance.flatten() * (1 - momentum)};
+}
+
 Outputs softmaxLike(KernelContext& c, bool logarithm) {
   const at::Tensor& x = c.input(0);
   if (c.opset() >= 13) {
@@ -313,7 +330,7 @@ void registerNnKernels(KernelTable& t) {
   t.add("GlobalMaxPool", [](KernelContext& c) -> Outputs { return {c.input(0).amax(spatialDims(c.input(0)), true)}; });
   t.add("BatchNormalization", [](KernelContext& c) -> Outputs {
     if (c.intAttr("training_mode", 0) != 0)
-      throw KernelError("training_mode is not supported");
+      return batchNormTraining(c);
     return {at::batch_norm(c.input(0), c.input(1), c.input(2), c.input(3), c.input(4), false, 0.0,
                            c.floatAttr("epsilon", 1e-5f), false)};
   });

@@ -1,6 +1,6 @@
 // runtime/ops_spatial.cpp - ONNX ops over spatial and channel axes that ATen has no single op
 // for, or names differently: GridSample, MaxUnpool, LRN, MeanVarianceNormalization,
-// NonMaxSuppression.
+// NonMaxSuppression, RoiAlign.
 //
 // GridSample (opset 16): ATen's grid_sampler with ONNX's mode (bilinear, nearest, bicubic),
 // padding_mode (zeros, border, reflection) and align_corners. MaxUnpool: each value goes to the
@@ -13,6 +13,7 @@
 // iou_threshold, at most max_output_boxes_per_class; corners in any order, or center_point_box.
 // Cost: linear in the tensor (LRN: times `size`), GridSample: ATen's, NMS: O(boxes x kept) per class.
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "runtime/kernel.h"
@@ -164,9 +165,86 @@ Outputs nonMaxSuppression(KernelContext& c) {
   std::int64_t rows = static_cast<std::int64_t>(selected.size() / 3);
   return {at::tensor(selected, at::kLong).reshape({rows, 3})};
 }
+// One bilinear sample of a [H, W] plane at (y, x), with the RoiAlign boundary rules: outside
+// [-1, H] x [-1, W] it is 0; coordinates below 0 clamp to 0 and past the last row / column to it.
+// `max` gives the largest weighted corner instead of their sum (ONNX Runtime's max mode).
+double roiSample(const float* plane, std::int64_t height, std::int64_t width, double y, double x, bool max) {
+  if (y < -1.0 || y > static_cast<double>(height) || x < -1.0 || x > static_cast<double>(width))
+    return 0.0;
+  y = std::max(y, 0.0);
+  x = std::max(x, 0.0);
+  std::int64_t y0 = static_cast<std::int64_t>(y), x0 = static_cast<std::int64_t>(x), y1 = y0 + 1, x1 = x0 + 1;
+  if (y0 >= height - 1) {
+    y0 = y1 = height - 1;
+    y = static_cast<double>(y0);
+  }
+  if (x0 >= width - 1) {
+    x0 = x1 = width - 1;
+    x = static_cast<double>(x0);
+  }
+  const double ly = y - static_cast<double>(y0), lx = x - static_cast<double>(x0), hy = 1 - ly, hx = 1 - lx;
+  const double a = hy * hx * plane[y0 * width + x0], b = hy * lx * plane[y0 * width + x1],
+               c = ly * hx * plane[y1 * width + x0], d = ly * lx * plane[y1 * width + x1];
+  return max ? std::max(std::max(a, b), std::max(c, d)) : a + b + c + d;
+}
+
+// RoiAlign (opset 10 and 16): each region [x1, y1, x2, y2] (times spatial_scale, shifted by half a
+// pixel under half_pixel) split into output_height x output_width bins, each the average (or max)
+// of sampling_ratio^2 bilinear samples (0: ceil(bin size) per axis); output_half_pixel (opset 10's
+// only mode) makes regions at least 1 x 1. O(rois * channels * bins * samples).
+Outputs roiAlign(KernelContext& c) {
+  const at::Tensor x = toDense(c.input(0)).to(at::kFloat).contiguous();
+  const at::Tensor rois = c.input(1).to(at::kDouble).contiguous(), batch = c.input(2).to(at::kLong).contiguous();
+  if (x.dim() != 4 || rois.dim() != 2 || rois.size(1) != 4 || batch.numel() != rois.size(0))
+    throw KernelError("RoiAlign takes X [N, C, H, W], rois [R, 4] and batch_indices [R]");
+  const std::int64_t outH = c.intAttr("output_height", 1), outW = c.intAttr("output_width", 1);
+  const std::int64_t ratio = c.intAttr("sampling_ratio", 0);
+  const double scale = c.floatAttr("spatial_scale", 1.0f);
+  const bool halfPixel = c.stringAttr("coordinate_transformation_mode", c.opset() >= 16 ? "half_pixel" : "output_half_pixel") ==
+                         "half_pixel";
+  const bool max = c.stringAttr("mode", "avg") == "max";
+  const std::int64_t channels = x.size(1), height = x.size(2), width = x.size(3), regions = rois.size(0);
+  at::Tensor y = at::zeros({regions, channels, outH, outW}, x.options());
+  const double* box = rois.data_ptr<double>();
+  const std::int64_t* image = batch.data_ptr<std::int64_t>();
+  float* out = y.data_ptr<float>();
+  for (std::int64_t r = 0; r < regions; ++r) {
+    if (image[r] < 0 || image[r] >= x.size(0))
+      throw KernelError("batch index " + std::to_string(image[r]) + " is outside the batch");
+    const double offset = halfPixel ? 0.5 : 0.0;
+    const double startX = box[4 * r] * scale - offset, startY = box[4 * r + 1] * scale - offset;
+    double roiW = box[4 * r + 2] * scale - offset - startX, roiH = box[4 * r + 3] * scale - offset - startY;
+    if (!halfPixel) {
+      roiW = std::max(roiW, 1.0);
+      roiH = std::max(roiH, 1.0);
+    }
+    const double binH = roiH / static_cast<double>(outH), binW = roiW / static_cast<double>(outW);
+    const std::int64_t gridH = ratio > 0 ? ratio : static_cast<std::int64_t>(std::ceil(binH));
+    const std::int64_t gridW = ratio > 0 ? ratio : static_cast<std::int64_t>(std::ceil(binW));
+    const double count = static_cast<double>(std::max<std::int64_t>(gridH * gridW, 1));
+    for (std::int64_t ch = 0; ch < channels; ++ch) {
+      const float* plane = x.data_ptr<float>() + (image[r] * channels + ch) * height * width;
+      for (std::int64_t ph = 0; ph < outH; ++ph)
+        for (std::int64_t pw = 0; pw < outW; ++pw) {
+          double value = 0.0;
+          for (std::int64_t iy = 0; iy < gridH; ++iy) {
+            const double sy = startY + static_cast<double>(ph) * binH + (static_cast<double>(iy) + 0.5) * binH / static_cast<double>(gridH);
+            for (std::int64_t ix = 0; ix < gridW; ++ix) {
+              const double sx = startX + static_cast<double>(pw) * binW + (static_cast<double>(ix) + 0.5) * binW / static_cast<double>(gridW);
+              const double sample = roiSample(plane, height, width, sy, sx, max);
+              value = max ? std::max(value, sample) : value + sample;
+            }
+          }
+          out[((r * channels + ch) * outH + ph) * outW + pw] = static_cast<float>(max ? value : value / count);
+        }
+    }
+  }
+  return {y.to(c.input(0).scalar_type())};
+}
 } // namespace
 
 void registerSpatialKernels(KernelTable& t) {
+  t.add("RoiAlign", roiAlign);
   t.add("GridSample", gridSample);
   t.add("MaxUnpool", maxUnpool);
   t.add("LRN", lrn);
