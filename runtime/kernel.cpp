@@ -140,6 +140,7 @@ const KernelTable& kernelTable() {
     registerSpatialKernels(t);
     registerSequenceKernels(t);
     registerTextKernels(t);
+    registerRandomKernels(t);
     std::sort(t.entries_.begin(), t.entries_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     return t;
   }();

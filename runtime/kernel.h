@@ -121,6 +121,7 @@ void registerSignalKernels(KernelTable& table);
 void registerSpatialKernels(KernelTable& table);
 void registerSequenceKernels(KernelTable& table);
 void registerTextKernels(KernelTable& table);
+void registerRandomKernels(KernelTable& table);
 
 // Helpers shared by kernel files.
 // ONNX sequences are held as ATen nested tensors (elements of one dtype and rank, shapes free); an

@@ -1,7 +1,8 @@
 """The runtime's commands end to end on the committed examples: `cleave run` (models and cut
 models, repeat, saved outputs), `cleave split --dump-inputs` and `--preview --backend`
 (lower-and-run with a culprit), `cleave minimize` in its four modes with a repro submodel, and
-tensors in and out as .pb, .npy, .npz and folders of input_N.pb (checked with NumPy and onnx)."""
+tensors in and out as .pb, .npy, .npz and folders of input_N.pb (checked with NumPy and onnx), and
+the random ops by their statistics (their values are ATen's draws, reproducible per seed)."""
 import json
 import os
 import zipfile
@@ -227,6 +228,42 @@ class RuntimeCli(TempDirTest):
         run("run", model, "--inputs", self.path("named.npz"), "--save-outputs", self.path("again.npz"), check=True)
         self.assertEqual(open(self.path("out.npz"), "rb").read(), open(self.path("again.npz"), "rb").read())
         self.assertEqual(zipfile.ZipFile(self.path("again.npz")).testzip(), None)
+
+    def test_random_ops_follow_their_distributions_and_repeat_per_seed(self):
+        n = 20000
+        nodes = [
+            helper.make_node("RandomUniformLike", ["x"], ["uniform"], low=-2.0, high=4.0, seed=3.0),
+            helper.make_node("RandomNormal", [], ["normal"], shape=[n], mean=1.5, scale=0.5),
+            helper.make_node("Bernoulli", ["p"], ["coin"], seed=5.0),
+            helper.make_node("Multinomial", ["logits"], ["draws"], sample_size=n, seed=7.0),
+        ]
+        outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ("uniform", "normal", "coin")]
+        outputs.append(helper.make_tensor_value_info("draws", TensorProto.INT32, None))
+        graph = helper.make_graph(nodes, "random", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n]),
+                                                    helper.make_tensor_value_info("p", TensorProto.FLOAT, [n]),
+                                                    helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 3])],
+                                  outputs)
+        model = self.path("random.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+        np.savez(self.path("in.npz"), x=np.zeros(n, np.float32), p=np.full(n, 0.3, np.float32),
+                 logits=np.log(np.array([[0.2, 0.3, 0.5]], np.float32)))
+        for out in ("a.npz", "b.npz"):
+            code, _, err = run("run", model, "--inputs", self.path("in.npz"), "--save-outputs", self.path(out))
+            self.assertEqual(code, 0, err)
+        a, b = np.load(self.path("a.npz")), np.load(self.path("b.npz"))
+        for name in ("uniform", "normal", "coin", "draws"):
+            np.testing.assert_array_equal(a[name], b[name])  # the same draws every run
+        uniform, normal, coin, draws = a["uniform"], a["normal"], a["coin"], a["draws"]
+        self.assertTrue(((uniform >= -2) & (uniform < 4)).all())
+        self.assertAlmostEqual(uniform.mean(), 1.0, delta=0.05)      # (low + high) / 2; std 1.73 / sqrt(n) = 0.012
+        self.assertAlmostEqual(uniform.var(), 36 / 12, delta=0.1)
+        self.assertAlmostEqual(normal.mean(), 1.5, delta=0.02)       # std 0.5 / sqrt(n) = 0.0035
+        self.assertAlmostEqual(normal.std(), 0.5, delta=0.02)
+        self.assertEqual(set(np.unique(coin)), {0.0, 1.0})
+        self.assertAlmostEqual(coin.mean(), 0.3, delta=0.02)         # std 0.0032
+        self.assertEqual(draws.shape, (1, n))
+        frequencies = np.bincount(draws.ravel(), minlength=3) / n
+        np.testing.assert_allclose(frequencies, [0.2, 0.3, 0.5], atol=0.02)
 
     def test_bad_tensor_files(self):
         model = self.two_input_model()
