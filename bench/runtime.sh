@@ -10,8 +10,10 @@
 #      as submodels by `cleave run OUT_DIR`, against the whole model, both on cleave.
 #   3. what each executor optimization gives: the whole model with --no-fusion and with
 #      --no-blocked-layout (docs/runtime.md).
-# All are timed in turn, ROUNDS times (default 5), and each keeps its best median: on a shared
-# 2-core machine a burst of other load can slow one side's whole block of N runs.
+# Interleaved rounds (ROUNDS, default 5): each round times every side once (one block of REPEAT
+# runs, its median), alternating the order between rounds. Printed: each side's median over the
+# rounds, and for cleave / ORT and the cut's overhead the median of the per-round ratios with
+# their [min, max] over the rounds: a range that straddles the goal is noise, not a result.
 # Goals (issue 4): cleave <= 1.5x ORT on both models; cut overhead <= 5%.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,8 +25,8 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cleave="$root/build/release/cleave"
 repeat="${REPEAT:-20}" rounds="${ROUNDS:-5}"
-printf '%-10s %10s %10s %8s %12s %12s %9s %10s %12s %12s\n' model ort_ms cleave_ms ratio whole_ms cut_ms overhead \
-  submodels nofusion_ms dense_ms
+printf '%-10s %9s %9s %20s %9s %20s %10s %11s %9s\n' model ort_ms cleave_ms "cleave/ORT [range]" cut_ms \
+  "overhead [range]" submodels nofusion_ms dense_ms
 for model in resnet50 bert_base; do
   onnx="$zoo/$model.onnx" inputs="$zoo/$model.inputs.json"
   /usr/bin/python3 - "$onnx" "$tmp/profile.json" <<'PY'
@@ -35,28 +37,42 @@ PY
   rm -rf "$tmp/cut"
   "$cleave" split "$onnx" --profile "$tmp/profile.json" -o "$tmp/cut" >/dev/null
   : >"$tmp/times"
+  time_side() { # SIDE ROUND: one block of $repeat runs, appended as "SIDE ROUND JSON"
+    case "$1" in
+      ort) echo "ort $2 $(node "$root/tests/oracle/run_model.js" "$onnx" "$inputs" "$tmp/ort.json" --repeat "$repeat" \
+             2>/dev/null | tr -d '\n')" ;;
+      whole) echo "whole $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --json | tr -d '\n')" ;;
+      cut) echo "cut $2 $("$cleave" run "$tmp/cut" --inputs "$inputs" --repeat "$repeat" --json | tr -d '\n')" ;;
+      nofusion) echo "nofusion $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-fusion --json \
+             | tr -d '\n')" ;;
+      dense) echo "dense $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-blocked-layout --json \
+             | tr -d '\n')" ;;
+    esac >>"$tmp/times"
+  }
+  # Interleaved: every round times each side once, in forward order on even rounds and reverse
+  # order on odd ones, so a drift in the machine's speed falls on both sides of each comparison.
   for ((round = 0; round < rounds; ++round)); do
-    node "$root/tests/oracle/run_model.js" "$onnx" "$inputs" "$tmp/ort.json" --repeat "$repeat" 2>/dev/null \
-      | sed 's/^/ort /' >>"$tmp/times"
-    echo "whole $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --json | tr -d '\n')" >>"$tmp/times"
-    echo "cut $("$cleave" run "$tmp/cut" --inputs "$inputs" --repeat "$repeat" --json | tr -d '\n')" >>"$tmp/times"
-    echo "nofusion $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-fusion --json | tr -d '\n')" \
-      >>"$tmp/times"
-    echo "dense $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-blocked-layout --json | tr -d '\n')" \
-      >>"$tmp/times"
+    sides=(ort whole cut nofusion dense)
+    ((round % 2)) && sides=(dense nofusion cut whole ort)
+    for side in "${sides[@]}"; do time_side "$side" "$round"; done
   done
   /usr/bin/python3 - "$model" "$tmp/times" <<'PY'
-import json, sys
-model, best, submodules = sys.argv[1], {}, 0
+import json, statistics, sys
+model, per_round, submodules = sys.argv[1], {}, 0
 for line in open(sys.argv[2]):
-    side, text = line.split(" ", 1)
+    side, round_, text = line.split(" ", 2)
     run = json.loads(text)
     median = (run["median_s"] if side == "ort" else run["timing"]["median_s"]) * 1e3
-    best[side] = min(best.get(side, median), median)
+    per_round.setdefault(side, {})[int(round_)] = median
     if side == "cut":
         submodules = run["submodules"]
-o, w, c = best["ort"], best["whole"], best["cut"]
-print(f"{model:<10} {o:10.2f} {w:10.2f} {w / o:7.2f}x {w:12.2f} {c:12.2f} {100 * (c - w) / w:8.1f}% {submodules:10d}"
-      f" {best['nofusion']:12.2f} {best['dense']:12.2f}")
+rounds = sorted(per_round["ort"])
+med = {side: statistics.median(values.values()) for side, values in per_round.items()}
+ratios = [per_round["whole"][r] / per_round["ort"][r] for r in rounds]
+overheads = [100 * (per_round["cut"][r] - per_round["whole"][r]) / per_round["whole"][r] for r in rounds]
+ratio = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f},{max(ratios):.2f}]"
+overhead = f"{statistics.median(overheads):+.1f}% [{min(overheads):+.1f},{max(overheads):+.1f}]"
+print(f"{model:<10} {med['ort']:9.2f} {med['whole']:9.2f} {ratio:>20} {med['cut']:9.2f} {overhead:>20} {submodules:10d}"
+      f" {med['nofusion']:11.2f} {med['dense']:9.2f}")
 PY
 done
