@@ -39,14 +39,14 @@ Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOpti
 
 Expected<runtime::TensorMap> makeInputs(const runtime::Runnable& runnable, const RuntimeOptions& options) {
   if (!options.inputsPath.empty())
-    return runtime::readTensors(options.inputsPath, runnable.inputNames());
+    return runtime::readTensors(options.inputsPath, runnable.inputNames(), runnable.inputProtoKinds());
   CLEAVE_TRY(auto dims, parseDims(options.dims));
   return runnable.randomInputs(options.seed, dims);
 }
 
 Expected<runtime::TensorMap> makeInputs(const ir::Graph& graph, const RuntimeOptions& options) {
   if (!options.inputsPath.empty())
-    return runtime::readTensors(options.inputsPath, ir::graphInputNames(graph));
+    return runtime::readTensors(options.inputsPath, ir::graphInputNames(graph), runtime::containerValues(graph));
   CLEAVE_TRY(auto dims, parseDims(options.dims));
   return runtime::randomInputs(graph, options.seed, 10, dims);
 }

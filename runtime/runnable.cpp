@@ -35,6 +35,8 @@ std::vector<std::string> Runnable::inputNames() const {
   return cut_ ? cut_->graphInputs() : ir::graphInputNames(*graph_);
 }
 
+ProtoKinds Runnable::inputProtoKinds() const { return graph_ ? containerValues(*graph_) : ProtoKinds{}; }
+
 std::vector<std::string> Runnable::outputNames() const {
   return cut_ ? cut_->graphOutputs() : ir::graphOutputNames(*graph_);
 }

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "runtime/cut_model.h"
+#include "runtime/tensor_files.h"
 
 namespace cleave::runtime {
 
@@ -24,6 +25,8 @@ public:
   // bind to and what output_N.pb files are numbered by (tensor_files.h).
   std::vector<std::string> inputNames() const;
   std::vector<std::string> outputNames() const;
+  // Inputs held in SequenceProto / OptionalProto files (a whole model's declared types).
+  ProtoKinds inputProtoKinds() const;
   bool isCut() const { return cut_.has_value(); }
   std::size_t submodules() const { return cut_ ? cut_->size() : 1; }
 

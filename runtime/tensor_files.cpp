@@ -1,6 +1,7 @@
 #include "runtime/tensor_files.h"
 
 #include <onnx/onnx_pb.h>
+#include <onnx/onnx-data.pb.h> // after onnx_pb.h, which defines ONNX_API
 
 #include <algorithm>
 #include <filesystem>
@@ -133,6 +134,9 @@ Expected<TensorMap> readFolder(const std::string& folder, const std::vector<std:
 }
 
 Expected<std::string> npyBytes(const at::Tensor& original, const std::string& name) {
+  if (!original.defined() || original.is_nested())
+    return Error(ErrorCode::Unsupported) << "'" << name << "' is " << (original.defined() ? "a sequence" : "an empty optional")
+                                         << ": save it as .pb or to a folder";
   at::Tensor tensor = original.to(at::kCPU).contiguous();
   Expected<std::string> header = io::formatNpyHeader(dtypeOf(tensor.scalar_type()), tensor.sizes().vec());
   if (!header)
@@ -140,7 +144,30 @@ Expected<std::string> npyBytes(const at::Tensor& original, const std::string& na
   return *header + std::string(static_cast<const char*>(tensor.data_ptr()), tensor.nbytes());
 }
 
+Expected<std::string> pbBytes(const at::Tensor& original, const std::string& name);
+
+// A sequence as an ONNX SequenceProto of its elements; an empty optional as an empty OptionalProto.
+Expected<std::string> containerPbBytes(const at::Tensor& value, const std::string& name) {
+  if (!value.defined()) {
+    onnx::OptionalProto proto;
+    proto.set_name(name);
+    proto.set_elem_type(onnx::OptionalProto::UNDEFINED);
+    return proto.SerializeAsString();
+  }
+  onnx::SequenceProto proto;
+  proto.set_name(name);
+  proto.set_elem_type(onnx::SequenceProto::TENSOR);
+  for (const at::Tensor& element : value.unbind(0)) {
+    CLEAVE_TRY(std::string bytes, pbBytes(element, name));
+    if (!proto.add_tensor_values()->ParseFromString(bytes))
+      return Error(ErrorCode::IoError) << "'" << name << "': a sequence element did not serialize";
+  }
+  return proto.SerializeAsString();
+}
+
 Expected<std::string> pbBytes(const at::Tensor& original, const std::string& name) {
+  if (!original.defined() || original.is_nested())
+    return containerPbBytes(original, name);
   at::Tensor tensor = original.to(at::kCPU).contiguous();
   ir::DType dtype = dtypeOf(tensor.scalar_type());
   if (dtype == ir::DType::Undefined)
@@ -193,6 +220,21 @@ Expected<TensorMap> readTensors(const std::string& path, const std::vector<std::
     return TensorMap{{named.first, named.second}};
   }
   return readTensorFile(path);
+}
+
+ProtoKinds containerValues(const ir::Graph& graph) {
+  ProtoKinds kinds;
+  auto note = [&](ir::ValueId value) {
+    ir::ValueType type = graph.valueType(value);
+    if (type.kind != ir::ValueKind::Sequence)
+      return;
+    kinds[std::string(graph.valueName(value))] = type.typeName == "optional" ? ProtoKind::Optional : ProtoKind::Sequence;
+  };
+  for (ir::NodeId input : graph.inputNodes())
+    note(graph.outputs(input)[0]);
+  for (ir::ValueId output : graph.graphOutputs())
+    note(output);
+  return kinds;
 }
 
 Status writeTensors(const TensorMap& tensors, const std::string& path, const std::vector<std::string>& order) {

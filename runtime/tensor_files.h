@@ -26,10 +26,11 @@
 
 namespace cleave::runtime {
 
-// Inputs held in container protos (.pb files only), by input name; the rest are TensorProtos.
-using ProtoKinds = std::map<std::string, ProtoKind>;
+// `kinds`: inputs held in container protos (.pb files only), by name; the rest are TensorProtos.
 Expected<TensorMap> readTensors(const std::string& path, const std::vector<std::string>& names,
                                 const ProtoKinds& kinds = {});
+// The graph's inputs and outputs declared as ONNX sequences or optionals, by name. O(values).
+ProtoKinds containerValues(const ir::Graph& graph);
 Status writeTensors(const TensorMap& tensors, const std::string& path, const std::vector<std::string>& order);
 
 } // namespace cleave::runtime

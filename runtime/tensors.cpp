@@ -207,6 +207,9 @@ Expected<TensorMap> readTensorFile(const std::string& path) {
 Expected<std::string> formatTensorFile(const TensorMap& tensors) {
   nlohmann::json doc = nlohmann::json::object();
   for (const auto& [name, original] : tensors) {
+    if (!original.defined() || original.is_nested())
+      return Error(ErrorCode::Unsupported) << "'" << name << "' is " << (original.defined() ? "a sequence" : "an empty optional")
+                                           << ": save it as .pb or to a folder";
     at::Tensor tensor = original.to(at::kCPU).contiguous();
     std::string_view dtype = io::tensorFileDtypeName(dtypeOf(tensor.scalar_type()));
     if (dtype.empty())
@@ -292,6 +295,15 @@ Expected<TensorMap> randomInputs(const ir::Graph& graph, std::uint64_t seed, std
 }
 
 std::string summarize(const at::Tensor& original) {
+  if (!original.defined())
+    return "an empty optional";
+  if (original.is_nested()) { // "sequence of 2: f32[2,3] ..., f32[1,3] ..."
+    std::vector<at::Tensor> elements = original.unbind(0);
+    std::string text = "sequence of " + std::to_string(elements.size());
+    for (std::size_t i = 0; i < elements.size(); ++i)
+      text += (i ? ", " : ": ") + summarize(elements[i]);
+    return text;
+  }
   at::Tensor tensor = original.to(at::kCPU);
   std::ostringstream out;
   out << ir::dtypeName(dtypeOf(tensor.scalar_type())) << "[";

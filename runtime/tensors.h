@@ -33,6 +33,7 @@ Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& 
 // What a .pb file holds: an ONNX TensorProto, a SequenceProto of tensors (read as a sequence,
 // runtime/kernel.h) or an OptionalProto (its value, or an undefined tensor when empty).
 enum class ProtoKind : std::uint8_t { Tensor, Sequence, Optional };
+using ProtoKinds = std::map<std::string, ProtoKind>; // by value name
 Expected<at::Tensor> valueFromProto(std::string_view bytes, const std::string& what, ProtoKind kind);
 // A tensor of `dims` and `type` holding a copy of `bytes` (their count must match).
 at::Tensor tensorFromBytes(const void* data, std::size_t bytes, std::vector<std::int64_t> dims, at::ScalarType type);

@@ -229,6 +229,23 @@ class RuntimeCli(TempDirTest):
         self.assertEqual(open(self.path("out.npz"), "rb").read(), open(self.path("again.npz"), "rb").read())
         self.assertEqual(zipfile.ZipFile(self.path("again.npz")).testzip(), None)
 
+    def test_sequence_inputs_and_outputs_as_pb(self):
+        case = "/usr/share/libonnx-testdata/data/node/test_sequence_insert_at_back"
+        model, data = os.path.join(case, "model.onnx"), os.path.join(case, "test_data_set_0")
+        code, out, err = run("run", model, "--inputs", data, "--save-outputs", self.path("out") + "/")
+        self.assertEqual(code, 0, err)
+        self.assertIn("sequence of 4", out)
+        got, want = onnx.SequenceProto(), onnx.SequenceProto()
+        with open(self.path("out/output_0.pb"), "rb") as f:
+            got.ParseFromString(f.read())
+        with open(os.path.join(data, "output_0.pb"), "rb") as f:
+            want.ParseFromString(f.read())
+        self.assertEqual(len(got.tensor_values), len(want.tensor_values))
+        for a, b in zip(got.tensor_values, want.tensor_values):
+            np.testing.assert_array_equal(numpy_helper.to_array(a), numpy_helper.to_array(b))
+        code, _, err = run("run", model, "--inputs", data, "--save-outputs", self.path("out.json"))
+        self.assertOneLineError(code, err, "'output_sequence' is a sequence", "save it as .pb or to a folder")
+
     def test_random_ops_follow_their_distributions_and_repeat_per_seed(self):
         n = 20000
         nodes = [

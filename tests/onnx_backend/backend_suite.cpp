@@ -18,8 +18,6 @@
 #include <map>
 #include <sstream>
 
-#include <onnx/onnx_pb.h>
-
 #include "base/file_io.h"
 #include "base/isolated_call.h"
 #include "io/onnx.h"
@@ -55,27 +53,6 @@ at::Tensor asDeclared(const at::Tensor& tensor, const ir::Graph& graph, ir::Valu
   return tensor.bitwise_and(0xFFFF).to(at::kShort).view(at::kBFloat16);
 }
 
-// Which graph inputs and outputs hold sequences or optionals (their .pb files are SequenceProto /
-// OptionalProto): the IR knows them only as non-tensor values, the model's declared types say which.
-runtime::ProtoKinds containerKinds(const fs::path& model) {
-  runtime::ProtoKinds kinds;
-  Expected<std::string> bytes = readFile(model.string());
-  onnx::ModelProto proto;
-  if (!bytes || !proto.ParseFromString(*bytes))
-    return kinds;
-  auto note = [&](const onnx::ValueInfoProto& value) {
-    if (value.type().has_sequence_type())
-      kinds[value.name()] = runtime::ProtoKind::Sequence;
-    else if (value.type().has_optional_type())
-      kinds[value.name()] = runtime::ProtoKind::Optional;
-  };
-  for (const onnx::ValueInfoProto& value : proto.graph().input())
-    note(value);
-  for (const onnx::ValueInfoProto& value : proto.graph().output())
-    note(value);
-  return kinds;
-}
-
 // "" when every data set of the case passes, else why not.
 std::string runCase(const fs::path& dir) {
   std::string where = dir.string();
@@ -96,7 +73,7 @@ std::string runCase(const fs::path& dir) {
   std::sort(sets.begin(), sets.end());
   if (sets.empty())
     return "no test data sets";
-  runtime::ProtoKinds kinds = containerKinds(dir / "model.onnx");
+  runtime::ProtoKinds kinds = runtime::containerValues(*shared);
   for (const fs::path& set : sets) {
     std::vector<std::string> names = ir::graphInputNames(*shared);
     // The set's input_N.pb files, read the way `cleave run --inputs DIR` reads them.
