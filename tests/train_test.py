@@ -104,6 +104,23 @@ class Train(TempDirTest):
         code, _, err = run("train", self.model, "--data", self.path("data.npz"), "--batch", 0)
         self.assertEqual(code, 2, err)
 
+    def test_a_plan_whose_only_scalar_output_is_the_loss(self):
+        model = self.path("objective.onnx")
+        torch.onnx.export(self.wrapper, (torch.randn(8, 6), torch.zeros(8, dtype=torch.long)), model,
+                          input_names=["x", "target"], output_names=["objective"], opset_version=13,
+                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+        plan = self.path("stages")
+        run("pipeline", model, "--stages", 2, "-o", plan, check=True)
+        common = ["--data", self.path("data.npz"), "--batch", 8, "--steps", 2, "--json"]
+        code, whole, err = run("train", model, *common)
+        self.assertEqual(code, 0, err)
+        code, staged, err = run("train", plan, *common)
+        self.assertEqual(code, 0, err)
+        losses = lambda text: [json.loads(line)["loss"] for line in text.splitlines()]
+        np.testing.assert_allclose(losses(staged), losses(whole), rtol=1e-6)
+        code, _, err = run("train", plan, *common, "--loss", "nope")
+        self.assertOneLineError(code, err, "no plan output named 'nope'")
+
 
 if __name__ == "__main__":
     main()

@@ -116,13 +116,22 @@ Status PipelineTrainer::State::loadPlan(const std::string& dir) {
     }
     stages.push_back(std::move(stage));
   }
-  for (const plan::PlanFileInput& output : planFile.outputs)
+  // The loss: the output named --loss, else 'loss', else the only scalar output (as for a model).
+  std::vector<std::string> scalars;
+  for (const plan::PlanFileInput& output : planFile.outputs) {
     if (options.loss.empty() ? output.value == "loss" : output.value == options.loss)
       loss = output.value;
+    for (const plan::PlanFileValue& value : planFile.values)
+      if (value.name == output.value && value.kind == "tensor" && value.rankKnown && value.shape.empty())
+        scalars.push_back(value.name);
+  }
+  if (loss.empty() && options.loss.empty() && scalars.size() == 1)
+    loss = scalars[0];
   if (loss.empty())
     return Error(ErrorCode::InvalidArgument) << dir << ": no plan output named '"
                                              << (options.loss.empty() ? "loss" : options.loss)
-                                             << "' (export the model with its loss; name it with --loss)";
+                                             << "'" << (options.loss.empty() ? " and " + std::to_string(scalars.size()) + " scalar outputs" : "")
+                                             << " (export the model with its loss; name it with --loss)";
   lossStage = producer.at(loss);
   return {};
 }
