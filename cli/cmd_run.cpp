@@ -122,6 +122,7 @@ Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const Run
       summary["profile"].push_back({{"op", op}, {"seconds", s}});
     for (const auto& [node, s] : slowestFirst(measured.stats.secondsByNode, kSlowestNodes))
       summary["slowest_nodes"].push_back({{"node", node}, {"seconds", s}});
+    summary["peak_activation_bytes"] = measured.stats.peakActivationBytes;
   }
   return summary;
 }
@@ -137,6 +138,8 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
     text << "kernel time by op (last run):\n";
     for (const auto& [op, s] : slowestFirst(measured.stats.secondsByOp, SIZE_MAX))
       text << "  " << op << ": " << s * 1e3 << " ms\n";
+    text << "peak live activations (last run" << (measured.timings.size() > 1 ? ", largest submodel" : "")
+         << "): " << measured.stats.peakActivationBytes << " bytes\n";
     text << "slowest nodes (last run):\n";
     for (const auto& [node, s] : slowestFirst(measured.stats.secondsByNode, kSlowestNodes))
       text << "  " << node << ": " << s * 1e3 << " ms\n";

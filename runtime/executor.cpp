@@ -211,8 +211,8 @@ TensorMap Executor::collectOutputs(NodeId node, RunState& state) const {
       tensor = tensor.to(at::kFloat);
     outputs[std::string(g.valueName(value))] = tensor;
   }
-  if (state.stats)
-    state.stats->peakActivationBytes = state.peak;
+  if (state.stats) // several executors (a cut model's submodels) report their largest
+    state.stats->peakActivationBytes = std::max(state.stats->peakActivationBytes, state.peak);
   return outputs;
 }
 

@@ -48,7 +48,9 @@ struct ExecutorOptions {
 enum class OutputLayout : std::uint8_t { Dense, AsComputed };
 
 struct RunStats {
-  std::int64_t peakActivationBytes = 0; // live values other than parameters
+  // Live values other than parameters at their peak within one executor run (the largest over the
+  // runs sharing these stats: a cut model's submodels; what a cut holds between them is not counted).
+  std::int64_t peakActivationBytes = 0;
   bool profileOps = false;              // in: time every kernel
   std::map<std::string, double> secondsByOp;   // out with profileOps: kernel seconds per op type
   std::map<std::string, double> secondsByNode; // out with profileOps: kernel seconds per node name

@@ -48,9 +48,18 @@ class RuntimeCli(TempDirTest):
         seconds = [n["seconds"] for n in nodes]
         self.assertEqual(seconds, sorted(seconds, reverse=True))
         self.assertLessEqual(sum(seconds), sum(p["seconds"] for p in summary["profile"]) + 1e-9)
+        # Peak live activations: at least the largest value a node makes (it is live when made), at
+        # most all of them (float32 values, sizes from onnx's shape inference).
+        inferred = onnx.shape_inference.infer_shapes(onnx.load(CNN)).graph
+        made = {o for n in inferred.node for o in n.output}
+        sizes = [4 * int(np.prod([d.dim_value for d in v.type.tensor_type.shape.dim]))
+                 for v in list(inferred.value_info) + list(inferred.output) if v.name in made]
+        self.assertGreaterEqual(summary["peak_activation_bytes"], max(sizes))
+        self.assertLessEqual(summary["peak_activation_bytes"], sum(sizes))
         code, text, err = run("run", CNN, "--seed", "3", "--profile")
         self.assertEqual(code, 0, err)
         self.assertIn("slowest nodes (last run):", text)
+        self.assertIn(f"peak live activations (last run): {summary['peak_activation_bytes']} bytes", text)
 
     def test_optimizations_can_be_turned_off_with_the_same_results(self):
         outputs = {}
