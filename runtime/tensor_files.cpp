@@ -134,9 +134,7 @@ Expected<TensorMap> readFolder(const std::string& folder, const std::vector<std:
 }
 
 Expected<std::string> npyBytes(const at::Tensor& original, const std::string& name) {
-  if (!original.defined() || original.is_nested())
-    return Error(ErrorCode::Unsupported) << "'" << name << "' is " << (original.defined() ? "a sequence" : "an empty optional")
-                                         << ": save it as .pb or to a folder";
+  CLEAVE_CHECK(requirePlainTensor(original, name));
   at::Tensor tensor = original.to(at::kCPU).contiguous();
   Expected<std::string> header = io::formatNpyHeader(dtypeOf(tensor.scalar_type()), tensor.sizes().vec());
   if (!header)

@@ -91,12 +91,9 @@ Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param) {
   return tensorFromStored(bytes.data(), bytes.size(), p.dims, p.dtype);
 }
 
-Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what, std::string* name) {
-  onnx::TensorProto proto;
-  if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
-    return Error(ErrorCode::ParseError) << what << ": not a TensorProto";
-  if (name)
-    *name = proto.name();
+namespace {
+// A parsed TensorProto as a tensor (the containers' elements come parsed already).
+Expected<at::Tensor> tensorFromParsed(const onnx::TensorProto& proto, const std::string& what) {
   std::optional<ir::DType> dtype = ir::dtypeFromOnnx(proto.data_type());
   if (!dtype)
     return Error(ErrorCode::ParseError) << what << ": unknown dtype code " << proto.data_type();
@@ -143,17 +140,25 @@ Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& 
   }
   return tensor;
 }
+} // namespace
 
-Expected<at::Tensor> sequenceFromProto(std::string_view bytes, const std::string& what) {
-  onnx::SequenceProto proto;
+Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what, std::string* name) {
+  onnx::TensorProto proto;
   if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
-    return Error(ErrorCode::ParseError) << what << ": not a SequenceProto";
+    return Error(ErrorCode::ParseError) << what << ": not a TensorProto";
+  if (name)
+    *name = proto.name();
+  return tensorFromParsed(proto, what);
+}
+
+namespace {
+Expected<at::Tensor> sequenceFromParsed(const onnx::SequenceProto& proto, const std::string& what) {
   if (proto.elem_type() != onnx::SequenceProto::TENSOR)
     return Error(ErrorCode::Unsupported) << what << ": a sequence of element type " << proto.elem_type()
                                          << " (only sequences of tensors run here)";
   std::vector<at::Tensor> elements;
   for (const onnx::TensorProto& element : proto.tensor_values()) {
-    CLEAVE_TRY(at::Tensor tensor, tensorFromProto(element.SerializeAsString(), what));
+    CLEAVE_TRY(at::Tensor tensor, tensorFromParsed(element, what));
     elements.push_back(std::move(tensor));
   }
   try {
@@ -163,19 +168,27 @@ Expected<at::Tensor> sequenceFromProto(std::string_view bytes, const std::string
   }
 }
 
+Expected<at::Tensor> sequenceFromProto(std::string_view bytes, const std::string& what) {
+  onnx::SequenceProto proto;
+  if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return Error(ErrorCode::ParseError) << what << ": not a SequenceProto";
+  return sequenceFromParsed(proto, what);
+}
+
 Expected<at::Tensor> optionalFromProto(std::string_view bytes, const std::string& what) {
   onnx::OptionalProto proto;
   if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return Error(ErrorCode::ParseError) << what << ": not an OptionalProto";
   if (proto.elem_type() == onnx::OptionalProto::TENSOR && proto.has_tensor_value())
-    return tensorFromProto(proto.tensor_value().SerializeAsString(), what);
+    return tensorFromParsed(proto.tensor_value(), what);
   if (proto.elem_type() == onnx::OptionalProto::SEQUENCE && proto.has_sequence_value())
-    return sequenceFromProto(proto.sequence_value().SerializeAsString(), what);
+    return sequenceFromParsed(proto.sequence_value(), what);
   if (proto.elem_type() == onnx::OptionalProto::TENSOR || proto.elem_type() == onnx::OptionalProto::SEQUENCE ||
       proto.elem_type() == onnx::OptionalProto::UNDEFINED)
     return at::Tensor(); // empty
   return Error(ErrorCode::Unsupported) << what << ": an optional of element type " << proto.elem_type();
 }
+} // namespace
 
 Expected<at::Tensor> valueFromProto(std::string_view bytes, const std::string& what, ProtoKind kind) {
   switch (kind) {
@@ -207,9 +220,7 @@ Expected<TensorMap> readTensorFile(const std::string& path) {
 Expected<std::string> formatTensorFile(const TensorMap& tensors) {
   nlohmann::json doc = nlohmann::json::object();
   for (const auto& [name, original] : tensors) {
-    if (!original.defined() || original.is_nested())
-      return Error(ErrorCode::Unsupported) << "'" << name << "' is " << (original.defined() ? "a sequence" : "an empty optional")
-                                           << ": save it as .pb or to a folder";
+    CLEAVE_CHECK(requirePlainTensor(original, name));
     at::Tensor tensor = original.to(at::kCPU).contiguous();
     std::string_view dtype = io::tensorFileDtypeName(dtypeOf(tensor.scalar_type()));
     if (dtype.empty())
@@ -292,6 +303,13 @@ Expected<TensorMap> randomInputs(const ir::Graph& graph, std::uint64_t seed, std
     inputs[std::string(graph.valueName(value))] = std::move(*tensor);
   }
   return inputs;
+}
+
+Status requirePlainTensor(const at::Tensor& value, const std::string& name) {
+  if (value.defined() && !value.is_nested())
+    return {};
+  return Error(ErrorCode::Unsupported) << "'" << name << "' is " << (value.defined() ? "a sequence" : "an empty optional")
+                                       << ": save it as .pb or to a folder";
 }
 
 std::string summarize(const at::Tensor& original) {

@@ -56,6 +56,10 @@ Expected<TensorMap> randomInputs(const ir::Graph& graph, std::uint64_t seed, std
 Expected<at::Tensor> randomTensor(const ir::Graph& graph, ir::ValueId value, std::uint64_t seed, std::int64_t intHigh,
                                   const std::map<std::string, std::int64_t>& dimOverrides = {});
 
+// Fails (Unsupported, naming `name`) when `value` is a sequence or an empty optional: formats that
+// hold only tensors (.json, .npy, .npz) refuse them.
+Status requirePlainTensor(const at::Tensor& value, const std::string& name);
+
 // "f32[1,1000] mean 0.0123 std 0.98 min -3.1 max 2.9"
 std::string summarize(const at::Tensor& tensor);
 
