@@ -14,6 +14,7 @@
 
 #include "ir/graph.h"
 #include "runtime/onednn.h"
+#include "runtime/tensors.h"
 
 namespace cleave::runtime {
 
@@ -124,6 +125,9 @@ void registerTextKernels(KernelTable& table);
 void registerRandomKernels(KernelTable& table);
 
 // Helpers shared by kernel files.
+// Runs a subgraph executor (KernelContext::subgraph) on `feeds` and returns its graph outputs in
+// order; throws KernelError with its message when it fails (Loop, Scan, If, SequenceMap).
+std::vector<at::Tensor> runSubgraph(Executor& body, const TensorMap& feeds);
 // ONNX sequences are held as ATen nested tensors (elements of one dtype and rank, shapes free); an
 // empty optional is an undefined tensor. makeSequence throws KernelError on elements of different
 // ranks; sequenceElements on a value that is not a sequence.

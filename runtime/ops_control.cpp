@@ -21,26 +21,9 @@ TensorMap outerValues(KernelContext& c) {
   return values;
 }
 
-std::vector<std::string> bodyInputNames(const ir::Graph& body) {
-  std::vector<std::string> names;
-  for (ir::NodeId node : body.inputNodes())
-    names.emplace_back(body.valueName(body.outputs(node)[0]));
-  return names;
-}
-
-Outputs runBody(Executor& body, TensorMap feeds) {
-  Expected<TensorMap> results = body.run(feeds);
-  if (!results)
-    throw KernelError(results.error().message());
-  Outputs ordered;
-  for (ir::ValueId value : body.graph().graphOutputs())
-    ordered.push_back(results->at(std::string(body.graph().valueName(value))));
-  return ordered;
-}
-
 Outputs loop(KernelContext& c) {
   Executor& body = c.subgraph("body");
-  std::vector<std::string> names = bodyInputNames(body.graph());
+  std::vector<std::string> names = ir::graphInputNames(body.graph());
   std::size_t carriedCount = c.numInputs() - 2;
   if (names.size() < 2 + carriedCount)
     throw KernelError("the body has " + std::to_string(names.size()) + " inputs for " + std::to_string(carriedCount) +
@@ -57,7 +40,7 @@ Outputs loop(KernelContext& c) {
     feeds[names[1]] = at::scalar_tensor(condition, at::TensorOptions().dtype(at::kBool));
     for (std::size_t k = 0; k < carriedCount; ++k)
       feeds[names[2 + k]] = carried[k];
-    Outputs out = runBody(body, feeds);
+    Outputs out = runSubgraph(body, feeds);
     if (out.size() < 1 + carriedCount)
       throw KernelError("the body returns too few values");
     condition = out[0].item<bool>();
@@ -82,7 +65,7 @@ Outputs scan(KernelContext& c) {
   if (c.opset() < 9)
     throw KernelError("Scan before opset 9 (with sequence_lens) is not supported");
   Executor& body = c.subgraph("body");
-  std::vector<std::string> names = bodyInputNames(body.graph());
+  std::vector<std::string> names = ir::graphInputNames(body.graph());
   const std::size_t scanCount = static_cast<std::size_t>(c.intAttr("num_scan_inputs", 0));
   if (scanCount == 0 || scanCount > c.numInputs() || names.size() != c.numInputs())
     throw KernelError("num_scan_inputs does not fit the node's " + std::to_string(c.numInputs()) +
@@ -111,7 +94,7 @@ Outputs scan(KernelContext& c) {
       feeds[names[k]] = states[k];
     for (std::size_t m = 0; m < scanCount; ++m)
       feeds[names[stateCount + m]] = sequences[m][inReverse[m] ? steps - 1 - t : t];
-    Outputs out = runBody(body, feeds);
+    Outputs out = runSubgraph(body, feeds);
     if (out.size() != c.numOutputs())
       throw KernelError("the body returns " + std::to_string(out.size()) + " values for " +
                         std::to_string(c.numOutputs()) + " outputs");
@@ -139,9 +122,19 @@ Outputs scan(KernelContext& c) {
 
 Outputs branch(KernelContext& c) {
   bool condition = c.input(0).item<bool>();
-  return runBody(c.subgraph(condition ? "then_branch" : "else_branch"), outerValues(c));
+  return runSubgraph(c.subgraph(condition ? "then_branch" : "else_branch"), outerValues(c));
 }
 } // namespace
+
+std::vector<at::Tensor> runSubgraph(Executor& body, const TensorMap& feeds) {
+  Expected<TensorMap> results = body.run(feeds);
+  if (!results)
+    throw KernelError(results.error().message());
+  std::vector<at::Tensor> ordered;
+  for (ir::ValueId value : body.graph().graphOutputs())
+    ordered.push_back(results->at(std::string(body.graph().valueName(value))));
+  return ordered;
+}
 
 void registerControlKernels(KernelTable& t) {
   t.add("Loop", loop);

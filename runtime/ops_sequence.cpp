@@ -109,12 +109,9 @@ Outputs sequenceMap(KernelContext& c) {
         throw KernelError("input sequences differ in length");
       feeds[names[k]] = isSequence(c.input(k)) ? sequences[k][i] : c.input(k);
     }
-    Expected<TensorMap> results = body.run(feeds);
-    if (!results)
-      throw KernelError(results.error().message());
-    std::size_t o = 0;
-    for (ir::ValueId value : graph.graphOutputs())
-      mapped[o++].push_back(results->at(std::string(graph.valueName(value))));
+    Outputs results = runSubgraph(body, feeds);
+    for (std::size_t o = 0; o < results.size(); ++o)
+      mapped[o].push_back(results[o]);
   }
   Outputs outputs;
   for (std::size_t o = 0; o < mapped.size(); ++o) {
