@@ -7,7 +7,7 @@ namespace cleave::cli {
 void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
   app.add_option("--backend", options.backend, "aten-cpu, aten-cpu-bf16, aten-cuda or profile:FILE (accelerator submodules)")
       ->capture_default_str();
-  app.add_option("--inputs", options.inputsPath, "input tensors: .json, .pb (ONNX TensorProto), .npy, .npz, or a folder of input_N.pb / NAME.npy");
+  app.add_option("--inputs", options.inputsPath, "input tensors: .json, .pb (ONNX TensorProto; Sequence/OptionalProto for inputs so declared), .npy, .npz, or a folder of input_N.pb / NAME.npy");
   app.add_option("--seed", options.seed, "seed of the random inputs used without --inputs")->capture_default_str();
   app.add_flag("--random", options.random, "use random inputs (the default without --inputs)");
   app.add_option("--dim", options.dims, "NAME=SIZE for a symbolic input dim (repeatable; others are 1)");
