@@ -10,6 +10,7 @@ constexpr std::pair<std::string_view, ir::DType> kDtypeNames[] = {
     {"float32", ir::DType::F32}, {"float64", ir::DType::F64}, {"float16", ir::DType::F16},
     {"int64", ir::DType::I64},   {"int32", ir::DType::I32},   {"int16", ir::DType::I16},
     {"int8", ir::DType::I8},     {"uint8", ir::DType::U8},    {"bool", ir::DType::Bool},
+    {"string", ir::DType::String},
 };
 } // namespace
 
@@ -34,6 +35,14 @@ Status readData(const json& data, TensorFileEntry& entry, const std::string& sou
   auto fail = [&](const std::string& what) {
     return Error(ErrorCode::ParseError) << source << ": '" << entry.name << "': " << what;
   };
+  if (entry.dtype == ir::DType::String) {
+    for (const json& v : data) {
+      if (!v.is_string())
+        return fail("string data must be JSON strings");
+      entry.strings.push_back(v.get<std::string>());
+    }
+    return {};
+  }
   bool exact = entry.dtype == ir::DType::I64; // doubles lose int64 precision past 2^53
   (exact ? entry.ints.reserve(data.size()) : entry.values.reserve(data.size()));
   for (const json& v : data) {

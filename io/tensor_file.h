@@ -3,7 +3,7 @@
 // Parsing lives here, without libtorch, so it can be tested and fuzzed on its own; runtime/
 // turns entries into ATen tensors.
 // Guarantees: dims are non-negative and their product fits in int64 before any data is looked at;
-// data has exactly that many numbers; int64 data is read exactly (no double rounding past 2^53)
+// data has exactly that many numbers (strings for dtype "string"); int64 data is read exactly (no double rounding past 2^53)
 // and a value outside int64's range is refused; a field of the wrong type is a ParseError naming
 // the file and the JSON path (base/json.h). O(size of the text).
 #pragma once
@@ -24,6 +24,7 @@ struct TensorFileEntry {
   std::vector<std::int64_t> dims;
   std::vector<double> values;     // the data, for every dtype but int64
   std::vector<std::int64_t> ints; // the data, for int64
+  std::vector<std::string> strings; // the data, for string
 };
 
 // The dtype names tensor files use ("float32", "int64", "bool", ...), or nullopt / "" for a

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "runtime/tensors.h"
+
 namespace cleave::runtime {
 
 namespace {
@@ -48,9 +50,34 @@ Comparison compareContainers(const at::Tensor& actual, const at::Tensor& expecte
 }
 } // namespace
 
+namespace {
+// String tensors are equal when every element is (no tolerance); the first difference is named.
+Comparison compareStrings(const at::Tensor& actual, const at::Tensor& expected) {
+  if (isStringTensor(actual) != isStringTensor(expected))
+    return {false, isStringTensor(actual) ? "strings, expected numbers" : "numbers, expected strings"};
+  if (actual.sizes() != expected.sizes()) {
+    std::ostringstream out;
+    out << "shape " << actual.sizes() << ", expected " << expected.sizes();
+    return {false, out.str()};
+  }
+  std::vector<std::string> got = stringValues(actual), want = stringValues(expected);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i])
+      continue;
+    Comparison result{false, ""};
+    result.worstIndex = unflatten(static_cast<std::int64_t>(i), actual.sizes());
+    result.message = "element " + formatIndex(result.worstIndex) + " is \"" + got[i] + "\", expected \"" + want[i] + "\"";
+    return result;
+  }
+  return {};
+}
+} // namespace
+
 Comparison compareTensors(const at::Tensor& actualIn, const at::Tensor& expectedIn, const AllClose& tolerance) {
   if (!actualIn.defined() || !expectedIn.defined() || actualIn.is_nested() || expectedIn.is_nested())
     return compareContainers(actualIn, expectedIn, tolerance);
+  if (isStringTensor(actualIn) || isStringTensor(expectedIn))
+    return compareStrings(actualIn, expectedIn);
   Comparison result;
   at::Tensor actual = actualIn.to(at::kCPU), expected = expectedIn.to(at::kCPU);
   if (actual.sizes() != expected.sizes()) {

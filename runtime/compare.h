@@ -21,7 +21,7 @@ struct Comparison {
   bool equal = true;
   std::string message; // why not: shape, dtype, or the worst element with its index and values
   double maxAbs = 0.0;  // largest |actual - expected|
-  std::vector<std::int64_t> worstIndex;
+  std::vector<std::int64_t> worstIndex{};
 };
 
 Comparison compareTensors(const at::Tensor& actual, const at::Tensor& expected, const AllClose& tolerance = {});

@@ -189,6 +189,13 @@ Status Executor::bindInput(NodeId node, const TensorMap& inputs, RunState& state
       return Error(ErrorCode::InvalidArgument) << "input '" << g.valueName(value) << "' has no value";
     return {};
   }
+  if (isStringTensor(found->second)) { // strings stay on the CPU, as they are
+    if (!options_.device.is_cpu())
+      return Error(ErrorCode::Unsupported) << "input '" << g.valueName(value) << "' holds strings, which run on the CPU only";
+    bound = found->second;
+    state.observed(value, bound);
+    return {};
+  }
   bound = (keepBlocked ? found->second : toDense(found->second)).to(options_.device);
   if (options_.floatType && at::isFloatingType(found->second.scalar_type()))
     bound = bound.to(*options_.floatType);
@@ -207,7 +214,7 @@ TensorMap Executor::collectOutputs(NodeId node, RunState& state) const {
   TensorMap outputs;
   for (ir::ValueId value : g.inputs(node)) {
     at::Tensor tensor = state.values[index(value)];
-    if (options_.floatType && tensor.defined() && tensor.scalar_type() == *options_.floatType)
+    if (options_.floatType && tensor.defined() && !isStringTensor(tensor) && tensor.scalar_type() == *options_.floatType)
       tensor = tensor.to(at::kFloat);
     outputs[std::string(g.valueName(value))] = tensor;
   }

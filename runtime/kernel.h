@@ -159,6 +159,10 @@ void configureThreads();
 at::Tensor fixNegativeIndices(const at::Tensor& indices, std::int64_t size);
 std::int64_t normalizeAxis(std::int64_t axis, std::int64_t rank); // throws KernelError when out of range
 at::ScalarType onnxScalarType(std::int64_t onnxDtype);              // throws KernelError when unknown
+// ONNX Cast of `x` to `target`: numbers through ATen; to and from string tensors as ONNX's
+// reference (numpy) writes and reads them (runtime/ops_text.cpp). Throws KernelError naming a
+// string that is not a number.
+at::Tensor castTo(const at::Tensor& x, ir::DType target);
 // ONNX's 2-D coercion (Flatten, pre-13 Softmax): [prod(dims before axis), prod(dims from axis)].
 at::Tensor flattenTo2d(const at::Tensor& x, std::int64_t axis);
 // Layout changes (no-ops when the tensor is already in the layout).

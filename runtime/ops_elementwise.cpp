@@ -190,8 +190,13 @@ void registerElementwiseKernels(KernelTable& t) {
     return {variadic(c, add)[0] / static_cast<double>(c.numInputs())};
   });
   // Types.
-  t.add("Cast", [](KernelContext& c) -> Outputs { return {c.input(0).to(onnxScalarType(c.intAttr("to", 1)))}; });
-  t.add("CastLike", [](KernelContext& c) -> Outputs { return {c.input(0).to(c.input(1).scalar_type())}; });
+  t.add("Cast", [](KernelContext& c) -> Outputs {
+    std::optional<ir::DType> to = ir::dtypeFromOnnx(static_cast<int>(c.intAttr("to", 1)));
+    if (!to)
+      throw KernelError("unknown dtype code " + std::to_string(c.intAttr("to", 1)));
+    return {castTo(c.input(0), *to)};
+  });
+  t.add("CastLike", [](KernelContext& c) -> Outputs { return {castTo(c.input(0), dtypeOf(c.input(1)))}; });
 }
 
 } // namespace cleave::runtime

@@ -135,6 +135,8 @@ Expected<TensorMap> readFolder(const std::string& folder, const std::vector<std:
 
 Expected<std::string> npyBytes(const at::Tensor& original, const std::string& name) {
   CLEAVE_CHECK(requirePlainTensor(original, name));
+  if (isStringTensor(original))
+    return Error(ErrorCode::Unsupported) << "tensor '" << name << "' holds strings: save it as .json or .pb";
   at::Tensor tensor = original.to(at::kCPU).contiguous();
   Expected<std::string> header = io::formatNpyHeader(dtypeOf(tensor.scalar_type()), tensor.sizes().vec());
   if (!header)
@@ -166,6 +168,16 @@ Expected<std::string> containerPbBytes(const at::Tensor& value, const std::strin
 Expected<std::string> pbBytes(const at::Tensor& original, const std::string& name) {
   if (!original.defined() || original.is_nested())
     return containerPbBytes(original, name);
+  if (isStringTensor(original)) {
+    onnx::TensorProto proto;
+    proto.set_name(name);
+    proto.set_data_type(onnx::TensorProto::STRING);
+    for (std::int64_t d : original.sizes())
+      proto.add_dims(d);
+    for (std::string& value : stringValues(original))
+      proto.add_string_data(std::move(value));
+    return proto.SerializeAsString();
+  }
   at::Tensor tensor = original.to(at::kCPU).contiguous();
   ir::DType dtype = dtypeOf(tensor.scalar_type());
   if (dtype == ir::DType::Undefined)

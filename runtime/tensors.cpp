@@ -54,6 +54,50 @@ ir::DType dtypeOf(at::ScalarType type) {
   }
 }
 
+ir::DType dtypeOf(const at::Tensor& tensor) {
+  return isStringTensor(tensor) ? ir::DType::String : dtypeOf(tensor.scalar_type());
+}
+
+bool isStringTensor(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.dtype() == caffe2::TypeMeta::Make<std::string>();
+}
+
+at::Tensor makeStringTensor(const std::vector<std::int64_t>& dims, std::vector<std::string> values) {
+  // Made as an empty byte tensor (ATen's constructor accepts only its own dtypes), then resized
+  // and given the std::string element type, which allocates and constructs the strings.
+  at::Tensor tensor = at::empty({0}, at::TensorOptions().dtype(at::kByte));
+  c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(dims);
+  TORCH_CHECK(static_cast<std::int64_t>(values.size()) == impl->numel(), values.size(), " strings for ",
+              impl->numel(), " elements");
+  auto* data = static_cast<std::string*>(impl->raw_mutable_data(caffe2::TypeMeta::Make<std::string>()));
+  for (std::size_t i = 0; i < values.size(); ++i)
+    data[i] = std::move(values[i]);
+  return tensor;
+}
+
+std::vector<std::string> stringValues(const at::Tensor& tensor) {
+  TORCH_CHECK(isStringTensor(tensor), "expected a string tensor");
+  const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  const auto* base = static_cast<const std::string*>(impl->storage().data()) + impl->storage_offset();
+  std::vector<std::string> values;
+  values.reserve(static_cast<std::size_t>(tensor.numel()));
+  at::IntArrayRef sizes = tensor.sizes(), strides = tensor.strides();
+  std::vector<std::int64_t> index(sizes.size(), 0);
+  for (std::int64_t n = 0; n < tensor.numel(); ++n) { // row-major walk over the (maybe strided) view
+    std::int64_t offset = 0;
+    for (std::size_t d = 0; d < sizes.size(); ++d)
+      offset += index[d] * strides[d];
+    values.push_back(base[offset]);
+    for (std::size_t d = sizes.size(); d-- > 0;) {
+      if (++index[d] < sizes[d])
+        break;
+      index[d] = 0;
+    }
+  }
+  return values;
+}
+
 
 at::Tensor tensorFromBytes(const void* data, std::size_t bytes, std::vector<std::int64_t> dims, at::ScalarType type) {
   at::Tensor tensor = at::empty(dims, at::TensorOptions().dtype(type));
@@ -97,7 +141,6 @@ Expected<at::Tensor> tensorFromParsed(const onnx::TensorProto& proto, const std:
   std::optional<ir::DType> dtype = ir::dtypeFromOnnx(proto.data_type());
   if (!dtype)
     return Error(ErrorCode::ParseError) << what << ": unknown dtype code " << proto.data_type();
-  CLEAVE_TRY(at::ScalarType type, scalarTypeOf(*dtype));
   std::vector<std::int64_t> dims(proto.dims().begin(), proto.dims().end());
   std::int64_t elements = 1;
   for (std::int64_t d : dims) {
@@ -105,6 +148,13 @@ Expected<at::Tensor> tensorFromParsed(const onnx::TensorProto& proto, const std:
       return Error(ErrorCode::ParseError) << what << ": dimension " << d << " is negative or too large";
     elements *= d;
   }
+  if (*dtype == ir::DType::String) {
+    if (proto.string_data_size() != elements)
+      return Error(ErrorCode::ParseError) << what << ": " << proto.string_data_size() << " strings for " << elements
+                                          << " elements";
+    return makeStringTensor(dims, {proto.string_data().begin(), proto.string_data().end()});
+  }
+  CLEAVE_TRY(at::ScalarType type, scalarTypeOf(*dtype));
   std::size_t size = static_cast<std::size_t>(elements) * ir::dtypeSize(*dtype);
   if (proto.data_location() == onnx::TensorProto::EXTERNAL)
     return Error(ErrorCode::Unsupported) << what << ": external data in an attribute tensor";
@@ -203,6 +253,10 @@ Expected<TensorMap> readTensorFile(const std::string& path) {
   CLEAVE_TRY(std::vector<io::TensorFileEntry> entries, io::parseTensorFile(text, path));
   TensorMap tensors;
   for (io::TensorFileEntry& entry : entries) {
+    if (entry.dtype == ir::DType::String) {
+      tensors[entry.name] = makeStringTensor(entry.dims, std::move(entry.strings));
+      continue;
+    }
     CLEAVE_TRY(at::ScalarType type, scalarTypeOf(entry.dtype));
     try {
       if (entry.dtype == ir::DType::I64)
@@ -221,6 +275,10 @@ Expected<std::string> formatTensorFile(const TensorMap& tensors) {
   nlohmann::json doc = nlohmann::json::object();
   for (const auto& [name, original] : tensors) {
     CLEAVE_CHECK(requirePlainTensor(original, name));
+    if (isStringTensor(original)) {
+      doc[name] = {{"dtype", "string"}, {"dims", original.sizes().vec()}, {"data", stringValues(original)}};
+      continue;
+    }
     at::Tensor tensor = original.to(at::kCPU).contiguous();
     std::string_view dtype = io::tensorFileDtypeName(dtypeOf(tensor.scalar_type()));
     if (dtype.empty())
@@ -263,6 +321,9 @@ Expected<at::Tensor> randomTensor(const ir::Graph& graph, ir::ValueId value, std
   std::string name(graph.valueName(value));
   if (graph.valueKind(value) != ir::ValueKind::Tensor)
     return Error(ErrorCode::Unsupported) << "input '" << name << "' is not a tensor";
+  if (graph.dtype(value) == ir::DType::String)
+    return Error(ErrorCode::Unsupported) << "input '" << name
+                                         << "' holds strings, which cleave does not make up: give it with --inputs";
   CLEAVE_TRY(at::ScalarType type, scalarTypeOf(graph.dtype(value)));
   std::vector<std::int64_t> dims;
   for (const ir::DimEntry& dim : graph.dims(value)) {
@@ -321,6 +382,15 @@ std::string summarize(const at::Tensor& original) {
     for (std::size_t i = 0; i < elements.size(); ++i)
       text += (i ? ", " : ": ") + summarize(elements[i]);
     return text;
+  }
+  if (isStringTensor(original)) { // string[2] "monday", "tuesday"
+    std::ostringstream out;
+    out << "string" << original.sizes();
+    std::vector<std::string> values = stringValues(original);
+    for (std::size_t i = 0; i < values.size() && i < 4; ++i)
+      out << (i ? ", \"" : " \"") << values[i] << "\"";
+    out << (values.size() > 4 ? ", ..." : "");
+    return out.str();
   }
   at::Tensor tensor = original.to(at::kCPU);
   std::ostringstream out;

@@ -3,7 +3,8 @@
 //
 // Tensor files (JSON; the format tests/oracle/run_plan.js reads too):
 //   {"name": {"dtype": "float32", "dims": [1, 3], "data": [0.5, 1.0, 2.0]}, ...}
-// dtypes: float32, float64, float16, int64, int32, int16, int8, uint8, bool. Data is row-major.
+// dtypes: float32, float64, float16, int64, int32, int16, int8, uint8, bool, string (data: JSON
+// strings). Data is row-major.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -24,6 +25,20 @@ using TensorMap = std::map<std::string, at::Tensor>;
 // treats them as unsigned). They come back as int32/int64 in saved outputs.
 Expected<at::ScalarType> scalarTypeOf(ir::DType dtype);
 ir::DType dtypeOf(at::ScalarType type);
+// A value's dtype: String for string tensors, else dtypeOf(its scalar type).
+ir::DType dtypeOf(const at::Tensor& tensor);
+
+// ONNX string tensors. ATen has no string dtype, so a string tensor is a CPU tensor whose storage
+// holds std::string elements (c10's TypeMeta for std::string constructs and destroys them with
+// the storage): the strings live in the value itself, with its shape, and no table on the side.
+// Only the kernels that take strings (Cast, CastLike, StringNormalizer, Identity, ...) read them;
+// any other ATen op on one throws ("Unsupported TypeMeta"), which the executor reports naming the
+// node. `scalar_type()` throws on them too: test isStringTensor first.
+bool isStringTensor(const at::Tensor& tensor);
+// `values` in row-major order; their count must be the product of `dims`.
+at::Tensor makeStringTensor(const std::vector<std::int64_t>& dims, std::vector<std::string> values);
+// The elements in row-major order (views with any strides included).
+std::vector<std::string> stringValues(const at::Tensor& tensor);
 
 // A parameter's bytes as a tensor (copied out of the model file; owns its memory).
 Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param);

@@ -255,6 +255,53 @@ class RuntimeCli(TempDirTest):
         code, _, err = run("run", model, "--inputs", data, "--save-outputs", self.path("out.json"))
         self.assertOneLineError(code, err, "'output_sequence' is a sequence", "save it as .pb or to a folder")
 
+    def test_string_tensors_cast_and_normalize(self):
+        graph = helper.make_graph(
+            [helper.make_node("StringNormalizer", ["words"], ["normalized"], case_change_action="LOWER",
+                              stopwords=["the"]),
+             helper.make_node("Cast", ["z"], ["text"], to=TensorProto.STRING),
+             helper.make_node("Cast", ["text"], ["back"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["numbers"], ["parsed"], to=TensorProto.INT64)],
+            "strings",
+            [helper.make_tensor_value_info("words", TensorProto.STRING, [5]),
+             helper.make_tensor_value_info("z", TensorProto.FLOAT, [6]),
+             helper.make_tensor_value_info("numbers", TensorProto.STRING, [3])],
+            [helper.make_tensor_value_info(n, t, None) for n, t in
+             [("normalized", TensorProto.STRING), ("text", TensorProto.STRING), ("back", TensorProto.FLOAT),
+              ("parsed", TensorProto.INT64)]])
+        model = self.path("strings.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+        z = np.array([0.1, 123456.0, 1e-5, -2.5e20, 0.039187793, 0.0], np.float32)
+        inputs = {"words": {"dtype": "string", "dims": [5], "data": ["The", "ÉTÉ", "Straße", "THE", "Cat"]},
+                  "z": {"dtype": "float32", "dims": [6], "data": [float(v) for v in z]},
+                  "numbers": {"dtype": "string", "dims": [3], "data": ["42", "+7", "-12"]}}
+        with open(self.path("in.json"), "w") as f:
+            json.dump(inputs, f)
+        code, out, err = run("run", model, "--inputs", self.path("in.json"), "--save-outputs", self.path("out.json"))
+        self.assertEqual(code, 0, err)
+        self.assertIn('normalized: string[3] "été", "straße", "cat"', out)
+        with open(self.path("out.json")) as f:
+            got = json.load(f)
+        self.assertEqual(got["normalized"]["data"], ["été", "straße", "cat"])
+        self.assertEqual(got["text"]["data"], [str(v) for v in z])  # numpy's spelling, ONNX's reference
+        np.testing.assert_array_equal(np.array(got["back"]["data"], np.float32), z)
+        self.assertEqual(got["parsed"]["data"], [42, 7, -12])
+        # The same through .pb files, which onnx reads back as strings.
+        code, _, err = run("run", model, "--inputs", self.path("in.json"), "--save-outputs", self.path("pb") + "/")
+        self.assertEqual(code, 0, err)
+        with open(self.path("pb/output_0.pb"), "rb") as f:
+            proto = onnx.TensorProto.FromString(f.read())
+        self.assertEqual(list(numpy_helper.to_array(proto)), ["été", "straße", "cat"])
+        code, _, err = run("run", model, "--inputs", self.path("in.json"), "--save-outputs", self.path("o.npz"))
+        self.assertOneLineError(code, err, "'normalized' holds strings", "save it as .json or .pb")
+        code, _, err = run("run", model)
+        self.assertOneLineError(code, err, "input 'words' holds strings", "--inputs")
+        inputs["numbers"]["data"][1] = "seven"
+        with open(self.path("bad.json"), "w") as f:
+            json.dump(inputs, f)
+        code, _, err = run("run", model, "--inputs", self.path("bad.json"))
+        self.assertOneLineError(code, err, "\"seven\" is not a number")
+
     def test_random_ops_follow_their_distributions_and_repeat_per_seed(self):
         n = 20000
         nodes = [
