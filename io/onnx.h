@@ -34,6 +34,10 @@ inline constexpr std::int64_t kMinOnnxOpset = 11;
 // Models of opsets 1 to 10 are brought to opset 11 on reading with libonnx's version converter
 // (ModelInfo::convertedFromOpset says so); older ones are refused.
 inline constexpr std::int64_t kMinConvertibleOpset = 1;
+// The domain of ops cleave gives a node whose old form no newer ai.onnx op expresses: a batched
+// Scan-8 (an opset 8 model's Scan, with per-batch sequence_lens) becomes cleave::Scan8 on
+// conversion, which the runtime runs as Scan-8 says.
+inline constexpr std::string_view kLegacyDomain = "cleave";
 // The newest ai.onnx opset whose semantics cleave knows (its runtime kernels follow opset 18's
 // changes); a newer model is refused rather than run with older semantics.
 inline constexpr std::int64_t kMaxOnnxOpset = 18;

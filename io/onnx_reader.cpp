@@ -904,6 +904,70 @@ std::int64_t defaultOpsetOf(std::string_view model) {
   return opset;
 }
 
+// The top-level Scan nodes of an opset < 9 model, taken out of it; each output of theirs becomes
+// a graph input (the converter must see a producer for every value) and each input a graph output
+// (so the nodes feeding it stay), both remembered to be dropped again. O(nodes).
+struct TakenScan8 {
+  std::vector<onnx::NodeProto> nodes;
+  std::set<std::string> standInInputs, standInOutputs;
+};
+
+TakenScan8 takeOutScan8(onnx::ModelProto& model, std::int64_t opset) {
+  TakenScan8 taken;
+  if (opset >= 9)
+    return taken;
+  onnx::GraphProto& graph = *model.mutable_graph();
+  std::set<std::string> outputs;
+  for (const onnx::ValueInfoProto& output : graph.output())
+    outputs.insert(output.name());
+  auto& nodes = *graph.mutable_node();
+  for (int i = nodes.size(); i-- > 0;) {
+    const onnx::NodeProto& node = nodes.Get(i);
+    if (node.op_type() != "Scan" || !(node.domain().empty() || node.domain() == "ai.onnx"))
+      continue;
+    for (const std::string& output : node.output())
+      if (taken.standInInputs.insert(output).second)
+        graph.add_input()->set_name(output);
+    for (const std::string& input : node.input())
+      if (!input.empty() && !outputs.count(input) && taken.standInOutputs.insert(input).second)
+        graph.add_output()->set_name(input);
+    taken.nodes.insert(taken.nodes.begin(), node);
+    nodes.DeleteSubrange(i, 1);
+  }
+  return taken;
+}
+
+// Puts takeOutScan8's nodes back into the converted model as cleave::Scan8, each before the first
+// node that reads one of its outputs, and drops the stand-in graph inputs and outputs. O(nodes).
+void putBackScan8(onnx::ModelProto& model, const TakenScan8& taken) {
+  if (taken.nodes.empty())
+    return;
+  onnx::GraphProto& graph = *model.mutable_graph();
+  auto dropStandIns = [](auto& values, const std::set<std::string>& names) {
+    for (int i = values.size(); i-- > 0;)
+      if (names.count(values.Get(i).name()))
+        values.DeleteSubrange(i, 1);
+  };
+  dropStandIns(*graph.mutable_input(), taken.standInInputs);
+  dropStandIns(*graph.mutable_output(), taken.standInOutputs);
+  std::vector<onnx::NodeProto> nodes(graph.node().begin(), graph.node().end());
+  for (onnx::NodeProto scan : taken.nodes) {
+    scan.set_domain(std::string(kLegacyDomain));
+    scan.set_op_type("Scan8");
+    std::set<std::string> outputs(scan.output().begin(), scan.output().end());
+    auto reader = std::find_if(nodes.begin(), nodes.end(), [&](const onnx::NodeProto& node) {
+      return std::any_of(node.input().begin(), node.input().end(), [&](const std::string& in) { return outputs.count(in); });
+    });
+    nodes.insert(reader, std::move(scan));
+  }
+  graph.clear_node();
+  for (onnx::NodeProto& node : nodes)
+    *graph.add_node() = std::move(node);
+  onnx::OperatorSetIdProto* legacy = model.add_opset_import();
+  legacy->set_domain(std::string(kLegacyDomain));
+  legacy->set_version(1);
+}
+
 // A model of opset kMinConvertibleOpset..kMinOnnxOpset-1 brought to kMinOnnxOpset with libonnx's
 // own version converter, as a model in memory under the same name (external data still resolves
 // against the model's folder). Other models come back as they are. Fails: Unsupported (the
@@ -916,19 +980,18 @@ Expected<std::shared_ptr<const MappedFile>> convertOldOpset(const std::shared_pt
   onnx::ModelProto model;
   if (!model.ParseFromArray(file->bytes().data(), static_cast<int>(file->bytes().size())))
     return Error(ErrorCode::ParseError) << "not a valid ONNX model (protobuf parse failed: truncated or corrupt file?)";
-  // Scan-8 scans axis 1 of batched inputs with per-batch sequence_lens; the converter's 8 -> 9
-  // adapter keeps the node as it is, so it would scan the batch axis instead.
-  if (originalOpset < 9)
-    for (const onnx::NodeProto& node : model.graph().node())
-      if (node.op_type() == "Scan" && (node.domain().empty() || node.domain() == "ai.onnx"))
-        return Error(ErrorCode::Unsupported) << "opset " << originalOpset << " cannot be converted to opset "
-                                             << kMinOnnxOpset << ": node '" << node.name()
-                                             << "' is a batched Scan-8, which the converter does not rewrite";
+  // Scan-8 scans axis 1 of batched inputs with per-batch sequence_lens, which the converter's
+  // 8 -> 9 adapter does not express. Such nodes are taken out before converting (their outputs
+  // become graph inputs meanwhile) and put back after as cleave::Scan8, the runtime's kernel for
+  // the batched form (io/onnx.h).
+  TakenScan8 scan8 = takeOutScan8(model, originalOpset);
   (void)onnx::OpSchemaRegistry::Instance(); // initialized before the fork, not in the child
   Expected<std::string> converted = runIsolated("onnx's version converter", [&]() {
     // The broadcasting adapters (Add/Gemm 6 -> 7) need every operand's shape: infer them first.
     onnx::shape_inference::InferShapes(model);
-    return onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMinOnnxOpset)).SerializeAsString();
+    onnx::ModelProto result = onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMinOnnxOpset));
+    putBackScan8(result, scan8);
+    return result.SerializeAsString();
   });
   if (!converted)
     return Error(ErrorCode::Unsupported) << "opset " << originalOpset << " cannot be converted to opset "

@@ -302,6 +302,39 @@ class RuntimeCli(TempDirTest):
         code, _, err = run("run", model, "--inputs", self.path("bad.json"))
         self.assertOneLineError(code, err, "\"seven\" is not a number")
 
+    def test_batched_scan8_with_sequence_lengths_and_reverse(self):
+        vec = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("sum_in", "next", "sum_out", "scan_out")]
+        body = helper.make_graph([helper.make_node("Add", ["sum_in", "next"], ["sum_out"]),
+                                  helper.make_node("Identity", ["sum_out"], ["scan_out"])],
+                                 "body", vec[:2], vec[2:])
+        graph = helper.make_graph(
+            [helper.make_node("Scan", ["lens", "initial", "x"], ["y", "z"], body=body, num_scan_inputs=1,
+                              directions=[1])],
+            "scan8",
+            [helper.make_tensor_value_info("lens", TensorProto.INT64, [2]),
+             helper.make_tensor_value_info("initial", TensorProto.FLOAT, [2, 2]),
+             helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2]),
+             helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3, 2])])
+        model = self.path("scan8.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)]), model)
+        lens = np.array([3, 2], np.int64)
+        initial = np.array([[0, 1], [10, 20]], np.float32)
+        x = np.arange(12, dtype=np.float32).reshape(2, 3, 2)
+        y, z = initial.copy(), np.zeros((2, 3, 2), np.float32)
+        for b in range(2):  # Scan-8: per batch entry, lens[b] steps read backwards
+            for t in range(lens[b]):
+                y[b] = y[b] + x[b, lens[b] - 1 - t]
+                z[b, t] = y[b]
+        np.savez(self.path("in.npz"), lens=lens, initial=initial, x=x)
+        code, out, err = run("run", model, "--inputs", self.path("in.npz"), "--save-outputs", self.path("out.npz"))
+        self.assertEqual(code, 0, err)
+        got = np.load(self.path("out.npz"))
+        np.testing.assert_array_equal(got["y"], y)
+        np.testing.assert_array_equal(got["z"], z)
+        code, out, err = run("inspect", model)
+        self.assertIn("converted from opset 8", out)
+
     def test_random_ops_follow_their_distributions_and_repeat_per_seed(self):
         n = 20000
         nodes = [
