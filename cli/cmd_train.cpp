@@ -17,7 +17,7 @@
 namespace cleave::cli {
 namespace {
 struct TrainFlags {
-  std::string path, dataPath;
+  std::string path, dataPath, wholeModelPath;
   std::int64_t steps = 1;
   std::vector<double> betas;
   runtime::TrainOptions options;
@@ -32,7 +32,8 @@ void describe(CLI::App& app, TrainFlags& flags) {
                   "each loss scaled by its share of the rows), then one optimizer step. A pipeline plan directory "
                   "trains its stages: in this process, or under `cleave launch` stage i on rank i % ranks. Prints "
                   "each step's loss; -o DIR gets trained.onnx (whole models) or, for a plan, a plan directory of the "
-                  "trained stages (runs with `cleave run DIR`).");
+                  "trained stages (runs with `cleave run DIR`), plus trained.onnx when --model names the model the "
+                  "plan was cut from.");
   app.add_option("MODEL", flags.path, "ONNX model exported with its loss, or a pipeline plan directory")->required();
   app.add_option("--data", flags.dataPath, "training data: every model input, rows along dim 0 (.npz, .json, folder)")
       ->required();
@@ -53,6 +54,8 @@ void describe(CLI::App& app, TrainFlags& flags) {
              pipeline::kScheduleKinds.choices() + "; default gpipe; in one process stages run in GPipe order)")
       ->check(CLI::IsMember(pipeline::kScheduleKinds.names()));
   app.add_option("--loss", flags.options.loss, "the output that is the loss (default: 'loss', else the only scalar)");
+  app.add_option("--model", flags.wholeModelPath,
+                 "plan directories: the model the plan was cut from; -o DIR then gets its trained.onnx too");
   addOutputDirectory(app, flags.output, "directory for trained.onnx (a model) or the trained plan (a plan)");
   app.add_flag("--json", flags.json, "print one JSON line per step: {\"step\": N, \"loss\": X}");
 }
@@ -74,12 +77,20 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   }
   // Rank 0 alone writes OUT (a plan directory like the input, its stages trained).
   Expected<std::optional<OutputDirectory>> opened =
-      comm->rank() == 0 ? openOutputDirectory(flags.output, {flags.path, flags.dataPath})
+      comm->rank() == 0 ? openOutputDirectory(flags.output, {flags.path, flags.dataPath, flags.wholeModelPath})
                         : Expected<std::optional<OutputDirectory>>(std::nullopt);
   if (!opened)
     return std::move(opened.error());
   std::optional<OutputDirectory>& outDir = *opened;
   CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, *comm));
+  std::optional<ir::Graph> whole; // checked before any step, on every rank
+  if (!flags.wholeModelPath.empty()) {
+    Expected<ir::Graph> loaded = io::loadModel(flags.wholeModelPath);
+    Status fits = loaded ? trainer->checkWholeModel(*loaded) : Status(std::move(loaded.error()));
+    if (!fits)
+      return std::move(fits.error().withContext("--model " + flags.wholeModelPath));
+    whole = std::move(*loaded);
+  }
   CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, trainer->graphInputs()));
   std::optional<pipeline::Schedule> schedule;
   if (flags.schedule && comm->worldSize() > 1) {
@@ -103,7 +114,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   err << "\n";
   if (flags.output.path.empty())
     return {};
-  CLEAVE_CHECK(trainer->writeTrained(flags.path, outDir ? outDir->stagingPath() : std::string()));
+  CLEAVE_CHECK(trainer->writeTrained(flags.path, outDir ? outDir->stagingPath() : std::string(), whole ? &*whole : nullptr));
   return outDir ? outDir->commit() : Status{};
 }
 
@@ -114,6 +125,8 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   }
   if (plan::isPlanDirectory(flags.path))
     return trainPlan(flags, out, err);
+  if (!flags.wholeModelPath.empty())
+    return usageError() << "--model is for plan directories (MODEL is a model already)";
   CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.dataPath}));
   CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path));
   auto graph = std::make_shared<const ir::Graph>(std::move(loaded));

@@ -135,12 +135,24 @@ class Distributed(TempDirTest):
         outs = {name: self.path(f"trained_{name}") for name in ("whole", "local", "ranked")}
         run("train", model, *common, "-o", outs["whole"], check=True)
         run("train", plan, *common, "-o", outs["local"], check=True)
-        code, _, err = launch(3, "cleave", "train", plan, *common, "-o", outs["ranked"])
+        code, _, err = launch(3, "cleave", "train", plan, *common, "--model", model, "-o", outs["ranked"])
         self.assertEqual(code, 0, err)
         whole = {t.name: numpy_helper.to_array(t)
                  for t in onnx.load(os.path.join(outs["whole"], "trained.onnx")).graph.initializer}
+        # --model: the whole model with the stages' trained parameters, as training it whole gives.
+        assembled = {t.name: numpy_helper.to_array(t)
+                     for t in onnx.load(os.path.join(outs["ranked"], "trained.onnx")).graph.initializer}
+        self.assertEqual(sorted(assembled), sorted(whole))
+        for name, value in whole.items():
+            np.testing.assert_allclose(assembled[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+        other = self.path("other.onnx")
+        torch.onnx.export(torch.nn.Linear(6, 4), torch.randn(2, 6), other, input_names=["x"])
+        code, _, err = run("train", plan, *common, "--model", other, "-o", self.path("never"))
+        self.assertOneLineError(code, err, "--model " + other, "is in no stage of the plan")
+        self.assertFalse(os.path.exists(self.path("never")))
         stage_files = sorted(f for f in os.listdir(plan) if f.endswith(".onnx"))
-        self.assertEqual(sorted(f for f in os.listdir(outs["ranked"]) if f.endswith(".onnx")), stage_files)
+        self.assertEqual(sorted(f for f in os.listdir(outs["ranked"]) if f.endswith(".onnx")),
+                         sorted(stage_files + ["trained.onnx"]))
         tied = []
         for name in stage_files:
             with open(os.path.join(outs["local"], name), "rb") as a, open(os.path.join(outs["ranked"], name), "rb") as b:

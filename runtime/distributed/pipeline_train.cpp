@@ -290,8 +290,33 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::st
   return trainer;
 }
 
-Status PipelineTrainer::writeTrained(const std::string& planDir, const std::string& outDir) {
+Status PipelineTrainer::checkWholeModel(const ir::Graph& whole) const {
+  std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> planShapes;
+  for (const Stage& stage : state_->stages)
+    planShapes.merge(trainedShapes(*stage.graph)); // tied copies agree (checked at create)
+  auto wholeShapes = trainedShapes(whole);
+  auto formatDims = [](const std::vector<std::int64_t>& dims) {
+    return ir::formatShape(ir::ValueType::tensor(ir::DType::F32, dims).shape);
+  };
+  for (const auto& [name, shape] : wholeShapes) {
+    auto found = planShapes.find(name);
+    if (found == planShapes.end())
+      return Error(ErrorCode::InvalidArgument) << "its parameter '" << name << "' is in no stage of the plan";
+    if (found->second != shape)
+      return Error(ErrorCode::InvalidArgument) << "its parameter '" << name << "' is " << ir::dtypeName(shape.first)
+                                               << formatDims(shape.second) << ", the plan's "
+                                               << ir::dtypeName(found->second.first) << formatDims(found->second.second);
+  }
+  for (const auto& entry : planShapes)
+    if (!wholeShapes.count(entry.first))
+      return Error(ErrorCode::InvalidArgument) << "the plan's parameter '" << entry.first << "' is not in it";
+  return {};
+}
+
+Status PipelineTrainer::writeTrained(const std::string& planDir, const std::string& outDir, const ir::Graph* whole) {
   State& s = *state_;
+  std::vector<std::pair<std::string, at::Tensor>> gathered; // rank 0: every stage's, for `whole`
+  std::set<std::string> gatheredNames;
   // Tags above every step's (< 2^29): one per (stage, parameter) in stage and name order.
   std::uint32_t tag = std::uint32_t(1) << 29;
   for (int i = 0; i < static_cast<int>(s.stages.size()); ++i) {
@@ -326,10 +351,17 @@ Status PipelineTrainer::writeTrained(const std::string& planDir, const std::stri
     }
     CLEAVE_TRY(ir::Graph graph, withTrainedParameters(*stage.graph, trained));
     CLEAVE_CHECK(io::writeOnnx(graph, (std::filesystem::path(outDir) / stage.file).string()));
+    for (auto& entry : trained) // a tied parameter's copies are equal: the first stage's is kept
+      if (gatheredNames.insert(entry.first).second)
+        gathered.push_back(std::move(entry));
   }
   CLEAVE_CHECK(s.comm->finish());
   if (s.comm->rank() != 0)
     return {};
+  if (whole) {
+    CLEAVE_TRY(ir::Graph graph, withTrainedParameters(*whole, gathered));
+    CLEAVE_CHECK(io::writeOnnx(graph, (std::filesystem::path(outDir) / "trained.onnx").string()));
+  }
   CLEAVE_TRY(std::string planText, readFile((std::filesystem::path(planDir) / "plan.json").string()));
   return writeFileAtomically((std::filesystem::path(outDir) / "plan.json").string(), planText);
 }

@@ -38,9 +38,14 @@ public:
   // the plan's and the options'; stage s on rank s % ranks) orders this rank's F and B / I
   // actions (W is done with I); none: GPipe.
   Expected<double> step(const TensorMap& data, std::int64_t stepIndex, const pipeline::Schedule* schedule = nullptr);
+  // Whether `whole` is the model the plan was cut from, as far as training goes: it trains the
+  // same parameters (names, dtypes, shapes) as the plan's stages together. Fails naming the first
+  // that differs. O(parameters x log).
+  Status checkWholeModel(const ir::Graph& whole) const;
   // Collective (every rank calls it): rank 0 gathers each stage's trained parameters and writes
-  // `outDir` as a plan directory like `planDir` (its plan.json, each stage's model with them).
-  Status writeTrained(const std::string& planDir, const std::string& outDir);
+  // `outDir` as a plan directory like `planDir` (its plan.json, each stage's model with them), and
+  // with `whole` (checked by checkWholeModel) also trained.onnx: the whole model with them.
+  Status writeTrained(const std::string& planDir, const std::string& outDir, const ir::Graph* whole = nullptr);
   std::size_t stages() const;
   // The plan's graph inputs (what the data must hold).
   const std::vector<std::string>& graphInputs() const;
