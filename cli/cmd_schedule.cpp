@@ -29,7 +29,9 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
   app.add_option("--ranks", flags.ranks, "ranks (default: one per stage)");
   app.add_option("--from-csv", flags.csvIn, "read the schedule from a CSV instead of generating it");
   app.add_option("--csv", flags.csvOut, "write the schedule as CSV (one line per rank)");
-  app.add_flag("--comm", flags.comm, "include the SEND/RECV actions");
+  app.add_flag("--comm", flags.comm,
+               "include the SEND/RECV actions (and report which transports the schedule fits: buffered sends, "
+               "rendezvous sends, ordered channels)");
   app.add_flag("--simulate", flags.simulate,
                "time the schedule: makespan, bubble fraction, peak activations per rank");
   app.add_option("--costs", flags.costsText, "per stage F,B or F,B,I,W time units for --simulate")
@@ -94,6 +96,9 @@ Status schedule(const ScheduleFlags& flags, std::ostream& out, std::ostream&) {
   if (flags.comm && !schedule.hasCommunication())
     schedule = pipeline::withCommunication(schedule);
   CLEAVE_CHECK(pipeline::validateSchedule(schedule));
+  std::optional<pipeline::TransportFit> transports;
+  if (schedule.hasCommunication())
+    transports = pipeline::checkTransports(schedule);
   std::optional<pipeline::SimulationResult> simulation;
   if (flags.simulate || !flags.svgPath.empty()) {
     CLEAVE_TRY(simulation, simulate(flags, schedule));
@@ -102,8 +107,8 @@ Status schedule(const ScheduleFlags& flags, std::ostream& out, std::ostream&) {
     CLEAVE_CHECK(writeFileAtomically(flags.svgPath, report::scheduleTimelineSvg(schedule, *simulation)));
   if (!flags.csvOut.empty())
     CLEAVE_CHECK(writeFileAtomically(flags.csvOut, pipeline::formatCsv(schedule)));
-  out << (flags.json ? dumpJson(report::scheduleReportJson(schedule, simulation))
-                     : report::scheduleReportText(schedule, simulation));
+  out << (flags.json ? dumpJson(report::scheduleReportJson(schedule, simulation, transports))
+                     : report::scheduleReportText(schedule, simulation, transports));
   return {};
 }
 } // namespace

@@ -100,7 +100,8 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
     if (!made)
       return usageError() << "--schedule " << pipeline::kScheduleKinds.name(*flags.schedule) << ": "
                           << made.error().message();
-    CLEAVE_CHECK(pipeline::validateSchedule(*made));
+    // The runner's sends are buffered; channels kept in order too, so an untagged transport pairs them.
+    CLEAVE_CHECK(pipeline::validateSchedule(pipeline::withCommunication(*made), {pipeline::SendSemantics::Buffered, true}));
     schedule = std::move(*made);
   }
   for (std::int64_t step = 0; step < flags.steps; ++step) {

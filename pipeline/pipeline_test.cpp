@@ -160,6 +160,35 @@ TEST(Schedule, TheValidatorRefusesBrokenSchedules) {
   EXPECT_EQ(message("0F0,0I0,0W0\n1F0,1B0\n"), "");
 }
 
+TEST(Schedule, TransportsRendezvousAndOrderedChannels) {
+  // Every generated schedule keeps each channel's sends and receives in the same order.
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubble})
+    EXPECT_TRUE(validateSchedule(withCommunication(*generateSchedule(kind, 4, 8, 4)), {SendSemantics::Buffered, true}));
+  for (ScheduleKind kind : {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS})
+    EXPECT_TRUE(validateSchedule(withCommunication(*generateSchedule(kind, 8, 8, 4)), {SendSemantics::Buffered, true}));
+  // GPipe fits blocking sends; 1F1B as lowered does not (rank 0 sends its next forward while
+  // rank 1 sends the first backward: each waits for the other's receive), which buffered sends avoid.
+  TransportFit gpipe = checkTransports(withCommunication(*generateSchedule(ScheduleKind::GPipe, 4, 8, 4)));
+  EXPECT_EQ(gpipe.rendezvous, "");
+  EXPECT_EQ(gpipe.orderedChannels, "");
+  Schedule oneF = withCommunication(*generateSchedule(ScheduleKind::OneFOneB, 2, 3, 2));
+  EXPECT_TRUE(validateSchedule(oneF));
+  Status blocking = validateSchedule(oneF, {SendSemantics::Rendezvous, false});
+  ASSERT_FALSE(blocking);
+  EXPECT_NE(blocking.error().message().find("rank 0 at 0SEND_F1, rank 1 at 1SEND_B0"), std::string::npos)
+      << blocking.error().message();
+  // Receives posted in the other order: fine by tag, not for an untagged transport.
+  Expected<Schedule> swapped = parseCsv("0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+                                        "1RECV_F1,1F1,1RECV_F0,1F0,1B0,1SEND_B0,1B1,1SEND_B1\n");
+  ASSERT_TRUE(swapped);
+  EXPECT_TRUE(validateSchedule(*swapped));
+  Status ordered = validateSchedule(*swapped, {SendSemantics::Buffered, true});
+  ASSERT_FALSE(ordered);
+  EXPECT_NE(ordered.error().message().find("channel rank 0 -> rank 1: message 0 is sent as 1F0 but received as 1F1"),
+            std::string::npos)
+      << ordered.error().message();
+}
+
 ir::NodeSpec pipeSplit(std::string name) {
   ir::NodeSpec marker;
   marker.opType = "PipeSplit";

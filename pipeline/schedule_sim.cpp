@@ -1,7 +1,10 @@
 #include "pipeline/schedule_sim.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <sstream>
+#include <unordered_map>
 
 namespace cleave::pipeline {
 
@@ -63,11 +66,14 @@ Status checkActions(const Schedule& s) {
 // costs are recorded (validation only).
 class Player {
 public:
-  Player(const Schedule& s, const SimulationOptions* options)
+  Player(const Schedule& s, const SimulationOptions* options, SendSemantics sends = SendSemantics::Buffered)
       : s_(s), options_(options), explicitComm_(s.hasCommunication()), latency_(options ? options->transferLatency : 0.0),
-        ledger_(s.stages, s.microbatches), live_(s.ranks, 0), clock_(s.ranks, 0.0), next_(s.ranks, 0) {
+        rendezvous_(sends == SendSemantics::Rendezvous && explicitComm_), ledger_(s.stages, s.microbatches),
+        live_(s.ranks, 0), clock_(s.ranks, 0.0), next_(s.ranks, 0) {
     result_.busy.assign(s.ranks, 0.0);
     result_.peakActivationBytes.assign(s.ranks, 0);
+    if (rendezvous_)
+      indexReceives();
   }
 
   Expected<SimulationResult> play() {
@@ -100,6 +106,8 @@ private:
       ledger_.at(a.stage, a.microbatch, a.type) = end;
       clock_[r] = end;
       ++next_[r];
+      if (rendezvous_ && next_[r] < s_.perRank[r].size())
+        reachedAt_[r][next_[r]] = end;
       ++ran;
       if (options_)
         record(r, a, start, end);
@@ -167,14 +175,45 @@ private:
     case A::Backward:
     case A::BackwardInput: return backwardReadyAt(rank, a);
     case A::BackwardWeight: return ledger_.at(a.stage, a.microbatch, A::BackwardInput);
-    case A::SendF: return ledger_.at(a.stage, a.microbatch, A::Forward);
-    case A::SendB: return backwardDone(a.stage, a.microbatch);
+    case A::SendF: return rendezvousAt(a, ledger_.at(a.stage, a.microbatch, A::Forward));
+    case A::SendB: return rendezvousAt(a, backwardDone(a.stage, a.microbatch));
     case A::RecvF:
       return a.stage == 0 ? -1.0 : arrival(ledger_.at(a.stage - 1, a.microbatch, A::SendF), true);
     case A::RecvB:
       return a.stage + 1 >= s_.stages ? -1.0 : arrival(ledger_.at(a.stage + 1, a.microbatch, A::SendB), true);
     }
     return -1.0;
+  }
+
+  // Rendezvous: a send whose data is ready at `ready` completes once its receive is posted (its
+  // rank has reached it); Buffered: at `ready`.
+  double rendezvousAt(const Action& send, double ready) {
+    if (!rendezvous_ || ready < 0)
+      return ready;
+    Action receive = send.type == A::SendF ? Action{send.stage + 1, A::RecvF, send.microbatch}
+                                           : Action{send.stage - 1, A::RecvB, send.microbatch};
+    auto found = receiveAt_.find(key(receive));
+    if (found == receiveAt_.end())
+      return -1.0; // never received: blocks for ever
+    auto [rank, index] = found->second;
+    return next_[rank] >= index ? std::max(ready, reachedAt_[rank][index]) : -1.0;
+  }
+
+  static std::uint64_t key(const Action& a) {
+    return (static_cast<std::uint64_t>(a.stage) << 36) | (static_cast<std::uint64_t>(a.microbatch) << 4) |
+           static_cast<std::uint64_t>(a.type);
+  }
+
+  void indexReceives() {
+    reachedAt_.resize(s_.ranks);
+    for (std::uint32_t r = 0; r < s_.ranks; ++r) {
+      reachedAt_[r].assign(s_.perRank[r].size(), 0.0);
+      for (std::size_t i = 0; i < s_.perRank[r].size(); ++i) {
+        const Action& a = s_.perRank[r][i];
+        if (a.type == A::RecvF || a.type == A::RecvB)
+          receiveAt_[key(a)] = {r, i};
+      }
+    }
   }
 
   double forwardReadyAt(std::uint32_t rank, const Action& a) {
@@ -200,6 +239,9 @@ private:
   const SimulationOptions* options_;
   bool explicitComm_;
   double latency_;
+  bool rendezvous_;
+  std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::size_t>> receiveAt_; // RECV -> (rank, index)
+  std::vector<std::vector<double>> reachedAt_; // when each rank reached each of its actions (rendezvous)
   Ledger ledger_;
   SimulationResult result_;
   std::vector<std::int64_t> live_;
@@ -208,16 +250,76 @@ private:
 };
 
 // Plays the schedule; with `options`, in time.
-Expected<SimulationResult> play(const Schedule& s, const SimulationOptions* options) {
+Expected<SimulationResult> play(const Schedule& s, const SimulationOptions* options,
+                                SendSemantics sends = SendSemantics::Buffered) {
   CLEAVE_CHECK(checkActions(s));
-  return Player(s, options).play();
+  return Player(s, options, sends).play();
+}
+
+// A message by what it carries: (kind, receiving stage, microbatch), as "2F1" / "0B3".
+struct Message {
+  bool backward = false;
+  std::uint32_t stage = 0, microbatch = 0;
+  friend bool operator==(const Message&, const Message&) = default;
+};
+
+std::string formatMessage(const Message& m) {
+  return std::to_string(m.stage) + (m.backward ? "B" : "F") + std::to_string(m.microbatch);
+}
+
+// Each channel's (sender, receiver) messages in the order its sender sends and its receiver
+// receives them must agree.
+Status checkChannelOrder(const Schedule& s) {
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::vector<Message>> sent, received;
+  for (std::uint32_t r = 0; r < s.ranks; ++r)
+    for (const Action& a : s.perRank[r]) {
+      if (a.type == A::SendF && a.stage + 1 < s.stages)
+        sent[{r, s.rankOf(a.stage + 1)}].push_back({false, a.stage + 1, a.microbatch});
+      else if (a.type == A::SendB && a.stage > 0)
+        sent[{r, s.rankOf(a.stage - 1)}].push_back({true, a.stage - 1, a.microbatch});
+      else if (a.type == A::RecvF && a.stage > 0)
+        received[{s.rankOf(a.stage - 1), r}].push_back({false, a.stage, a.microbatch});
+      else if (a.type == A::RecvB && a.stage + 1 < s.stages)
+        received[{s.rankOf(a.stage + 1), r}].push_back({true, a.stage, a.microbatch});
+    }
+  std::set<std::pair<std::uint32_t, std::uint32_t>> channels;
+  for (const auto& entry : sent)
+    channels.insert(entry.first);
+  for (const auto& entry : received)
+    channels.insert(entry.first);
+  for (const auto& channel : channels) {
+    const std::vector<Message>& out = sent[channel];
+    const std::vector<Message>& in = received[channel];
+    for (std::size_t k = 0; k < std::max(out.size(), in.size()); ++k) {
+      if (k < out.size() && k < in.size() && out[k] == in[k])
+        continue;
+      auto what = [&](const std::vector<Message>& list) {
+        return k < list.size() ? formatMessage(list[k]) : std::string("nothing");
+      };
+      return Error(ErrorCode::InvalidArgument) << "channel rank " << channel.first << " -> rank " << channel.second
+                                               << ": message " << k << " is sent as " << what(out) << " but received as "
+                                               << what(in) << " (an untagged transport such as NCCL pairs them in order)";
+    }
+  }
+  return {};
 }
 } // namespace
 
-Status validateSchedule(const Schedule& schedule) {
-  CLEAVE_TRY(SimulationResult ignored, play(schedule, nullptr));
+Status validateSchedule(const Schedule& schedule, const ValidationOptions& options) {
+  CLEAVE_TRY(SimulationResult ignored, play(schedule, nullptr, options.sends));
   (void)ignored;
+  if (options.orderedChannels)
+    CLEAVE_CHECK(checkChannelOrder(schedule));
   return {};
+}
+
+TransportFit checkTransports(const Schedule& schedule) {
+  TransportFit fit;
+  if (Status rendezvous = validateSchedule(schedule, {SendSemantics::Rendezvous, false}); !rendezvous)
+    fit.rendezvous = rendezvous.error().message();
+  if (Status ordered = checkChannelOrder(schedule); !ordered)
+    fit.orderedChannels = ordered.error().message();
+  return fit;
 }
 
 Expected<SimulationResult> simulateSchedule(const Schedule& schedule, const SimulationOptions& options) {

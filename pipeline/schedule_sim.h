@@ -5,22 +5,44 @@
 // ranks are played: each runs its next action once its dependencies are met (a forward after
 // the previous stage's forward, a backward after its own forward and the next stage's backward,
 // W after I; with explicit communication, a receive after the matching send, and a forward or
-// backward after its receive; sends never block). No rank able to move while actions remain is a
-// deadlock, reported with every rank's blocked action.
+// backward after its receive). No rank able to move while actions remain is a deadlock, reported
+// with every rank's blocked action. How a transport completes sends is an option:
+//   Buffered     a send never blocks its rank (cleave's Gloo runner posts sends and waits for them
+//                only at the end of the step; messages are matched by tag)
+//   Rendezvous   a send completes only once its receive is posted, and its rank waits for that
+//                before its next action (a blocking send on Gloo or NCCL)
+// and with `orderedChannels` (NCCL: no tags, the k-th send from rank a to rank b meets b's k-th
+// receive from a) each channel's sends and receives must name the same messages in the same
+// order; the first that differ is reported.
 //
 // simulateSchedule plays it in time: an action starts when its rank is free and its inputs have
 // arrived (a cross-rank dependency adds the transfer latency), and lasts its stage's cost. It
 // reports the makespan, the bubble fraction (1 - busy time / (ranks x makespan)) and each rank's
 // peak activation memory (microbatches forwarded and not yet fully backwarded, in bytes of
 // their stages' activations), plus the timeline.
-// Complexity: O(A + P x R) for A actions and P passes over the R ranks (P <= A).
+// Complexity: O(A + P x R) for A actions and P passes over the R ranks (P <= A); the channel
+// order check O(A log A).
 #pragma once
 
 #include "pipeline/schedule.h"
 
 namespace cleave::pipeline {
 
-Status validateSchedule(const Schedule& schedule);
+enum class SendSemantics : std::uint8_t { Buffered, Rendezvous };
+
+struct ValidationOptions {
+  SendSemantics sends = SendSemantics::Buffered;
+  bool orderedChannels = false;
+};
+
+Status validateSchedule(const Schedule& schedule, const ValidationOptions& options = {});
+
+// For a schedule with its SEND/RECV actions that validates with buffered sends: why it would not
+// with rendezvous sends, and with ordered channels (empty: it does).
+struct TransportFit {
+  std::string rendezvous, orderedChannels;
+};
+TransportFit checkTransports(const Schedule& schedule);
 
 struct StageCosts {
   double forward = 1.0, backward = 2.0;      // a full backward (B)

@@ -18,7 +18,8 @@ char kindOf(pipeline::ActionType type) {
 }
 } // namespace
 
-Json scheduleReportJson(const pipeline::Schedule& schedule, const std::optional<pipeline::SimulationResult>& simulation) {
+Json scheduleReportJson(const pipeline::Schedule& schedule, const std::optional<pipeline::SimulationResult>& simulation,
+                        const std::optional<pipeline::TransportFit>& transports) {
   Json summary;
   summary["stages"] = schedule.stages;
   summary["ranks"] = schedule.ranks;
@@ -37,11 +38,16 @@ Json scheduleReportJson(const pipeline::Schedule& schedule, const std::optional<
                              {"bubble_fraction", simulation->bubbleFraction},
                              {"busy", simulation->busy},
                              {"peak_activation_bytes", simulation->peakActivationBytes}};
+  if (transports) // "ok", or why not
+    summary["transports"] = {{"buffered", "ok"},
+                             {"rendezvous", transports->rendezvous.empty() ? "ok" : transports->rendezvous},
+                             {"ordered_channels", transports->orderedChannels.empty() ? "ok" : transports->orderedChannels}};
   return summary;
 }
 
 std::string scheduleReportText(const pipeline::Schedule& schedule,
-                               const std::optional<pipeline::SimulationResult>& simulation) {
+                               const std::optional<pipeline::SimulationResult>& simulation,
+                               const std::optional<pipeline::TransportFit>& transports) {
   std::ostringstream text;
   text << schedule.stages << " stages on " << schedule.ranks << " ranks, " << schedule.microbatches
        << " microbatches: valid (no deadlock)\n";
@@ -50,6 +56,12 @@ std::string scheduleReportText(const pipeline::Schedule& schedule,
     for (const pipeline::Action& a : schedule.perRank[r])
       text << " " << pipeline::formatAction(a);
     text << "\n";
+  }
+  if (transports) {
+    auto fit = [](const std::string& why) { return why.empty() ? std::string("ok") : "no: " + why; };
+    text << "transports: buffered sends (cleave's Gloo runner) ok\n"
+         << "  rendezvous sends (a send waits for its receive): " << fit(transports->rendezvous) << "\n"
+         << "  ordered channels (untagged, NCCL): " << fit(transports->orderedChannels) << "\n";
   }
   if (!simulation)
     return text.str();

@@ -1,6 +1,7 @@
 // report/schedule_report.h - what `cleave schedule` prints: the schedule rank by rank, and when
 // simulated the makespan, bubble fraction, busy time and peak activations per rank, as text and
-// JSON; the simulated timeline as SVG. Deterministic; O(actions).
+// JSON; for a schedule with its SEND/RECV actions, which transports it fits (buffered sends,
+// rendezvous sends, ordered channels); the simulated timeline as SVG. Deterministic; O(actions).
 #pragma once
 
 #include <optional>
@@ -11,9 +12,11 @@
 
 namespace cleave::report {
 
-Json scheduleReportJson(const pipeline::Schedule& schedule, const std::optional<pipeline::SimulationResult>& simulation);
+Json scheduleReportJson(const pipeline::Schedule& schedule, const std::optional<pipeline::SimulationResult>& simulation,
+                        const std::optional<pipeline::TransportFit>& transports = std::nullopt);
 std::string scheduleReportText(const pipeline::Schedule& schedule,
-                               const std::optional<pipeline::SimulationResult>& simulation);
+                               const std::optional<pipeline::SimulationResult>& simulation,
+                               const std::optional<pipeline::TransportFit>& transports = std::nullopt);
 std::string scheduleTimelineSvg(const pipeline::Schedule& schedule, const pipeline::SimulationResult& simulation);
 
 } // namespace cleave::report

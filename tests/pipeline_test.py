@@ -219,6 +219,14 @@ class ScheduleCli(TempDirTest):
         code, again, err = run("schedule", "--from-csv", csv, "--json")
         self.assertEqual(code, 0, err)
         self.assertEqual(json.loads(again)["actions"], summary["actions"])
+        # With its SEND/RECV actions, which transports it fits: interleaved 1F1B as lowered needs
+        # buffered sends (with blocking ones two ranks wait for each other's receive).
+        self.assertEqual(summary["transports"]["buffered"], "ok")
+        self.assertEqual(summary["transports"]["ordered_channels"], "ok")
+        self.assertIn("deadlocks", summary["transports"]["rendezvous"])
+        code, out, err = run("schedule", "--kind", "gpipe", "--stages", "3", "--microbatches", "4", "--comm")
+        self.assertEqual(code, 0, err)
+        self.assertIn("rendezvous sends (a send waits for its receive): ok", out)
 
     def test_a_deadlocking_csv_is_refused(self):
         with open(self.path("bad.csv"), "w") as f:
