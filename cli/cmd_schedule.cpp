@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "base/file_io.h"
+#include "base/strings.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "report/schedule_report.h"
@@ -34,7 +35,9 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
                "rendezvous sends, ordered channels)");
   app.add_flag("--simulate", flags.simulate,
                "time the schedule: makespan, bubble fraction, peak activations per rank");
-  app.add_option("--costs", flags.costsText, "per stage F,B or F,B,I,W time units for --simulate")
+  app.add_option("--costs", flags.costsText,
+                 "F,B or F,B,I,W time units per microbatch for --simulate: one set for every stage, or one per "
+                 "stage separated by ';'")
       ->capture_default_str();
   app.add_option("--transfer-latency", flags.latency, "time per cross-rank transfer for --simulate")
       ->check(CLI::Range(0.0, 1e15))
@@ -78,17 +81,22 @@ Expected<pipeline::Schedule> obtainSchedule(const ScheduleFlags& flags) {
 }
 
 Expected<pipeline::SimulationResult> simulate(const ScheduleFlags& flags, const pipeline::Schedule& schedule) {
-  CLEAVE_TRY(std::vector<double> costs, parseCosts(flags.costsText));
-  pipeline::StageCosts stageCosts;
-  stageCosts.forward = costs[0];
-  stageCosts.backward = costs[1];
-  stageCosts.backwardInput = costs.size() == 4 ? costs[2] : costs[1] / 2;
-  stageCosts.backwardWeight = costs.size() == 4 ? costs[3] : costs[1] / 2;
-  stageCosts.activationBytes = flags.activationBytes;
   pipeline::SimulationOptions options;
-  options.stages = {stageCosts};
+  for (std::string_view set : splitString(flags.costsText, ';')) {
+    CLEAVE_TRY(std::vector<double> costs, parseCosts(std::string(set)));
+    pipeline::StageCosts stageCosts;
+    stageCosts.forward = costs[0];
+    stageCosts.backward = costs[1];
+    stageCosts.backwardInput = costs.size() == 4 ? costs[2] : costs[1] / 2;
+    stageCosts.backwardWeight = costs.size() == 4 ? costs[3] : costs[1] / 2;
+    stageCosts.activationBytes = flags.activationBytes;
+    options.stages.push_back(stageCosts);
+  }
   options.transferLatency = flags.latency;
-  return pipeline::simulateSchedule(schedule, options);
+  Expected<pipeline::SimulationResult> result = pipeline::simulateSchedule(schedule, options);
+  if (!result)
+    return std::move(result.error().withContext("--costs"));
+  return result;
 }
 
 Status schedule(const ScheduleFlags& flags, std::ostream& out, std::ostream&) {

@@ -1,5 +1,6 @@
 // cli/cmd_train.cpp - `cleave train MODEL --data FILE --batch B --steps K [--microbatches M]
 // [--optimizer sgd|adamw --lr X --momentum --weight-decay --betas B1,B2] [--loss NAME] [-o OUT] [--json]`.
+#include <chrono>
 #include <filesystem>
 
 #include "cli/commands.h"
@@ -23,7 +24,7 @@ struct TrainFlags {
   runtime::TrainOptions options;
   std::optional<pipeline::ScheduleKind> schedule;
   OutputDirectoryFlags output;
-  bool json = false;
+  bool json = false, timing = false;
 };
 
 void describe(CLI::App& app, TrainFlags& flags) {
@@ -58,14 +59,43 @@ void describe(CLI::App& app, TrainFlags& flags) {
                  "plan directories: the model the plan was cut from; -o DIR then gets its trained.onnx too");
   addOutputDirectory(app, flags.output, "directory for trained.onnx (a model) or the trained plan (a plan)");
   app.add_flag("--json", flags.json, "print one JSON line per step: {\"step\": N, \"loss\": X}");
+  app.add_flag("--timing", flags.timing,
+               "also print each step's wall seconds and, for a plan, the schedule's part of it, every stage's forward "
+               "and backward compute seconds and the measured bubble (1 - compute / (ranks x schedule seconds))");
 }
 
-void printStep(const TrainFlags& flags, std::int64_t step, double loss, std::ostream& out) {
-  if (flags.json)
-    out << toJsonText(Json{{"step", step + 1}, {"loss", loss}}) << "\n"; // one line per step
-  else
-    out << "step " << step + 1 << "/" << flags.steps << ": loss " << loss << "\n";
+// `timing`: null, or the step's measurements (--timing).
+void printStep(const TrainFlags& flags, std::int64_t step, double loss, const Json& timing, std::ostream& out) {
+  if (flags.json) {
+    Json line{{"step", step + 1}, {"loss", loss}};
+    if (!timing.is_null())
+      line.update(timing);
+    out << toJsonText(line) << "\n"; // one line per step
+  } else {
+    out << "step " << step + 1 << "/" << flags.steps << ": loss " << loss;
+    if (!timing.is_null())
+      out << " (" << timing["seconds"].get<double>() * 1e3 << " ms"
+          << (timing.contains("bubble") ? ", bubble " + std::to_string(timing["bubble"].get<double>()) : std::string())
+          << ")";
+    out << "\n";
+  }
   out.flush();
+}
+
+// A plan's step timing across ranks (collective): wall seconds, per-stage compute, bubble.
+Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& trainer, int ranks) {
+  runtime::distributed::StepTiming timing;
+  CLEAVE_CHECK(trainer.gatherStepTiming(timing));
+  double compute = 0.0;
+  for (std::size_t i = 0; i < timing.forwardSeconds.size(); ++i)
+    compute += timing.forwardSeconds[i] + timing.backwardSeconds[i];
+  // The schedule's bubble (idle share of ranks x the schedule's wall time), as the simulator's.
+  double bubble = timing.scheduleSeconds > 0 ? 1.0 - compute / (ranks * timing.scheduleSeconds) : 0.0;
+  return Json{{"seconds", timing.stepSeconds},
+              {"schedule_seconds", timing.scheduleSeconds},
+              {"stage_forward_s", timing.forwardSeconds},
+              {"stage_backward_s", timing.backwardSeconds},
+              {"bubble", bubble}};
 }
 
 // A plan directory: its stages on this process (no RANK) or on this rank's share (under launch).
@@ -106,8 +136,12 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   }
   for (std::int64_t step = 0; step < flags.steps; ++step) {
     CLEAVE_TRY(double loss, trainer->step(data, step, schedule ? &*schedule : nullptr));
+    Json timing;
+    if (flags.timing) {
+      CLEAVE_TRY(timing, planStepTiming(*trainer, comm->worldSize()));
+    }
     if (comm->rank() == 0)
-      printStep(flags, step, loss, out);
+      printStep(flags, step, loss, timing, out);
   }
   err << "rank " << comm->rank() << " of " << comm->worldSize() << ": trained";
   for (const std::string& stage : trainer->ownStages())
@@ -134,8 +168,12 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, ir::graphInputNames(*graph)));
   CLEAVE_TRY(std::unique_ptr<runtime::Trainer> trainer, runtime::Trainer::create(graph, flags.options));
   for (std::int64_t step = 0; step < flags.steps; ++step) {
+    auto started = std::chrono::steady_clock::now();
     CLEAVE_TRY(double loss, trainer->step(data, step));
-    printStep(flags, step, loss, out);
+    Json timing;
+    if (flags.timing)
+      timing = Json{{"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}};
+    printStep(flags, step, loss, timing, out);
   }
   if (!outDir)
     return {};

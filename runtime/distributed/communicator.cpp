@@ -3,6 +3,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <map>
+
 #include "runtime/kernel.h"
 #include "base/strings.h"
 
@@ -20,35 +22,57 @@ public:
   int worldSize() const override { return env_.worldSize; }
 
   // Tag 2t carries the header, 2t + 1 the data.
-  Status send(const at::Tensor& original, int dst, std::uint32_t tag) override {
+  Status send(const at::Tensor& original, int dst, std::uint32_t tag, std::uint64_t shapeKey) override {
     at::Tensor tensor = toDense(original).to(at::kCPU).contiguous();
     if (tensor.dim() > kMaxRank)
       return Error(ErrorCode::Unsupported) << "a tensor of rank " << tensor.dim() << " (at most " << kMaxRank << ")";
+    std::string what = "send to rank " + std::to_string(dst);
+    if (shapeKey) {
+      auto [known, fresh] = sentShapes_.try_emplace({dst, shapeKey}, tensor.scalar_type(), tensor.sizes().vec());
+      if (!fresh && (known->second.first != tensor.scalar_type() || known->second.second != tensor.sizes().vec()))
+        return Error(ErrorCode::InvalidArgument)
+               << "rank " << env_.rank << ": " << what << " (tag " << tag << "): a " << tensor.scalar_type()
+               << c10::str(tensor.sizes()) << " where this value was " << known->second.first
+               << c10::str(at::IntArrayRef(known->second.second)) << " for microbatches of the same rows";
+      if (!fresh)
+        return guarded(what, [&] { post(tensor, dst, static_cast<int>(2 * tag + 1)); });
+    }
     at::Tensor header = at::zeros({2 + kMaxRank}, at::kLong);
     header[0] = static_cast<std::int64_t>(tensor.scalar_type());
     header[1] = tensor.dim();
     for (std::int64_t d = 0; d < tensor.dim(); ++d)
       header[2 + d] = tensor.size(d);
-    return guarded("send to rank " + std::to_string(dst), [&] {
-      std::vector<at::Tensor> headerList{header}, dataList{tensor};
-      pending_.push_back({group_->send(headerList, dst, static_cast<int>(2 * tag)), header});
-      pending_.push_back({group_->send(dataList, dst, static_cast<int>(2 * tag + 1)), tensor});
+    return guarded(what, [&] {
+      post(header, dst, static_cast<int>(2 * tag));
+      post(tensor, dst, static_cast<int>(2 * tag + 1));
     });
   }
 
-  Expected<at::Tensor> recv(int src, std::uint32_t tag) override {
-    at::Tensor header = at::zeros({2 + kMaxRank}, at::kLong), tensor;
+  Expected<at::Tensor> recv(int src, std::uint32_t tag, std::uint64_t shapeKey) override {
     std::string what = "receive from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
+    auto known = shapeKey ? receivedShapes_.find({src, shapeKey}) : receivedShapes_.end();
+    at::ScalarType type;
+    std::vector<std::int64_t> dims;
+    if (known != receivedShapes_.end()) {
+      type = known->second.first;
+      dims = known->second.second;
+    } else {
+      at::Tensor header = at::zeros({2 + kMaxRank}, at::kLong);
+      CLEAVE_CHECK(guarded(what, [&] {
+        std::vector<at::Tensor> list{header};
+        group_->recv(list, src, static_cast<int>(2 * tag))->wait(env_.timeout);
+      }));
+      const std::int64_t* h = header.data_ptr<std::int64_t>();
+      if (h[1] < 0 || h[1] > kMaxRank || h[0] < 0 || h[0] >= static_cast<std::int64_t>(at::ScalarType::NumOptions))
+        return Error(ErrorCode::ParseError) << what << ": a corrupt tensor header";
+      type = static_cast<at::ScalarType>(h[0]);
+      dims.assign(h + 2, h + 2 + h[1]);
+      if (shapeKey)
+        receivedShapes_[{src, shapeKey}] = {type, dims};
+    }
+    at::Tensor tensor;
     CLEAVE_CHECK(guarded(what, [&] {
-      std::vector<at::Tensor> list{header};
-      group_->recv(list, src, static_cast<int>(2 * tag))->wait(env_.timeout);
-    }));
-    const std::int64_t* h = header.data_ptr<std::int64_t>();
-    if (h[1] < 0 || h[1] > kMaxRank || h[0] < 0 || h[0] >= static_cast<std::int64_t>(at::ScalarType::NumOptions))
-      return Error(ErrorCode::ParseError) << what << ": a corrupt tensor header";
-    std::vector<std::int64_t> dims(h + 2, h + 2 + h[1]);
-    CLEAVE_CHECK(guarded(what, [&] {
-      tensor = at::empty(dims, at::TensorOptions().dtype(static_cast<at::ScalarType>(h[0])));
+      tensor = at::empty(dims, at::TensorOptions().dtype(type));
       std::vector<at::Tensor> list{tensor};
       group_->recv(list, src, static_cast<int>(2 * tag + 1))->wait(env_.timeout);
     }));
@@ -89,8 +113,17 @@ private:
     }
   }
 
+  // Posts one send, keeping the tensor alive until it completes.
+  void post(const at::Tensor& tensor, int dst, int tag) {
+    std::vector<at::Tensor> list{tensor};
+    pending_.push_back({group_->send(list, dst, tag), tensor});
+  }
+
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   DistributedEnv env_;
+  // Shapes by (peer, shape key) whose header has gone out / come in.
+  std::map<std::pair<int, std::uint64_t>, std::pair<at::ScalarType, std::vector<std::int64_t>>> sentShapes_,
+      receivedShapes_;
   // Posted sends with the tensors they read (kept alive until the send completes).
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> pending_;
 };
@@ -98,10 +131,10 @@ class LocalCommunicator final : public Communicator {
 public:
   int rank() const override { return 0; }
   int worldSize() const override { return 1; }
-  Status send(const at::Tensor&, int dst, std::uint32_t) override {
+  Status send(const at::Tensor&, int dst, std::uint32_t, std::uint64_t) override {
     return Error(ErrorCode::InvalidArgument) << "a single process has no rank " << dst << " to send to";
   }
-  Expected<at::Tensor> recv(int src, std::uint32_t) override {
+  Expected<at::Tensor> recv(int src, std::uint32_t, std::uint64_t) override {
     return Error(ErrorCode::InvalidArgument) << "a single process has no rank " << src << " to receive from";
   }
   Status finish() override { return {}; }

@@ -5,10 +5,16 @@
 // Guarantees: connect() returns once every rank has joined, or an Error naming the address and
 // the timeout. send() returns at once (the transfer completes when the receiver posts its
 // receive; finish() waits for every send); recv() blocks until the tensor arrives, or fails
-// after the timeout naming the peer and the tag. Tensors travel dense and contiguous; each is
-// preceded by a small header (dtype and dims), so a receiver needs no shape in advance (an
-// uneven last microbatch works). c10d's exceptions become one-line Errors.
-// Complexity: per tensor, one header of 18 int64 plus its bytes.
+// after the timeout naming the peer and the tag. Tensors travel dense and contiguous; the first
+// tensor of a shape key (below) between two ranks is preceded by a small header (dtype and dims),
+// so a receiver needs no shape in advance (an uneven last microbatch works); later tensors of that
+// key travel alone, in one message, into a buffer of the remembered shape. c10d's exceptions become
+// one-line Errors.
+// Shape keys: a caller that knows a tensor's shape is a function of something both ranks know (a
+// value, its direction, and the microbatch's row count) passes the same key on both sides; a send
+// whose tensor does not have its key's remembered dtype and dims fails naming both (never a
+// silent misread). Key 0 (the default): a header every time.
+// Complexity: per tensor, its bytes, plus one header of 18 int64 the first time of its key.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -29,8 +35,8 @@ public:
 
   virtual int rank() const = 0;
   virtual int worldSize() const = 0;
-  virtual Status send(const at::Tensor& tensor, int dst, std::uint32_t tag) = 0;
-  virtual Expected<at::Tensor> recv(int src, std::uint32_t tag) = 0;
+  virtual Status send(const at::Tensor& tensor, int dst, std::uint32_t tag, std::uint64_t shapeKey = 0) = 0;
+  virtual Expected<at::Tensor> recv(int src, std::uint32_t tag, std::uint64_t shapeKey = 0) = 0;
   virtual Status finish() = 0; // waits for every send posted so far
   virtual Status barrier() = 0;
   // Sums `tensor` (dense, contiguous, on the CPU) over every rank, in place.

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -18,6 +19,10 @@
 namespace cleave::runtime::distributed {
 
 namespace {
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 struct Stage {
   std::string name, file;
   std::vector<std::string> inputs, outputs;
@@ -61,6 +66,8 @@ struct PipelineTrainer::State {
   std::map<std::string, std::vector<at::Tensor>> ownCopies; // in stage order
   std::map<std::string, int> firstHolder;                   // parameter -> first stage holding it
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  StepTiming timing; // the last step's
+  std::vector<std::int64_t> microbatchRows; // this step's, per microbatch
 
   bool own(int stage) const { return stages[stage].rank == comm->rank(); }
   // Tags: (microbatch, value, reading stage, direction) packed densely; < 2^30 (see communicator).
@@ -70,6 +77,13 @@ struct PipelineTrainer::State {
     if (t >= (std::uint64_t(1) << 29))
       return Error(ErrorCode::Unsupported) << "too many microbatches x values x stages for message tags";
     return static_cast<std::uint32_t>(t);
+  }
+  // The communicator's shape key of a message: its value, reading stage and direction, and the
+  // rows of its microbatch (a value's shape follows them), so only a key's first message carries
+  // a header. Never 0 (0: no key).
+  std::uint64_t shapeKey(std::size_t m, const std::string& value, int reader, bool backward) const {
+    return 1 + ((static_cast<std::uint64_t>(microbatchRows[m]) * valueId.size() + valueId.at(value)) * stages.size() +
+                static_cast<std::uint64_t>(reader)) * 2 + (backward ? 1 : 0);
   }
 
   Status loadPlan(const std::string& dir);
@@ -151,7 +165,7 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
         value = runs[m].at(made->second).outputs.at(name).detach();
       } else {
         CLEAVE_TRY(std::uint32_t t, tag(m, name, i, false));
-        CLEAVE_TRY(value, comm->recv(stages[made->second].rank, t));
+        CLEAVE_TRY(value, comm->recv(stages[made->second].rank, t, shapeKey(m, name, i, false)));
       }
       if (made != producer.end() && at::isFloatingType(value.scalar_type()))
         value.requires_grad_(true);
@@ -159,12 +173,14 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
       if (made != producer.end())
         run.leaves[name] = value;
     }
+    auto started = std::chrono::steady_clock::now();
     CLEAVE_TRY(run.outputs, stages[i].executor->run(feeds));
+    timing.forwardSeconds[i] += secondsSince(started);
     for (const std::string& name : stages[i].outputs)
       for (int reader : readers[name])
         if (!own(reader)) {
           CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, false));
-          CLEAVE_CHECK(comm->send(run.outputs.at(name).detach(), stages[reader].rank, t));
+          CLEAVE_CHECK(comm->send(run.outputs.at(name).detach(), stages[reader].rank, t, shapeKey(m, name, reader, false)));
         }
     if (i == lossStage)
       lossSum += run.outputs.at(loss).item<double>() * share;
@@ -188,7 +204,7 @@ Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<s
           part = found == readerGrads.end() ? at::Tensor() : found->second;
         } else {
           CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, true));
-          CLEAVE_TRY(part, comm->recv(stages[reader].rank, t));
+          CLEAVE_TRY(part, comm->recv(stages[reader].rank, t, shapeKey(m, name, reader, true)));
         }
         if (part.defined())
           grad = grad.defined() ? grad + part : part;
@@ -198,6 +214,7 @@ Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<s
         grads.push_back(grad.to(output.scalar_type()));
       }
     }
+    auto started = std::chrono::steady_clock::now();
     try {
       if (!roots.empty())
         torch::autograd::backward(roots, grads);
@@ -205,6 +222,7 @@ Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<s
       return Error(ErrorCode::Unsupported) << "stage '" << stages[i].name << "': backward failed: "
                                            << firstLine(e.what_without_backtrace());
     }
+    timing.backwardSeconds[i] += secondsSince(started);
     for (const auto& [name, leaf] : run.leaves) {
       int made = producer.at(name);
       if (own(made)) {
@@ -213,7 +231,7 @@ Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<s
       }
       at::Tensor grad = leaf.grad().defined() ? leaf.grad() : at::zeros_like(leaf);
       CLEAVE_TRY(std::uint32_t t, tag(m, name, i, true));
-      CLEAVE_CHECK(comm->send(grad, stages[made].rank, t));
+      CLEAVE_CHECK(comm->send(grad, stages[made].rank, t, shapeKey(m, name, i, true)));
     }
     run.leaves.clear(); // the activations of this stage and microbatch are no longer needed
     run.outputs.clear();
@@ -400,11 +418,17 @@ std::vector<pipeline::Action> PipelineTrainer::State::ownActions(const pipeline:
 Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepIndex,
                                        const pipeline::Schedule* schedule) {
   State& s = *state_;
+  auto started = std::chrono::steady_clock::now();
+  s.timing.forwardSeconds.assign(s.stages.size(), 0.0);
+  s.timing.backwardSeconds.assign(s.stages.size(), 0.0);
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
   std::vector<double> shares;
-  for (const TensorMap& chunk : chunks)
+  s.microbatchRows.clear();
+  for (const TensorMap& chunk : chunks) {
+    s.microbatchRows.push_back(chunk.begin()->second.size(0));
     shares.push_back(static_cast<double>(chunk.begin()->second.size(0)) / static_cast<double>(s.options.batch));
+  }
   s.optimizer->zero_grad();
   std::vector<std::map<int, StageRun>> runs(chunks.size());
   double lossSum = 0.0;
@@ -419,11 +443,31 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
     }
   }
   CLEAVE_CHECK(s.comm->finish());
+  s.timing.scheduleSeconds = secondsSince(started);
   CLEAVE_CHECK(s.reduceTiedGradients());
   s.optimizer->step();
   at::Tensor loss = at::full({1}, lossSum, at::kDouble);
   CLEAVE_CHECK(s.comm->allReduceSum(loss));
+  s.timing.stepSeconds = secondsSince(started);
   return loss.item<double>();
+}
+
+const StepTiming& PipelineTrainer::lastStepTiming() const { return state_->timing; }
+
+Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
+  const std::size_t count = state_->stages.size();
+  at::Tensor costs = at::zeros({static_cast<std::int64_t>(2 * count)}, at::kDouble);
+  double* c = costs.data_ptr<double>();
+  for (std::size_t i = 0; i < count; ++i) { // other ranks' stages are zeros here
+    c[i] = state_->timing.forwardSeconds[i];
+    c[count + i] = state_->timing.backwardSeconds[i];
+  }
+  CLEAVE_CHECK(state_->comm->allReduceSum(costs));
+  timing.stepSeconds = state_->timing.stepSeconds;
+  timing.scheduleSeconds = state_->timing.scheduleSeconds;
+  timing.forwardSeconds.assign(c, c + count);
+  timing.backwardSeconds.assign(c + count, c + 2 * count);
+  return {};
 }
 
 } // namespace cleave::runtime::distributed

@@ -15,12 +15,14 @@
 // every rank is the batch's mean loss; losses follow the whole model's `cleave train` within float
 // rounding (tests/distributed_test.py).
 // Complexity: per step, each stage's forward and backward per microbatch, one message per (value,
-// reading stage) each way, one all-reduce per tied parameter and one for the loss. Tied copies
+// reading stage) each way (plus a shape header the first time of each value, direction and
+// microbatch row count: communicator.h's shape keys), one all-reduce per tied parameter and one for the loss. Tied copies
 // start equal: the first holder's value is broadcast (an all-reduce) at create.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/expected.h"
 #include "runtime/distributed/communicator.h"
@@ -28,6 +30,15 @@
 #include "runtime/train.h"
 
 namespace cleave::runtime::distributed {
+
+// Where a step's time went: its wall time on this rank (from reading its rows to the loss's
+// all-reduce), the part of it until the schedule's last action and its sends were done (before
+// tied gradients' all-reduce and the optimizer step), and, per stage, the seconds its forwards
+// and its backwards computed (summed over microbatches; waiting for a receive is not counted).
+struct StepTiming {
+  double stepSeconds = 0.0, scheduleSeconds = 0.0;
+  std::vector<double> forwardSeconds, backwardSeconds; // per stage
+};
 
 class PipelineTrainer {
 public:
@@ -46,6 +57,11 @@ public:
   // `outDir` as a plan directory like `planDir` (its plan.json, each stage's model with them), and
   // with `whole` (checked by checkWholeModel) also trained.onnx: the whole model with them.
   Status writeTrained(const std::string& planDir, const std::string& outDir, const ir::Graph* whole = nullptr);
+  // This rank's timing of its last step (other ranks' stages at 0).
+  const StepTiming& lastStepTiming() const;
+  // Collective: every stage's compute seconds of the last step (summed across ranks), with this
+  // rank's step wall time.
+  Status gatherStepTiming(StepTiming& timing) const;
   std::size_t stages() const;
   // The plan's graph inputs (what the data must hold).
   const std::vector<std::string>& graphInputs() const;

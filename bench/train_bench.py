@@ -1,0 +1,159 @@
+"""bench/train_bench.py - pipeline training on c10d against PyTorch eager (issue 15's performance).
+
+A 4-layer MLP with an MSE loss (Debian's PyTorch, random weights) trains K steps of SGD on the same
+data in four ways, interleaved per round with the order flipped every round:
+  torch        PyTorch eager in one process, the whole batch at once (2 intra-op threads)
+  whole        `cleave train MODEL` in one process (microbatches; 2 threads, the machine's cores)
+  1f1b         `cleave launch --nproc 2 -- cleave train PLAN2 --schedule 1f1b` (2 stages, 2 ranks)
+  interleaved  the same with a 4-stage plan and --schedule interleaved (2 stages per rank)
+(pipeline ranks get 1 thread each: cleave launch gives cores / ranks). Per side: the median step
+time over rounds (each run's first step dropped as warm-up) and the ratio to torch with [min,
+max] over rounds. For the pipelines, the measured bubble (cleave train --timing: 1 - compute /
+(ranks x the schedule's wall time, before the optimizer step)) against the schedule simulator's
+prediction for the same schedule with the measured per-stage F and B times and cleave's measured
+one-way message time for one microbatch's boundary as the transfer latency (bench_comm):
+`cleave schedule --simulate --costs ... --transfer-latency ...`.
+
+usage: /usr/bin/python3 bench/train_bench.py CLEAVE BENCH_COMM [--rounds R] [--steps K] [--width W]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+BATCH, MICROBATCHES = 256, 4
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.layers = torch.nn.Sequential(
+            torch.nn.Linear(256, width), torch.nn.ReLU(), torch.nn.Linear(width, width), torch.nn.ReLU(),
+            torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, 256))
+
+    def forward(self, x, target):
+        return ((self.layers(x) - target) ** 2).mean()  # MSE (aten::mse_loss does not export)
+
+
+def torch_steps(model, data, steps):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, target = torch.from_numpy(data["x"]), torch.from_numpy(data["target"])
+    times = []
+    for step in range(steps):
+        rows = slice((step * BATCH) % len(x), (step * BATCH) % len(x) + BATCH)
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        model(x[rows], target[rows]).backward()
+        optimizer.step()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def cleave_steps(cmd):
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    lines = [json.loads(line.split("] ", 1)[-1]) for line in out.splitlines() if "{" in line]
+    return lines
+
+
+def one_way_message_us(cleave, bench_comm, width):
+    """cleave's one-way send/recv time for one microbatch's boundary [rows, width] (bench_comm)."""
+    out = subprocess.run([cleave, "launch", "--nproc", "2", "--master-port", "29690", "--", bench_comm, "--rows",
+                          str(BATCH // MICROBATCHES), "--cols", str(width), "--iters", "300", "--rounds", "3"],
+                         capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        if "cleave send/recv round trip median" in line:
+            return float(line.split("median")[1].split()[0]) / 2
+    raise RuntimeError("bench_comm printed no round trip: " + out)
+
+
+def simulated_bubble(cleave, kind, stages, ranks, timings, latency_us):
+    """The simulator's bubble for `kind` with the measured per-stage F and B (per microbatch)."""
+    costs = []
+    for i in range(stages):
+        f = statistics.median(t["stage_forward_s"][i] for t in timings) / MICROBATCHES
+        b = statistics.median(t["stage_backward_s"][i] for t in timings) / MICROBATCHES
+        costs.append(f"{f * 1e6:.3f},{b * 1e6:.3f}")
+    out = subprocess.run([cleave, "schedule", "--kind", kind, "--stages", str(stages), "--ranks", str(ranks),
+                          "--microbatches", str(MICROBATCHES), "--simulate", "--costs", ";".join(costs),
+                          "--transfer-latency", f"{latency_us:.3f}", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["simulation"]["bubble_fraction"]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cleave")
+    parser.add_argument("bench_comm")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--width", type=int, default=1024)
+    args = parser.parse_args()
+    cleave, bench_comm = os.path.abspath(args.cleave), os.path.abspath(args.bench_comm)
+    torch.set_num_threads(2)
+    work = tempfile.mkdtemp(prefix="cleave_train_bench_")
+    torch.manual_seed(0)
+    module = Mlp(args.width)
+    model = os.path.join(work, "mlp.onnx")
+    torch.onnx.export(module, (torch.randn(BATCH, 256), torch.randn(BATCH, 256)), model,
+                      input_names=["x", "target"], output_names=["loss"], opset_version=13,
+                      do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+    rng = np.random.default_rng(1)
+    data = {"x": rng.standard_normal((BATCH * args.steps, 256), dtype=np.float32),
+            "target": rng.standard_normal((BATCH * args.steps, 256), dtype=np.float32)}
+    np.savez(os.path.join(work, "data.npz"), **data)
+    plans = {}
+    for stages in (2, 4):  # balanced by parameters (the MLP's FLOPs follow them; its batch dim is symbolic)
+        plans[stages] = os.path.join(work, f"plan{stages}")
+        subprocess.run([cleave, "pipeline", model, "--stages", str(stages), "--policy", "equal_params", "-o", plans[stages]],
+                       check=True, capture_output=True)
+    common = ["--data", os.path.join(work, "data.npz"), "--batch", str(BATCH), "--steps", str(args.steps),
+              "--microbatches", str(MICROBATCHES), "--lr", "0.01", "--json", "--timing"]
+    port = [29700]
+
+    def launched(plan, kind):
+        port[0] += 2
+        return [cleave, "launch", "--nproc", "2", "--master-port", str(port[0]), "--", "cleave", "train", plan,
+                *common, "--schedule", kind]
+
+    sides = {
+        "torch": lambda: torch_steps(Mlp(args.width), data, args.steps),
+        "whole": lambda: [t["seconds"] for t in cleave_steps([cleave, "train", model, *common])],
+        "1f1b": lambda: cleave_steps(launched(plans[2], "1f1b")),
+        "interleaved": lambda: cleave_steps(launched(plans[4], "interleaved")),
+    }
+    medians = {name: [] for name in sides}
+    timings = {"1f1b": [], "interleaved": []}
+    order = list(sides)
+    for r in range(args.rounds):
+        for name in (order if r % 2 == 0 else order[::-1]):
+            result = sides[name]()
+            if name in timings:
+                timings[name] += result[1:]
+                result = [t["seconds"] for t in result]
+            medians[name].append(statistics.median(result[1:]))
+    print(f"4-layer MLP 256-{args.width}-{args.width}-{args.width}-256, MSE, SGD; batch {BATCH} in {MICROBATCHES} "
+          f"microbatches; {args.steps} steps per run (first dropped), {args.rounds} interleaved rounds; "
+          f"torch threads {torch.get_num_threads()}, cleave whole 2 threads, pipeline ranks 2 x 1 thread")
+    base = medians["torch"]
+    for name, values in medians.items():
+        ratios = [v / b for v, b in zip(values, base)]
+        print(f"{name:12s} step median {statistics.median(values) * 1e3:8.2f} ms   vs torch "
+              f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}]")
+    latency_us = one_way_message_us(cleave, bench_comm, args.width)
+    print(f"cleave one-way message of one microbatch's boundary: {latency_us:.1f} us (bench_comm)")
+    for name, stages in (("1f1b", 2), ("interleaved", 4)):
+        measured = statistics.median(t["bubble"] for t in timings[name])
+        predicted = simulated_bubble(cleave, name, stages, 2, timings[name], latency_us)
+        print(f"{name:12s} bubble measured {measured:.3f}, simulator {predicted:.3f} "
+              f"(difference {abs(measured - predicted) / max(predicted, 1e-9) * 100:.0f}% of the prediction)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
