@@ -1,8 +1,9 @@
 """bench/train_bench.py - pipeline training on c10d against PyTorch eager (issue 15's performance).
 
 A 4-layer MLP with an MSE loss (Debian's PyTorch, random weights) trains K steps of SGD on the same
-data in four ways, interleaved per round with the order flipped every round:
+data in five ways, interleaved per round with the order flipped every round:
   torch        PyTorch eager in one process, the whole batch at once (2 intra-op threads)
+  torch_mb     the same in cleave's microbatches (gradients accumulated)
   whole        `cleave train MODEL` in one process (microbatches; 2 threads, the machine's cores)
   1f1b         `cleave launch --nproc 2 -- cleave train PLAN2 --schedule 1f1b` (2 stages, 2 ranks)
   interleaved  the same with a 4-stage plan and --schedule interleaved (2 stages per rank)
@@ -42,15 +43,18 @@ class Mlp(torch.nn.Module):
         return ((self.layers(x) - target) ** 2).mean()  # MSE (aten::mse_loss does not export)
 
 
-def torch_steps(model, data, steps):
+def torch_steps(model, data, steps, microbatches=1):
+    """Seconds per step of PyTorch eager SGD; with microbatches, gradients accumulated as cleave does."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x, target = torch.from_numpy(data["x"]), torch.from_numpy(data["target"])
     times = []
     for step in range(steps):
-        rows = slice((step * BATCH) % len(x), (step * BATCH) % len(x) + BATCH)
+        first = (step * BATCH) % len(x)
         start = time.perf_counter()
         optimizer.zero_grad()
-        model(x[rows], target[rows]).backward()
+        for chunk in range(microbatches):
+            rows = slice(first + chunk * BATCH // microbatches, first + (chunk + 1) * BATCH // microbatches)
+            (model(x[rows], target[rows]) / microbatches).backward()
         optimizer.step()
         times.append(time.perf_counter() - start)
     return times
@@ -124,6 +128,7 @@ def main():
 
     sides = {
         "torch": lambda: torch_steps(Mlp(args.width), data, args.steps),
+        "torch_mb": lambda: torch_steps(Mlp(args.width), data, args.steps, MICROBATCHES),
         "whole": lambda: [t["seconds"] for t in cleave_steps([cleave, "train", model, *common])],
         "1f1b": lambda: cleave_steps(launched(plans[2], "1f1b")),
         "interleaved": lambda: cleave_steps(launched(plans[4], "interleaved")),
