@@ -57,6 +57,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
       if (value != ir::kNoValue)
         ++executor->uses_[index(value)];
   executor->fusion_ = planFusions(g);
+  executor->shareWeightCaches();
   executor->blockedReaders_.assign(g.numValues(), BlockedReaders::No);
   for (std::uint32_t v = 0; v < g.numValues(); ++v) {
     auto users = g.users(ir::ValueId{v});
@@ -72,22 +73,52 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
   return executor;
 }
 
-// A parameter's tensor on the device; with `trainable`, aliases share their owner's tensor and
+// Products (MatMul, fused MatMul+Add) reading one stored weight share one kernel cache, so its
+// reordered copy is made once, not once per node: an exporter's deduplicated layers (a BERT
+// encoder's twelve identical layers read one set of weights through aliases) would otherwise
+// hold a copy per layer. Shared only among nodes of one kind, whose products have the same form
+// (linear() rebuilds a cache whose row count or bias presence differs). O(nodes log nodes).
+void Executor::shareWeightCaches() {
+  const ir::Graph& g = *graph_;
+  cacheSlot_ = IdVector<NodeId, NodeId>(g.numNodes());
+  std::map<std::pair<std::string_view, ir::ParamId>, NodeId> firstReader;
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    NodeId node{n};
+    cacheSlot_[node] = node;
+    if (g.kind(node) != ir::NodeKind::Op)
+      continue;
+    std::string_view kind;
+    ir::ValueId weight = ir::kNoValue;
+    const std::int32_t group = fusion_.groupOf[node];
+    if (group >= 0 && fusion_.groups[group].nodes.back() == node && fusion_.groups[group].operands.size() > 1) {
+      kind = fusedName(fusion_.groups[group].kind);
+      weight = fusion_.groups[group].operands[1];
+    } else if (g.opType(node) == "MatMul" && g.opDomain(node).empty() && g.inputs(node).size() == 2) {
+      kind = "MatMul";
+      weight = g.inputs(node)[1];
+    }
+    if (weight == ir::kNoValue || g.kind(g.producer(weight)) != ir::NodeKind::Parameter)
+      continue;
+    ir::ParamId owner = g.storageOf(g.parameters(g.producer(weight))[0]);
+    cacheSlot_[node] = firstReader.try_emplace({kind, owner}, node).first->second;
+  }
+}
+
+// A parameter's tensor on the device, loaded once per storage: aliases (ONNX's Identity of an
+// initializer, an exporter's deduplicated copies) share their owner's tensor; with `trainable`,
 // trained tensors are autograd leaves.
 Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param) {
   const ir::Graph& g = *graph_;
-  ir::ParamId owner = options_.trainable ? g.storageOf(param) : param;
-  if (options_.trainable && storageTensors_.empty())
+  ir::ParamId owner = g.storageOf(param);
+  if (storageTensors_.empty())
     storageTensors_.resize(g.numParameters());
-  if (options_.trainable && storageTensors_[index(owner)].defined())
+  if (storageTensors_[index(owner)].defined())
     return storageTensors_[index(owner)];
   CLEAVE_TRY(at::Tensor tensor, loadParameter(g, owner));
   if (options_.floatType && at::isFloatingType(tensor.scalar_type()))
     tensor = tensor.to(*options_.floatType);
   tensor = tensor.to(options_.device);
-  if (!options_.trainable)
-    return tensor;
-  if (at::isFloatingType(tensor.scalar_type()) && !g.parameter(owner).isBuffer)
+  if (options_.trainable && at::isFloatingType(tensor.scalar_type()) && !g.parameter(owner).isBuffer)
     tensor.requires_grad_(true);
   storageTensors_[index(owner)] = tensor;
   return tensor;
@@ -257,7 +288,7 @@ Expected<std::vector<at::Tensor>> Executor::callKernel(NodeId node, const FusedG
     return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << opName() << ", opset " << opset_
                                          << "): " << text;
   };
-  KernelContext context(g, node, opset_, std::move(operands), this, &caches_[node]);
+  KernelContext context(g, node, opset_, std::move(operands), this, &caches_[cacheSlot_[node]]);
   try {
     if (!stats || !stats->profileOps)
       return kernel.kernel(context);

@@ -94,6 +94,7 @@ private:
   void bindParameter(ir::NodeId node, RunState& state) const;
   TensorMap collectOutputs(ir::NodeId node, RunState& state) const;
   Status runOp(ir::NodeId node, RunState& state);
+  void shareWeightCaches();
   Expected<std::vector<at::Tensor>> callKernel(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
                                                std::vector<at::Tensor> operands, RunStats* stats);
   Status storeResults(ir::NodeId node, std::vector<at::Tensor> results, RunState& state) const;
@@ -104,8 +105,9 @@ private:
   std::int64_t opset_ = 0;
   IdVector<ir::NodeId, KernelEntry> kernels_;
   IdVector<ir::NodeId, at::Tensor> parameters_; // Parameter nodes' tensors
-  std::vector<at::Tensor> storageTensors_;      // trainable: per storage-owning parameter
+  std::vector<at::Tensor> storageTensors_;      // per storage-owning parameter, once loaded
   IdVector<ir::NodeId, KernelCache> caches_;    // per op node: what its kernel keeps (packed weights)
+  IdVector<ir::NodeId, ir::NodeId> cacheSlot_;  // per node: whose cache it uses (shareWeightCaches)
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)
   FusionPlan fusion_;                            // node groups run as one kernel (unobserved runs)
   // Per value: whether it may stay in the blocked layout: every reader is a kernel taking it, or
