@@ -21,7 +21,7 @@ Expected<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& 
   void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd(), 0);
   if (data == MAP_FAILED)
     return Error(ErrorCode::IoError) << "cannot map '" << path << "': " << std::strerror(errno);
-  return std::shared_ptr<const MappedFile>(new MappedFile(path, data, size));
+  return std::shared_ptr<const MappedFile>(new MappedFile(path, data, size, true));
 }
 
 Expected<std::shared_ptr<const MappedFile>> MappedFile::fromBytes(std::string name, std::string_view bytes) {
@@ -31,7 +31,12 @@ Expected<std::shared_ptr<const MappedFile>> MappedFile::fromBytes(std::string na
   if (data == MAP_FAILED)
     return Error(ErrorCode::IoError) << name << ": cannot map " << bytes.size() << " bytes";
   std::memcpy(data, bytes.data(), bytes.size());
-  return std::shared_ptr<const MappedFile>(new MappedFile(std::move(name), data, bytes.size()));
+  return std::shared_ptr<const MappedFile>(new MappedFile(std::move(name), data, bytes.size(), false));
+}
+
+void MappedFile::releaseResidentPages() const {
+  if (fromFile_) // a private, never written file mapping: dropped pages are read again from the file
+    ::madvise(data_, size_, MADV_DONTNEED);
 }
 
 } // namespace cleave

@@ -21,6 +21,11 @@ public:
 
   std::string_view bytes() const { return {static_cast<const char*>(data_), size_}; }
   const std::string& path() const { return path_; }
+  // Lets the pages touched so far leave this process's resident memory, for a reader that has
+  // copied out what it needs (the executor, its parameters): a file's pages come back from the
+  // file if touched again, so the bytes stay the same; an in-memory copy (fromBytes) is kept as
+  // it is. O(pages).
+  void releaseResidentPages() const;
 
   // Fails: NotFound (cannot open), InvalidArgument (not a regular file), ParseError (empty file),
   // IoError (mmap failed).
@@ -31,11 +36,12 @@ public:
   static Expected<std::shared_ptr<const MappedFile>> fromBytes(std::string name, std::string_view bytes);
 
 private:
-  MappedFile(std::string path, void* data, std::size_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
+  MappedFile(std::string path, void* data, std::size_t size, bool fromFile)
+      : path_(std::move(path)), data_(data), size_(size), fromFile_(fromFile) {}
   std::string path_;
   void* data_;
   std::size_t size_;
+  bool fromFile_; // a file's pages (releasable), not an anonymous copy
 };
 
 } // namespace cleave

@@ -51,6 +51,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
       return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' is a module or method call";
     }
   }
+  if (g.modelFile()) // the parameters are copied out: the model file's pages need not stay resident
+    g.modelFile()->releaseResidentPages();
   executor->uses_.assign(g.numValues(), 0);
   for (std::uint32_t n = 0; n < g.numNodes(); ++n)
     for (ir::ValueId value : g.inputs(NodeId{n}))
