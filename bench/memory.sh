@@ -10,11 +10,7 @@
 # Rounds (ROUNDS, default 3) alternate the order; printed are the medians over rounds and the
 # ratio cleave / ORT of both, with cleave's own peak of live activations (`--profile`).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/setup"
-"$root/scripts/build" "$root/build/release"
-zoo="${CLEAVE_ZOO_DIR:-${TMPDIR:-/tmp}/cleave_zoo}"
-/usr/bin/python3 "$root/tools/export_zoo.py" "$zoo" resnet50 bert_base >/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/zoo_models.sh" # root, zoo
 /usr/bin/python3 - "$root" "$zoo" "${ROUNDS:-3}" "${REPEAT:-3}" <<'PY'
 import json, os, statistics, subprocess, sys, tempfile
 import onnx

@@ -16,11 +16,7 @@
 # their [min, max] over the rounds: a range that straddles the goal is noise, not a result.
 # Goals (issue 4): cleave <= 1.5x ORT on both models; cut overhead <= 5%.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/setup"
-"$root/scripts/build" "$root/build/release"
-zoo="${CLEAVE_ZOO_DIR:-${TMPDIR:-/tmp}/cleave_zoo}"
-/usr/bin/python3 "$root/tools/export_zoo.py" "$zoo" resnet50 bert_base >/dev/null
+source "$(dirname "${BASH_SOURCE[0]}")/zoo_models.sh" # root, zoo
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cleave="$root/build/release/cleave"
