@@ -6,12 +6,14 @@ data in five ways, interleaved per round with the order flipped every round:
   torch_mb     the same in cleave's microbatches (gradients accumulated)
   whole        `cleave train MODEL` in one process (microbatches; 2 threads, the machine's cores)
   1f1b         `cleave launch --nproc 2 -- cleave train PLAN2 --schedule 1f1b` (2 stages, 2 ranks)
+  zero_bubble  the same plan with --schedule zero_bubble (backward split into I and W)
   interleaved  the same with a 4-stage plan and --schedule interleaved (2 stages per rank)
 (pipeline ranks get 1 thread each: cleave launch gives cores / ranks). Per side: the median step
 time over rounds (each run's first step dropped as warm-up) and the ratio to torch with [min,
 max] over rounds. For the pipelines, the measured bubble (cleave train --timing: 1 - compute /
 (ranks x the schedule's wall time, before the optimizer step)) against the schedule simulator's
-prediction for the same schedule with the measured per-stage F and B times and cleave's measured
+prediction for the same schedule with the measured per-stage F and B (zero bubble: F, I and W)
+times and cleave's measured
 one-way message time for one microbatch's boundary as the transfer latency (bench_comm):
 `cleave schedule --simulate --costs ... --transfer-latency ...`.
 
@@ -77,13 +79,18 @@ def one_way_message_us(cleave, bench_comm, width):
     raise RuntimeError("bench_comm printed no round trip: " + out)
 
 
+def stage_cost_us(timings, field, stage):
+    """The median over steps of one stage's seconds in `field`, per microbatch, in microseconds."""
+    return statistics.median(t[field][stage] for t in timings) / MICROBATCHES * 1e6
+
+
 def simulated_bubble(cleave, kind, stages, ranks, timings, latency_us):
-    """The simulator's bubble for `kind` with the measured per-stage F and B (per microbatch)."""
+    """The simulator's bubble for `kind` with the measured per-stage F, B and (when split) I and W."""
     costs = []
     for i in range(stages):
-        f = statistics.median(t["stage_forward_s"][i] for t in timings) / MICROBATCHES
-        b = statistics.median(t["stage_backward_s"][i] for t in timings) / MICROBATCHES
-        costs.append(f"{f * 1e6:.3f},{b * 1e6:.3f}")
+        f, b = stage_cost_us(timings, "stage_forward_s", i), stage_cost_us(timings, "stage_backward_s", i)
+        w = stage_cost_us(timings, "stage_weight_s", i)
+        costs.append(f"{f:.3f},{b:.3f}" + (f",{b - w:.3f},{w:.3f}" if w > 0 else ""))
     out = subprocess.run([cleave, "schedule", "--kind", kind, "--stages", str(stages), "--ranks", str(ranks),
                           "--microbatches", str(MICROBATCHES), "--simulate", "--costs", ";".join(costs),
                           "--transfer-latency", f"{latency_us:.3f}", "--json"],
@@ -131,10 +138,11 @@ def main():
         "torch_mb": lambda: torch_steps(Mlp(args.width), data, args.steps, MICROBATCHES),
         "whole": lambda: [t["seconds"] for t in cleave_steps([cleave, "train", model, *common])],
         "1f1b": lambda: cleave_steps(launched(plans[2], "1f1b")),
+        "zero_bubble": lambda: cleave_steps(launched(plans[2], "zero_bubble")),
         "interleaved": lambda: cleave_steps(launched(plans[4], "interleaved")),
     }
     medians = {name: [] for name in sides}
-    timings = {"1f1b": [], "interleaved": []}
+    timings = {"1f1b": [], "zero_bubble": [], "interleaved": []}
     order = list(sides)
     for r in range(args.rounds):
         for name in (order if r % 2 == 0 else order[::-1]):
@@ -153,11 +161,18 @@ def main():
               f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}]")
     latency_us = one_way_message_us(cleave, bench_comm, args.width)
     print(f"cleave one-way message of one microbatch's boundary: {latency_us:.1f} us (bench_comm)")
-    for name, stages in (("1f1b", 2), ("interleaved", 4)):
+    for name, stages in (("1f1b", 2), ("zero_bubble", 2), ("interleaved", 4)):
         measured = statistics.median(t["bubble"] for t in timings[name])
         predicted = simulated_bubble(cleave, name, stages, 2, timings[name], latency_us)
         print(f"{name:12s} bubble measured {measured:.3f}, simulator {predicted:.3f} "
               f"(difference {abs(measured - predicted) / max(predicted, 1e-9) * 100:.0f}% of the prediction)")
+    # The split backward's price: zero bubble's I + W against 1f1b's whole B, per stage.
+    for i in range(2):
+        b = stage_cost_us(timings["1f1b"], "stage_backward_s", i)
+        iw = stage_cost_us(timings["zero_bubble"], "stage_backward_s", i)
+        w = stage_cost_us(timings["zero_bubble"], "stage_weight_s", i)
+        print(f"stage {i} backward per microbatch: B {b:.0f} us; I {iw - w:.0f} + W {w:.0f} = {iw:.0f} us "
+              f"({iw / b:.2f}x B)")
 
 
 if __name__ == "__main__":

@@ -95,6 +95,7 @@ Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& train
               {"schedule_seconds", timing.scheduleSeconds},
               {"stage_forward_s", timing.forwardSeconds},
               {"stage_backward_s", timing.backwardSeconds},
+              {"stage_weight_s", timing.weightSeconds},
               {"bubble", bubble}};
 }
 

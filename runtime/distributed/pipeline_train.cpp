@@ -13,6 +13,7 @@
 #include "plan/plan_file.h"
 #include "runtime/executor.h"
 #include "runtime/microbatch.h"
+#include "runtime/split_backward.h"
 #include "base/file_io.h"
 #include "base/strings.h"
 
@@ -35,6 +36,7 @@ struct Stage {
 // until its backward; then only the gradients of the leaves a stage on this rank made.
 struct StageRun {
   TensorMap leaves, outputs, leafGrads;
+  PendingWeightBackward pendingWeights; // after I, until W
 };
 
 // Trainable tensors of a graph (storage owners, floating, not buffers): name -> (dtype, dims).
@@ -89,7 +91,11 @@ struct PipelineTrainer::State {
   Status loadPlan(const std::string& dir);
   Status forwardStage(std::size_t m, int stage, const TensorMap& chunk, std::vector<std::map<int, StageRun>>& runs,
                       double& loss, double share);
-  Status backwardStage(std::size_t m, int stage, std::vector<std::map<int, StageRun>>& runs, double share);
+  Status outputGradients(std::size_t m, int stage, std::vector<std::map<int, StageRun>>& runs, double share,
+                         std::vector<at::Tensor>& roots, std::vector<at::Tensor>& grads);
+  Status backwardStage(std::size_t m, int stage, std::vector<std::map<int, StageRun>>& runs, double share,
+                       bool inputsOnly);
+  Status weightBackwardStage(std::size_t m, int stage, std::vector<std::map<int, StageRun>>& runs);
   // The (type, stage, microbatch) compute actions this rank runs, in order: its part of
   // `schedule`, or (no schedule) GPipe over every own stage.
   std::vector<pipeline::Action> ownActions(const pipeline::Schedule* schedule, std::size_t microbatches) const;
@@ -188,33 +194,58 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
   return {};
 }
 
-Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<std::map<int, StageRun>>& runs,
-                                             double share) {
-  {
-    StageRun& run = runs[m].at(i);
-    std::vector<at::Tensor> roots, grads;
-    for (const std::string& name : stages[i].outputs) {
-      const at::Tensor& output = run.outputs.at(name);
-      at::Tensor grad = name == loss ? at::full_like(output, share) : at::Tensor();
-      for (int reader : readers[name]) {
-        at::Tensor part;
-        if (own(reader)) {
-          const TensorMap& readerGrads = runs[m].at(reader).leafGrads;
-          auto found = readerGrads.find(name);
-          part = found == readerGrads.end() ? at::Tensor() : found->second;
-        } else {
-          CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, true));
-          CLEAVE_TRY(part, comm->recv(stages[reader].rank, t, shapeKey(m, name, reader, true)));
-        }
-        if (part.defined())
-          grad = grad.defined() ? grad + part : part;
+// The gradients arriving at a stage's outputs for microbatch m: from the stages reading each
+// output (received, or taken from a local reader's leaf gradients) plus the loss's share.
+// Returns the outputs that get one (roots) and their gradients.
+Status PipelineTrainer::State::outputGradients(std::size_t m, int i, std::vector<std::map<int, StageRun>>& runs,
+                                               double share, std::vector<at::Tensor>& roots,
+                                               std::vector<at::Tensor>& grads) {
+  StageRun& run = runs[m].at(i);
+  for (const std::string& name : stages[i].outputs) {
+    const at::Tensor& output = run.outputs.at(name);
+    at::Tensor grad = name == loss ? at::full_like(output, share) : at::Tensor();
+    for (int reader : readers[name]) {
+      at::Tensor part;
+      if (own(reader)) {
+        const TensorMap& readerGrads = runs[m].at(reader).leafGrads;
+        auto found = readerGrads.find(name);
+        part = found == readerGrads.end() ? at::Tensor() : found->second;
+      } else {
+        CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, true));
+        CLEAVE_TRY(part, comm->recv(stages[reader].rank, t, shapeKey(m, name, reader, true)));
       }
-      if (grad.defined() && output.requires_grad()) {
-        roots.push_back(output);
-        grads.push_back(grad.to(output.scalar_type()));
-      }
+      if (part.defined())
+        grad = grad.defined() ? grad + part : part;
     }
-    auto started = std::chrono::steady_clock::now();
+    if (grad.defined() && output.requires_grad()) {
+      roots.push_back(output);
+      grads.push_back(grad.to(output.scalar_type()));
+    }
+  }
+  return {};
+}
+
+// B (whole backward) or I (inputs' gradients only; W later): backpropagates the stage's output
+// gradients, then hands each leaf's gradient to its producer (kept for a local one, sent to a
+// remote one; zeros where none reached it, since the producer waits for it).
+Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<std::map<int, StageRun>>& runs,
+                                             double share, bool inputsOnly) {
+  StageRun& run = runs[m].at(i);
+  std::vector<at::Tensor> roots, grads;
+  CLEAVE_CHECK(outputGradients(m, i, runs, share, roots, grads));
+  std::vector<std::string> leafNames;
+  std::vector<at::Tensor> leaves, leafGrads;
+  for (const auto& [name, leaf] : run.leaves) {
+    leafNames.push_back(name);
+    leaves.push_back(leaf);
+  }
+  auto started = std::chrono::steady_clock::now();
+  if (inputsOnly) {
+    Expected<std::vector<at::Tensor>> found = backwardInputs(roots, grads, leaves, run.pendingWeights);
+    if (!found)
+      return std::move(found.error().withContext("stage '" + stages[i].name + "'"));
+    leafGrads = std::move(*found);
+  } else {
     try {
       if (!roots.empty())
         torch::autograd::backward(roots, grads);
@@ -222,20 +253,38 @@ Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<s
       return Error(ErrorCode::Unsupported) << "stage '" << stages[i].name << "': backward failed: "
                                            << firstLine(e.what_without_backtrace());
     }
-    timing.backwardSeconds[i] += secondsSince(started);
-    for (const auto& [name, leaf] : run.leaves) {
-      int made = producer.at(name);
-      if (own(made)) {
-        run.leafGrads[name] = leaf.grad();
-        continue;
-      }
-      at::Tensor grad = leaf.grad().defined() ? leaf.grad() : at::zeros_like(leaf);
-      CLEAVE_TRY(std::uint32_t t, tag(m, name, i, true));
-      CLEAVE_CHECK(comm->send(grad, stages[made].rank, t, shapeKey(m, name, i, true)));
-    }
-    run.leaves.clear(); // the activations of this stage and microbatch are no longer needed
-    run.outputs.clear();
+    for (const at::Tensor& leaf : leaves)
+      leafGrads.push_back(leaf.grad());
   }
+  timing.backwardSeconds[i] += secondsSince(started);
+  for (std::size_t l = 0; l < leaves.size(); ++l) {
+    const std::string& name = leafNames[l];
+    int made = producer.at(name);
+    if (own(made)) {
+      run.leafGrads[name] = leafGrads[l];
+      continue;
+    }
+    at::Tensor grad = leafGrads[l].defined() ? leafGrads[l] : at::zeros_like(leaves[l]);
+    CLEAVE_TRY(std::uint32_t t, tag(m, name, i, true));
+    CLEAVE_CHECK(comm->send(grad, stages[made].rank, t, shapeKey(m, name, i, true)));
+  }
+  run.leaves.clear(); // the activations of this stage and microbatch are no longer needed
+  run.outputs.clear(); // (what W needs, pendingWeights keeps)
+  return {};
+}
+
+// W: the parameters' gradients that stage i's I for microbatch m held back.
+Status PipelineTrainer::State::weightBackwardStage(std::size_t m, int i, std::vector<std::map<int, StageRun>>& runs) {
+  auto run = runs[m].find(i);
+  if (run == runs[m].end())
+    return Error(ErrorCode::InvalidArgument) << "stage '" << stages[i].name << "': W of microbatch " << m << " before its I";
+  auto started = std::chrono::steady_clock::now();
+  Status done = backwardWeights(run->second.pendingWeights);
+  if (!done)
+    return std::move(done.error().withContext("stage '" + stages[i].name + "'"));
+  double seconds = secondsSince(started);
+  timing.backwardSeconds[i] += seconds;
+  timing.weightSeconds[i] += seconds;
   return {};
 }
 
@@ -421,6 +470,7 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   auto started = std::chrono::steady_clock::now();
   s.timing.forwardSeconds.assign(s.stages.size(), 0.0);
   s.timing.backwardSeconds.assign(s.stages.size(), 0.0);
+  s.timing.weightSeconds.assign(s.stages.size(), 0.0);
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
   std::vector<double> shares;
@@ -437,9 +487,10 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
     std::size_t m = action.microbatch;
     switch (action.type) {
     case pipeline::ActionType::Forward: CLEAVE_CHECK(s.forwardStage(m, stage, chunks[m], runs, lossSum, shares[m])); break;
-    case pipeline::ActionType::Backward:
-    case pipeline::ActionType::BackwardInput: CLEAVE_CHECK(s.backwardStage(m, stage, runs, shares[m])); break;
-    default: break; // W: the weight gradients came with I; SEND/RECV: implied by F and B
+    case pipeline::ActionType::Backward: CLEAVE_CHECK(s.backwardStage(m, stage, runs, shares[m], false)); break;
+    case pipeline::ActionType::BackwardInput: CLEAVE_CHECK(s.backwardStage(m, stage, runs, shares[m], true)); break;
+    case pipeline::ActionType::BackwardWeight: CLEAVE_CHECK(s.weightBackwardStage(m, stage, runs)); break;
+    default: break; // SEND/RECV: implied by F and B
     }
   }
   CLEAVE_CHECK(s.comm->finish());
@@ -456,17 +507,18 @@ const StepTiming& PipelineTrainer::lastStepTiming() const { return state_->timin
 
 Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
   const std::size_t count = state_->stages.size();
-  at::Tensor costs = at::zeros({static_cast<std::int64_t>(2 * count)}, at::kDouble);
+  const std::vector<double>* parts[] = {&state_->timing.forwardSeconds, &state_->timing.backwardSeconds,
+                                        &state_->timing.weightSeconds};
+  at::Tensor costs = at::zeros({static_cast<std::int64_t>(3 * count)}, at::kDouble);
   double* c = costs.data_ptr<double>();
-  for (std::size_t i = 0; i < count; ++i) { // other ranks' stages are zeros here
-    c[i] = state_->timing.forwardSeconds[i];
-    c[count + i] = state_->timing.backwardSeconds[i];
-  }
+  for (std::size_t p = 0; p < 3; ++p) // other ranks' stages are zeros here
+    std::copy(parts[p]->begin(), parts[p]->end(), c + p * count);
   CLEAVE_CHECK(state_->comm->allReduceSum(costs));
   timing.stepSeconds = state_->timing.stepSeconds;
   timing.scheduleSeconds = state_->timing.scheduleSeconds;
   timing.forwardSeconds.assign(c, c + count);
   timing.backwardSeconds.assign(c + count, c + 2 * count);
+  timing.weightSeconds.assign(c + 2 * count, c + 3 * count);
   return {};
 }
 

@@ -35,9 +35,10 @@ namespace cleave::runtime::distributed {
 // all-reduce), the part of it until the schedule's last action and its sends were done (before
 // tied gradients' all-reduce and the optimizer step), and, per stage, the seconds its forwards
 // and its backwards computed (summed over microbatches; waiting for a receive is not counted).
+// A backward split into I and W (zero bubble) counts both; weightSeconds is W's part.
 struct StepTiming {
   double stepSeconds = 0.0, scheduleSeconds = 0.0;
-  std::vector<double> forwardSeconds, backwardSeconds; // per stage
+  std::vector<double> forwardSeconds, backwardSeconds, weightSeconds; // per stage
 };
 
 class PipelineTrainer {
@@ -47,7 +48,7 @@ public:
   ~PipelineTrainer();
   // One step; every rank returns the batch's mean loss. `schedule` (stages and microbatches as
   // the plan's and the options'; stage s on rank s % ranks) orders this rank's F and B / I
-  // actions (W is done with I); none: GPipe.
+  // actions (I gives the inputs' gradients, W later the parameters': runtime/split_backward.h); none: GPipe.
   Expected<double> step(const TensorMap& data, std::int64_t stepIndex, const pipeline::Schedule* schedule = nullptr);
   // Whether `whole` is the model the plan was cut from, as far as training goes: it trains the
   // same parameters (names, dtypes, shapes) as the plan's stages together. Fails naming the first
