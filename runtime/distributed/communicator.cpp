@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <map>
+#include <set>
 
 #include "runtime/kernel.h"
 #include "base/strings.h"
@@ -48,35 +49,53 @@ public:
     });
   }
 
-  Expected<at::Tensor> recv(int src, std::uint32_t tag, std::uint64_t shapeKey) override {
-    std::string what = "receive from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
+  Status postRecv(int src, std::uint32_t tag, std::uint64_t shapeKey) override {
+    auto [slot, fresh] = posted_.try_emplace({src, tag});
+    if (!fresh)
+      return {};
+    PostedRecv& posted = slot->second;
+    posted.shapeKey = shapeKey;
     auto known = shapeKey ? receivedShapes_.find({src, shapeKey}) : receivedShapes_.end();
-    at::ScalarType type;
-    std::vector<std::int64_t> dims;
-    if (known != receivedShapes_.end()) {
-      type = known->second.first;
-      dims = known->second.second;
-    } else {
-      at::Tensor header = at::zeros({2 + kMaxRank}, at::kLong);
-      CLEAVE_CHECK(guarded(what, [&] {
-        std::vector<at::Tensor> list{header};
-        group_->recv(list, src, static_cast<int>(2 * tag))->wait(env_.timeout);
-      }));
-      const std::int64_t* h = header.data_ptr<std::int64_t>();
+    if (known != receivedShapes_.end())
+      return postData(src, tag, posted, known->second.first, known->second.second);
+    // An earlier message of this key carries the header (a channel keeps its order, as the
+    // validator requires), so this one travels alone: its data is posted once that header is in.
+    if (shapeKey && !headersPosted_.insert({src, shapeKey}).second)
+      return {};
+    posted.header = at::zeros({2 + kMaxRank}, at::kLong);
+    return guarded(receiveName(src, tag), [&] {
+      std::vector<at::Tensor> list{posted.header};
+      posted.headerWork = group_->recv(list, src, static_cast<int>(2 * tag));
+    });
+  }
+
+  Expected<at::Tensor> recv(int src, std::uint32_t tag, std::uint64_t shapeKey) override {
+    CLEAVE_CHECK(postRecv(src, tag, shapeKey));
+    auto slot = posted_.find({src, tag});
+    PostedRecv posted = std::move(slot->second);
+    posted_.erase(slot);
+    const std::string what = receiveName(src, tag);
+    if (posted.headerWork) {
+      CLEAVE_CHECK(guarded(what, [&] { posted.headerWork->wait(env_.timeout); }));
+      const std::int64_t* h = posted.header.data_ptr<std::int64_t>();
       if (h[1] < 0 || h[1] > kMaxRank || h[0] < 0 || h[0] >= static_cast<std::int64_t>(at::ScalarType::NumOptions))
         return Error(ErrorCode::ParseError) << what << ": a corrupt tensor header";
-      type = static_cast<at::ScalarType>(h[0]);
-      dims.assign(h + 2, h + 2 + h[1]);
-      if (shapeKey)
-        receivedShapes_[{src, shapeKey}] = {type, dims};
+      auto type = static_cast<at::ScalarType>(h[0]);
+      std::vector<std::int64_t> dims(h + 2, h + 2 + h[1]);
+      if (posted.shapeKey) {
+        receivedShapes_[{src, posted.shapeKey}] = {type, dims};
+        headersPosted_.erase({src, posted.shapeKey});
+      }
+      CLEAVE_CHECK(postData(src, tag, posted, type, dims));
+    } else if (!posted.dataWork) { // posted behind its key's header, which has come in since
+      auto known = receivedShapes_.find({src, posted.shapeKey});
+      if (known == receivedShapes_.end())
+        return Error(ErrorCode::InvalidArgument) << what << ": received before the message of its shape key that carries "
+                                                 << "the header (a channel must keep its order)";
+      CLEAVE_CHECK(postData(src, tag, posted, known->second.first, known->second.second));
     }
-    at::Tensor tensor;
-    CLEAVE_CHECK(guarded(what, [&] {
-      tensor = at::empty(dims, at::TensorOptions().dtype(type));
-      std::vector<at::Tensor> list{tensor};
-      group_->recv(list, src, static_cast<int>(2 * tag + 1))->wait(env_.timeout);
-    }));
-    return tensor;
+    CLEAVE_CHECK(guarded(what, [&] { posted.dataWork->wait(env_.timeout); }));
+    return posted.data;
   }
 
   Status finish() override {
@@ -113,6 +132,26 @@ private:
     }
   }
 
+  // A receive posted ahead: its header's (when its key has no shape yet), then its data's.
+  struct PostedRecv {
+    std::uint64_t shapeKey = 0;
+    at::Tensor header, data;
+    c10::intrusive_ptr<c10d::Work> headerWork, dataWork;
+  };
+
+  static std::string receiveName(int src, std::uint32_t tag) {
+    return "receive from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
+  }
+
+  Status postData(int src, std::uint32_t tag, PostedRecv& posted, at::ScalarType type,
+                  const std::vector<std::int64_t>& dims) {
+    return guarded(receiveName(src, tag), [&] {
+      posted.data = at::empty(dims, at::TensorOptions().dtype(type));
+      std::vector<at::Tensor> list{posted.data};
+      posted.dataWork = group_->recv(list, src, static_cast<int>(2 * tag + 1));
+    });
+  }
+
   // Posts one send, keeping the tensor alive until it completes.
   void post(const at::Tensor& tensor, int dst, int tag) {
     std::vector<at::Tensor> list{tensor};
@@ -124,6 +163,10 @@ private:
   // Shapes by (peer, shape key) whose header has gone out / come in.
   std::map<std::pair<int, std::uint64_t>, std::pair<at::ScalarType, std::vector<std::int64_t>>> sentShapes_,
       receivedShapes_;
+  // (peer, shape key) whose first message's header receive is posted and not yet in.
+  std::set<std::pair<int, std::uint64_t>> headersPosted_;
+  // Receives posted ahead by (peer, tag), until their recv().
+  std::map<std::pair<int, std::uint32_t>, PostedRecv> posted_;
   // Posted sends with the tensors they read (kept alive until the send completes).
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> pending_;
 };
@@ -135,6 +178,9 @@ public:
     return Error(ErrorCode::InvalidArgument) << "a single process has no rank " << dst << " to send to";
   }
   Expected<at::Tensor> recv(int src, std::uint32_t, std::uint64_t) override {
+    return Error(ErrorCode::InvalidArgument) << "a single process has no rank " << src << " to receive from";
+  }
+  Status postRecv(int src, std::uint32_t, std::uint64_t) override {
     return Error(ErrorCode::InvalidArgument) << "a single process has no rank " << src << " to receive from";
   }
   Status finish() override { return {}; }

@@ -14,6 +14,10 @@
 // value, its direction, and the microbatch's row count) passes the same key on both sides; a send
 // whose tensor does not have its key's remembered dtype and dims fails naming both (never a
 // silent misread). Key 0 (the default): a header every time.
+// Posted receives: postRecv() starts a receive now (a Gloo transfer starts only once its receive
+// is posted), so the data travels while this rank computes; the recv() of the same (peer, tag)
+// then only waits for it. A receive whose key has no shape yet posts its header's receive, and its
+// data's once the header is in.
 // Complexity: per tensor, its bytes, plus one header of 18 int64 the first time of its key.
 #pragma once
 
@@ -37,6 +41,8 @@ public:
   virtual int worldSize() const = 0;
   virtual Status send(const at::Tensor& tensor, int dst, std::uint32_t tag, std::uint64_t shapeKey = 0) = 0;
   virtual Expected<at::Tensor> recv(int src, std::uint32_t tag, std::uint64_t shapeKey = 0) = 0;
+  // Starts recv(src, tag, shapeKey) ahead of time; posting one twice is a no-op.
+  virtual Status postRecv(int src, std::uint32_t tag, std::uint64_t shapeKey = 0) = 0;
   virtual Status finish() = 0; // waits for every send posted so far
   virtual Status barrier() = 0;
   // Sums `tensor` (dense, contiguous, on the CPU) over every rank, in place.

@@ -99,9 +99,38 @@ struct PipelineTrainer::State {
   // The (type, stage, microbatch) compute actions this rank runs, in order: its part of
   // `schedule`, or (no schedule) GPipe over every own stage.
   std::vector<pipeline::Action> ownActions(const pipeline::Schedule* schedule, std::size_t microbatches) const;
+  // Posts the receives `action` will make (communicator.h), so their transfers overlap the
+  // actions before it.
+  Status postReceives(const pipeline::Action& action);
   Status reduceTiedGradients();
   Status broadcastTiedParameters();
 };
+
+// How many compute actions ahead a rank posts its receives: one action's compute covers the
+// next messages' transfer, and a second absorbs jitter; more would only hold buffers longer.
+constexpr std::size_t kReceiveLookahead = 2;
+
+Status PipelineTrainer::State::postReceives(const pipeline::Action& action) {
+  const int i = static_cast<int>(action.stage);
+  const std::size_t m = action.microbatch;
+  if (action.type == pipeline::ActionType::Forward) {
+    for (const std::string& name : stages[i].inputs) {
+      auto made = producer.find(name);
+      if (made != producer.end() && !own(made->second)) {
+        CLEAVE_TRY(std::uint32_t t, tag(m, name, i, false));
+        CLEAVE_CHECK(comm->postRecv(stages[made->second].rank, t, shapeKey(m, name, i, false)));
+      }
+    }
+  } else if (action.type == pipeline::ActionType::Backward || action.type == pipeline::ActionType::BackwardInput) {
+    for (const std::string& name : stages[i].outputs)
+      for (int reader : readers[name])
+        if (!own(reader)) {
+          CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, true));
+          CLEAVE_CHECK(comm->postRecv(stages[reader].rank, t, shapeKey(m, name, reader, true)));
+        }
+  }
+  return {};
+}
 
 Status PipelineTrainer::State::loadPlan(const std::string& dir) {
   CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(dir));
@@ -482,7 +511,12 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   s.optimizer->zero_grad();
   std::vector<std::map<int, StageRun>> runs(chunks.size());
   double lossSum = 0.0;
-  for (const pipeline::Action& action : s.ownActions(schedule, chunks.size())) {
+  const std::vector<pipeline::Action> actions = s.ownActions(schedule, chunks.size());
+  std::size_t received = 0; // actions whose receives are posted
+  for (std::size_t k = 0; k < actions.size(); ++k) {
+    for (; received < std::min(actions.size(), k + 1 + kReceiveLookahead); ++received)
+      CLEAVE_CHECK(s.postReceives(actions[received]));
+    const pipeline::Action& action = actions[k];
     int stage = static_cast<int>(action.stage);
     std::size_t m = action.microbatch;
     switch (action.type) {
