@@ -166,6 +166,14 @@ def main():
         predicted = simulated_bubble(cleave, name, stages, 2, timings[name], latency_us)
         print(f"{name:12s} bubble measured {measured:.3f}, simulator {predicted:.3f} "
               f"(difference {abs(measured - predicted) / max(predicted, 1e-9) * 100:.0f}% of the prediction)")
+        for rank in range(2):  # where each rank's schedule time went (stage s runs on rank s % 2)
+            med = lambda f: statistics.median(f(t) for t in timings[name]) * 1e3
+            wall = med(lambda t: t["rank_schedule_s"][rank])
+            compute = med(lambda t: sum(t["stage_forward_s"][s] + t["stage_backward_s"][s]
+                                        for s in range(rank, stages, 2)))
+            wait = med(lambda t: t["rank_wait_s"][rank])
+            print(f"{'':12s} rank {rank}: schedule {wall:.1f} ms = compute {compute:.1f} + receive waits {wait:.1f} "
+                  f"+ between actions {wall - compute - wait:.1f}")
     # The split backward's price: zero bubble's I + W against 1f1b's whole B, per stage.
     for i in range(2):
         b = stage_cost_us(timings["1f1b"], "stage_backward_s", i)

@@ -96,6 +96,8 @@ Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& train
               {"stage_forward_s", timing.forwardSeconds},
               {"stage_backward_s", timing.backwardSeconds},
               {"stage_weight_s", timing.weightSeconds},
+              {"rank_schedule_s", timing.rankScheduleSeconds},
+              {"rank_wait_s", timing.rankWaitSeconds},
               {"bubble", bubble}};
 }
 

@@ -102,6 +102,13 @@ struct PipelineTrainer::State {
   // Posts the receives `action` will make (communicator.h), so their transfers overlap the
   // actions before it.
   Status postReceives(const pipeline::Action& action);
+  // comm->recv, its wait counted in the step's timing.
+  Expected<at::Tensor> receive(int src, std::uint32_t tag, std::uint64_t key) {
+    auto started = std::chrono::steady_clock::now();
+    Expected<at::Tensor> tensor = comm->recv(src, tag, key);
+    timing.rankWaitSeconds[static_cast<std::size_t>(comm->rank())] += secondsSince(started);
+    return tensor;
+  }
   Status reduceTiedGradients();
   Status broadcastTiedParameters();
 };
@@ -200,7 +207,7 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
         value = runs[m].at(made->second).outputs.at(name).detach();
       } else {
         CLEAVE_TRY(std::uint32_t t, tag(m, name, i, false));
-        CLEAVE_TRY(value, comm->recv(stages[made->second].rank, t, shapeKey(m, name, i, false)));
+        CLEAVE_TRY(value, receive(stages[made->second].rank, t, shapeKey(m, name, i, false)));
       }
       if (made != producer.end() && at::isFloatingType(value.scalar_type()))
         value.requires_grad_(true);
@@ -241,7 +248,7 @@ Status PipelineTrainer::State::outputGradients(std::size_t m, int i, std::vector
         part = found == readerGrads.end() ? at::Tensor() : found->second;
       } else {
         CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, true));
-        CLEAVE_TRY(part, comm->recv(stages[reader].rank, t, shapeKey(m, name, reader, true)));
+        CLEAVE_TRY(part, receive(stages[reader].rank, t, shapeKey(m, name, reader, true)));
       }
       if (part.defined())
         grad = grad.defined() ? grad + part : part;
@@ -500,6 +507,8 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   s.timing.forwardSeconds.assign(s.stages.size(), 0.0);
   s.timing.backwardSeconds.assign(s.stages.size(), 0.0);
   s.timing.weightSeconds.assign(s.stages.size(), 0.0);
+  s.timing.rankScheduleSeconds.assign(static_cast<std::size_t>(s.comm->worldSize()), 0.0);
+  s.timing.rankWaitSeconds.assign(static_cast<std::size_t>(s.comm->worldSize()), 0.0);
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
   std::vector<double> shares;
@@ -529,6 +538,7 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   }
   CLEAVE_CHECK(s.comm->finish());
   s.timing.scheduleSeconds = secondsSince(started);
+  s.timing.rankScheduleSeconds[static_cast<std::size_t>(s.comm->rank())] = s.timing.scheduleSeconds;
   CLEAVE_CHECK(s.reduceTiedGradients());
   s.optimizer->step();
   at::Tensor loss = at::full({1}, lossSum, at::kDouble);
@@ -540,19 +550,23 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
 const StepTiming& PipelineTrainer::lastStepTiming() const { return state_->timing; }
 
 Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
-  const std::size_t count = state_->stages.size();
-  const std::vector<double>* parts[] = {&state_->timing.forwardSeconds, &state_->timing.backwardSeconds,
-                                        &state_->timing.weightSeconds};
-  at::Tensor costs = at::zeros({static_cast<std::int64_t>(3 * count)}, at::kDouble);
-  double* c = costs.data_ptr<double>();
-  for (std::size_t p = 0; p < 3; ++p) // other ranks' stages are zeros here
-    std::copy(parts[p]->begin(), parts[p]->end(), c + p * count);
-  CLEAVE_CHECK(state_->comm->allReduceSum(costs));
-  timing.stepSeconds = state_->timing.stepSeconds;
-  timing.scheduleSeconds = state_->timing.scheduleSeconds;
-  timing.forwardSeconds.assign(c, c + count);
-  timing.backwardSeconds.assign(c + count, c + 2 * count);
-  timing.weightSeconds.assign(c + 2 * count, c + 3 * count);
+  const StepTiming& own = state_->timing; // other ranks' slots are zeros here: a sum gathers them
+  const std::vector<double>* parts[] = {&own.forwardSeconds, &own.backwardSeconds, &own.weightSeconds,
+                                        &own.rankScheduleSeconds, &own.rankWaitSeconds};
+  std::vector<std::int64_t> offsets{0};
+  for (const std::vector<double>* part : parts)
+    offsets.push_back(offsets.back() + static_cast<std::int64_t>(part->size()));
+  at::Tensor all = at::zeros({offsets.back()}, at::kDouble);
+  double* c = all.data_ptr<double>();
+  for (std::size_t p = 0; p < std::size(parts); ++p)
+    std::copy(parts[p]->begin(), parts[p]->end(), c + offsets[p]);
+  CLEAVE_CHECK(state_->comm->allReduceSum(all));
+  timing.stepSeconds = own.stepSeconds;
+  timing.scheduleSeconds = own.scheduleSeconds;
+  std::vector<double>* into[] = {&timing.forwardSeconds, &timing.backwardSeconds, &timing.weightSeconds,
+                                 &timing.rankScheduleSeconds, &timing.rankWaitSeconds};
+  for (std::size_t p = 0; p < std::size(parts); ++p)
+    into[p]->assign(c + offsets[p], c + offsets[p + 1]);
   return {};
 }
 

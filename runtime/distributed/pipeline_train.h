@@ -35,10 +35,13 @@ namespace cleave::runtime::distributed {
 // all-reduce), the part of it until the schedule's last action and its sends were done (before
 // tied gradients' all-reduce and the optimizer step), and, per stage, the seconds its forwards
 // and its backwards computed (summed over microbatches; waiting for a receive is not counted).
-// A backward split into I and W (zero bubble) counts both; weightSeconds is W's part.
+// A backward split into I and W (zero bubble) counts both; weightSeconds is W's part. Per rank:
+// its schedule's wall seconds and the part of them it waited in receives (the rest is compute
+// and the work between actions: gradient sums, sends, freeing activations).
 struct StepTiming {
   double stepSeconds = 0.0, scheduleSeconds = 0.0;
   std::vector<double> forwardSeconds, backwardSeconds, weightSeconds; // per stage
+  std::vector<double> rankScheduleSeconds, rankWaitSeconds;           // per rank
 };
 
 class PipelineTrainer {
