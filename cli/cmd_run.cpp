@@ -1,4 +1,4 @@
-// cli/cmd_run.cpp - `cleave run MODEL|OUT_DIR [--inputs FILE | --random --seed S] [--repeat N] [--pipeline | --distributed --microbatches M]`.
+// cli/cmd_run.cpp - `cleave run MODEL|OUT_DIR [--inputs FILE | --random --seed S] [--repeat N] [--pipeline | --distributed [--schedule S]] [--microbatches M]`.
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -22,6 +22,7 @@ struct RunFlags {
   RuntimeOptions runtime;
   int repeat = 1;
   bool json = false, profile = false, pipelined = false, distributed = false;
+  std::optional<pipeline::ScheduleKind> schedule; // --distributed's order
   std::int64_t microbatches = 1;
 };
 
@@ -42,6 +43,9 @@ void describe(CLI::App& app, RunFlags& flags) {
       "under `cleave launch`: each rank runs its submodules (i % ranks) on c10d (Gloo), microbatch by "
       "microbatch; rank 0 prints and saves the outputs");
   distributed->excludes(pipelined);
+  addScheduleOption(app, flags.schedule,
+                    "with --distributed: each rank runs its forwards in this pipeline schedule's order (default "
+                    "gpipe: microbatch by microbatch)");
   app.add_option("--microbatches", flags.microbatches, "microbatches for --pipeline / --distributed")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
@@ -163,10 +167,14 @@ Status runDistributed(const RunFlags& flags, std::ostream& out, std::ostream& er
     CLEAVE_TRY(auto dims, parseDims(flags.runtime.dims));
     CLEAVE_TRY(inputs, model.randomInputs(flags.runtime.seed, dims));
   }
+  std::optional<pipeline::Schedule> schedule;
+  if (flags.schedule) {
+    CLEAVE_TRY(schedule, rankSchedule(*flags.schedule, model.size(), flags.microbatches, env.worldSize));
+  }
   CLEAVE_TRY(auto comm, runtime::distributed::Communicator::connect(env));
   auto start = std::chrono::steady_clock::now();
   CLEAVE_TRY(runtime::distributed::DistributedRunResult result,
-             runtime::distributed::runDistributed(model, inputs, flags.microbatches, *comm));
+             runtime::distributed::runDistributed(model, inputs, flags.microbatches, *comm, schedule ? &*schedule : nullptr));
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   err << "rank " << env.rank << " of " << env.worldSize << ": ran";
   for (const std::string& step : result.ownSteps)
@@ -193,6 +201,8 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
                         << " runs a cut model directory (cleave pipeline -o DIR)";
   if (flags.microbatches != 1 && !flags.pipelined && !flags.distributed)
     return usageError() << "--microbatches goes with --pipeline or --distributed";
+  if (flags.schedule && !flags.distributed)
+    return usageError() << "--schedule goes with --distributed";
   if (flags.distributed)
     return runDistributed(flags, out, err);
   CLEAVE_TRY(OpenedRunnable opened, openRunnable(flags.path, flags.runtime));

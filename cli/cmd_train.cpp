@@ -8,7 +8,7 @@
 #include "io/model_loader.h"
 #include "io/onnx.h"
 #include "pipeline/schedule.h"
-#include "pipeline/schedule_sim.h"
+#include "cli/runtime_options.h"
 #include "plan/plan_file.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/pipeline_train.h"
@@ -49,11 +49,9 @@ void describe(CLI::App& app, TrainFlags& flags) {
   app.add_option("--weight-decay", flags.options.optimizer.weightDecay, "weight decay (default: PyTorch's, sgd 0, adamw 0.01)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--betas", flags.betas, "adamw betas B1,B2 (default 0.9,0.999)")->delimiter(',')->expected(2);
-  app.add_option_function<std::string>(
-         "--schedule", [&flags](const std::string& text) { flags.schedule = pipeline::kScheduleKinds.parse(text); },
-         "plan directories under launch: the pipeline schedule each rank follows (" +
-             pipeline::kScheduleKinds.choices() + "; default gpipe; in one process stages run in GPipe order)")
-      ->check(CLI::IsMember(pipeline::kScheduleKinds.names()));
+  addScheduleOption(app, flags.schedule,
+                    "plan directories under launch: the pipeline schedule each rank follows (default gpipe; in one "
+                    "process stages run in GPipe order)");
   app.add_option("--loss", flags.options.loss, "the output that is the loss (default: 'loss', else the only scalar)");
   app.add_option("--model", flags.wholeModelPath,
                  "plan directories: the model the plan was cut from; -o DIR then gets its trained.onnx too");
@@ -127,15 +125,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, trainer->graphInputs()));
   std::optional<pipeline::Schedule> schedule;
   if (flags.schedule && comm->worldSize() > 1) {
-    Expected<pipeline::Schedule> made = pipeline::generateSchedule(
-        *flags.schedule, static_cast<std::uint32_t>(trainer->stages()),
-        static_cast<std::uint32_t>(flags.options.microbatches), static_cast<std::uint32_t>(comm->worldSize()));
-    if (!made)
-      return usageError() << "--schedule " << pipeline::kScheduleKinds.name(*flags.schedule) << ": "
-                          << made.error().message();
-    // The runner's sends are buffered; channels kept in order too, so an untagged transport pairs them.
-    CLEAVE_CHECK(pipeline::validateSchedule(pipeline::withCommunication(*made), {pipeline::SendSemantics::Buffered, true}));
-    schedule = std::move(*made);
+    CLEAVE_TRY(schedule, rankSchedule(*flags.schedule, trainer->stages(), flags.options.microbatches, comm->worldSize()));
   }
   for (std::int64_t step = 0; step < flags.steps; ++step) {
     CLEAVE_TRY(double loss, trainer->step(data, step, schedule ? &*schedule : nullptr));

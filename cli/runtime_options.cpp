@@ -1,5 +1,6 @@
 #include "cli/runtime_options.h"
 
+#include "pipeline/schedule_sim.h"
 #include "runtime/tensor_files.h"
 
 namespace cleave::cli {
@@ -49,6 +50,24 @@ Expected<runtime::TensorMap> makeInputs(const ir::Graph& graph, const RuntimeOpt
     return runtime::readTensors(options.inputsPath, ir::graphInputNames(graph), runtime::containerValues(graph));
   CLEAVE_TRY(auto dims, parseDims(options.dims));
   return runtime::randomInputs(graph, options.seed, 10, dims);
+}
+
+void addScheduleOption(CLI::App& app, std::optional<pipeline::ScheduleKind>& kind, const std::string& help) {
+  app.add_option_function<std::string>(
+         "--schedule", [&kind](const std::string& text) { kind = pipeline::kScheduleKinds.parse(text); },
+         help + " (" + pipeline::kScheduleKinds.choices() + ")")
+      ->check(CLI::IsMember(pipeline::kScheduleKinds.names()));
+}
+
+Expected<pipeline::Schedule> rankSchedule(pipeline::ScheduleKind kind, std::size_t stages, std::int64_t microbatches,
+                                          int ranks) {
+  Expected<pipeline::Schedule> made = pipeline::generateSchedule(kind, static_cast<std::uint32_t>(stages),
+                                                                 static_cast<std::uint32_t>(microbatches),
+                                                                 static_cast<std::uint32_t>(ranks));
+  if (!made)
+    return usageError() << "--schedule " << pipeline::kScheduleKinds.name(kind) << ": " << made.error().message();
+  CLEAVE_CHECK(pipeline::validateSchedule(pipeline::withCommunication(*made), {pipeline::SendSemantics::Buffered, true}));
+  return made;
 }
 
 } // namespace cleave::cli

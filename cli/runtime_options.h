@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "pipeline/schedule.h"
 #include "runtime/runnable.h"
 
 namespace cleave::cli {
@@ -32,5 +33,13 @@ Expected<std::map<std::string, std::int64_t>> parseDims(const std::vector<std::s
 // --inputs FILE, else random inputs from --seed.
 Expected<runtime::TensorMap> makeInputs(const runtime::Runnable& runnable, const RuntimeOptions& options);
 Expected<runtime::TensorMap> makeInputs(const ir::Graph& graph, const RuntimeOptions& options);
+
+// --schedule KIND for the distributed runners (cleave run --distributed, cleave train).
+void addScheduleOption(CLI::App& app, std::optional<pipeline::ScheduleKind>& kind, const std::string& help);
+// KIND's schedule of a plan's `stages` over `microbatches` on `ranks` (stage s on rank s % ranks):
+// the generator's own checks fail as usage errors; then it is validated for the runners' transport
+// (buffered sends, channels in order), so the ranks following it cannot deadlock.
+Expected<pipeline::Schedule> rankSchedule(pipeline::ScheduleKind kind, std::size_t stages, std::int64_t microbatches,
+                                          int ranks);
 
 } // namespace cleave::cli

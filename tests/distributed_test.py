@@ -71,6 +71,26 @@ class Distributed(TempDirTest):
         whole = self.path("whole.npz")
         run("run", model, "--inputs", self.path("x.npz"), "--save-outputs", whole, check=True)
         np.testing.assert_allclose(np.load(whole)["h3"], np.load(self.path("dist3_3.npz"))["h3"], rtol=1e-6, atol=1e-6)
+        # In a schedule's order (its forwards): the same bytes. Interleaved puts stages 0 and 2 on
+        # rank 0, which runs several microbatches through stage 0 before stage 2.
+        four = self.path("four")
+        run("pipeline", model, "--stages", 4, "-o", four, check=True)
+        for plan_dir, nproc, kind in ((plan, 3, "1f1b"), (four, 2, "interleaved"), (four, 2, "looped_bfs")):
+            with self.subTest(schedule=kind):
+                single, got = self.path(f"single_{kind}.npz"), self.path(f"dist_{kind}.npz")
+                args = ["--microbatches", 4, "--inputs", self.path("x.npz"), "--save-outputs"]
+                run("run", plan_dir, "--pipeline", *args, single, check=True)
+                code, out, err = launch(nproc, "cleave", "run", plan_dir, "--distributed", "--schedule", kind, *args, got)
+                self.assertEqual(code, 0, err)
+                with open(single, "rb") as a, open(got, "rb") as b:
+                    self.assertEqual(a.read(), b.read())
+        code, _, err = launch(2, "cleave", "run", plan, "--distributed", "--schedule", "1f1b", "--microbatches", 2,
+                              "--inputs", self.path("x.npz"))
+        self.assertEqual(code, 1, err)  # the launcher's exit; the ranks' was 2 (usage), before connecting
+        self.assertIn("exited with status 2: cleave run: usage error: --schedule 1f1b: 3 stages do not divide "
+                      "over 2 ranks", err)
+        code, _, err = run("run", plan, "--pipeline", "--schedule", "1f1b", "--inputs", self.path("x.npz"))
+        self.assertOneLineError(code, err, "--schedule goes with --distributed", exit_code=2)
 
     def test_a_split_plan_runs_across_ranks(self):
         plan = self.path("split")

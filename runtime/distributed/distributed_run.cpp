@@ -5,6 +5,7 @@
 
 #include "runtime/cut_model.h"
 #include "runtime/microbatch.h"
+#include "pipeline/schedule.h"
 
 namespace cleave::runtime::distributed {
 
@@ -43,30 +44,62 @@ std::uint32_t tagOf(const ValueRoutes& routes, const std::string& name, std::siz
   return static_cast<std::uint32_t>(microbatch * routes.id.size() + routes.id.at(name));
 }
 
+// One forward of submodule `step` on microbatch `microbatch`.
+struct ForwardAction {
+  std::size_t step, microbatch;
+};
+
+// This rank's forwards in order: its part of `schedule` (F actions; B, I, W and transfers have
+// no place in inference), or GPipe's order: microbatch by microbatch, its submodules in plan order.
+std::vector<ForwardAction> ownForwards(const CutModel& model, std::size_t microbatches, int me, int world,
+                                       const pipeline::Schedule* schedule) {
+  std::vector<ForwardAction> actions;
+  if (schedule) {
+    for (const pipeline::Action& action : schedule->perRank[static_cast<std::size_t>(me)])
+      if (action.type == pipeline::ActionType::Forward)
+        actions.push_back({action.stage, action.microbatch});
+    return actions;
+  }
+  for (std::size_t m = 0; m < microbatches; ++m)
+    for (std::size_t i = 0; i < model.size(); ++i)
+      if (static_cast<int>(i % static_cast<std::size_t>(world)) == me)
+        actions.push_back({i, m});
+  return actions;
+}
+
 class RankRunner {
 public:
   RankRunner(CutModel& model, Communicator& comm, const ValueRoutes& routes)
-      : model_(model), comm_(comm), routes_(routes), me_(comm.rank()), world_(comm.worldSize()) {}
+      : model_(model), comm_(comm), routes_(routes), me_(comm.rank()) {}
 
-  // One microbatch through this rank's submodules; the plan outputs it gathers (rank 0).
-  Expected<TensorMap> run(const TensorMap& inputs, std::size_t microbatch) {
-    TensorMap values = inputs;
-    for (std::size_t i = 0; i < model_.size(); ++i) {
-      if (static_cast<int>(i % static_cast<std::size_t>(world_)) != me_)
-        continue;
-      CLEAVE_CHECK(receiveInputs(i, values, microbatch));
-      CLEAVE_TRY(TensorMap results, model_.runStep(i, values));
+  // This rank's forwards in order; each microbatch's values are dropped after its last one here
+  // (rank 0 keeps the plan outputs). Returns each microbatch's plan outputs (rank 0; gathered
+  // from the ranks that made them) or nothing.
+  Expected<std::vector<TensorMap>> run(const std::vector<TensorMap>& chunks, const std::vector<ForwardAction>& actions) {
+    std::vector<TensorMap> values(chunks.begin(), chunks.end());
+    std::vector<std::size_t> lastAction(chunks.size(), 0);
+    for (std::size_t k = 0; k < actions.size(); ++k)
+      lastAction[actions[k].microbatch] = k;
+    for (std::size_t k = 0; k < actions.size(); ++k) {
+      const auto [step, m] = actions[k];
+      CLEAVE_CHECK(receiveInputs(step, values[m], m));
+      CLEAVE_TRY(TensorMap results, model_.runStep(step, values[m]));
       for (auto& [name, tensor] : results) {
-        CLEAVE_CHECK(sendToReaders(name, tensor, microbatch));
-        values[name] = std::move(tensor);
+        CLEAVE_CHECK(sendToReaders(name, tensor, m));
+        values[m][name] = std::move(tensor);
       }
+      if (lastAction[m] == k && me_ != 0)
+        values[m].clear();
     }
     if (me_ != 0)
-      return TensorMap{};
-    TensorMap outputs;
-    for (const std::string& name : model_.graphOutputs()) {
-      CLEAVE_CHECK(receive(name, values, microbatch));
-      outputs[name] = toDense(values.at(name));
+      return std::vector<TensorMap>{};
+    std::vector<TensorMap> outputs(chunks.size());
+    for (std::size_t m = 0; m < chunks.size(); ++m) {
+      for (const std::string& name : model_.graphOutputs()) {
+        CLEAVE_CHECK(receive(name, values[m], m));
+        outputs[m][name] = toDense(values[m].at(name));
+      }
+      values[m].clear();
     }
     return outputs;
   }
@@ -100,7 +133,7 @@ private:
   CutModel& model_;
   Communicator& comm_;
   const ValueRoutes& routes_;
-  int me_, world_;
+  int me_;
 };
 } // namespace
 
@@ -112,20 +145,22 @@ Expected<CutModel> loadRankModel(const std::string& planDir, int rank, int world
 }
 
 Expected<DistributedRunResult> runDistributed(CutModel& model, const TensorMap& inputs, std::int64_t microbatches,
-                                              Communicator& comm) {
+                                              Communicator& comm, const pipeline::Schedule* schedule) {
   int world = comm.worldSize(), me = comm.rank();
   ValueRoutes routes = routeValues(model, world);
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(inputs, microbatches));
+  if (schedule && (schedule->stages != model.size() || schedule->microbatches != chunks.size() ||
+                   schedule->ranks != static_cast<std::uint32_t>(world)))
+    return Error(ErrorCode::InvalidArgument) << "the schedule is for " << schedule->stages << " stages, "
+                                             << schedule->microbatches << " microbatches and " << schedule->ranks
+                                             << " ranks; this run has " << model.size() << ", " << chunks.size()
+                                             << " and " << world;
   DistributedRunResult result;
   for (std::size_t i = 0; i < model.size(); ++i)
     if (static_cast<int>(i % static_cast<std::size_t>(world)) == me)
       result.ownSteps.push_back(model.stepName(i));
   RankRunner runner(model, comm, routes);
-  std::vector<TensorMap> outputs;
-  for (std::size_t m = 0; m < chunks.size(); ++m) {
-    CLEAVE_TRY(TensorMap part, runner.run(chunks[m], m));
-    outputs.push_back(std::move(part));
-  }
+  CLEAVE_TRY(std::vector<TensorMap> outputs, runner.run(chunks, ownForwards(model, chunks.size(), me, world, schedule)));
   CLEAVE_CHECK(comm.finish());
   if (me == 0)
     result.outputs = mergeMicrobatches(outputs);

@@ -1,16 +1,20 @@
 // runtime/distributed/distributed_run.h - a cut model (plan.json directory: pipeline stages,
 // partitions or split submodules) run across ranks: submodule i lives on rank i % world size and
 // is lowered only there; inputs are split into microbatches (runtime/microbatch.h) and each
-// microbatch goes through the submodules in plan order (GPipe's forward).
+// microbatch goes through the submodules in plan order. A rank runs its forwards in GPipe's
+// order (microbatch by microbatch), or in a pipeline schedule's (its F actions, e.g. interleaved:
+// several microbatches through one stage before the next stage on the same rank).
 //
 // A value crosses ranks once per microbatch, straight from the rank that makes it to each rank
 // that reads it (skip connections included, in either direction of the rank order); values on
 // the same rank are handed over in memory. The plan's outputs are sent to rank 0, which merges
 // the microbatches and returns them; other ranks return nothing.
 // Guarantees: the outputs equal the single-process `cleave run PLAN --pipeline --microbatches M`
-// bit for bit (same kernels, same microbatches) at the same intra-op thread count. It cannot
-// deadlock: every rank walks (microbatch, submodule) in the same order, sends never wait, and a
-// receive waits only for a value made earlier in that order.
+// bit for bit (same kernels, same microbatches) at the same intra-op thread count, in any order.
+// It cannot deadlock: sends never wait, and a receive waits only for a forward of an earlier
+// submodule on the same microbatch, which its rank's order reaches first (GPipe: by construction;
+// a schedule: the validated schedule's forwards keep that order, and dropping its backward
+// actions only removes waits).
 // Complexity: per microbatch, the submodules' runs plus one message per (value, reading rank).
 #pragma once
 
@@ -21,6 +25,7 @@
 #include "runtime/cut_model.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/tensors.h"
+#include "pipeline/schedule.h"
 
 namespace cleave::runtime::distributed {
 
@@ -32,7 +37,8 @@ struct DistributedRunResult {
 // The plan with only this rank's submodules lowered.
 Expected<CutModel> loadRankModel(const std::string& planDir, int rank, int worldSize, const Backend& acc,
                                  const Backend& cpu);
+// `schedule` (none: GPipe order) must be for the plan's submodules, the microbatches and the ranks.
 Expected<DistributedRunResult> runDistributed(CutModel& model, const TensorMap& inputs, std::int64_t microbatches,
-                                              Communicator& comm);
+                                              Communicator& comm, const pipeline::Schedule* schedule = nullptr);
 
 } // namespace cleave::runtime::distributed
