@@ -96,6 +96,7 @@ Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& train
               {"stage_weight_s", timing.weightSeconds},
               {"rank_schedule_s", timing.rankScheduleSeconds},
               {"rank_wait_s", timing.rankWaitSeconds},
+              {"shape_headers", static_cast<std::int64_t>(timing.headersSent)},
               {"bubble", bubble}};
 }
 

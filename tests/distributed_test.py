@@ -145,9 +145,27 @@ class Distributed(TempDirTest):
             self.assertLess(losses(whole)[-1], losses(whole)[0])
             for nproc, schedule in ((2, []), (3, []), (3, ["--schedule", "1f1b"]), (3, ["--schedule", "zero_bubble"])):
                 with self.subTest(optimizer=optimizer[1], nproc=nproc, schedule=schedule):
-                    code, ranked, err = launch(nproc, "cleave", "train", plan, *common, *schedule)
+                    code, ranked, err = launch(nproc, "cleave", "train", plan, *common, *schedule, "--timing")
                     self.assertEqual(code, 0, err)
                     self.assertEqual(losses(ranked), losses(local))
+                    # Every message's shape comes from the plan (symbolic rows bound by the data):
+                    # no shape header, not even on the first step's uneven microbatches.
+                    steps = [json.loads(line.split("] ", 1)[-1]) for line in ranked.splitlines()]
+                    self.assertEqual([s["shape_headers"] for s in steps], [0] * 4)
+        # A plan whose recorded shape of a value crossing ranks is wrong: the sender names both.
+        import shutil
+        wrong = self.path("wrong_shapes")
+        shutil.copytree(plan, wrong)
+        with open(os.path.join(wrong, "plan.json")) as f:
+            text = json.load(f)
+        crossing = set(text["submodules"][0]["outputs"]) & {i["value"] for i in text["submodules"][1]["inputs"]}
+        value = next(v for v in text["values"] if v["name"] in crossing and v["shape"][-1] == 16)
+        value["shape"][-1] = 17
+        with open(os.path.join(wrong, "plan.json"), "w") as f:
+            json.dump(text, f)
+        code, _, err = launch(2, "cleave", "train", wrong, *common)
+        self.assertEqual(code, 1, err)
+        self.assertIn("where its shape key says Float[3, 17] (from the plan", err)
         # -o: the trained stages as a plan directory, the same bytes from one process and from 3
         # ranks; their weights those of the whole model's training; the tied copies equal.
         import onnx

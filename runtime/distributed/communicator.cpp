@@ -33,8 +33,9 @@ public:
       if (!fresh && (known->second.first != tensor.scalar_type() || known->second.second != tensor.sizes().vec()))
         return Error(ErrorCode::InvalidArgument)
                << "rank " << env_.rank << ": " << what << " (tag " << tag << "): a " << tensor.scalar_type()
-               << c10::str(tensor.sizes()) << " where this value was " << known->second.first
-               << c10::str(at::IntArrayRef(known->second.second)) << " for microbatches of the same rows";
+               << c10::str(tensor.sizes()) << " where its shape key says " << known->second.first
+               << c10::str(at::IntArrayRef(known->second.second))
+               << " (from the plan, or the key's first message: the same value for microbatches of the same rows)";
       if (!fresh)
         return guarded(what, [&] { post(tensor, dst, static_cast<int>(2 * tag + 1)); });
     }
@@ -43,10 +44,16 @@ public:
     header[1] = tensor.dim();
     for (std::int64_t d = 0; d < tensor.dim(); ++d)
       header[2 + d] = tensor.size(d);
+    ++headersSent_;
     return guarded(what, [&] {
       post(header, dst, static_cast<int>(2 * tag));
       post(tensor, dst, static_cast<int>(2 * tag + 1));
     });
+  }
+
+  void declareShape(int peer, std::uint64_t shapeKey, at::ScalarType type, std::vector<std::int64_t> dims) override {
+    sentShapes_.try_emplace({peer, shapeKey}, type, dims);
+    receivedShapes_.try_emplace({peer, shapeKey}, type, std::move(dims));
   }
 
   Status postRecv(int src, std::uint32_t tag, std::uint64_t shapeKey) override {
@@ -107,6 +114,8 @@ public:
     return status;
   }
 
+  std::size_t headersSent() const override { return headersSent_; }
+
   Status barrier() override {
     return guarded("barrier", [&] { group_->barrier()->wait(env_.timeout); });
   }
@@ -163,6 +172,7 @@ private:
   // Shapes by (peer, shape key) whose header has gone out / come in.
   std::map<std::pair<int, std::uint64_t>, std::pair<at::ScalarType, std::vector<std::int64_t>>> sentShapes_,
       receivedShapes_;
+  std::size_t headersSent_ = 0;
   // (peer, shape key) whose first message's header receive is posted and not yet in.
   std::set<std::pair<int, std::uint64_t>> headersPosted_;
   // Receives posted ahead by (peer, tag), until their recv().
@@ -180,10 +190,12 @@ public:
   Expected<at::Tensor> recv(int src, std::uint32_t, std::uint64_t) override {
     return Error(ErrorCode::InvalidArgument) << "a single process has no rank " << src << " to receive from";
   }
+  void declareShape(int, std::uint64_t, at::ScalarType, std::vector<std::int64_t>) override {}
   Status postRecv(int src, std::uint32_t, std::uint64_t) override {
     return Error(ErrorCode::InvalidArgument) << "a single process has no rank " << src << " to receive from";
   }
   Status finish() override { return {}; }
+  std::size_t headersSent() const override { return 0; }
   Status barrier() override { return {}; }
   Status allReduceSum(at::Tensor&) override { return {}; }
 };

@@ -14,6 +14,8 @@
 // value, its direction, and the microbatch's row count) passes the same key on both sides; a send
 // whose tensor does not have its key's remembered dtype and dims fails naming both (never a
 // silent misread). Key 0 (the default): a header every time.
+// A caller that knows a key's shape beforehand (from the plan) declares it on both ranks, so even
+// the key's first message travels without a header.
 // Posted receives: postRecv() starts a receive now (a Gloo transfer starts only once its receive
 // is posted), so the data travels while this rank computes; the recv() of the same (peer, tag)
 // then only waits for it. A receive whose key has no shape yet posts its header's receive, and its
@@ -41,9 +43,13 @@ public:
   virtual int worldSize() const = 0;
   virtual Status send(const at::Tensor& tensor, int dst, std::uint32_t tag, std::uint64_t shapeKey = 0) = 0;
   virtual Expected<at::Tensor> recv(int src, std::uint32_t tag, std::uint64_t shapeKey = 0) = 0;
+  // Both ranks of a channel declare its shape key's dtype and dims before its first message
+  // (either direction: the key tells them apart); a declared key needs no header.
+  virtual void declareShape(int peer, std::uint64_t shapeKey, at::ScalarType type, std::vector<std::int64_t> dims) = 0;
   // Starts recv(src, tag, shapeKey) ahead of time; posting one twice is a no-op.
   virtual Status postRecv(int src, std::uint32_t tag, std::uint64_t shapeKey = 0) = 0;
   virtual Status finish() = 0; // waits for every send posted so far
+  virtual std::size_t headersSent() const = 0; // shape headers sent so far
   virtual Status barrier() = 0;
   // Sums `tensor` (dense, contiguous, on the CPU) over every rank, in place.
   virtual Status allReduceSum(at::Tensor& tensor) = 0;

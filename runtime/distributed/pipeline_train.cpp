@@ -70,6 +70,8 @@ struct PipelineTrainer::State {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   StepTiming timing; // the last step's
   std::vector<std::int64_t> microbatchRows; // this step's, per microbatch
+  std::map<std::string, plan::PlanFileValue> planValues; // the plan's value types, by name
+  std::set<std::int64_t> declaredRows; // microbatch row counts whose message shapes are declared
 
   bool own(int stage) const { return stages[stage].rank == comm->rank(); }
   // Tags: (microbatch, value, reading stage, direction) packed densely; < 2^30 (see communicator).
@@ -99,6 +101,11 @@ struct PipelineTrainer::State {
   // The (type, stage, microbatch) compute actions this rank runs, in order: its part of
   // `schedule`, or (no schedule) GPipe over every own stage.
   std::vector<pipeline::Action> ownActions(const pipeline::Schedule* schedule, std::size_t microbatches) const;
+  // Declares to the communicator the shape of every message this rank sends or receives for a
+  // microbatch like `chunk` (both directions: a gradient has its value's shape), from the plan's
+  // value types with symbolic dims bound by the data's; a message whose shape that leaves open
+  // keeps its key's first header.
+  void declareMessageShapes(const TensorMap& chunk, std::size_t m);
   // Posts the receives `action` will make (communicator.h), so their transfers overlap the
   // actions before it.
   Status postReceives(const pipeline::Action& action);
@@ -116,6 +123,58 @@ struct PipelineTrainer::State {
 // How many compute actions ahead a rank posts its receives: one action's compute covers the
 // next messages' transfer, and a second absorbs jitter; more would only hold buffers longer.
 constexpr std::size_t kReceiveLookahead = 2;
+
+void PipelineTrainer::State::declareMessageShapes(const TensorMap& chunk, std::size_t m) {
+  // Bind symbols from the graph inputs; a symbol seen with two sizes binds nothing.
+  std::map<std::string, std::int64_t> bound;
+  std::set<std::string> conflicting;
+  for (const std::string& name : graphInputs) {
+    auto value = planValues.find(name);
+    auto tensor = chunk.find(name);
+    if (value == planValues.end() || tensor == chunk.end() || !value->second.rankKnown ||
+        static_cast<std::int64_t>(value->second.shape.size()) != tensor->second.dim())
+      continue;
+    for (std::size_t d = 0; d < value->second.shape.size(); ++d) {
+      const std::string& symbol = value->second.shape[d].symbol;
+      if (symbol.empty())
+        continue;
+      auto [it, fresh] = bound.emplace(symbol, tensor->second.size(static_cast<std::int64_t>(d)));
+      if (!fresh && it->second != tensor->second.size(static_cast<std::int64_t>(d)))
+        conflicting.insert(symbol);
+    }
+  }
+  auto shapeOf = [&](const std::string& name) -> std::optional<std::pair<at::ScalarType, std::vector<std::int64_t>>> {
+    auto value = planValues.find(name);
+    if (value == planValues.end() || value->second.kind != "tensor" || !value->second.rankKnown)
+      return std::nullopt;
+    std::optional<ir::DType> dtype = ir::parseDTypeName(value->second.dtype);
+    Expected<at::ScalarType> type = dtype ? scalarTypeOf(*dtype) : Expected<at::ScalarType>(Error(ErrorCode::Unsupported));
+    if (!type)
+      return std::nullopt;
+    std::vector<std::int64_t> dims;
+    for (const plan::PlanFileDim& dim : value->second.shape) {
+      auto found = bound.find(dim.symbol);
+      if (dim.extent >= 0)
+        dims.push_back(dim.extent);
+      else if (!dim.symbol.empty() && found != bound.end() && !conflicting.count(dim.symbol))
+        dims.push_back(found->second);
+      else
+        return std::nullopt;
+    }
+    return std::make_pair(*type, std::move(dims));
+  };
+  for (const auto& [name, made] : producer)
+    for (int reader : readers[name]) {
+      int from = stages[made].rank, to = stages[reader].rank;
+      if (from == to || (from != comm->rank() && to != comm->rank()))
+        continue;
+      if (auto shape = shapeOf(name)) {
+        int peer = from == comm->rank() ? to : from;
+        comm->declareShape(peer, shapeKey(m, name, reader, false), shape->first, shape->second);
+        comm->declareShape(peer, shapeKey(m, name, reader, true), shape->first, shape->second);
+      }
+    }
+}
 
 Status PipelineTrainer::State::postReceives(const pipeline::Action& action) {
   const int i = static_cast<int>(action.stage);
@@ -172,6 +231,8 @@ Status PipelineTrainer::State::loadPlan(const std::string& dir) {
     }
     stages.push_back(std::move(stage));
   }
+  for (const plan::PlanFileValue& value : planFile.values)
+    planValues.emplace(value.name, value);
   // The loss: the output named --loss, else 'loss', else the only scalar output (as for a model).
   std::vector<std::string> scalars;
   for (const plan::PlanFileInput& output : planFile.outputs) {
@@ -509,6 +570,7 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   s.timing.weightSeconds.assign(s.stages.size(), 0.0);
   s.timing.rankScheduleSeconds.assign(static_cast<std::size_t>(s.comm->worldSize()), 0.0);
   s.timing.rankWaitSeconds.assign(static_cast<std::size_t>(s.comm->worldSize()), 0.0);
+  const std::size_t headersBefore = s.comm->headersSent();
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
   std::vector<double> shares;
@@ -517,6 +579,9 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
     s.microbatchRows.push_back(chunk.begin()->second.size(0));
     shares.push_back(static_cast<double>(chunk.begin()->second.size(0)) / static_cast<double>(s.options.batch));
   }
+  for (std::size_t m = 0; m < chunks.size(); ++m)
+    if (s.declaredRows.insert(s.microbatchRows[m]).second)
+      s.declareMessageShapes(chunks[m], m);
   s.optimizer->zero_grad();
   std::vector<std::map<int, StageRun>> runs(chunks.size());
   double lossSum = 0.0;
@@ -539,6 +604,7 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   CLEAVE_CHECK(s.comm->finish());
   s.timing.scheduleSeconds = secondsSince(started);
   s.timing.rankScheduleSeconds[static_cast<std::size_t>(s.comm->rank())] = s.timing.scheduleSeconds;
+  s.timing.headersSent = static_cast<double>(s.comm->headersSent() - headersBefore);
   CLEAVE_CHECK(s.reduceTiedGradients());
   s.optimizer->step();
   at::Tensor loss = at::full({1}, lossSum, at::kDouble);
@@ -551,8 +617,9 @@ const StepTiming& PipelineTrainer::lastStepTiming() const { return state_->timin
 
 Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
   const StepTiming& own = state_->timing; // other ranks' slots are zeros here: a sum gathers them
-  const std::vector<double>* parts[] = {&own.forwardSeconds, &own.backwardSeconds, &own.weightSeconds,
-                                        &own.rankScheduleSeconds, &own.rankWaitSeconds};
+  const std::vector<double> headers{own.headersSent};
+  const std::vector<double>* parts[] = {&own.forwardSeconds,      &own.backwardSeconds, &own.weightSeconds,
+                                        &own.rankScheduleSeconds, &own.rankWaitSeconds, &headers};
   std::vector<std::int64_t> offsets{0};
   for (const std::vector<double>* part : parts)
     offsets.push_back(offsets.back() + static_cast<std::int64_t>(part->size()));
@@ -563,10 +630,12 @@ Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
   CLEAVE_CHECK(state_->comm->allReduceSum(all));
   timing.stepSeconds = own.stepSeconds;
   timing.scheduleSeconds = own.scheduleSeconds;
-  std::vector<double>* into[] = {&timing.forwardSeconds, &timing.backwardSeconds, &timing.weightSeconds,
-                                 &timing.rankScheduleSeconds, &timing.rankWaitSeconds};
+  std::vector<double> headersSent;
+  std::vector<double>* into[] = {&timing.forwardSeconds,      &timing.backwardSeconds, &timing.weightSeconds,
+                                 &timing.rankScheduleSeconds, &timing.rankWaitSeconds, &headersSent};
   for (std::size_t p = 0; p < std::size(parts); ++p)
     into[p]->assign(c + offsets[p], c + offsets[p + 1]);
+  timing.headersSent = headersSent[0];
   return {};
 }
 

@@ -15,8 +15,9 @@
 // every rank is the batch's mean loss; losses follow the whole model's `cleave train` within float
 // rounding (tests/distributed_test.py).
 // Complexity: per step, each stage's forward and backward per microbatch, one message per (value,
-// reading stage) each way (plus a shape header the first time of each value, direction and
-// microbatch row count: communicator.h's shape keys), one all-reduce per tied parameter and one for the loss. Tied copies
+// reading stage) each way (shapes declared from the plan: no header, except the first message of
+// a key whose plan shape is open; communicator.h's shape keys), one all-reduce per tied
+// parameter and one for the loss. Tied copies
 // start equal: the first holder's value is broadcast (an all-reduce) at create.
 #pragma once
 
@@ -42,6 +43,7 @@ struct StepTiming {
   double stepSeconds = 0.0, scheduleSeconds = 0.0;
   std::vector<double> forwardSeconds, backwardSeconds, weightSeconds; // per stage
   std::vector<double> rankScheduleSeconds, rankWaitSeconds;           // per rank
+  double headersSent = 0.0; // shape headers sent in the step (communicator.h; gathered: all ranks')
 };
 
 class PipelineTrainer {
