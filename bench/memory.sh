@@ -11,12 +11,12 @@
 # ratio cleave / ORT of both, with cleave's own peak of live activations (`--profile`).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/zoo_models.sh" # root, zoo
-/usr/bin/python3 - "$root" "$zoo" "${ROUNDS:-3}" "${REPEAT:-3}" <<'PY'
+/usr/bin/python3 - "$root" "$zoo" "${ROUNDS:-3}" "${REPEAT:-3}" "$models" <<'PY'
 import json, os, statistics, subprocess, sys, tempfile
 import onnx
 from onnx import TensorProto, helper
 
-root, zoo, rounds, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+root, zoo, rounds, repeat, models = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5].split()
 cleave = os.path.join(root, "build/release/cleave")
 runner = os.path.join(root, "tests/oracle/run_model.js")
 tmp = tempfile.mkdtemp(prefix="cleave_memory_")
@@ -49,9 +49,9 @@ def side(name, onnx_path, inputs):
 base = {s: statistics.median(side(s, tiny, os.path.join(tmp, "tiny.inputs.json")) for _ in range(rounds))
         for s in ("ort", "cleave")}
 print(f"baseline (a one-op model): ORT {base['ort'] / 1024:.0f} MiB, cleave {base['cleave'] / 1024:.0f} MiB")
-print(f"{'model':10s} {'ort_MiB':>8s} {'cleave_MiB':>10s} {'ratio':>6s} {'ort-base':>9s} {'cleave-base':>11s} "
+print(f"{'model':18s} {'ort_MiB':>8s} {'cleave_MiB':>10s} {'ratio':>6s} {'ort-base':>9s} {'cleave-base':>11s} "
       f"{'ratio':>6s} {'cleave_activations_MiB':>22s}")
-for model in ("resnet50", "bert_base"):
+for model in models:
     onnx_path, inputs = os.path.join(zoo, model + ".onnx"), os.path.join(zoo, model + ".inputs.json")
     peaks = {"ort": [], "cleave": []}
     for r in range(rounds):
@@ -61,7 +61,7 @@ for model in ("resnet50", "bert_base"):
     profile = json.loads(subprocess.run([cleave, "run", onnx_path, "--inputs", inputs, "--profile", "--json"],
                                         capture_output=True, text=True, check=True).stdout)
     activations = profile["peak_activation_bytes"]
-    print(f"{model:10s} {ort / 1024:8.0f} {ours / 1024:10.0f} {ours / ort:6.2f} {(ort - base['ort']) / 1024:9.0f} "
+    print(f"{model:18s} {ort / 1024:8.0f} {ours / 1024:10.0f} {ours / ort:6.2f} {(ort - base['ort']) / 1024:9.0f} "
           f"{(ours - base['cleave']) / 1024:11.0f} {(ours - base['cleave']) / (ort - base['ort']):6.2f} "
           f"{activations / 2**20:22.1f}")
 PY

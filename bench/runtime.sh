@@ -3,7 +3,8 @@
 # running a model cut into submodels, on the same inputs in one run.
 #
 # Models (tools/export_zoo.py, full size, random weights): torchvision resnet50 (224x224) and a
-# BERT-base-sized torch.nn.TransformerEncoder (12 layers, 768 wide, 12 heads, sequence 128).
+# BERT-base-sized torch.nn.TransformerEncoder (12 layers, 768 wide, 12 heads, sequence 128); with
+# MODELS="mobilenet_v3_large vit_b_16" also those (torchvision, 224x224).
 #   1. latency: ORT (npm onnxruntime-node, default threads, all graph optimizations) vs
 #      `cleave run --repeat N` (median of N; the first run included), ratio cleave / ORT;
 #   2. cut overhead: the model split by a profile that leaves Relu/Softmax/Erf on the CPU, run
@@ -21,9 +22,9 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cleave="$root/build/release/cleave"
 repeat="${REPEAT:-20}" rounds="${ROUNDS:-5}"
-printf '%-10s %9s %9s %20s %9s %20s %10s %11s %9s\n' model ort_ms cleave_ms "cleave/ORT [range]" cut_ms \
+printf '%-18s %9s %9s %20s %9s %20s %10s %11s %9s\n' model ort_ms cleave_ms "cleave/ORT [range]" cut_ms \
   "overhead [range]" submodels nofusion_ms dense_ms
-for model in resnet50 bert_base; do
+for model in $models; do
   onnx="$zoo/$model.onnx" inputs="$zoo/$model.inputs.json"
   /usr/bin/python3 - "$onnx" "$tmp/profile.json" <<'PY'
 import json, sys, onnx
@@ -68,7 +69,7 @@ ratios = [per_round["whole"][r] / per_round["ort"][r] for r in rounds]
 overheads = [100 * (per_round["cut"][r] - per_round["whole"][r]) / per_round["whole"][r] for r in rounds]
 ratio = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f},{max(ratios):.2f}]"
 overhead = f"{statistics.median(overheads):+.1f}% [{min(overheads):+.1f},{max(overheads):+.1f}]"
-print(f"{model:<10} {med['ort']:9.2f} {med['whole']:9.2f} {ratio:>20} {med['cut']:9.2f} {overhead:>20} {submodules:10d}"
+print(f"{model:<18} {med['ort']:9.2f} {med['whole']:9.2f} {ratio:>20} {med['cut']:9.2f} {overhead:>20} {submodules:10d}"
       f" {med['nofusion']:11.2f} {med['dense']:9.2f}")
 PY
 done

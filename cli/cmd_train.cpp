@@ -102,20 +102,22 @@ Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& train
 
 // A plan directory: its stages on this process (no RANK) or on this rank's share (under launch).
 Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) {
-  std::unique_ptr<runtime::distributed::Communicator> comm = runtime::distributed::Communicator::local();
+  // Everything the user gave is checked before connecting, so a bad input fails on every rank
+  // alike in one line, and no rank waits for another that has already given up.
+  std::optional<runtime::distributed::DistributedEnv> env;
   if (std::getenv("RANK")) {
-    CLEAVE_TRY(runtime::distributed::DistributedEnv env, runtime::distributed::readDistributedEnv());
-    CLEAVE_TRY(comm, runtime::distributed::Communicator::connect(env));
+    CLEAVE_TRY(env, runtime::distributed::readDistributedEnv());
   }
+  const int rank = env ? env->rank : 0, ranks = env ? env->worldSize : 1;
   // Rank 0 alone writes OUT (a plan directory like the input, its stages trained).
   Expected<std::optional<OutputDirectory>> opened =
-      comm->rank() == 0 ? openOutputDirectory(flags.output, {flags.path, flags.dataPath, flags.wholeModelPath})
-                        : Expected<std::optional<OutputDirectory>>(std::nullopt);
+      rank == 0 ? openOutputDirectory(flags.output, {flags.path, flags.dataPath, flags.wholeModelPath})
+                : Expected<std::optional<OutputDirectory>>(std::nullopt);
   if (!opened)
     return std::move(opened.error());
   std::optional<OutputDirectory>& outDir = *opened;
-  CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, *comm));
-  std::optional<ir::Graph> whole; // checked before any step, on every rank
+  CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, rank, ranks));
+  std::optional<ir::Graph> whole;
   if (!flags.wholeModelPath.empty()) {
     Expected<ir::Graph> loaded = io::loadModel(flags.wholeModelPath);
     Status fits = loaded ? trainer->checkWholeModel(*loaded) : Status(std::move(loaded.error()));
@@ -124,10 +126,18 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
     whole = std::move(*loaded);
   }
   CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, trainer->graphInputs()));
+  Status fits = trainer->checkData(data);
+  if (!fits)
+    return std::move(fits.error().withContext("--data " + flags.dataPath));
   std::optional<pipeline::Schedule> schedule;
-  if (flags.schedule && comm->worldSize() > 1) {
-    CLEAVE_TRY(schedule, rankSchedule(*flags.schedule, trainer->stages(), flags.options.microbatches, comm->worldSize()));
+  if (flags.schedule && ranks > 1) {
+    CLEAVE_TRY(schedule, rankSchedule(*flags.schedule, trainer->stages(), flags.options.microbatches, ranks));
   }
+  std::unique_ptr<runtime::distributed::Communicator> comm = runtime::distributed::Communicator::local();
+  if (env) {
+    CLEAVE_TRY(comm, runtime::distributed::Communicator::connect(*env));
+  }
+  CLEAVE_CHECK(trainer->connect(*comm));
   for (std::int64_t step = 0; step < flags.steps; ++step) {
     CLEAVE_TRY(double loss, trainer->step(data, step, schedule ? &*schedule : nullptr));
     Json timing;

@@ -73,7 +73,8 @@ struct PipelineTrainer::State {
   std::map<std::string, plan::PlanFileValue> planValues; // the plan's value types, by name
   std::set<std::int64_t> declaredRows; // microbatch row counts whose message shapes are declared
 
-  bool own(int stage) const { return stages[stage].rank == comm->rank(); }
+  int rank = 0, worldSize = 1; // this process's place (known before connecting)
+  bool own(int stage) const { return stages[stage].rank == rank; }
   // Tags: (microbatch, value, reading stage, direction) packed densely; < 2^30 (see communicator).
   Expected<std::uint32_t> tag(std::size_t m, const std::string& value, int reader, bool backward) const {
     std::uint64_t t = ((static_cast<std::uint64_t>(m) * valueId.size() + valueId.at(value)) * stages.size() +
@@ -113,7 +114,7 @@ struct PipelineTrainer::State {
   Expected<at::Tensor> receive(int src, std::uint32_t tag, std::uint64_t key) {
     auto started = std::chrono::steady_clock::now();
     Expected<at::Tensor> tensor = comm->recv(src, tag, key);
-    timing.rankWaitSeconds[static_cast<std::size_t>(comm->rank())] += secondsSince(started);
+    timing.rankWaitSeconds[static_cast<std::size_t>(rank)] += secondsSince(started);
     return tensor;
   }
   Status reduceTiedGradients();
@@ -166,10 +167,10 @@ void PipelineTrainer::State::declareMessageShapes(const TensorMap& chunk, std::s
   for (const auto& [name, made] : producer)
     for (int reader : readers[name]) {
       int from = stages[made].rank, to = stages[reader].rank;
-      if (from == to || (from != comm->rank() && to != comm->rank()))
+      if (from == to || (from != rank && to != rank))
         continue;
       if (auto shape = shapeOf(name)) {
-        int peer = from == comm->rank() ? to : from;
+        int peer = from == rank ? to : from;
         comm->declareShape(peer, shapeKey(m, name, reader, false), shape->first, shape->second);
         comm->declareShape(peer, shapeKey(m, name, reader, true), shape->first, shape->second);
       }
@@ -209,7 +210,7 @@ Status PipelineTrainer::State::loadPlan(const std::string& dir) {
     Stage stage;
     stage.name = sub.name;
     stage.file = sub.file;
-    stage.rank = index % comm->worldSize();
+    stage.rank = index % worldSize;
     for (const plan::PlanFileInput& input : sub.inputs) {
       stage.inputs.push_back(input.value);
       readers[input.value].push_back(index);
@@ -424,11 +425,12 @@ Status PipelineTrainer::State::broadcastTiedParameters() {
 PipelineTrainer::~PipelineTrainer() = default;
 
 Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::string& planDir,
-                                                                  const TrainOptions& options, Communicator& comm) {
+                                                                  const TrainOptions& options, int rank, int worldSize) {
   std::unique_ptr<PipelineTrainer> trainer(new PipelineTrainer());
   trainer->state_ = std::make_unique<State>();
   State& s = *trainer->state_;
-  s.comm = &comm;
+  s.rank = rank;
+  s.worldSize = worldSize;
   s.options = options;
   CLEAVE_CHECK(s.loadPlan(planDir));
   std::vector<at::Tensor> params;
@@ -450,8 +452,41 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::st
   if (params.empty()) // a rank without parameters still takes part; its optimizer has nothing to do
     params.push_back(at::zeros({1}).requires_grad_(true));
   s.optimizer = makeOptimizer(std::move(params), options.optimizer);
-  CLEAVE_CHECK(s.broadcastTiedParameters());
   return trainer;
+}
+
+Status PipelineTrainer::connect(Communicator& comm) {
+  State& s = *state_;
+  if (comm.rank() != s.rank || comm.worldSize() != s.worldSize)
+    return Error(ErrorCode::InvalidArgument) << "the communicator is rank " << comm.rank() << " of " << comm.worldSize()
+                                             << ", the trainer rank " << s.rank << " of " << s.worldSize;
+  s.comm = &comm;
+  return s.broadcastTiedParameters();
+}
+
+Status PipelineTrainer::checkData(const TensorMap& data) const {
+  for (const std::string& name : state_->graphInputs) {
+    auto value = state_->planValues.find(name);
+    auto tensor = data.find(name);
+    if (value == state_->planValues.end() || tensor == data.end() || value->second.kind != "tensor" ||
+        !value->second.rankKnown)
+      continue;
+    const at::Tensor& t = tensor->second;
+    std::optional<ir::DType> dtype = ir::parseDTypeName(value->second.dtype);
+    Expected<at::ScalarType> type = dtype ? scalarTypeOf(*dtype) : Expected<at::ScalarType>(Error(ErrorCode::Unsupported));
+    if (type && *type != t.scalar_type())
+      return Error(ErrorCode::InvalidArgument) << "data '" << name << "' is " << t.scalar_type() << ", the plan's input "
+                                               << value->second.dtype;
+    const std::vector<plan::PlanFileDim>& dims = value->second.shape;
+    if (static_cast<std::int64_t>(dims.size()) != t.dim())
+      return Error(ErrorCode::InvalidArgument) << "data '" << name << "' has " << t.dim() << " dims, the plan's input "
+                                               << dims.size();
+    for (std::size_t d = 1; d < dims.size(); ++d) // dim 0: rows, split into batches and microbatches
+      if (dims[d].extent >= 0 && dims[d].extent != t.size(static_cast<std::int64_t>(d)))
+        return Error(ErrorCode::InvalidArgument) << "data '" << name << "' has " << t.size(static_cast<std::int64_t>(d))
+                                                 << " in dim " << d << ", the plan's input " << dims[d].extent;
+  }
+  return {};
 }
 
 Status PipelineTrainer::checkWholeModel(const ir::Graph& whole) const {
@@ -546,7 +581,7 @@ std::vector<pipeline::Action> PipelineTrainer::State::ownActions(const pipeline:
                                                                  std::size_t microbatches) const {
   std::vector<pipeline::Action> actions;
   if (schedule) {
-    for (const pipeline::Action& action : schedule->perRank[static_cast<std::size_t>(comm->rank())])
+    for (const pipeline::Action& action : schedule->perRank[static_cast<std::size_t>(rank)])
       actions.push_back(action);
     return actions;
   }
@@ -568,8 +603,10 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   s.timing.forwardSeconds.assign(s.stages.size(), 0.0);
   s.timing.backwardSeconds.assign(s.stages.size(), 0.0);
   s.timing.weightSeconds.assign(s.stages.size(), 0.0);
-  s.timing.rankScheduleSeconds.assign(static_cast<std::size_t>(s.comm->worldSize()), 0.0);
-  s.timing.rankWaitSeconds.assign(static_cast<std::size_t>(s.comm->worldSize()), 0.0);
+  if (!s.comm)
+    return Error(ErrorCode::InvalidArgument) << "the trainer is not connected";
+  s.timing.rankScheduleSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
+  s.timing.rankWaitSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
   const std::size_t headersBefore = s.comm->headersSent();
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
@@ -603,7 +640,7 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   }
   CLEAVE_CHECK(s.comm->finish());
   s.timing.scheduleSeconds = secondsSince(started);
-  s.timing.rankScheduleSeconds[static_cast<std::size_t>(s.comm->rank())] = s.timing.scheduleSeconds;
+  s.timing.rankScheduleSeconds[static_cast<std::size_t>(s.rank)] = s.timing.scheduleSeconds;
   s.timing.headersSent = static_cast<double>(s.comm->headersSent() - headersBefore);
   CLEAVE_CHECK(s.reduceTiedGradients());
   s.optimizer->step();

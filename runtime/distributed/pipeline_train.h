@@ -18,7 +18,7 @@
 // reading stage) each way (shapes declared from the plan: no header, except the first message of
 // a key whose plan shape is open; communicator.h's shape keys), one all-reduce per tied
 // parameter and one for the loss. Tied copies
-// start equal: the first holder's value is broadcast (an all-reduce) at create.
+// start equal: the first holder's value is broadcast (an all-reduce) at connect.
 #pragma once
 
 #include <memory>
@@ -48,8 +48,15 @@ struct StepTiming {
 
 class PipelineTrainer {
 public:
+  // Loads the plan and this rank's stages (stage s on rank s % worldSize); no communication, so
+  // every check of the user's input can come before connecting.
   static Expected<std::unique_ptr<PipelineTrainer>> create(const std::string& planDir, const TrainOptions& options,
-                                                          Communicator& comm);
+                                                          int rank, int worldSize);
+  // Collective: joins the ranks on `comm` (its rank and size as create's) and makes tied copies
+  // equal. Before the first step.
+  Status connect(Communicator& comm);
+  // Whether `data` fits the plan's inputs: dtype, rank and every static dim but the rows.
+  Status checkData(const TensorMap& data) const;
   ~PipelineTrainer();
   // One step; every rank returns the batch's mean loss. `schedule` (stages and microbatches as
   // the plan's and the options'; stage s on rank s % ranks) orders this rank's F and B / I
