@@ -92,6 +92,29 @@ class Distributed(TempDirTest):
         code, _, err = run("run", plan, "--pipeline", "--schedule", "1f1b", "--inputs", self.path("x.npz"))
         self.assertOneLineError(code, err, "--schedule goes with --distributed", exit_code=2)
 
+    def test_two_launchers_are_two_nodes(self):
+        """`--nnodes 2`: one launcher per node (here both on loopback), 2 ranks each; the 4 ranks run a
+        4-stage plan as one world, the same bytes as one process."""
+        model = self.mlp_with_skip()
+        plan = self.path("plan")
+        run("pipeline", model, "--stages", 4, "-o", plan, check=True)
+        np.savez(self.path("x.npz"), x=np.random.default_rng(3).standard_normal((8, 8)).astype(np.float32))
+        args = ["--microbatches", 4, "--inputs", self.path("x.npz"), "--save-outputs"]
+        run("run", plan, "--pipeline", *args, self.path("single.npz"), check=True)
+        port = free_port()
+        nodes = [subprocess.Popen([CLEAVE, "launch", "--nproc", "2", "--nnodes", "2", "--node-rank", str(node),
+                                   "--master-addr", "127.0.0.1", "--master-port", str(port), "--timeout", "30", "--",
+                                   "cleave", "run", plan, "--distributed", "--schedule", "1f1b",
+                                   *map(str, args), self.path("dist.npz")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for node in (0, 1)]
+        results = [node.communicate(timeout=90) for node in nodes]
+        for node, (out, err) in zip(nodes, results):
+            self.assertEqual(node.returncode, 0, err)
+        self.assertIn("[rank 3] rank 3 of 4: ran stage_3", results[1][1])
+        self.assertIn("[rank 0] rank 0 of 4: ran stage_0", results[0][1])
+        with open(self.path("single.npz"), "rb") as a, open(self.path("dist.npz"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
     def test_a_split_plan_runs_across_ranks(self):
         plan = self.path("split")
         run("split", os.path.join(EXAMPLES, "transformer.onnx"), "--profile",
