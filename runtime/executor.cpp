@@ -290,7 +290,9 @@ Expected<std::vector<at::Tensor>> Executor::callKernel(NodeId node, const FusedG
     return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << opName() << ", opset " << opset_
                                          << "): " << text;
   };
-  KernelContext context(g, node, opset_, std::move(operands), this, &caches_[cacheSlot_[node]]);
+  // A fused group's kernel reads its first node's attributes (a Conv's window, fusion.h).
+  KernelContext context(g, group ? group->nodes.front() : node, opset_, std::move(operands), this,
+                        &caches_[cacheSlot_[node]]);
   try {
     if (!stats || !stats->profileOps)
       return kernel.kernel(context);

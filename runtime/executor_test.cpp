@@ -205,9 +205,10 @@ TEST(OneDnn, ProductsEqualAtenForBothWeightLayoutsAndBroadcastBatches) {
   EXPECT_FALSE(onednn::batchedMatmul(a.to(at::kDouble), b.to(at::kDouble)).defined());
 }
 
-// conv -> relu -> conv -> add (residual) -> maxpool -> global average pool: computed in oneDNN's
-// blocked layout, equal to ATen's dense ops; outputs and observed values come back dense unless
-// the caller takes blocked outputs.
+// conv -> relu -> conv -> add (residual) -> maxpool -> global average pool, equal to ATen's dense
+// ops: with oneDNN called directly the convolutions write channels-last ATen tensors (no opaque
+// blocked values at all); without it they run in ATen's blocked layout, and outputs and observed
+// values come back dense unless the caller takes blocked outputs.
 TEST(Executor, BlockedConvolutionChainEqualsDenseAten) {
   auto pads = ints("pads", {1, 1, 1, 1});
   ir::GraphBuilder builder(ir::SourceFormat::Onnx);
@@ -252,11 +253,68 @@ TEST(Executor, BlockedConvolutionChainEqualsDenseAten) {
   Expected<TensorMap> blocked = (*executor)->run(inputs, nullptr, nullptr, OutputLayout::AsComputed);
   ASSERT_TRUE(blocked) << blocked.error().message();
   auto [pooled, sum] = expected(inputs);
-  if (at::hasMKLDNN()) {
+  if (onednn::available()) {
+    EXPECT_FALSE(blocked->at("s").is_mkldnn());
+    EXPECT_TRUE(blocked->at("s").is_contiguous(at::MemoryFormat::ChannelsLast));
+  } else if (at::hasMKLDNN()) {
     EXPECT_TRUE(blocked->at("g").is_mkldnn());
   }
   EXPECT_TRUE(at::allclose(toDense(blocked->at("g")), pooled, 1e-4, 1e-4));
   EXPECT_TRUE(at::allclose(toDense(blocked->at("s")), sum, 1e-4, 1e-4));
+}
+
+// oneDNN's direct convolution against at::conv2d: groups (depthwise), strides, dilations,
+// asymmetric pads, a bias, and each post-op (a residual sum, then ReLU, Clip or HardSwish).
+TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  using Activation = onednn::ConvPostOps::Activation;
+  struct Case {
+    std::int64_t channels, outChannels, groups, kernel, stride, dilation;
+    std::vector<std::int64_t> padBegin, padEnd;
+    onednn::ConvPostOps post;
+  };
+  const Case cases[] = {
+      {8, 16, 1, 3, 1, 1, {1, 1}, {1, 1}, {}},
+      {8, 8, 8, 3, 2, 1, {1, 1}, {1, 1}, {false, Activation::Relu}},        // depthwise, stride 2
+      {6, 4, 2, 3, 1, 2, {0, 1}, {2, 1}, {false, Activation::Clip, 0.0f, 6.0f}}, // groups, dilation, asymmetric
+      {8, 8, 1, 1, 1, 1, {0, 0}, {0, 0}, {true, Activation::Relu}},         // 1x1 with the residual
+      {8, 12, 4, 5, 2, 1, {2, 2}, {2, 2}, {false, Activation::HardSwish}},
+  };
+  at::manual_seed(11);
+  for (const Case& k : cases) {
+    at::Tensor x = at::randn({2, k.channels, 11, 9}), w = at::randn({k.outChannels, k.channels / k.groups, k.kernel, k.kernel});
+    at::Tensor bias = at::randn({k.outChannels});
+    at::Tensor padded = at::constant_pad_nd(x, {k.padBegin[1], k.padEnd[1], k.padBegin[0], k.padEnd[0]}, 0.0);
+    at::Tensor want = at::conv2d(padded, w, bias, at::IntArrayRef{k.stride, k.stride}, at::IntArrayRef{0, 0},
+                                 at::IntArrayRef{k.dilation, k.dilation}, k.groups);
+    at::Tensor residual = at::randn(want.sizes());
+    if (k.post.addResidual)
+      want = want + residual;
+    if (k.post.activation == Activation::Relu)
+      want = at::relu(want);
+    else if (k.post.activation == Activation::Clip)
+      want = at::clamp(want, k.post.clipLow, k.post.clipHigh);
+    else if (k.post.activation == Activation::HardSwish)
+      want = at::hardswish(want);
+    std::shared_ptr<onednn::PackedConvolution> packed;
+    for (int run = 0; run < 2; ++run) { // the second reuses the primitive and the reordered weight
+      at::Tensor got = onednn::convolution2d(run ? x.contiguous(at::MemoryFormat::ChannelsLast) : x, w, bias,
+                                             {k.stride, k.stride}, k.padBegin, k.padEnd, {k.dilation, k.dilation},
+                                             k.groups, k.post, residual, packed);
+      ASSERT_TRUE(got.defined());
+      EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast));
+      EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-4)) << "groups " << k.groups << " kernel " << k.kernel;
+    }
+  }
+  // What it does not take, it refuses (the caller runs ATen): float64, autograd, a bad group count.
+  std::shared_ptr<onednn::PackedConvolution> packed;
+  at::Tensor x = at::randn({1, 4, 5, 5}), w = at::randn({4, 4, 3, 3});
+  EXPECT_FALSE(onednn::convolution2d(x.to(at::kDouble), w.to(at::kDouble), {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {},
+                                     {}, packed).defined());
+  EXPECT_FALSE(onednn::convolution2d(x, w.clone().requires_grad_(true), {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {},
+                                     packed).defined());
+  EXPECT_FALSE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 3, {}, {}, packed).defined());
 }
 
 ir::Attribute scalarTensor(float value) {

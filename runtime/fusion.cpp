@@ -92,6 +92,44 @@ std::optional<FusedGroup> matchGelu(const ir::Graph& g, NodeId div) {
     return std::nullopt;
   return FusedGroup{FusedGroup::Kind::Gelu, {div, erf, *plusOne, *timesX, *half}, {x}};
 }
+// The node that alone reads `value`, if it is an `opType` op with `inputs` operands and one output.
+std::optional<NodeId> soleReaderOf(const ir::Graph& g, ValueId value, std::string_view opType, std::size_t inputs) {
+  auto users = g.users(value);
+  if (users.size() != 1 || !isOp(g, users[0], opType) || g.inputs(users[0]).size() != inputs ||
+      g.outputs(users[0]).size() != 1)
+    return std::nullopt;
+  return users[0];
+}
+
+std::optional<FusedGroup> matchConv(const ir::Graph& g, NodeId conv) {
+  using K = FusedGroup::Kind;
+  if (!isOp(g, conv, "Conv") || g.inputs(conv).size() < 2 || g.outputs(conv).size() != 1)
+    return std::nullopt;
+  ValueId out = g.outputs(conv)[0];
+  std::vector<ValueId> operands{g.inputs(conv)[0], g.inputs(conv)[1],
+                                g.inputs(conv).size() > 2 ? g.inputs(conv)[2] : ir::kNoValue};
+  if (auto relu = soleReaderOf(g, out, "Relu", 1))
+    return FusedGroup{K::ConvRelu, {conv, *relu}, operands};
+  if (auto swish = soleReaderOf(g, out, "HardSwish", 1))
+    return FusedGroup{K::ConvHardSwish, {conv, *swish}, operands};
+  if (auto clip = soleReaderOf(g, out, "Clip", 3)) {
+    ValueId low = g.inputs(*clip)[1], high = g.inputs(*clip)[2];
+    if (!scalarConstant(g, low) || !scalarConstant(g, high))
+      return std::nullopt;
+    operands.insert(operands.end(), {low, high});
+    return FusedGroup{K::ConvClip, {conv, *clip}, operands};
+  }
+  if (auto add = soleReader(g, out, "Add")) {
+    ValueId residual = otherOperand(g, *add, out);
+    if (residual == ir::kNoValue)
+      return std::nullopt;
+    operands.push_back(residual);
+    if (auto relu = soleReaderOf(g, g.outputs(*add)[0], "Relu", 1))
+      return FusedGroup{K::ConvAddRelu, {conv, *add, *relu}, operands};
+    return FusedGroup{K::ConvAdd, {conv, *add}, operands};
+  }
+  return std::nullopt;
+}
 } // namespace
 
 FusionPlan planFusions(const ir::Graph& g) {
@@ -104,6 +142,8 @@ FusionPlan planFusions(const ir::Graph& g) {
     std::optional<FusedGroup> group = matchMatMulBias(g, node);
     if (!group)
       group = matchGelu(g, node);
+    if (!group)
+      group = matchConv(g, node);
     if (!group)
       continue;
     bool free = true; // a node joins one group at most

@@ -3,11 +3,15 @@
 // Patterns (PyTorch's ONNX exports of Linear and of the exact GELU):
 //   MatMulBias  MatMul(x, W) -> Add(., b)          one oneDNN product with the bias (kernel.h linear)
 //   Gelu        Div(x, sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)     one at::gelu
+//   ConvRelu, ConvClip, ConvHardSwish   Conv -> Relu | Clip(., lo, hi) | HardSwish
+//   ConvAdd, ConvAddRelu                Conv -> Add(., residual) [-> Relu]
+//               one oneDNN convolution with post-ops (kernel.h fusedConvolution); Clip's bounds
+//               must be single-element constants
 // Add and Mul operands may come in either order. A group is fused only when each of its inner
 // values is read by the next node of the group alone (not by other nodes, not a graph output);
 // the constants (sqrt 2, 1, 0.5) must be single-element Constant nodes or parameters.
 // A group runs at its last node (every operand exists by then) and makes that node's output;
-// the inner values are never made. Observed runs (dumps, previews) do not fuse: they need
+// the inner values are never made. Its kernel reads attributes from the group's first node. Observed runs (dumps, previews) do not fuse: they need
 // every value.
 // Guarantees: a group computes what its nodes compute, up to float rounding (GELU's formula is
 // evaluated in one pass; a bias that is not 1-D [N] is added after the product instead).
@@ -23,10 +27,12 @@
 namespace cleave::runtime {
 
 struct FusedGroup {
-  enum class Kind : std::uint8_t { MatMulBias, Gelu };
+  enum class Kind : std::uint8_t { MatMulBias, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvAdd, ConvAddRelu };
   Kind kind;
   std::vector<ir::NodeId> nodes;     // in graph order; the last one makes the group's output
-  std::vector<ir::ValueId> operands; // MatMulBias: x, W, b; Gelu: x
+  // MatMulBias: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*) or
+  // Clip's lo and hi (ConvClip).
+  std::vector<ir::ValueId> operands;
 };
 
 struct FusionPlan {

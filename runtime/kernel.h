@@ -26,6 +26,7 @@ class Executor;
 struct KernelCache {
   at::Tensor source, derived;
   std::shared_ptr<onednn::PackedProduct> product;
+  std::shared_ptr<onednn::PackedConvolution> convolution;
 };
 
 struct KernelError : std::runtime_error {
@@ -145,6 +146,11 @@ at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weigh
 // once (kept in the node's cache while the same weight tensor comes back); its output stays
 // blocked for readers that take it. Anything else (other dtypes too) runs on at::convolution.
 at::Tensor convolution(KernelContext& c, at::Tensor x, const at::Tensor& w, const at::Tensor& bias);
+// convolution() then `post` (the residual added, then the activation): one oneDNN call with
+// post-ops where it takes the operands (2-D, float32, no autograd, the residual of the output's
+// shape), else convolution() followed by the same ATen ops.
+at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                            const onednn::ConvPostOps& post, const at::Tensor& residual);
 // A product with broadcast batch dims (attention's Q K^T and P V): one oneDNN call on the CPU in
 // float32, else at::matmul.
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);

@@ -141,6 +141,114 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) {
   return out;
 }
 
+struct PackedConvolution {
+  at::Tensor source; // the weight it was reordered from; kept referenced, so its identity stays unique
+  std::vector<std::int64_t> inputDims;
+  bool withBias = false;
+  ConvPostOps post;
+  dnnl::convolution_forward primitive;
+  dnnl::memory weight;
+  dnnl::memory::desc src, dst;
+  std::vector<std::int64_t> outputDims;
+};
+
+namespace {
+dnnl::primitive_attr postOpsAttr(const ConvPostOps& post) {
+  dnnl::post_ops ops;
+  if (post.addResidual)
+    ops.append_sum(1.0f);
+  using A = ConvPostOps::Activation;
+  switch (post.activation) {
+  case A::None: break;
+  case A::Relu: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
+  case A::Clip: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, post.clipLow, post.clipHigh); break;
+  case A::HardSwish: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_hardswish, 1.0f / 6.0f, 0.5f); break;
+  }
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  return attr;
+}
+
+// The convolution for x's dims: the primitive (oneDNN picks the weight layout), the weight
+// reordered into it once.
+std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at::Tensor& w, bool withBias,
+                                                   const std::vector<std::int64_t>& strides,
+                                                   const std::vector<std::int64_t>& padBegin,
+                                                   const std::vector<std::int64_t>& padEnd,
+                                                   const std::vector<std::int64_t>& dilations, std::int64_t groups,
+                                                   const ConvPostOps& post) {
+  auto packed = std::make_shared<PackedConvolution>();
+  const std::int64_t n = x.size(0), oc = w.size(0);
+  std::vector<std::int64_t> out{n, oc};
+  for (std::size_t d = 0; d < 2; ++d) {
+    const std::int64_t in = x.size(static_cast<std::int64_t>(d) + 2), k = w.size(static_cast<std::int64_t>(d) + 2);
+    out.push_back((in + padBegin[d] + padEnd[d] - dilations[d] * (k - 1) - 1) / strides[d] + 1);
+  }
+  Dims weightDims = groups > 1 ? Dims{groups, oc / groups, w.size(1), w.size(2), w.size(3)} : Dims(w.sizes().begin(), w.sizes().end());
+  packed->src = dnnl::memory::desc(Dims(x.sizes().begin(), x.sizes().end()), DataType::f32, Tag::nhwc);
+  packed->dst = dnnl::memory::desc(Dims(out.begin(), out.end()), DataType::f32, Tag::nhwc);
+  const dnnl::memory::desc anyWeight(weightDims, DataType::f32, Tag::any), biasDesc({oc}, DataType::f32, Tag::a);
+  const Dims dilates{dilations[0] - 1, dilations[1] - 1};
+  auto desc = withBias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                         dnnl::algorithm::convolution_direct, packed->src, anyWeight,
+                                                         biasDesc, packed->dst, Dims(strides.begin(), strides.end()),
+                                                         dilates, Dims(padBegin.begin(), padBegin.end()),
+                                                         Dims(padEnd.begin(), padEnd.end()))
+                       : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                         dnnl::algorithm::convolution_direct, packed->src, anyWeight,
+                                                         packed->dst, Dims(strides.begin(), strides.end()), dilates,
+                                                         Dims(padBegin.begin(), padBegin.end()),
+                                                         Dims(padEnd.begin(), padEnd.end()));
+  dnnl::convolution_forward::primitive_desc pd(desc, postOpsAttr(post), cpuEngine());
+  at::Tensor plainWeight = w.contiguous();
+  dnnl::memory given(dnnl::memory::desc(weightDims, DataType::f32, groups > 1 ? Tag::goihw : Tag::oihw), cpuEngine(),
+                     plainWeight.data_ptr());
+  packed->weight = dnnl::memory(pd.weights_desc(), cpuEngine());
+  execute(dnnl::reorder(given, packed->weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, packed->weight}});
+  packed->primitive = dnnl::convolution_forward(pd);
+  packed->source = w;
+  packed->inputDims = x.sizes().vec();
+  packed->withBias = withBias;
+  packed->post = post;
+  packed->outputDims = out;
+  return packed;
+}
+} // namespace
+
+at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                         const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
+                         const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
+                         std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
+                         std::shared_ptr<PackedConvolution>& packed) {
+  if (!eligible(x) || !eligible(w) || x.dim() != 4 || w.dim() != 4 || x.numel() == 0 || groups < 1 ||
+      x.size(1) != w.size(1) * groups || w.size(0) % groups != 0 || strides.size() != 2 || padBegin.size() != 2 ||
+      padEnd.size() != 2 || dilations.size() != 2 || (bias.defined() && (!eligible(bias) || bias.numel() != w.size(0))) ||
+      (post.addResidual && !eligible(residual)))
+    return {};
+  try {
+    if (!packed || !packed->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
+        packed->withBias != bias.defined() || !(packed->post == post))
+      packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post);
+    if (post.addResidual && residual.sizes().vec() != packed->outputDims)
+      return {};
+    at::Tensor src = x.contiguous(at::MemoryFormat::ChannelsLast);
+    at::Tensor out = at::empty(packed->outputDims, x.options().memory_format(at::MemoryFormat::ChannelsLast));
+    if (post.addResidual)
+      out.copy_(residual);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, view(packed->src, src)},
+                                               {DNNL_ARG_WEIGHTS, packed->weight},
+                                               {DNNL_ARG_DST, view(packed->dst, out)}};
+    at::Tensor denseBias = bias.defined() ? bias.contiguous().view({-1}) : at::Tensor();
+    if (denseBias.defined())
+      args.emplace(DNNL_ARG_BIAS, view(dnnl::memory::desc({w.size(0)}, DataType::f32, Tag::a), denseBias));
+    execute(packed->primitive, args);
+    return out;
+  } catch (const dnnl::error&) {
+    packed.reset();
+    return {};
+  }
+}
+
 #else // built without oneDNN: callers use ATen
 
 bool available() { return false; }
@@ -152,6 +260,15 @@ at::Tensor linear(const at::Tensor&, const at::Tensor&, bool, const at::Tensor&,
 }
 
 at::Tensor batchedMatmul(const at::Tensor&, const at::Tensor&) { return {}; }
+
+struct PackedConvolution {};
+
+at::Tensor convolution2d(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<std::int64_t>&,
+                         const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
+                         const std::vector<std::int64_t>&, std::int64_t, const ConvPostOps&, const at::Tensor&,
+                         std::shared_ptr<PackedConvolution>&) {
+  return {};
+}
 
 #endif
 

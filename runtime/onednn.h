@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 
 #include <memory>
+#include <vector>
 
 namespace cleave::runtime::onednn {
 
@@ -33,5 +34,31 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK
 
 // a[..., M, K] times b[..., K, N] with numpy broadcasting of the batch dims (both rank >= 2).
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
+
+// What a convolution does to its output inside the same kernel (oneDNN post-ops), in order: add
+// a residual tensor of the output's shape (a ResNet block's Add), then an activation.
+struct ConvPostOps {
+  enum class Activation : std::uint8_t { None, Relu, Clip, HardSwish };
+  bool addResidual = false;
+  Activation activation = Activation::None;
+  float clipLow = 0.0f, clipHigh = 0.0f; // Clip's bounds
+  friend bool operator==(const ConvPostOps&, const ConvPostOps&) = default;
+};
+
+// A convolution's reordered weight with its primitive, for one input shape (opaque to callers).
+struct PackedConvolution;
+
+// A 2-D float32 convolution of x [N, C, H, W] by w [OC, C / groups, KH, KW] plus an optional bias
+// [OC], with per-dim strides, dilations and (possibly asymmetric) pads, then `post` (`residual`
+// when post.addResidual). The input is read channels-last (in place when it is already; one copy
+// when not) and the output is a channels-last ATen tensor, which ATen's elementwise ops, pooling
+// and the next convolution read as it is. `packed` keeps the reordered weight and the primitive;
+// it is rebuilt when the weight (by identity), the input's dims, the bias's presence or the
+// post-ops change.
+at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                         const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
+                         const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
+                         std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
+                         std::shared_ptr<PackedConvolution>& packed);
 
 } // namespace cleave::runtime::onednn

@@ -1,5 +1,6 @@
 // runtime/ops_fused.cpp - the kernels of fused node groups (runtime/fusion.h).
 #include "runtime/fusion.h"
+#include "runtime/onednn.h"
 
 namespace cleave::runtime {
 
@@ -11,12 +12,28 @@ Outputs matmulBias(KernelContext& c) { return {matmul(c, c.input(0), c.input(1),
 
 // x * 0.5 * (1 + erf(x / sqrt 2)).
 Outputs gelu(KernelContext& c) { return {at::gelu(c.input(0))}; }
+
+// Conv then its post-ops (the context is the Conv node's: its attributes).
+template <onednn::ConvPostOps::Activation activation, bool residual> Outputs convWith(KernelContext& c) {
+  onednn::ConvPostOps post{residual, activation};
+  if constexpr (activation == onednn::ConvPostOps::Activation::Clip) {
+    post.clipLow = c.input(3).item<float>();
+    post.clipHigh = c.input(4).item<float>();
+  }
+  return {fusedConvolution(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor(), post,
+                           residual ? c.input(3) : at::Tensor())};
+}
 } // namespace
 
 Kernel fusedKernel(FusedGroup::Kind kind) {
   switch (kind) {
   case FusedGroup::Kind::MatMulBias: return matmulBias;
   case FusedGroup::Kind::Gelu: return gelu;
+  case FusedGroup::Kind::ConvRelu: return convWith<onednn::ConvPostOps::Activation::Relu, false>;
+  case FusedGroup::Kind::ConvClip: return convWith<onednn::ConvPostOps::Activation::Clip, false>;
+  case FusedGroup::Kind::ConvHardSwish: return convWith<onednn::ConvPostOps::Activation::HardSwish, false>;
+  case FusedGroup::Kind::ConvAdd: return convWith<onednn::ConvPostOps::Activation::None, true>;
+  case FusedGroup::Kind::ConvAddRelu: return convWith<onednn::ConvPostOps::Activation::Relu, true>;
   }
   return nullptr;
 }
@@ -25,6 +42,11 @@ const char* fusedName(FusedGroup::Kind kind) {
   switch (kind) {
   case FusedGroup::Kind::MatMulBias: return "MatMul+Add";
   case FusedGroup::Kind::Gelu: return "Gelu(Div,Erf,Add,Mul,Mul)";
+  case FusedGroup::Kind::ConvRelu: return "Conv+Relu";
+  case FusedGroup::Kind::ConvClip: return "Conv+Clip";
+  case FusedGroup::Kind::ConvHardSwish: return "Conv+HardSwish";
+  case FusedGroup::Kind::ConvAdd: return "Conv+Add";
+  case FusedGroup::Kind::ConvAddRelu: return "Conv+Add+Relu";
   }
   return "?";
 }

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "runtime/kernel.h"
+#include "runtime/onednn.h"
 
 namespace cleave::runtime {
 
@@ -284,12 +285,63 @@ Outputs softmaxLike(KernelContext& c, bool logarithm) {
 }
 } // namespace
 
+namespace {
+// A Conv node's window: kernel dims, strides, dilations, groups and pads.
+struct ConvWindow {
+  std::vector<std::int64_t> strides, dilations;
+  std::int64_t groups = 1;
+  WindowPads pads;
+};
+
+ConvWindow convWindow(KernelContext& c, const at::Tensor& x, const at::Tensor& w) {
+  std::size_t n = static_cast<std::size_t>(std::max<std::int64_t>(w.dim() - 2, 0));
+  std::vector<std::int64_t> kernel(w.sizes().begin() + static_cast<std::ptrdiff_t>(w.dim() - n), w.sizes().end());
+  ConvWindow window{orOnes(c.intsAttr("strides"), n), orOnes(c.intsAttr("dilations"), n), c.intAttr("group", 1), {}};
+  window.pads = windowPads(c, x, kernel, window.strides, window.dilations);
+  return window;
+}
+
+// oneDNN directly (channels-last, the weight reordered once, kept in the node's cache), or
+// undefined where it does not take the operands.
+at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                             const ConvWindow& window, const onednn::ConvPostOps& post, const at::Tensor& residual) {
+  if (w.dim() != 4 || !onednn::available())
+    return {};
+  std::shared_ptr<onednn::PackedConvolution> uncached;
+  std::shared_ptr<onednn::PackedConvolution>& packed = c.cache() ? c.cache()->convolution : uncached;
+  return onednn::convolution2d(x, w, bias, window.strides, window.pads.begin, window.pads.end, window.dilations,
+                               window.groups, post, residual, packed);
+}
+} // namespace
+
+at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                            const onednn::ConvPostOps& post, const at::Tensor& residual) {
+  at::Tensor y = directConvolution(c, x, w, bias, convWindow(c, x, w), post, residual);
+  if (y.defined())
+    return y;
+  y = toDense(convolution(c, x, w, bias));
+  if (post.addResidual)
+    y = y + toDense(residual);
+  using A = onednn::ConvPostOps::Activation;
+  switch (post.activation) {
+  case A::None: return y;
+  case A::Relu: return at::relu(y);
+  case A::Clip: return at::clamp(y, post.clipLow, post.clipHigh);
+  case A::HardSwish: return at::hardswish(y);
+  }
+  return y;
+}
+
 at::Tensor convolution(KernelContext& c, at::Tensor x, const at::Tensor& w, const at::Tensor& bias) {
-  std::size_t n = static_cast<std::size_t>(w.dim() - 2);
-  std::vector<std::int64_t> kernel(w.sizes().begin() + 2, w.sizes().end());
-  std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
-  std::int64_t groups = c.intAttr("group", 1);
-  WindowPads pads = windowPads(c, x, kernel, strides, dilations);
+  const ConvWindow window = convWindow(c, x, w);
+  at::Tensor direct = directConvolution(c, x, w, bias, window, {}, at::Tensor());
+  if (direct.defined())
+    return direct;
+  std::size_t n = window.strides.size();
+  const std::vector<std::int64_t>& strides = window.strides;
+  const std::vector<std::int64_t>& dilations = window.dilations;
+  const std::int64_t groups = window.groups;
+  const WindowPads& pads = window.pads;
   std::vector<std::int64_t> padding = pads.begin;
   if (!pads.symmetric()) {
     x = at::constant_pad_nd(toDense(x), pads.atenOrder(), 0.0);
@@ -316,7 +368,9 @@ at::Tensor convolution(KernelContext& c, at::Tensor x, const at::Tensor& w, cons
 }
 
 void registerNnKernels(KernelTable& t) {
-  t.add("Conv", conv, Layouts::DenseOrBlocked);
+  // With oneDNN called directly, convolutions read and write channels-last ATen tensors, so no
+  // value needs ATen's opaque blocked layout.
+  t.add("Conv", conv, onednn::available() ? Layouts::Dense : Layouts::DenseOrBlocked);
   t.add("ConvTranspose", convTranspose);
   t.add("MaxPool", maxPool, Layouts::DenseOrBlocked);
   t.add("AveragePool", avgPool, Layouts::DenseOrBlocked);
