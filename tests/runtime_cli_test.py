@@ -41,9 +41,11 @@ class RuntimeCli(TempDirTest):
         summary = json.loads(out)
         graph = onnx.load(CNN).graph
         ops, names = {n.op_type for n in graph.node}, {n.name for n in graph.node}
-        self.assertLessEqual({p["op"] for p in summary["profile"]}, ops)
+        # Op types, or fused groups named by their ops ("Conv+Add+Relu"), timed once at their last node.
+        self.assertLessEqual({op for p in summary["profile"] for op in p["op"].split("+")}, ops)
+        self.assertIn("Conv+Relu", {p["op"] for p in summary["profile"]})
         nodes = summary["slowest_nodes"]
-        self.assertEqual(len(nodes), min(10, len(names)))
+        self.assertTrue(0 < len(nodes) <= 10, nodes)
         self.assertLessEqual({n["node"] for n in nodes}, names)
         seconds = [n["seconds"] for n in nodes]
         self.assertEqual(seconds, sorted(seconds, reverse=True))
