@@ -171,15 +171,21 @@ Status runDistributed(const RunFlags& flags, std::ostream& out, std::ostream& er
   if (flags.schedule) {
     CLEAVE_TRY(schedule, rankSchedule(*flags.schedule, model.size(), flags.microbatches, env.worldSize));
   }
+  CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(flags.path));
+  const runtime::distributed::PlanShapes shapes(planFile.values);
   CLEAVE_TRY(auto comm, runtime::distributed::Communicator::connect(env));
+  const std::size_t headersBefore = comm->headersSent();
   auto start = std::chrono::steady_clock::now();
   CLEAVE_TRY(runtime::distributed::DistributedRunResult result,
-             runtime::distributed::runDistributed(model, inputs, flags.microbatches, *comm, schedule ? &*schedule : nullptr));
+             runtime::distributed::runDistributed(model, inputs, flags.microbatches, *comm,
+                                                  schedule ? &*schedule : nullptr, &shapes));
+  const std::size_t headers = comm->headersSent() - headersBefore;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   err << "rank " << env.rank << " of " << env.worldSize << ": ran";
   for (const std::string& step : result.ownSteps)
     err << " " << step;
-  err << " over " << flags.microbatches << " microbatch(es) in " << seconds * 1e3 << " ms\n";
+  err << " over " << flags.microbatches << " microbatch(es) in " << seconds * 1e3 << " ms (" << headers
+      << " shape header(s) sent)\n";
   if (env.rank != 0)
     return {};
   if (!flags.saveOutputs.empty())

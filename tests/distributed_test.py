@@ -68,6 +68,9 @@ class Distributed(TempDirTest):
                         self.assertEqual(a.read(), b.read())
                     self.assertIn("[rank 0] h3: f32[7,8]", out)
                     self.assertIn("[rank 1] rank 1 of", err)
+                    # Every boundary's shape is in the plan ([N, 8], N bound by x's rows): no
+                    # message carries a shape header, uneven microbatches included.
+                    self.assertEqual(err.count("(0 shape header(s) sent)"), nproc, err)
         whole = self.path("whole.npz")
         run("run", model, "--inputs", self.path("x.npz"), "--save-outputs", whole, check=True)
         np.testing.assert_allclose(np.load(whole)["h3"], np.load(self.path("dist3_3.npz"))["h3"], rtol=1e-6, atol=1e-6)

@@ -72,9 +72,36 @@ public:
   RankRunner(CutModel& model, Communicator& comm, const ValueRoutes& routes)
       : model_(model), comm_(comm), routes_(routes), me_(comm.rank()) {}
 
+  // Declares to the communicator the shape of every message this rank sends or receives for the
+  // microbatches, where `shapes` determines it (those travel without a header; any other value,
+  // data-dependent shapes included, keeps a header on every message).
+  void declareShapes(const PlanShapes& shapes, const std::vector<TensorMap>& chunks) {
+    for (std::size_t m = 0; m < chunks.size(); ++m) {
+      const std::int64_t rows = chunks[m].empty() || chunks[m].begin()->second.dim() == 0 ? -1
+                                                                                          : chunks[m].begin()->second.size(0);
+      rows_.push_back(rows);
+      if (rows < 0 || declaredRows_.count(rows))
+        continue;
+      declaredRows_.insert(rows);
+      const SymbolSizes symbols = shapes.bind(chunks[m]);
+      for (const auto& [name, producer] : routes_.producerRank) {
+        auto readers = routes_.readerRanks.find(name);
+        if (readers == routes_.readerRanks.end())
+          continue;
+        std::optional<MessageShape> shape = shapes.shapeOf(name, symbols);
+        if (!shape)
+          continue;
+        declared_.insert({rows, routes_.id.at(name)});
+        for (int reader : readers->second)
+          if (reader != producer && (reader == me_ || producer == me_))
+            comm_.declareShape(reader == me_ ? producer : reader, keyOf(name, m), shape->type, shape->dims);
+      }
+    }
+  }
+
   // This rank's forwards in order; each microbatch's values are dropped after its last one here
-  // (rank 0 keeps the plan outputs). Returns each microbatch's plan outputs (rank 0; gathered
-  // from the ranks that made them) or nothing.
+  // (rank 0 keeps the plan outputs it made). Returns each microbatch's plan outputs (rank 0;
+  // gathered from the ranks that made them) or nothing.
   Expected<std::vector<TensorMap>> run(const std::vector<TensorMap>& chunks, const std::vector<ForwardAction>& actions) {
     std::vector<TensorMap> values(chunks.begin(), chunks.end());
     std::vector<std::size_t> lastAction(chunks.size(), 0);
@@ -88,8 +115,8 @@ public:
         CLEAVE_CHECK(sendToReaders(name, tensor, m));
         values[m][name] = std::move(tensor);
       }
-      if (lastAction[m] == k && me_ != 0)
-        values[m].clear();
+      if (lastAction[m] == k)
+        keepOutputs(values[m]);
     }
     if (me_ != 0)
       return std::vector<TensorMap>{};
@@ -105,11 +132,22 @@ public:
   }
 
 private:
+  // What a microbatch's values shrink to once this rank is done with it: rank 0 keeps the plan
+  // outputs it holds (the others send theirs), every other rank nothing.
+  void keepOutputs(TensorMap& values) const {
+    TensorMap kept;
+    if (me_ == 0)
+      for (const std::string& name : model_.graphOutputs())
+        if (auto found = values.find(name); found != values.end())
+          kept.emplace(name, found->second);
+    values = std::move(kept);
+  }
+
   Status receive(const std::string& name, TensorMap& values, std::size_t microbatch) {
     auto producer = routes_.producerRank.find(name);
     if (values.count(name) || producer == routes_.producerRank.end() || producer->second == me_)
       return {};
-    CLEAVE_TRY(at::Tensor tensor, comm_.recv(producer->second, tagOf(routes_, name, microbatch)));
+    CLEAVE_TRY(at::Tensor tensor, comm_.recv(producer->second, tagOf(routes_, name, microbatch), declaredKey(name, microbatch)));
     values[name] = std::move(tensor);
     return {};
   }
@@ -126,14 +164,28 @@ private:
       return {};
     for (int rank : readers->second)
       if (rank != me_)
-        CLEAVE_CHECK(comm_.send(tensor, rank, tagOf(routes_, name, microbatch)));
+        CLEAVE_CHECK(comm_.send(tensor, rank, tagOf(routes_, name, microbatch), declaredKey(name, microbatch)));
     return {};
+  }
+
+  // A message's shape key: its value and its microbatch's rows (never 0: no key).
+  std::uint64_t keyOf(const std::string& name, std::size_t microbatch) const {
+    return 1 + static_cast<std::uint64_t>(rows_[microbatch]) * routes_.id.size() + routes_.id.at(name);
+  }
+  // Its key when its shape was declared, else 0 (a header with the message).
+  std::uint64_t declaredKey(const std::string& name, std::size_t microbatch) const {
+    if (microbatch >= rows_.size() || !declared_.count({rows_[microbatch], routes_.id.at(name)}))
+      return 0;
+    return keyOf(name, microbatch);
   }
 
   CutModel& model_;
   Communicator& comm_;
   const ValueRoutes& routes_;
   int me_;
+  std::vector<std::int64_t> rows_;                              // per microbatch
+  std::set<std::int64_t> declaredRows_;                         // row counts already declared
+  std::set<std::pair<std::int64_t, std::uint32_t>> declared_;   // (rows, value id) with a declared shape
 };
 } // namespace
 
@@ -145,7 +197,8 @@ Expected<CutModel> loadRankModel(const std::string& planDir, int rank, int world
 }
 
 Expected<DistributedRunResult> runDistributed(CutModel& model, const TensorMap& inputs, std::int64_t microbatches,
-                                              Communicator& comm, const pipeline::Schedule* schedule) {
+                                              Communicator& comm, const pipeline::Schedule* schedule,
+                                              const PlanShapes* shapes) {
   int world = comm.worldSize(), me = comm.rank();
   ValueRoutes routes = routeValues(model, world);
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(inputs, microbatches));
@@ -160,6 +213,8 @@ Expected<DistributedRunResult> runDistributed(CutModel& model, const TensorMap& 
     if (static_cast<int>(i % static_cast<std::size_t>(world)) == me)
       result.ownSteps.push_back(model.stepName(i));
   RankRunner runner(model, comm, routes);
+  if (shapes)
+    runner.declareShapes(*shapes, chunks);
   CLEAVE_TRY(std::vector<TensorMap> outputs, runner.run(chunks, ownForwards(model, chunks.size(), me, world, schedule)));
   CLEAVE_CHECK(comm.finish());
   if (me == 0)

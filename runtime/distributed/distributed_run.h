@@ -15,6 +15,8 @@
 // submodule on the same microbatch, which its rank's order reaches first (GPipe: by construction;
 // a schedule: the validated schedule's forwards keep that order, and dropping its backward
 // actions only removes waits).
+// Messages whose shape the plan determines (plan_shapes.h) travel without a shape header; others
+// (data-dependent shapes) carry one each.
 // Complexity: per microbatch, the submodules' runs plus one message per (value, reading rank).
 #pragma once
 
@@ -24,6 +26,7 @@
 #include "runtime/backend.h"
 #include "runtime/cut_model.h"
 #include "runtime/distributed/communicator.h"
+#include "runtime/distributed/plan_shapes.h"
 #include "runtime/tensors.h"
 #include "pipeline/schedule.h"
 
@@ -38,7 +41,10 @@ struct DistributedRunResult {
 Expected<CutModel> loadRankModel(const std::string& planDir, int rank, int worldSize, const Backend& acc,
                                  const Backend& cpu);
 // `schedule` (none: GPipe order) must be for the plan's submodules, the microbatches and the ranks.
+// `shapes` (the plan's value types; none: a header with every message) gives the messages whose
+// shape the plan determines their shape in advance, so they travel without a header.
 Expected<DistributedRunResult> runDistributed(CutModel& model, const TensorMap& inputs, std::int64_t microbatches,
-                                              Communicator& comm, const pipeline::Schedule* schedule = nullptr);
+                                              Communicator& comm, const pipeline::Schedule* schedule = nullptr,
+                                              const PlanShapes* shapes = nullptr);
 
 } // namespace cleave::runtime::distributed

@@ -14,6 +14,7 @@
 #include "runtime/executor.h"
 #include "runtime/microbatch.h"
 #include "runtime/split_backward.h"
+#include "runtime/distributed/plan_shapes.h"
 #include "base/file_io.h"
 #include "base/strings.h"
 
@@ -70,7 +71,7 @@ struct PipelineTrainer::State {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   StepTiming timing; // the last step's
   std::vector<std::int64_t> microbatchRows; // this step's, per microbatch
-  std::map<std::string, plan::PlanFileValue> planValues; // the plan's value types, by name
+  std::optional<PlanShapes> planShapes; // the plan's value types
   std::set<std::int64_t> declaredRows; // microbatch row counts whose message shapes are declared
 
   int rank = 0, worldSize = 1; // this process's place (known before connecting)
@@ -126,53 +127,16 @@ struct PipelineTrainer::State {
 constexpr std::size_t kReceiveLookahead = 2;
 
 void PipelineTrainer::State::declareMessageShapes(const TensorMap& chunk, std::size_t m) {
-  // Bind symbols from the graph inputs; a symbol seen with two sizes binds nothing.
-  std::map<std::string, std::int64_t> bound;
-  std::set<std::string> conflicting;
-  for (const std::string& name : graphInputs) {
-    auto value = planValues.find(name);
-    auto tensor = chunk.find(name);
-    if (value == planValues.end() || tensor == chunk.end() || !value->second.rankKnown ||
-        static_cast<std::int64_t>(value->second.shape.size()) != tensor->second.dim())
-      continue;
-    for (std::size_t d = 0; d < value->second.shape.size(); ++d) {
-      const std::string& symbol = value->second.shape[d].symbol;
-      if (symbol.empty())
-        continue;
-      auto [it, fresh] = bound.emplace(symbol, tensor->second.size(static_cast<std::int64_t>(d)));
-      if (!fresh && it->second != tensor->second.size(static_cast<std::int64_t>(d)))
-        conflicting.insert(symbol);
-    }
-  }
-  auto shapeOf = [&](const std::string& name) -> std::optional<std::pair<at::ScalarType, std::vector<std::int64_t>>> {
-    auto value = planValues.find(name);
-    if (value == planValues.end() || value->second.kind != "tensor" || !value->second.rankKnown)
-      return std::nullopt;
-    std::optional<ir::DType> dtype = ir::parseDTypeName(value->second.dtype);
-    Expected<at::ScalarType> type = dtype ? scalarTypeOf(*dtype) : Expected<at::ScalarType>(Error(ErrorCode::Unsupported));
-    if (!type)
-      return std::nullopt;
-    std::vector<std::int64_t> dims;
-    for (const plan::PlanFileDim& dim : value->second.shape) {
-      auto found = bound.find(dim.symbol);
-      if (dim.extent >= 0)
-        dims.push_back(dim.extent);
-      else if (!dim.symbol.empty() && found != bound.end() && !conflicting.count(dim.symbol))
-        dims.push_back(found->second);
-      else
-        return std::nullopt;
-    }
-    return std::make_pair(*type, std::move(dims));
-  };
+  const SymbolSizes symbols = planShapes->bind(chunk);
   for (const auto& [name, made] : producer)
     for (int reader : readers[name]) {
       int from = stages[made].rank, to = stages[reader].rank;
       if (from == to || (from != rank && to != rank))
         continue;
-      if (auto shape = shapeOf(name)) {
+      if (std::optional<MessageShape> shape = planShapes->shapeOf(name, symbols)) {
         int peer = from == rank ? to : from;
-        comm->declareShape(peer, shapeKey(m, name, reader, false), shape->first, shape->second);
-        comm->declareShape(peer, shapeKey(m, name, reader, true), shape->first, shape->second);
+        comm->declareShape(peer, shapeKey(m, name, reader, false), shape->type, shape->dims);
+        comm->declareShape(peer, shapeKey(m, name, reader, true), shape->type, shape->dims);
       }
     }
 }
@@ -232,8 +196,7 @@ Status PipelineTrainer::State::loadPlan(const std::string& dir) {
     }
     stages.push_back(std::move(stage));
   }
-  for (const plan::PlanFileValue& value : planFile.values)
-    planValues.emplace(value.name, value);
+  planShapes.emplace(planFile.values);
   // The loss: the output named --loss, else 'loss', else the only scalar output (as for a model).
   std::vector<std::string> scalars;
   for (const plan::PlanFileInput& output : planFile.outputs) {
@@ -466,18 +429,17 @@ Status PipelineTrainer::connect(Communicator& comm) {
 
 Status PipelineTrainer::checkData(const TensorMap& data) const {
   for (const std::string& name : state_->graphInputs) {
-    auto value = state_->planValues.find(name);
+    const plan::PlanFileValue* value = state_->planShapes->value(name);
     auto tensor = data.find(name);
-    if (value == state_->planValues.end() || tensor == data.end() || value->second.kind != "tensor" ||
-        !value->second.rankKnown)
+    if (!value || tensor == data.end() || value->kind != "tensor" || !value->rankKnown)
       continue;
     const at::Tensor& t = tensor->second;
-    std::optional<ir::DType> dtype = ir::parseDTypeName(value->second.dtype);
+    std::optional<ir::DType> dtype = ir::parseDTypeName(value->dtype);
     Expected<at::ScalarType> type = dtype ? scalarTypeOf(*dtype) : Expected<at::ScalarType>(Error(ErrorCode::Unsupported));
     if (type && *type != t.scalar_type())
       return Error(ErrorCode::InvalidArgument) << "data '" << name << "' is " << t.scalar_type() << ", the plan's input "
-                                               << value->second.dtype;
-    const std::vector<plan::PlanFileDim>& dims = value->second.shape;
+                                               << value->dtype;
+    const std::vector<plan::PlanFileDim>& dims = value->shape;
     if (static_cast<std::int64_t>(dims.size()) != t.dim())
       return Error(ErrorCode::InvalidArgument) << "data '" << name << "' has " << t.dim() << " dims, the plan's input "
                                                << dims.size();
