@@ -280,6 +280,8 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
       {6, 4, 2, 3, 1, 2, {0, 1}, {2, 1}, {false, Activation::Clip, 0.0f, 6.0f}}, // groups, dilation, asymmetric
       {8, 8, 1, 1, 1, 1, {0, 0}, {0, 0}, {true, Activation::Relu}},         // 1x1 with the residual
       {8, 12, 4, 5, 2, 1, {2, 2}, {2, 2}, {false, Activation::HardSwish}},
+      {8, 8, 1, 1, 1, 1, {0, 0}, {0, 0}, {false, Activation::HardSigmoid, 0.0f, 0.0f, 1.0f / 6.0f, 0.5f}},
+      {8, 8, 8, 3, 1, 1, {1, 1}, {1, 1}, {false, Activation::Swish}},
   };
   at::manual_seed(11);
   for (const Case& k : cases) {
@@ -297,6 +299,10 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
       want = at::clamp(want, k.post.clipLow, k.post.clipHigh);
     else if (k.post.activation == Activation::HardSwish)
       want = at::hardswish(want);
+    else if (k.post.activation == Activation::HardSigmoid)
+      want = at::clamp(want * k.post.alpha + k.post.beta, 0.0, 1.0);
+    else if (k.post.activation == Activation::Swish)
+      want = want * at::sigmoid(want);
     std::shared_ptr<onednn::PackedConvolution> packed;
     for (int run = 0; run < 2; ++run) { // the second reuses the primitive and the reordered weight
       at::Tensor got = onednn::convolution2d(run ? x.contiguous(at::MemoryFormat::ChannelsLast) : x, w, bias,
@@ -387,6 +393,49 @@ TEST(Fusion, LinearAndGeluRunAsGroupsAndMatchTheirNodes) {
   ASSERT_TRUE(unfused) << unfused.error().message();
   EXPECT_TRUE(seen.count("e") && seen.count("mm"));
   EXPECT_TRUE(at::allclose(unfused->at("y"), fused->at("y"), 1e-5, 1e-6));
+}
+
+// Conv -> SiLU (Sigmoid, Mul) -> Conv -> HardSigmoid(alpha, beta): two fused groups whose
+// post-ops (swish; linear then clip, with the HardSigmoid node's attributes) match ATen.
+TEST(Fusion, ConvolutionsWithSiluAndHardSigmoidRunFused) {
+  ir::GraphBuilder builder(ir::SourceFormat::Onnx);
+  builder.modelInfo().opsetImports = {{"", 17}};
+  for (const char* name : {"x", "w1", "b1", "w2"})
+    builder.addInput(name, ir::ValueType());
+  auto add = [&](ir::NodeSpec node, std::string output) {
+    node.outputs[0].name = std::move(output);
+    builder.addNode(node);
+  };
+  add(spec("Conv", {"x", "w1", "b1"}, {ints("pads", {1, 1, 1, 1})}, "c1"), "c1");
+  add(spec("Sigmoid", {"c1"}, {}, "sig"), "s");
+  add(spec("Mul", {"s", "c1"}, {}, "silu"), "h");
+  add(spec("Conv", {"h", "w2"}, {}, "c2"), "c2");
+  add(spec("HardSigmoid", {"c2"}, {real("alpha", 0.3), real("beta", 0.4)}, "hard"), "y");
+  builder.setOutputs({"y"});
+  Expected<ir::Graph> graph = std::move(builder).finish();
+  ASSERT_TRUE(graph) << graph.error().message();
+  FusionPlan plan = planFusions(*graph);
+  ASSERT_EQ(plan.groups.size(), 2u);
+  EXPECT_EQ(plan.groups[0].kind, FusedGroup::Kind::ConvSilu);
+  EXPECT_EQ(plan.groups[0].nodes.size(), 3u);
+  EXPECT_EQ(plan.groups[1].kind, FusedGroup::Kind::ConvHardSigmoid);
+  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)));
+  ASSERT_TRUE(executor) << executor.error().message();
+  at::manual_seed(6);
+  TensorMap inputs{{"x", at::randn({1, 4, 9, 9})}, {"w1", at::randn({8, 4, 3, 3})}, {"b1", at::randn({8})},
+                   {"w2", at::randn({6, 8, 1, 1})}};
+  at::Tensor c1 = at::conv2d(inputs.at("x"), inputs.at("w1"), inputs.at("b1"), 1, 1);
+  at::Tensor c2 = at::conv2d(c1 * at::sigmoid(c1), inputs.at("w2"));
+  at::Tensor expected = at::clamp(c2 * 0.3 + 0.4, 0.0, 1.0);
+  RunStats stats;
+  stats.profileOps = true;
+  Expected<TensorMap> out = (*executor)->run(inputs, &stats);
+  ASSERT_TRUE(out) << out.error().message();
+  EXPECT_TRUE(at::allclose(out->at("y"), expected, 1e-4, 1e-5));
+  if (onednn::available()) {
+    EXPECT_EQ(stats.secondsByOp.count("Conv+Sigmoid+Mul"), 1u);
+    EXPECT_EQ(stats.secondsByOp.count("Conv+HardSigmoid"), 1u);
+  }
 }
 
 TEST(Tensors, FilesRoundTripAndRandomInputsAreSeededPerName) {

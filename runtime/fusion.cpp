@@ -101,6 +101,22 @@ std::optional<NodeId> soleReaderOf(const ir::Graph& g, ValueId value, std::strin
   return users[0];
 }
 
+// Sigmoid(x) and Mul(x, that) as the only readers of x (SiLU): the two nodes, in graph order.
+std::optional<std::pair<NodeId, NodeId>> matchSilu(const ir::Graph& g, ValueId x) {
+  auto users = g.users(x);
+  if (users.size() != 2)
+    return std::nullopt;
+  for (int first = 0; first < 2; ++first) {
+    NodeId sigmoid = users[first], mul = users[1 - first];
+    if (!isOp(g, sigmoid, "Sigmoid") || g.inputs(sigmoid).size() != 1 || g.outputs(sigmoid).size() != 1)
+      continue;
+    std::optional<NodeId> reader = soleReader(g, g.outputs(sigmoid)[0], "Mul");
+    if (reader && *reader == mul && otherOperand(g, mul, g.outputs(sigmoid)[0]) == x)
+      return std::make_pair(sigmoid, mul);
+  }
+  return std::nullopt;
+}
+
 std::optional<FusedGroup> matchConv(const ir::Graph& g, NodeId conv) {
   using K = FusedGroup::Kind;
   if (!isOp(g, conv, "Conv") || g.inputs(conv).size() < 2 || g.outputs(conv).size() != 1)
@@ -112,6 +128,10 @@ std::optional<FusedGroup> matchConv(const ir::Graph& g, NodeId conv) {
     return FusedGroup{K::ConvRelu, {conv, *relu}, operands};
   if (auto swish = soleReaderOf(g, out, "HardSwish", 1))
     return FusedGroup{K::ConvHardSwish, {conv, *swish}, operands};
+  if (auto hard = soleReaderOf(g, out, "HardSigmoid", 1))
+    return FusedGroup{K::ConvHardSigmoid, {conv, *hard}, operands};
+  if (auto silu = matchSilu(g, out))
+    return FusedGroup{K::ConvSilu, {conv, silu->first, silu->second}, operands};
   if (auto clip = soleReaderOf(g, out, "Clip", 3)) {
     ValueId low = g.inputs(*clip)[1], high = g.inputs(*clip)[2];
     if (!scalarConstant(g, low) || !scalarConstant(g, high))

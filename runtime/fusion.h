@@ -3,7 +3,9 @@
 // Patterns (PyTorch's ONNX exports of Linear and of the exact GELU):
 //   MatMulBias  MatMul(x, W) -> Add(., b)          one oneDNN product with the bias (kernel.h linear)
 //   Gelu        Div(x, sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)     one at::gelu
-//   ConvRelu, ConvClip, ConvHardSwish   Conv -> Relu | Clip(., lo, hi) | HardSwish
+//   ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid
+//               Conv -> Relu | Clip(., lo, hi) | HardSwish | HardSigmoid
+//   ConvSilu    Conv -> Sigmoid -> Mul(conv, sigmoid)   (SiLU / swish)
 //   ConvAdd, ConvAddRelu                Conv -> Add(., residual) [-> Relu]
 //               one oneDNN convolution with post-ops (kernel.h fusedConvolution); Clip's bounds
 //               must be single-element constants
@@ -27,7 +29,9 @@
 namespace cleave::runtime {
 
 struct FusedGroup {
-  enum class Kind : std::uint8_t { MatMulBias, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvAdd, ConvAddRelu };
+  enum class Kind : std::uint8_t {
+    MatMulBias, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu
+  };
   Kind kind;
   std::vector<ir::NodeId> nodes;     // in graph order; the last one makes the group's output
   // MatMulBias: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*) or

@@ -163,6 +163,11 @@ dnnl::primitive_attr postOpsAttr(const ConvPostOps& post) {
   case A::Relu: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
   case A::Clip: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, post.clipLow, post.clipHigh); break;
   case A::HardSwish: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_hardswish, 1.0f / 6.0f, 0.5f); break;
+  case A::HardSigmoid: // oneDNN 2.6 has no hard sigmoid: a linear map, then the clip
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, post.alpha, post.beta);
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 1.0f);
+    break;
+  case A::Swish: ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f); break;
   }
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);

@@ -38,10 +38,12 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
 // What a convolution does to its output inside the same kernel (oneDNN post-ops), in order: add
 // a residual tensor of the output's shape (a ResNet block's Add), then an activation.
 struct ConvPostOps {
-  enum class Activation : std::uint8_t { None, Relu, Clip, HardSwish };
+  // HardSigmoid: clip(alpha x + beta, 0, 1); Swish: x * sigmoid(x) (SiLU).
+  enum class Activation : std::uint8_t { None, Relu, Clip, HardSwish, HardSigmoid, Swish };
   bool addResidual = false;
   Activation activation = Activation::None;
   float clipLow = 0.0f, clipHigh = 0.0f; // Clip's bounds
+  float alpha = 0.0f, beta = 0.0f;       // HardSigmoid's
   friend bool operator==(const ConvPostOps&, const ConvPostOps&) = default;
 };
 

@@ -20,6 +20,15 @@ template <onednn::ConvPostOps::Activation activation, bool residual> Outputs con
     post.clipLow = c.input(3).item<float>();
     post.clipHigh = c.input(4).item<float>();
   }
+  if constexpr (activation == onednn::ConvPostOps::Activation::HardSigmoid) {
+    // Its attributes are on the group's last node, the Conv output's one reader.
+    const ir::Graph& g = c.graph();
+    const ir::NodeId hard = g.users(g.outputs(c.node())[0])[0];
+    const ir::Attribute* alpha = g.findAttribute(hard, "alpha");
+    const ir::Attribute* beta = g.findAttribute(hard, "beta");
+    post.alpha = alpha ? static_cast<float>(alpha->floatValue) : 0.2f;
+    post.beta = beta ? static_cast<float>(beta->floatValue) : 0.5f;
+  }
   return {fusedConvolution(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor(), post,
                            residual ? c.input(3) : at::Tensor())};
 }
@@ -32,6 +41,8 @@ Kernel fusedKernel(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConvRelu: return convWith<onednn::ConvPostOps::Activation::Relu, false>;
   case FusedGroup::Kind::ConvClip: return convWith<onednn::ConvPostOps::Activation::Clip, false>;
   case FusedGroup::Kind::ConvHardSwish: return convWith<onednn::ConvPostOps::Activation::HardSwish, false>;
+  case FusedGroup::Kind::ConvHardSigmoid: return convWith<onednn::ConvPostOps::Activation::HardSigmoid, false>;
+  case FusedGroup::Kind::ConvSilu: return convWith<onednn::ConvPostOps::Activation::Swish, false>;
   case FusedGroup::Kind::ConvAdd: return convWith<onednn::ConvPostOps::Activation::None, true>;
   case FusedGroup::Kind::ConvAddRelu: return convWith<onednn::ConvPostOps::Activation::Relu, true>;
   }
@@ -45,6 +56,8 @@ const char* fusedName(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConvRelu: return "Conv+Relu";
   case FusedGroup::Kind::ConvClip: return "Conv+Clip";
   case FusedGroup::Kind::ConvHardSwish: return "Conv+HardSwish";
+  case FusedGroup::Kind::ConvHardSigmoid: return "Conv+HardSigmoid";
+  case FusedGroup::Kind::ConvSilu: return "Conv+Sigmoid+Mul";
   case FusedGroup::Kind::ConvAdd: return "Conv+Add";
   case FusedGroup::Kind::ConvAddRelu: return "Conv+Add+Relu";
   }

@@ -328,6 +328,8 @@ at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Ten
   case A::Relu: return at::relu(y);
   case A::Clip: return at::clamp(y, post.clipLow, post.clipHigh);
   case A::HardSwish: return at::hardswish(y);
+  case A::HardSigmoid: return at::clamp(y * post.alpha + post.beta, 0.0, 1.0);
+  case A::Swish: return y * at::sigmoid(y);
   }
   return y;
 }
