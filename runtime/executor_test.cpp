@@ -53,6 +53,24 @@ ir::NodeSpec spec(std::string op, std::vector<std::string> inputs, std::vector<i
   return s;
 }
 
+// A graph of ONNX nodes (opset 17) over untyped inputs, each node's output named at its addition.
+struct NodeChain {
+  ir::GraphBuilder builder{ir::SourceFormat::Onnx};
+  explicit NodeChain(std::initializer_list<const char*> inputs) {
+    builder.modelInfo().opsetImports = {{"", 17}};
+    for (const char* name : inputs)
+      builder.addInput(name, ir::ValueType());
+  }
+  void add(ir::NodeSpec node, std::string output) {
+    node.outputs[0].name = std::move(output);
+    builder.addNode(node);
+  }
+  Expected<ir::Graph> finish(std::vector<std::string> outputs) && {
+    builder.setOutputs(std::move(outputs));
+    return std::move(builder).finish();
+  }
+};
+
 // One node reading graph inputs a, b, c... (untyped: the executor does not need types).
 at::Tensor runOne(ir::NodeSpec node, const TensorMap& inputs, std::int64_t opset = 17) {
   ir::GraphBuilder builder(ir::SourceFormat::Onnx);
@@ -211,22 +229,14 @@ TEST(OneDnn, ProductsEqualAtenForBothWeightLayoutsAndBroadcastBatches) {
 // values come back dense unless the caller takes blocked outputs.
 TEST(Executor, BlockedConvolutionChainEqualsDenseAten) {
   auto pads = ints("pads", {1, 1, 1, 1});
-  ir::GraphBuilder builder(ir::SourceFormat::Onnx);
-  builder.modelInfo().opsetImports = {{"", 17}};
-  for (const char* name : {"x", "w1", "b1", "w2"})
-    builder.addInput(name, ir::ValueType());
-  auto add = [&](ir::NodeSpec node, std::string output) {
-    node.outputs[0].name = std::move(output);
-    builder.addNode(node);
-  };
-  add(spec("Conv", {"x", "w1", "b1"}, {pads}, "c1"), "c1");
-  add(spec("Relu", {"c1"}, {}, "r1"), "r1");
-  add(spec("Conv", {"r1", "w2"}, {pads}, "c2"), "c2");
-  add(spec("Add", {"c2", "r1"}, {}, "s"), "s");
-  add(spec("MaxPool", {"s"}, {ints("kernel_shape", {2, 2}), ints("strides", {2, 2})}, "m"), "m");
-  add(spec("GlobalAveragePool", {"m"}, {}, "g"), "g");
-  builder.setOutputs({"g", "s"});
-  Expected<ir::Graph> graph = std::move(builder).finish();
+  NodeChain chain({"x", "w1", "b1", "w2"});
+  chain.add(spec("Conv", {"x", "w1", "b1"}, {pads}, "c1"), "c1");
+  chain.add(spec("Relu", {"c1"}, {}, "r1"), "r1");
+  chain.add(spec("Conv", {"r1", "w2"}, {pads}, "c2"), "c2");
+  chain.add(spec("Add", {"c2", "r1"}, {}, "s"), "s");
+  chain.add(spec("MaxPool", {"s"}, {ints("kernel_shape", {2, 2}), ints("strides", {2, 2})}, "m"), "m");
+  chain.add(spec("GlobalAveragePool", {"m"}, {}, "g"), "g");
+  Expected<ir::Graph> graph = std::move(chain).finish({"g", "s"});
   ASSERT_TRUE(graph) << graph.error().message();
   Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)));
   ASSERT_TRUE(executor) << executor.error().message();
@@ -321,6 +331,13 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
   EXPECT_FALSE(onednn::convolution2d(x, w.clone().requires_grad_(true), {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {},
                                      packed).defined());
   EXPECT_FALSE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 3, {}, {}, packed).defined());
+  // A residual of another shape (a broadcast Add) is refused before the cache is touched, so the
+  // plain convolution the caller falls back to keeps its primitive.
+  ASSERT_TRUE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, packed).defined());
+  const std::shared_ptr<onednn::PackedConvolution> plain = packed;
+  EXPECT_FALSE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {true, Activation::Relu},
+                                     at::randn({1, 4, 1, 1}), packed).defined());
+  EXPECT_EQ(packed, plain);
 }
 
 ir::Attribute scalarTensor(float value) {
@@ -337,26 +354,19 @@ ir::Attribute scalarTensor(float value) {
 // x -> MatMul(x, w) + b -> GELU as torch exports it (Div by sqrt 2, Erf, Add 1, Mul x, Mul 0.5).
 // `alsoOutput` makes one inner value of the GELU a graph output too, which forbids its fusion.
 ir::Graph linearGelu(bool alsoOutput) {
-  ir::GraphBuilder builder(ir::SourceFormat::Onnx);
-  builder.modelInfo().opsetImports = {{"", 17}};
-  for (const char* name : {"x", "w", "b"})
-    builder.addInput(name, ir::ValueType());
-  auto add = [&](ir::NodeSpec node, std::string output) {
-    node.outputs[0].name = std::move(output);
-    builder.addNode(node);
-  };
-  add(spec("Constant", {}, {scalarTensor(1.41421356f)}, "sqrt2"), "sqrt2");
-  add(spec("Constant", {}, {scalarTensor(1.0f)}, "one"), "one");
-  add(spec("Constant", {}, {scalarTensor(0.5f)}, "half"), "half");
-  add(spec("MatMul", {"x", "w"}, {}, "mm"), "mm");
-  add(spec("Add", {"b", "mm"}, {}, "biased"), "h");
-  add(spec("Div", {"h", "sqrt2"}, {}, "div"), "d");
-  add(spec("Erf", {"d"}, {}, "erf"), "e");
-  add(spec("Add", {"e", "one"}, {}, "plus"), "p");
-  add(spec("Mul", {"h", "p"}, {}, "times"), "t");
-  add(spec("Mul", {"t", "half"}, {}, "scale"), "y");
-  builder.setOutputs(alsoOutput ? std::vector<std::string>{"y", "e"} : std::vector<std::string>{"y"});
-  Expected<ir::Graph> graph = std::move(builder).finish();
+  NodeChain chain({"x", "w", "b"});
+  chain.add(spec("Constant", {}, {scalarTensor(1.41421356f)}, "sqrt2"), "sqrt2");
+  chain.add(spec("Constant", {}, {scalarTensor(1.0f)}, "one"), "one");
+  chain.add(spec("Constant", {}, {scalarTensor(0.5f)}, "half"), "half");
+  chain.add(spec("MatMul", {"x", "w"}, {}, "mm"), "mm");
+  chain.add(spec("Add", {"b", "mm"}, {}, "biased"), "h");
+  chain.add(spec("Div", {"h", "sqrt2"}, {}, "div"), "d");
+  chain.add(spec("Erf", {"d"}, {}, "erf"), "e");
+  chain.add(spec("Add", {"e", "one"}, {}, "plus"), "p");
+  chain.add(spec("Mul", {"h", "p"}, {}, "times"), "t");
+  chain.add(spec("Mul", {"t", "half"}, {}, "scale"), "y");
+  Expected<ir::Graph> graph =
+      std::move(chain).finish(alsoOutput ? std::vector<std::string>{"y", "e"} : std::vector<std::string>{"y"});
   EXPECT_TRUE(graph) << (graph ? "" : graph.error().message());
   return std::move(*graph);
 }
@@ -398,21 +408,13 @@ TEST(Fusion, LinearAndGeluRunAsGroupsAndMatchTheirNodes) {
 // Conv -> SiLU (Sigmoid, Mul) -> Conv -> HardSigmoid(alpha, beta): two fused groups whose
 // post-ops (swish; linear then clip, with the HardSigmoid node's attributes) match ATen.
 TEST(Fusion, ConvolutionsWithSiluAndHardSigmoidRunFused) {
-  ir::GraphBuilder builder(ir::SourceFormat::Onnx);
-  builder.modelInfo().opsetImports = {{"", 17}};
-  for (const char* name : {"x", "w1", "b1", "w2"})
-    builder.addInput(name, ir::ValueType());
-  auto add = [&](ir::NodeSpec node, std::string output) {
-    node.outputs[0].name = std::move(output);
-    builder.addNode(node);
-  };
-  add(spec("Conv", {"x", "w1", "b1"}, {ints("pads", {1, 1, 1, 1})}, "c1"), "c1");
-  add(spec("Sigmoid", {"c1"}, {}, "sig"), "s");
-  add(spec("Mul", {"s", "c1"}, {}, "silu"), "h");
-  add(spec("Conv", {"h", "w2"}, {}, "c2"), "c2");
-  add(spec("HardSigmoid", {"c2"}, {real("alpha", 0.3), real("beta", 0.4)}, "hard"), "y");
-  builder.setOutputs({"y"});
-  Expected<ir::Graph> graph = std::move(builder).finish();
+  NodeChain chain({"x", "w1", "b1", "w2"});
+  chain.add(spec("Conv", {"x", "w1", "b1"}, {ints("pads", {1, 1, 1, 1})}, "c1"), "c1");
+  chain.add(spec("Sigmoid", {"c1"}, {}, "sig"), "s");
+  chain.add(spec("Mul", {"s", "c1"}, {}, "silu"), "h");
+  chain.add(spec("Conv", {"h", "w2"}, {}, "c2"), "c2");
+  chain.add(spec("HardSigmoid", {"c2"}, {real("alpha", 0.3), real("beta", 0.4)}, "hard"), "y");
+  Expected<ir::Graph> graph = std::move(chain).finish({"y"});
   ASSERT_TRUE(graph) << graph.error().message();
   FusionPlan plan = planFusions(*graph);
   ASSERT_EQ(plan.groups.size(), 2u);

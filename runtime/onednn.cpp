@@ -174,6 +174,20 @@ dnnl::primitive_attr postOpsAttr(const ConvPostOps& post) {
   return attr;
 }
 
+// [N, OC, OH, OW] of a 2-D convolution of x by w.
+std::vector<std::int64_t> convolutionOutputDims(const at::Tensor& x, const at::Tensor& w,
+                                                const std::vector<std::int64_t>& strides,
+                                                const std::vector<std::int64_t>& padBegin,
+                                                const std::vector<std::int64_t>& padEnd,
+                                                const std::vector<std::int64_t>& dilations) {
+  std::vector<std::int64_t> out{x.size(0), w.size(0)};
+  for (std::size_t d = 0; d < 2; ++d) {
+    const std::int64_t in = x.size(static_cast<std::int64_t>(d) + 2), k = w.size(static_cast<std::int64_t>(d) + 2);
+    out.push_back((in + padBegin[d] + padEnd[d] - dilations[d] * (k - 1) - 1) / strides[d] + 1);
+  }
+  return out;
+}
+
 // The convolution for x's dims: the primitive (oneDNN picks the weight layout), the weight
 // reordered into it once.
 std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at::Tensor& w, bool withBias,
@@ -183,12 +197,8 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
                                                    const std::vector<std::int64_t>& dilations, std::int64_t groups,
                                                    const ConvPostOps& post) {
   auto packed = std::make_shared<PackedConvolution>();
-  const std::int64_t n = x.size(0), oc = w.size(0);
-  std::vector<std::int64_t> out{n, oc};
-  for (std::size_t d = 0; d < 2; ++d) {
-    const std::int64_t in = x.size(static_cast<std::int64_t>(d) + 2), k = w.size(static_cast<std::int64_t>(d) + 2);
-    out.push_back((in + padBegin[d] + padEnd[d] - dilations[d] * (k - 1) - 1) / strides[d] + 1);
-  }
+  const std::int64_t oc = w.size(0);
+  const std::vector<std::int64_t> out = convolutionOutputDims(x, w, strides, padBegin, padEnd, dilations);
   Dims weightDims = groups > 1 ? Dims{groups, oc / groups, w.size(1), w.size(2), w.size(3)} : Dims(w.sizes().begin(), w.sizes().end());
   packed->src = dnnl::memory::desc(Dims(x.sizes().begin(), x.sizes().end()), DataType::f32, Tag::nhwc);
   packed->dst = dnnl::memory::desc(Dims(out.begin(), out.end()), DataType::f32, Tag::nhwc);
@@ -230,12 +240,14 @@ at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Ten
       padEnd.size() != 2 || dilations.size() != 2 || (bias.defined() && (!eligible(bias) || bias.numel() != w.size(0))) ||
       (post.addResidual && !eligible(residual)))
     return {};
+  // A residual of another shape (a broadcast Add) is refused before the cache is touched, so the
+  // caller's plain convolution keeps its own primitive instead of rebuilding it every run.
+  if (post.addResidual && residual.sizes().vec() != convolutionOutputDims(x, w, strides, padBegin, padEnd, dilations))
+    return {};
   try {
     if (!packed || !packed->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
         packed->withBias != bias.defined() || !(packed->post == post))
       packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post);
-    if (post.addResidual && residual.sizes().vec() != packed->outputDims)
-      return {};
     at::Tensor src = x.contiguous(at::MemoryFormat::ChannelsLast);
     at::Tensor out = at::empty(packed->outputDims, x.options().memory_format(at::MemoryFormat::ChannelsLast));
     if (post.addResidual)

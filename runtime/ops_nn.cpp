@@ -283,9 +283,7 @@ Outputs softmaxLike(KernelContext& c, bool logarithm) {
   at::Tensor flat = flattenTo2d(x, c.intAttr("axis", 1));
   return {(logarithm ? at::log_softmax(flat, 1) : at::softmax(flat, 1)).reshape(x.sizes())};
 }
-} // namespace
 
-namespace {
 // A Conv node's window: kernel dims, strides, dilations, groups and pads.
 struct ConvWindow {
   std::vector<std::int64_t> strides, dilations;
@@ -312,33 +310,11 @@ at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Te
   return onednn::convolution2d(x, w, bias, window.strides, window.pads.begin, window.pads.end, window.dilations,
                                window.groups, post, residual, packed);
 }
-} // namespace
 
-at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
-                            const onednn::ConvPostOps& post, const at::Tensor& residual) {
-  at::Tensor y = directConvolution(c, x, w, bias, convWindow(c, x, w), post, residual);
-  if (y.defined())
-    return y;
-  y = toDense(convolution(c, x, w, bias));
-  if (post.addResidual)
-    y = y + toDense(residual);
-  using A = onednn::ConvPostOps::Activation;
-  switch (post.activation) {
-  case A::None: return y;
-  case A::Relu: return at::relu(y);
-  case A::Clip: return at::clamp(y, post.clipLow, post.clipHigh);
-  case A::HardSwish: return at::hardswish(y);
-  case A::HardSigmoid: return at::clamp(y * post.alpha + post.beta, 0.0, 1.0);
-  case A::Swish: return y * at::sigmoid(y);
-  }
-  return y;
-}
-
-at::Tensor convolution(KernelContext& c, at::Tensor x, const at::Tensor& w, const at::Tensor& bias) {
-  const ConvWindow window = convWindow(c, x, w);
-  at::Tensor direct = directConvolution(c, x, w, bias, window, {}, at::Tensor());
-  if (direct.defined())
-    return direct;
+// The convolution on ATen: in its blocked layout (2-D float32 on the CPU, weight prepacked once),
+// else at::convolution.
+at::Tensor atenConvolution(KernelContext& c, at::Tensor x, const at::Tensor& w, const at::Tensor& bias,
+                           const ConvWindow& window) {
   std::size_t n = window.strides.size();
   const std::vector<std::int64_t>& strides = window.strides;
   const std::vector<std::int64_t>& dilations = window.dilations;
@@ -367,6 +343,40 @@ at::Tensor convolution(KernelContext& c, at::Tensor x, const at::Tensor& w, cons
   }
   return at::mkldnn_convolution(toBlocked(x), packed, bias.defined() ? bias.contiguous() : bias, padding, strides,
                                 dilations, groups);
+}
+
+} // namespace
+
+at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                            const onednn::ConvPostOps& post, const at::Tensor& residual) {
+  const ConvWindow window = convWindow(c, x, w);
+  at::Tensor y = directConvolution(c, x, w, bias, window, post, residual);
+  if (y.defined())
+    return y;
+  const bool withPost = post.addResidual || post.activation != onednn::ConvPostOps::Activation::None;
+  if (withPost) // e.g. a residual that broadcasts: the convolution alone may still go direct
+    y = directConvolution(c, x, w, bias, window, {}, at::Tensor());
+  if (!y.defined())
+    y = atenConvolution(c, x, w, bias, window);
+  if (!withPost)
+    return y;
+  y = toDense(y);
+  if (post.addResidual)
+    y = y + toDense(residual);
+  using A = onednn::ConvPostOps::Activation;
+  switch (post.activation) {
+  case A::None: return y;
+  case A::Relu: return at::relu(y);
+  case A::Clip: return at::clamp(y, post.clipLow, post.clipHigh);
+  case A::HardSwish: return at::hardswish(y);
+  case A::HardSigmoid: return at::clamp(y * post.alpha + post.beta, 0.0, 1.0);
+  case A::Swish: return y * at::sigmoid(y);
+  }
+  return y;
+}
+
+at::Tensor convolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  return fusedConvolution(c, x, w, bias, {}, at::Tensor());
 }
 
 void registerNnKernels(KernelTable& t) {

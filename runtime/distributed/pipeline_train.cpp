@@ -428,26 +428,9 @@ Status PipelineTrainer::connect(Communicator& comm) {
 }
 
 Status PipelineTrainer::checkData(const TensorMap& data) const {
-  for (const std::string& name : state_->graphInputs) {
-    const plan::PlanFileValue* value = state_->planShapes->value(name);
-    auto tensor = data.find(name);
-    if (!value || tensor == data.end() || value->kind != "tensor" || !value->rankKnown)
-      continue;
-    const at::Tensor& t = tensor->second;
-    std::optional<ir::DType> dtype = ir::parseDTypeName(value->dtype);
-    Expected<at::ScalarType> type = dtype ? scalarTypeOf(*dtype) : Expected<at::ScalarType>(Error(ErrorCode::Unsupported));
-    if (type && *type != t.scalar_type())
-      return Error(ErrorCode::InvalidArgument) << "data '" << name << "' is " << t.scalar_type() << ", the plan's input "
-                                               << value->dtype;
-    const std::vector<plan::PlanFileDim>& dims = value->shape;
-    if (static_cast<std::int64_t>(dims.size()) != t.dim())
-      return Error(ErrorCode::InvalidArgument) << "data '" << name << "' has " << t.dim() << " dims, the plan's input "
-                                               << dims.size();
-    for (std::size_t d = 1; d < dims.size(); ++d) // dim 0: rows, split into batches and microbatches
-      if (dims[d].extent >= 0 && dims[d].extent != t.size(static_cast<std::int64_t>(d)))
-        return Error(ErrorCode::InvalidArgument) << "data '" << name << "' has " << t.size(static_cast<std::int64_t>(d))
-                                                 << " in dim " << d << ", the plan's input " << dims[d].extent;
-  }
+  for (const std::string& name : state_->graphInputs)
+    if (auto tensor = data.find(name); tensor != data.end())
+      CLEAVE_CHECK(state_->planShapes->checkRows(name, tensor->second));
   return {};
 }
 
@@ -561,12 +544,12 @@ std::vector<pipeline::Action> PipelineTrainer::State::ownActions(const pipeline:
 Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepIndex,
                                        const pipeline::Schedule* schedule) {
   State& s = *state_;
+  if (!s.comm)
+    return Error(ErrorCode::InvalidArgument) << "the trainer is not connected";
   auto started = std::chrono::steady_clock::now();
   s.timing.forwardSeconds.assign(s.stages.size(), 0.0);
   s.timing.backwardSeconds.assign(s.stages.size(), 0.0);
   s.timing.weightSeconds.assign(s.stages.size(), 0.0);
-  if (!s.comm)
-    return Error(ErrorCode::InvalidArgument) << "the trainer is not connected";
   s.timing.rankScheduleSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
   s.timing.rankWaitSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
   const std::size_t headersBefore = s.comm->headersSent();

@@ -31,14 +31,39 @@ SymbolSizes PlanShapes::bind(const TensorMap& tensors) const {
   return symbols;
 }
 
-std::optional<MessageShape> PlanShapes::shapeOf(const std::string& name, const SymbolSizes& symbols) const {
-  const plan::PlanFileValue* type = value(name);
+namespace {
+// The ATen dtype of a plan tensor value with a known rank, if it has one.
+std::optional<at::ScalarType> tensorType(const plan::PlanFileValue* type) {
   if (!type || type->kind != "tensor" || !type->rankKnown)
     return std::nullopt;
   std::optional<ir::DType> dtype = ir::parseDTypeName(type->dtype);
-  if (!dtype)
-    return std::nullopt;
-  Expected<at::ScalarType> scalar = scalarTypeOf(*dtype);
+  Expected<at::ScalarType> scalar = dtype ? scalarTypeOf(*dtype) : Expected<at::ScalarType>(Error(ErrorCode::Unsupported));
+  return scalar ? std::optional<at::ScalarType>(*scalar) : std::nullopt;
+}
+} // namespace
+
+Status PlanShapes::checkRows(const std::string& name, const at::Tensor& tensor) const {
+  const plan::PlanFileValue* type = value(name);
+  std::optional<at::ScalarType> scalar = tensorType(type);
+  if (!scalar)
+    return {};
+  if (*scalar != tensor.scalar_type())
+    return Error(ErrorCode::InvalidArgument) << "data '" << name << "' is " << tensor.scalar_type()
+                                             << ", the plan's input " << type->dtype;
+  const std::vector<plan::PlanFileDim>& dims = type->shape;
+  if (static_cast<std::int64_t>(dims.size()) != tensor.dim())
+    return Error(ErrorCode::InvalidArgument) << "data '" << name << "' has " << tensor.dim()
+                                             << " dims, the plan's input " << dims.size();
+  for (std::size_t d = 1; d < dims.size(); ++d)
+    if (dims[d].extent >= 0 && dims[d].extent != tensor.size(static_cast<std::int64_t>(d)))
+      return Error(ErrorCode::InvalidArgument) << "data '" << name << "' has " << tensor.size(static_cast<std::int64_t>(d))
+                                               << " in dim " << d << ", the plan's input " << dims[d].extent;
+  return {};
+}
+
+std::optional<MessageShape> PlanShapes::shapeOf(const std::string& name, const SymbolSizes& symbols) const {
+  const plan::PlanFileValue* type = value(name);
+  std::optional<at::ScalarType> scalar = tensorType(type);
   if (!scalar)
     return std::nullopt;
   MessageShape shape{*scalar, {}};

@@ -38,6 +38,9 @@ public:
   SymbolSizes bind(const TensorMap& tensors) const;
   // `name`'s dtype and dims under `symbols`, when the plan determines them.
   std::optional<MessageShape> shapeOf(const std::string& name, const SymbolSizes& symbols) const;
+  // Whether `tensor` fits value `name` whose dim 0 is rows (data split into batches): its dtype,
+  // rank and every static dim after the first; a value the plan leaves open fits.
+  Status checkRows(const std::string& name, const at::Tensor& tensor) const;
 
 private:
   std::map<std::string, plan::PlanFileValue> values_;
