@@ -1,5 +1,6 @@
 #include "base/mapped_file.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -34,9 +35,16 @@ Expected<std::shared_ptr<const MappedFile>> MappedFile::fromBytes(std::string na
   return std::shared_ptr<const MappedFile>(new MappedFile(std::move(name), data, bytes.size(), false));
 }
 
-void MappedFile::releaseResidentPages() const {
-  if (fromFile_) // a private, never written file mapping: dropped pages are read again from the file
-    ::madvise(data_, size_, MADV_DONTNEED);
+void MappedFile::releaseResidentPages() const { releaseResidentPages(0, size_); }
+
+void MappedFile::releaseResidentPages(std::size_t offset, std::size_t length) const {
+  if (!fromFile_ || offset >= size_)
+    return;
+  // A private, never written file mapping: dropped pages are read again from the file. The range
+  // widens to whole pages (a neighbour's page dropped too is only read again).
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::size_t begin = offset / page * page, end = std::min(size_, offset + std::min(length, size_ - offset));
+  ::madvise(static_cast<char*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
 } // namespace cleave

@@ -26,6 +26,9 @@ public:
   // file if touched again, so the bytes stay the same; an in-memory copy (fromBytes) is kept as
   // it is. O(pages).
   void releaseResidentPages() const;
+  // The same for the pages of bytes [offset, offset + length) (widened to whole pages): a reader
+  // copying out one region after another keeps one region resident at a time, not the file.
+  void releaseResidentPages(std::size_t offset, std::size_t length) const;
 
   // Fails: NotFound (cannot open), InvalidArgument (not a regular file), ParseError (empty file),
   // IoError (mmap failed).

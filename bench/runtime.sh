@@ -8,22 +8,23 @@
 #   1. latency: ORT (npm onnxruntime-node, default threads, all graph optimizations) vs
 #      `cleave run --repeat N` (median of N; the first run included), ratio cleave / ORT;
 #   2. cut overhead: the model split by a profile that leaves Relu/Softmax/Erf on the CPU, run
-#      as submodels by `cleave run OUT_DIR`, against the whole model, both on cleave.
+#      by `cleave run OUT_DIR` (both sides on aten-cpu, so the submodels run joined: cut_ms), and
+#      with `--no-join` (every submodel its own module: seams_ms), against the whole model.
 #   3. what each executor optimization gives: the whole model with --no-fusion and with
 #      --no-blocked-layout (docs/runtime.md).
 # Interleaved rounds (ROUNDS, default 5): each round times every side once (one block of REPEAT
 # runs, its median), alternating the order between rounds. Printed: each side's median over the
 # rounds, and for cleave / ORT and the cut's overhead the median of the per-round ratios with
 # their [min, max] over the rounds: a range that straddles the goal is noise, not a result.
-# Goals (issue 4): cleave <= 1.5x ORT on both models; cut overhead <= 5%.
+# Goals (issue 16): cleave <= 1.0x ORT on every model; cut overhead <= 3%.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/zoo_models.sh" # root, zoo
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cleave="$root/build/release/cleave"
 repeat="${REPEAT:-20}" rounds="${ROUNDS:-5}"
-printf '%-18s %9s %9s %20s %9s %20s %10s %11s %9s\n' model ort_ms cleave_ms "cleave/ORT [range]" cut_ms \
-  "overhead [range]" submodels nofusion_ms dense_ms
+printf '%-18s %9s %9s %20s %9s %20s %9s %20s %10s %11s %9s\n' model ort_ms cleave_ms "cleave/ORT [range]" cut_ms \
+  "overhead [range]" seams_ms "overhead [range]" submodels nofusion_ms dense_ms
 for model in $models; do
   onnx="$zoo/$model.onnx" inputs="$zoo/$model.inputs.json"
   /usr/bin/python3 - "$onnx" "$tmp/profile.json" <<'PY'
@@ -40,6 +41,8 @@ PY
              2>/dev/null | tr -d '\n')" ;;
       whole) echo "whole $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --json | tr -d '\n')" ;;
       cut) echo "cut $2 $("$cleave" run "$tmp/cut" --inputs "$inputs" --repeat "$repeat" --json | tr -d '\n')" ;;
+      seams) echo "seams $2 $("$cleave" run "$tmp/cut" --inputs "$inputs" --repeat "$repeat" --no-join --json \
+             | tr -d '\n')" ;;
       nofusion) echo "nofusion $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-fusion --json \
              | tr -d '\n')" ;;
       dense) echo "dense $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-blocked-layout --json \
@@ -49,8 +52,8 @@ PY
   # Interleaved: every round times each side once, in forward order on even rounds and reverse
   # order on odd ones, so a drift in the machine's speed falls on both sides of each comparison.
   for ((round = 0; round < rounds; ++round)); do
-    sides=(ort whole cut nofusion dense)
-    ((round % 2)) && sides=(dense nofusion cut whole ort)
+    sides=(ort whole cut seams nofusion dense)
+    ((round % 2)) && sides=(dense nofusion seams cut whole ort)
     for side in "${sides[@]}"; do time_side "$side" "$round"; done
   done
   /usr/bin/python3 - "$model" "$tmp/times" <<'PY'
@@ -66,10 +69,11 @@ for line in open(sys.argv[2]):
 rounds = sorted(per_round["ort"])
 med = {side: statistics.median(values.values()) for side, values in per_round.items()}
 ratios = [per_round["whole"][r] / per_round["ort"][r] for r in rounds]
-overheads = [100 * (per_round["cut"][r] - per_round["whole"][r]) / per_round["whole"][r] for r in rounds]
 ratio = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f},{max(ratios):.2f}]"
-overhead = f"{statistics.median(overheads):+.1f}% [{min(overheads):+.1f},{max(overheads):+.1f}]"
-print(f"{model:<18} {med['ort']:9.2f} {med['whole']:9.2f} {ratio:>20} {med['cut']:9.2f} {overhead:>20} {submodules:10d}"
-      f" {med['nofusion']:11.2f} {med['dense']:9.2f}")
+def overhead(side):
+    over = [100 * (per_round[side][r] - per_round["whole"][r]) / per_round["whole"][r] for r in rounds]
+    return f"{statistics.median(over):+.1f}% [{min(over):+.1f},{max(over):+.1f}]"
+print(f"{model:<18} {med['ort']:9.2f} {med['whole']:9.2f} {ratio:>20} {med['cut']:9.2f} {overhead('cut'):>20}"
+      f" {med['seams']:9.2f} {overhead('seams'):>20} {submodules:10d} {med['nofusion']:11.2f} {med['dense']:9.2f}")
 PY
 done

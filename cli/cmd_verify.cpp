@@ -67,8 +67,11 @@ Status verify(const VerifyFlags& flags, std::ostream& out, std::ostream&) {
     return Error(ErrorCode::NotFound) << flags.cutPath << ": no plan.json (not a cut model)";
   RuntimeOptions reference = flags.runtime;
   reference.backend = "aten-cpu";
+  // Every seam kept: each submodule runs from its own file's declared inputs, as on its device.
+  RuntimeOptions cutOptions = flags.runtime;
+  cutOptions.optimizations.joinSeams = false;
   CLEAVE_TRY(OpenedRunnable original, openRunnable(flags.modelPath, reference));
-  CLEAVE_TRY(OpenedRunnable cut, openRunnable(flags.cutPath, flags.runtime));
+  CLEAVE_TRY(OpenedRunnable cut, openRunnable(flags.cutPath, cutOptions));
   CLEAVE_TRY(runtime::TensorMap inputs, makeInputs(original.runnable, flags.runtime));
   Expected<runtime::TensorMap> want = original.runnable.run(inputs);
   if (!want)

@@ -16,6 +16,9 @@ void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
   app.add_flag("!--no-blocked-layout", options.optimizations.blockedLayout,
                "built without libdnnl: make convolution outputs dense after each op (no ATen blocked layout between "
                "ops); with it, convolutions write channels-last tensors either way");
+  app.add_flag("!--no-join", options.optimizations.joinSeams,
+               "a cut model: run each submodule as its own module (timed one by one, no fusion across seams); by "
+               "default neighbouring submodules on the same backend run as one graph");
 }
 
 Expected<std::map<std::string, std::int64_t>> parseDims(const std::vector<std::string>& dims) {
@@ -35,7 +38,7 @@ Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOpti
   OpenedRunnable opened;
   CLEAVE_TRY(opened.acc, runtime::makeBackend(options.backend, options.optimizations));
   CLEAVE_TRY(opened.cpu, runtime::makeBackend("aten-cpu", options.optimizations));
-  CLEAVE_TRY(opened.runnable, runtime::Runnable::open(path, *opened.acc, *opened.cpu));
+  CLEAVE_TRY(opened.runnable, runtime::Runnable::open(path, *opened.acc, *opened.cpu, options.optimizations.joinSeams));
   return opened;
 }
 

@@ -480,13 +480,71 @@ Expected<onnx::GraphProto> inferTypesIsolated(onnx::ModelProto& model) {
   return types;
 }
 
-// Runs onnx shape inference on a protobuf copy of the model and declares what it found. The
-// model's own bytes stay untouched: inference also writes into subgraph bodies, and those
-// attributes must be written back exactly as they were read.
+// The model's bytes without its large initializers' data: what shape inference reads of them is
+// their dtype and dims (data propagation reads small integer tensors, kept), so a protobuf copy
+// need not hold the weights, nor the mapping keep their pages resident (a ViT's 330 MB were held
+// twice while it loaded). Field numbers: ModelProto.graph 7, GraphProto.initializer 5,
+// TensorProto.raw_data 9. False when the bytes are not a well-formed message.
+constexpr std::size_t kInferenceDataLimit = 64 * 1024;
+
+// Copies `message`'s fields to `out`, except those `replace(number, type, reader, out, ok)`
+// consumes (returning true: it wrote or dropped the field; it leaves the others unread). False
+// when the message is malformed.
+template <typename Replace> bool copyFields(std::string_view message, std::string& out, Replace&& replace) {
+  const char* fieldStart = message.data();
+  bool wellFormed = forEachField(message, [&](std::uint32_t number, WireType type, WireReader& reader, bool& ok) {
+    bool replaced = replace(number, type, reader, out, ok);
+    if (!replaced)
+      ok = ok && reader.skip(type);
+    if (ok && !replaced)
+      out.append(fieldStart, static_cast<std::size_t>(reader.position() - fieldStart));
+    fieldStart = reader.position();
+    return true;
+  });
+  return wellFormed;
+}
+
+bool withoutLargeInitializerData(std::string_view model, std::string& out) {
+  // A length-delimited field whose contents are copied through `inner` and written back.
+  auto rewritten = [](std::uint32_t number, WireReader& reader, std::string& into, bool& ok, auto&& inner) {
+    std::string_view contents;
+    std::string copy;
+    ok = reader.readBytes(contents) && inner(contents, copy);
+    appendBytesField(into, number, copy);
+    return true;
+  };
+  auto stripTensor = [](std::string_view tensor, std::string& into) {
+    return copyFields(tensor, into, [](std::uint32_t number, WireType type, WireReader& reader, std::string&, bool&) {
+      if (number != field::kRawData || type != WireType::Bytes)
+        return false;
+      WireReader peek = reader; // a small one is copied as it is: nothing consumed
+      std::string_view data;
+      if (!peek.readBytes(data) || data.size() <= kInferenceDataLimit)
+        return false;
+      reader = peek; // dropped
+      return true;
+    });
+  };
+  auto stripGraph = [&](std::string_view graph, std::string& into) {
+    return copyFields(graph, into, [&](std::uint32_t number, WireType type, WireReader& reader, std::string& to, bool& ok) {
+      return number == field::kInitializer && type == WireType::Bytes && rewritten(number, reader, to, ok, stripTensor);
+    });
+  };
+  return copyFields(model, out, [&](std::uint32_t number, WireType type, WireReader& reader, std::string& to, bool& ok) {
+    return number == field::kGraph && type == WireType::Bytes && rewritten(number, reader, to, ok, stripGraph);
+  });
+}
+
+// Runs onnx shape inference on a protobuf copy of the model (without its large initializers'
+// data) and declares what it found. The model's own bytes stay untouched: inference also writes
+// into subgraph bodies, and those attributes must be written back exactly as they were read.
 Status OnnxScanner::declareInferredTypes() {
   onnx::ModelProto model;
-  if (!model.ParseFromArray(file_->bytes().data(), static_cast<int>(file_->bytes().size())))
+  std::string stripped;
+  if (!withoutLargeInitializerData(file_->bytes(), stripped) ||
+      !model.ParseFromArray(stripped.data(), static_cast<int>(stripped.size())))
     return corrupt("the model");
+  std::string().swap(stripped);
   CLEAVE_CHECK(checkBeforeInference(model.graph(), {}));
   CLEAVE_TRY(onnx::GraphProto graph, inferTypesIsolated(model));
   for (const auto* list : {&graph.input(), &graph.value_info(), &graph.output()})

@@ -161,6 +161,51 @@ TEST_F(OnnxTest, ShapeInferenceFillsMissingTypes) {
   EXPECT_NE(graph->findNode("Relu_0"), ir::NodeId{UINT32_MAX});
 }
 
+// Shape inference runs on a copy without large initializers' data (their dtype and dims are what
+// it reads); a small integer initializer that data propagation reads keeps its values.
+TEST_F(OnnxTest, ShapeInferenceTypesLargeInitializersWithoutTheirData) {
+  onnx::ModelProto model = reluModel(); // x [2] -> Relu -> y
+  onnx::GraphProto* graph = model.mutable_graph();
+  onnx::TensorProto* weight = graph->add_initializer(); // [2, 16384] floats: 128 KiB
+  weight->set_name("w");
+  weight->set_data_type(onnx::TensorProto::FLOAT);
+  weight->add_dims(2);
+  weight->add_dims(16384);
+  std::string weightBytes(2 * 16384 * 4, '\0');
+  for (std::size_t i = 0; i < weightBytes.size(); ++i)
+    weightBytes[i] = static_cast<char>(i * 7);
+  weight->set_raw_data(weightBytes);
+  onnx::TensorProto* shape = graph->add_initializer(); // Reshape's target, read by propagation
+  shape->set_name("shape");
+  shape->set_data_type(onnx::TensorProto::INT64);
+  shape->add_dims(2);
+  const std::int64_t target[] = {128, 256};
+  shape->set_raw_data(std::string(reinterpret_cast<const char*>(target), sizeof target));
+  auto addNode = [&](const std::string& op, std::vector<std::string> inputs, const std::string& output) {
+    onnx::NodeProto* node = graph->add_node();
+    node->set_op_type(op);
+    for (const std::string& input : inputs)
+      node->add_input(input);
+    node->add_output(output);
+  };
+  addNode("MatMul", {"y", "w"}, "p");      // [2] x [2, 16384] -> [16384], untyped in the file
+  addNode("Reshape", {"p", "shape"}, "r"); // [128, 256]
+  graph->mutable_output(0)->set_name("r");
+  graph->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+  Expected<ir::Graph> read = readOnnx(save(model, "large.onnx"));
+  ASSERT_TRUE(read) << read.error().message();
+  EXPECT_EQ(read->dtype(read->findValue("p")), ir::DType::F32);
+  EXPECT_EQ(read->bytes(read->findValue("p")), 16384 * 4);
+  EXPECT_EQ(read->bytes(read->findValue("r")), 128 * 256 * 4);
+  ASSERT_EQ(read->dims(read->findValue("r")).size(), 2u);
+  EXPECT_EQ(read->dims(read->findValue("r"))[0].extent, 128);
+  // The parameter itself is read whole, in place and copied.
+  ir::ParamId w = read->parameters(read->producer(read->findValue("w")))[0];
+  EXPECT_EQ(*read->readParameterData(w), weightBytes);
+  ASSERT_TRUE(read->parameterDataInMemory(w).has_value());
+  EXPECT_EQ(*read->parameterDataInMemory(w), weightBytes);
+}
+
 TEST_F(OnnxTest, MissingFileIsNotFound) {
   Expected<ir::Graph> graph = loadModel(path("absent.onnx"));
   ASSERT_FALSE(graph);

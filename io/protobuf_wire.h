@@ -1,4 +1,5 @@
-// io/protobuf_wire.h - a bounds-checked reader of the protobuf wire format.
+// io/protobuf_wire.h - a bounds-checked reader of the protobuf wire format, and the one writer
+// cleave needs beside protobuf's own (a length-delimited field, for copying messages in part).
 // Used to scan ONNX models without materializing protobuf messages: every read checks the end of
 // its span, so truncated or corrupt input yields `false`, never an out-of-bounds access.
 // Complexity: each read is O(its bytes); scanning a message is one pass over its span.
@@ -92,5 +93,19 @@ private:
   const std::uint8_t* at_;
   const std::uint8_t* end_;
 };
+
+// Appends a length-delimited field (tag, length, bytes) to `out`.
+inline void appendBytesField(std::string& out, std::uint32_t field, std::string_view bytes) {
+  auto appendVarint = [&out](std::uint64_t value) {
+    while (value >= 0x80) {
+      out.push_back(static_cast<char>((value & 0x7F) | 0x80));
+      value >>= 7;
+    }
+    out.push_back(static_cast<char>(value));
+  };
+  appendVarint((static_cast<std::uint64_t>(field) << 3) | static_cast<std::uint64_t>(WireType::Bytes));
+  appendVarint(bytes.size());
+  out.append(bytes);
+}
 
 } // namespace cleave::io

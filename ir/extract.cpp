@@ -1,6 +1,8 @@
 #include "ir/extract.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <unordered_set>
 
 #include "ir/builder.h"
 
@@ -103,6 +105,100 @@ Expected<Graph> extractSubgraph(const Graph& graph, const SubgraphSpec& spec) {
   for (ValueId value : spec.outputs)
     outputs.emplace_back(graph.valueName(value));
   builder.setOutputs(std::move(outputs));
+  return std::move(builder).finish();
+}
+
+} // namespace cleave::ir
+
+namespace cleave::ir {
+namespace {
+// `file` relative to `folder`, both taken as written (links are resolved when the data is read,
+// by resolveInsideFolder). Fails when `file` lies outside `folder`.
+Expected<std::string> relativeInside(const std::filesystem::path& file, const std::filesystem::path& folder) {
+  std::filesystem::path relative =
+      std::filesystem::absolute(file).lexically_normal().lexically_relative(std::filesystem::absolute(folder).lexically_normal());
+  if (relative.empty() || *relative.begin() == "..")
+    return Error(ErrorCode::InvalidArgument) << "'" << file.string() << "' lies outside '" << folder.string() << "'";
+  return relative.string();
+}
+
+// The parameter as a joined graph holds it: bytes left where the part's file has them.
+Expected<Parameter> rehomed(const Graph& part, ParamId param, GraphBuilder& builder, const std::string& folder) {
+  Parameter copy = part.parameter(param);
+  const std::filesystem::path partFile = part.modelInfo().sourcePath;
+  switch (copy.data.source) {
+  case ParameterData::Source::None: break;
+  case ParameterData::Source::Inline: {
+    CLEAVE_TRY(std::string bytes, part.readParameterData(param));
+    copy.data = builder.appendInlineData(bytes);
+    break;
+  }
+  case ParameterData::Source::ModelFile: {
+    CLEAVE_TRY(copy.data.externalPath, relativeInside(partFile, folder));
+    copy.data.source = ParameterData::Source::External;
+    break;
+  }
+  case ParameterData::Source::External: {
+    CLEAVE_TRY(copy.data.externalPath, relativeInside(partFile.parent_path() / copy.data.externalPath, folder));
+    break;
+  }
+  }
+  return copy;
+}
+
+// The union of the parts' opset imports, each domain at the highest version a part asks for.
+void mergeOpsets(ModelInfo& info, const Graph& part) {
+  for (const auto& [domain, version] : part.modelInfo().opsetImports) {
+    auto same = std::find_if(info.opsetImports.begin(), info.opsetImports.end(),
+                             [&](const auto& entry) { return entry.first == domain; });
+    if (same == info.opsetImports.end())
+      info.opsetImports.emplace_back(domain, version);
+    else
+      same->second = std::max(same->second, version);
+  }
+}
+} // namespace
+
+Expected<Graph> joinGraphs(const JoinSpec& spec) {
+  if (spec.parts.empty())
+    return Error(ErrorCode::InvalidArgument) << "joining '" << spec.name << "': no graphs";
+  GraphBuilder builder(spec.parts.front()->modelInfo().format);
+  ModelInfo info = spec.parts.front()->modelInfo();
+  info.graphName = spec.name;
+  info.producerName = "cleave";
+  info.opsetImports.clear();
+  // External data is found relative to the graph's own file; the joined graph lives in `folder`.
+  info.sourcePath = (std::filesystem::path(spec.folder) / spec.name).string();
+  std::unordered_set<std::string> made; // values an earlier part (or its parameters) makes
+  for (const Graph* part : spec.parts)
+    for (std::uint32_t n = 0; n < part->numNodes(); ++n) {
+      NodeId node{n};
+      NodeKind kind = part->kind(node);
+      if (kind == NodeKind::Output)
+        continue;
+      ValueId first = part->outputs(node).empty() ? kNoValue : part->outputs(node)[0];
+      if (kind == NodeKind::Input || kind == NodeKind::Parameter) {
+        std::string name(part->valueName(first));
+        if (!made.insert(name).second)
+          continue; // made by an earlier part, or a parameter it already holds
+        if (kind == NodeKind::Input) {
+          builder.addInput(name, part->valueType(first));
+          continue;
+        }
+        for (ParamId param : part->parameters(node)) {
+          CLEAVE_TRY(Parameter copy, rehomed(*part, param, builder, spec.folder));
+          builder.addParameter(std::move(copy), part->valueType(first));
+        }
+        continue;
+      }
+      builder.addNode(copyOf(*part, node, nullptr));
+      for (ValueId value : part->outputs(node))
+        made.emplace(part->valueName(value));
+    }
+  for (const Graph* part : spec.parts)
+    mergeOpsets(info, *part);
+  builder.modelInfo() = std::move(info);
+  builder.setOutputs(std::vector<std::string>(spec.outputs.begin(), spec.outputs.end()));
   return std::move(builder).finish();
 }
 

@@ -1,6 +1,7 @@
 // ir/extract.h - a standalone graph made of some nodes of another: the one way cleave cuts a
 // graph (plan/materialize.h cuts each submodule with it; the runtime cuts trial node sets and
-// retypes whole graphs with it).
+// retypes whole graphs with it); and the way back, cut graphs joined into one (the runtime runs
+// a cut model's neighbouring submodules on one backend as one graph).
 //
 // extractSubgraph guarantees: the result holds the given nodes in the given order (which must be
 // topological), reads exactly `inputs` as its graph inputs and returns exactly `outputs`; every
@@ -42,5 +43,24 @@ struct SubgraphSpec {
   const std::map<std::string, std::string>* parameterBytes = nullptr;
 };
 [[nodiscard]] Expected<Graph> extractSubgraph(const Graph& graph, const SubgraphSpec& spec);
+
+// The inverse of a cut: graphs that exchange values by name (a cut model's submodules, in plan
+// order) joined into one, so passes that look at neighbouring nodes (fusion) see across the seams.
+// joinGraphs guarantees: the result holds every part's op nodes in part order; a part's input is
+// bound to the earlier part's value of that name, else it becomes a graph input (once, in order
+// of first appearance); a parameter held by several parts is copied once (by name); it returns
+// exactly `outputs`. Parameter bytes are not copied: a part's model-file and external data
+// become external data in that part's file, relative to `folder` (where the parts' files lie);
+// inline bytes are copied.
+// Fails: InvalidArgument (a part's file outside `folder`), InvalidGraph (an output nothing makes,
+// two parts making one value: GraphBuilder::finish names it).
+// Complexity: O(nodes + operands + parameters of all parts), plus copied inline bytes.
+struct JoinSpec {
+  std::string name;                       // the new graph's name
+  std::span<const Graph* const> parts;    // in an order where each part reads only earlier values
+  std::span<const std::string> outputs;   // its graph outputs, in order
+  std::string folder;                     // the parts' files lie below it
+};
+[[nodiscard]] Expected<Graph> joinGraphs(const JoinSpec& spec);
 
 } // namespace cleave::ir

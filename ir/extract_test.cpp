@@ -62,5 +62,37 @@ TEST(ExtractSubgraph, RefusesAValueFromNowhere) {
   EXPECT_NE(part.error().message().find("c"), std::string::npos) << part.error().message();
 }
 
+// The diamond cut in two (a, b | c, d) and joined back: the same nodes, one input, one parameter.
+TEST(JoinGraphs, GivesBackTheGraphACutCameFrom) {
+  Graph g = diamond();
+  std::vector<NodeId> first{g.findNode("a"), g.findNode("b")}, second{g.findNode("c"), g.findNode("d")};
+  NodeSetBoundary one = boundaryOf(g, first), two = boundaryOf(g, second);
+  Expected<Graph> partOne = extractSubgraph(g, {"one", first, one.inputs, one.outputs});
+  Expected<Graph> partTwo = extractSubgraph(g, {"two", second, two.inputs, two.outputs});
+  ASSERT_TRUE(partOne && partTwo);
+  const Graph* parts[] = {&*partOne, &*partTwo};
+  const std::string outputs[] = {"d"};
+  Expected<Graph> joined = joinGraphs({"joined", parts, outputs, "."});
+  ASSERT_TRUE(joined) << joined.error().message();
+  EXPECT_EQ(joined->modelInfo().graphName, "joined");
+  ASSERT_EQ(joined->inputNodes().size(), 1u); // x, read by both parts; b is bound to part one's
+  EXPECT_EQ(joined->name(joined->inputNodes()[0]), "x");
+  EXPECT_EQ(joined->numParameters(), 1u);
+  EXPECT_EQ(*joined->readParameterData(ParamId{0}), *g.readParameterData(ParamId{0}));
+  for (std::string_view name : {"a", "b", "c", "d"})
+    EXPECT_NE(joined->findNode(name), NodeId{UINT32_MAX}) << name;
+  EXPECT_EQ(joined->producer(joined->findValue("b")), joined->findNode("b"));
+  // Parts out of order: part two's input b becomes a graph input, and then part one makes b too.
+  const Graph* reversed[] = {&*partTwo, &*partOne};
+  Expected<Graph> swapped = joinGraphs({"swapped", reversed, outputs, "."});
+  ASSERT_FALSE(swapped);
+  EXPECT_NE(swapped.error().message().find("'b'"), std::string::npos) << swapped.error().message();
+  // An output no part makes is refused, naming it.
+  const std::string missing[] = {"nowhere"};
+  Expected<Graph> refused = joinGraphs({"refused", parts, missing, "."});
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("nowhere"), std::string::npos) << refused.error().message();
+}
+
 } // namespace
 } // namespace cleave::ir

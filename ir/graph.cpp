@@ -104,6 +104,20 @@ ValueType Graph::valueType(ValueId value) const {
   return type;
 }
 
+std::optional<std::string_view> Graph::parameterDataInMemory(ParamId param) const {
+  const Parameter& p = parameter(param);
+  std::string_view bytes;
+  if (p.data.source == ParameterData::Source::Inline && inlineData_)
+    bytes = *inlineData_;
+  else if (p.data.source == ParameterData::Source::ModelFile && modelFile_)
+    bytes = modelFile_->bytes();
+  else
+    return std::nullopt;
+  if (p.data.offset > bytes.size() || p.data.length > bytes.size() - p.data.offset)
+    return std::nullopt;
+  return bytes.substr(p.data.offset, p.data.length);
+}
+
 Expected<std::string> Graph::readParameterData(ParamId param) const {
   const Parameter& p = parameter(param);
   switch (p.data.source) {

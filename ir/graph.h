@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -161,6 +162,9 @@ public:
   // Reads the parameter's bytes (inline data, or its external file). Empty for FX graphs,
   // which record sizes only.
   Expected<std::string> readParameterData(ParamId param) const;
+  // The same bytes without a copy when they are in memory already (inline, or inside the mapped
+  // model file); nullopt for external data, or bounds readParameterData would refuse.
+  std::optional<std::string_view> parameterDataInMemory(ParamId param) const;
 
   const ModelInfo& modelInfo() const { return info_; }
   // The mapped model file behind ModelFile parameters (null for other graphs); extracted

@@ -1,19 +1,22 @@
 #include "runtime/cut_model.h"
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "base/file_io.h"
 #include "io/onnx.h"
+#include "ir/extract.h"
 #include "plan/plan_file.h"
 
 namespace cleave::runtime {
 
 Expected<CutModel> CutModel::load(const std::string& dir, const Backend& acc, const Backend& cpu,
-                                  const std::function<bool(std::size_t)>& lowers) {
+                                  const CutModelOptions& options) {
   CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(dir));
   CutModel model;
   std::set<std::string> graphInputs;
+  std::vector<const Backend*> backends;
   for (const plan::PlanFileSubmodule& sub : planFile.submodules) {
     if (sub.file.empty())
       return Error(ErrorCode::ParseError) << dir << ": submodule '" << sub.name
@@ -30,21 +33,75 @@ Expected<CutModel> CutModel::load(const std::string& dir, const Backend& acc, co
     std::string file = (std::filesystem::path(dir) / sub.file).string();
     CLEAVE_TRY(ir::Graph graph, io::readOnnx(file));
     step.graph = std::make_shared<const ir::Graph>(std::move(graph));
-    const Backend& backend = plan::runsOnAccelerator(sub.role) ? acc : cpu;
-    step.backend = backend.name();
-    if (lowers && !lowers(model.steps_.size())) {
-      model.steps_.push_back(std::move(step));
-      continue;
-    }
-    Expected<std::unique_ptr<LoweredModule>> lowered = backend.lower(step.graph);
-    if (!lowered)
-      return std::move(lowered.error().withContext("submodule '" + step.name + "'"));
-    step.module = std::move(*lowered);
+    backends.push_back(plan::runsOnAccelerator(sub.role) ? &acc : &cpu);
+    step.backend = backends.back()->name();
     model.steps_.push_back(std::move(step));
   }
   for (const plan::PlanFileInput& output : planFile.outputs)
     model.outputs_.push_back(output.value);
+  // Units: runs of neighbours on the same backend when joining, else one per (lowered) step.
+  const bool join = options.joinSeams && !options.lowers;
+  for (std::size_t first = 0; first < model.steps_.size();) {
+    std::size_t last = first;
+    while (join && last + 1 < model.steps_.size() && model.steps_[last + 1].backend == model.steps_[first].backend)
+      ++last;
+    if (!options.lowers || options.lowers(first))
+      CLEAVE_CHECK(model.lowerUnit(dir, first, last, *backends[first]));
+    first = last + 1;
+  }
+  model.planDrops();
   return model;
+}
+
+Status CutModel::lowerUnit(const std::string& dir, std::size_t first, std::size_t last, const Backend& backend) {
+  Unit unit;
+  unit.backend = backend.name();
+  unit.steps = last - first + 1;
+  std::shared_ptr<const ir::Graph> graph = steps_[first].graph;
+  if (first == last) {
+    unit.name = steps_[first].name;
+    unit.inputs = steps_[first].inputs;
+    unit.outputs = steps_[first].outputs;
+  } else {
+    unit.name = steps_[first].name + ".." + steps_[last].name;
+    // Inputs: what the run reads from before it; outputs: what it makes that a later step or the
+    // model's outputs read.
+    std::set<std::string> made, inputs, readLater(outputs_.begin(), outputs_.end());
+    for (std::size_t i = last + 1; i < steps_.size(); ++i)
+      readLater.insert(steps_[i].inputs.begin(), steps_[i].inputs.end());
+    std::vector<const ir::Graph*> parts;
+    for (std::size_t i = first; i <= last; ++i) {
+      for (const std::string& name : steps_[i].inputs)
+        if (!made.count(name) && inputs.insert(name).second)
+          unit.inputs.push_back(name);
+      for (const std::string& name : steps_[i].outputs)
+        if (made.insert(name).second && readLater.count(name))
+          unit.outputs.push_back(name);
+      parts.push_back(steps_[i].graph.get());
+    }
+    CLEAVE_TRY(ir::Graph joined, ir::joinGraphs({unit.name, parts, unit.outputs, dir}));
+    graph = std::make_shared<const ir::Graph>(std::move(joined));
+  }
+  Expected<std::unique_ptr<LoweredModule>> lowered = backend.lower(graph);
+  if (!lowered)
+    return std::move(lowered.error().withContext("submodule '" + unit.name + "'"));
+  unit.module = std::move(*lowered);
+  for (std::size_t i = first; i <= last; ++i)
+    steps_[i].unit = units_.size();
+  units_.push_back(std::move(unit));
+  return {};
+}
+
+// Each value is dropped after the last unit that reads it, unless it is a model output.
+void CutModel::planDrops() {
+  std::map<std::string, std::size_t> lastReader;
+  for (std::size_t u = 0; u < units_.size(); ++u)
+    for (const std::string& name : units_[u].inputs)
+      lastReader[name] = u;
+  for (const std::string& name : outputs_)
+    lastReader.erase(name);
+  for (const auto& [name, u] : lastReader)
+    units_[u].dropAfter.push_back(name);
 }
 
 std::vector<const ir::Graph*> CutModel::graphs() const {
@@ -76,23 +133,18 @@ Expected<TensorMap> CutModel::run(const TensorMap& inputs, std::vector<Submodule
       return Error(ErrorCode::InvalidArgument) << "no value for input '" << name << "'";
     values[name] = found->second;
   }
-  // How many later steps read each value, to drop it after its last reader.
-  std::map<std::string, std::size_t> readers;
   for (const Step& step : steps_)
-    for (const std::string& name : step.inputs)
-      ++readers[name];
-  std::set<std::string> keep(outputs_.begin(), outputs_.end());
-  for (std::size_t i = 0; i < steps_.size(); ++i) {
-    Step& step = steps_[i];
+    if (step.unit == kNotLowered)
+      return Error(ErrorCode::InvalidArgument) << "submodule '" << step.name << "' was not lowered in this process";
+  for (std::size_t u = 0; u < units_.size(); ++u) {
     double seconds = 0.0;
-    CLEAVE_TRY(TensorMap results, runStep(i, values, stats, &seconds));
+    CLEAVE_TRY(TensorMap results, runUnit(u, values, stats, &seconds));
     if (timings)
-      timings->push_back({step.name, step.backend, seconds});
+      timings->push_back({units_[u].name, units_[u].backend, seconds});
     for (auto& [name, tensor] : results)
       values[name] = std::move(tensor);
-    for (const std::string& name : step.inputs)
-      if (--readers[name] == 0 && !keep.count(name))
-        values.erase(name);
+    for (const std::string& name : units_[u].dropAfter)
+      values.erase(name);
   }
   TensorMap outputs;
   for (const std::string& name : outputs_)
@@ -101,26 +153,34 @@ Expected<TensorMap> CutModel::run(const TensorMap& inputs, std::vector<Submodule
 }
 
 Expected<TensorMap> CutModel::runStep(std::size_t i, const TensorMap& values, RunStats* stats, double* seconds) {
-  Step& step = steps_[i];
-  if (!step.module)
+  const Step& step = steps_[i];
+  if (step.unit == kNotLowered)
     return Error(ErrorCode::InvalidArgument) << "submodule '" << step.name << "' was not lowered in this process";
+  if (units_[step.unit].steps != 1)
+    return Error(ErrorCode::InvalidArgument) << "submodule '" << step.name << "' runs joined as '"
+                                             << units_[step.unit].name << "'";
+  return runUnit(step.unit, values, stats, seconds);
+}
+
+Expected<TensorMap> CutModel::runUnit(std::size_t u, const TensorMap& values, RunStats* stats, double* seconds) {
+  Unit& unit = units_[u];
   TensorMap feeds;
-  for (const std::string& name : step.inputs) {
+  for (const std::string& name : unit.inputs) {
     auto found = values.find(name);
     if (found == values.end())
-      return Error(ErrorCode::InvalidArgument) << "submodule '" << step.name << "': no value for '" << name << "'";
+      return Error(ErrorCode::InvalidArgument) << "submodule '" << unit.name << "': no value for '" << name << "'";
     const at::Tensor& value = found->second;
     // Values in oneDNN's blocked layout pass as they are between CPU submodels.
-    feeds[name] = value.is_mkldnn() && step.module->device().is_cpu() ? value : toDense(value).to(step.module->device());
+    feeds[name] = value.is_mkldnn() && unit.module->device().is_cpu() ? value : toDense(value).to(unit.module->device());
   }
   auto start = std::chrono::steady_clock::now();
-  Expected<TensorMap> results = step.module->run(feeds, stats, nullptr, OutputLayout::AsComputed);
+  Expected<TensorMap> results = unit.module->run(feeds, stats, nullptr, OutputLayout::AsComputed);
   if (seconds)
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!results)
-    return std::move(results.error().withContext("submodule '" + step.name + "'"));
+    return std::move(results.error().withContext("submodule '" + unit.name + "'"));
   TensorMap outputs;
-  for (const std::string& name : step.outputs)
+  for (const std::string& name : unit.outputs)
     outputs[name] = results->at(name);
   return outputs;
 }

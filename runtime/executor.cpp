@@ -7,6 +7,7 @@
 
 #include "io/onnx.h"
 #include "runtime/fusion.h"
+#include "runtime/onednn.h"
 #include "base/strings.h"
 
 namespace cleave::runtime {
@@ -36,6 +37,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
   executor->kernels_ = IdVector<NodeId, KernelEntry>(g.numNodes());
   executor->parameters_ = IdVector<NodeId, at::Tensor>(g.numNodes());
   executor->caches_ = IdVector<NodeId, KernelCache>(g.numNodes());
+  executor->markProductWeights();
   const KernelTable& table = kernelTable();
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
     NodeId node{n};
@@ -106,6 +108,39 @@ void Executor::shareWeightCaches() {
   }
 }
 
+// A [K, N] float32 parameter that only MatMuls read, as their right operand, is stored as [N, K]
+// rows (the tensor is a transposed view of them): the layout onednn::linear computes with, so it
+// reads the weight in place instead of keeping a reordered copy beside it (ViT's weights were
+// held twice). The values are the same; only the strides differ, which every kernel reads. Marked
+// before the parameters load, so each is stored so once (a copy made afterwards would leave the
+// first one's freed memory resident). Not for training (autograd leaves stay as loaded).
+// O(nodes + operands).
+void Executor::markProductWeights() {
+  const ir::Graph& g = *graph_;
+  storeAsRows_.assign(g.numParameters(), false);
+  if (!onednn::available() || options_.trainable || !options_.device.is_cpu() || options_.floatType)
+    return;
+  enum : std::uint8_t { Unread, ProductWeight, Other };
+  std::vector<std::uint8_t> readAs(g.numParameters(), Unread); // per storage owner
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    if (g.kind(NodeId{n}) != ir::NodeKind::Parameter)
+      continue;
+    const std::uint32_t owner = index(g.storageOf(g.parameters(NodeId{n})[0]));
+    const ir::ValueId value = g.outputs(NodeId{n})[0];
+    for (NodeId user : g.users(value)) {
+      auto operands = g.inputs(user);
+      bool rightOperand = g.kind(user) == ir::NodeKind::Op && g.opType(user) == "MatMul" && g.opDomain(user).empty() &&
+                          operands.size() == 2 && operands[1] == value && operands[0] != value;
+      readAs[owner] = rightOperand && readAs[owner] != Other ? ProductWeight : Other;
+    }
+  }
+  for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
+    const ir::Parameter& parameter = g.parameter(ir::ParamId{p});
+    storeAsRows_[p] = readAs[p] == ProductWeight && parameter.dtype == ir::DType::F32 && parameter.dims.size() == 2 &&
+                      parameter.dims[0] > 1 && parameter.dims[1] > 1;
+  }
+}
+
 // A parameter's tensor on the device, loaded once per storage: aliases (ONNX's Identity of an
 // initializer, an exporter's deduplicated copies) share their owner's tensor; with `trainable`,
 // trained tensors are autograd leaves.
@@ -116,7 +151,12 @@ Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param) {
     storageTensors_.resize(g.numParameters());
   if (storageTensors_[index(owner)].defined())
     return storageTensors_[index(owner)];
-  CLEAVE_TRY(at::Tensor tensor, loadParameter(g, owner));
+  CLEAVE_TRY(at::Tensor tensor, loadParameter(g, owner, storeAsRows_[index(owner)]));
+  // Copied out: its bytes need not stay resident (else the peak holds the model file as well as
+  // the tensors while the rest load).
+  const ir::ParameterData& data = g.parameter(owner).data;
+  if (g.modelFile() && data.source == ir::ParameterData::Source::ModelFile)
+    g.modelFile()->releaseResidentPages(data.offset, data.length);
   if (options_.floatType && at::isFloatingType(tensor.scalar_type()))
     tensor = tensor.to(*options_.floatType);
   tensor = tensor.to(options_.device);

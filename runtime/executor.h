@@ -31,6 +31,9 @@ namespace cleave::runtime {
 struct Optimizations {
   bool fusion = true;        // run fused node groups (fusion.h) as one kernel each
   bool blockedLayout = true; // keep convolution activations in oneDNN's blocked layout between ops
+  // Not the executor's: a cut model's neighbouring submodules on one backend run as one joined
+  // graph, fusing across their seams (cut_model.h).
+  bool joinSeams = true;
 };
 
 struct ExecutorOptions {
@@ -95,6 +98,7 @@ private:
   TensorMap collectOutputs(ir::NodeId node, RunState& state) const;
   Status runOp(ir::NodeId node, RunState& state);
   void shareWeightCaches();
+  void markProductWeights();
   Expected<std::vector<at::Tensor>> callKernel(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
                                                std::vector<at::Tensor> operands, RunStats* stats);
   Status storeResults(ir::NodeId node, std::vector<at::Tensor> results, RunState& state) const;
@@ -106,6 +110,7 @@ private:
   IdVector<ir::NodeId, KernelEntry> kernels_;
   IdVector<ir::NodeId, at::Tensor> parameters_; // Parameter nodes' tensors
   std::vector<at::Tensor> storageTensors_;      // per storage-owning parameter, once loaded
+  std::vector<bool> storeAsRows_;               // per parameter: a product weight stored as [N, K] rows
   IdVector<ir::NodeId, KernelCache> caches_;    // per op node: what its kernel keeps (packed weights)
   IdVector<ir::NodeId, ir::NodeId> cacheSlot_;  // per node: whose cache it uses (shareWeightCaches)
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)

@@ -213,6 +213,16 @@ TEST(OneDnn, ProductsEqualAtenForBothWeightLayoutsAndBroadcastBatches) {
   at::Tensor z = onednn::linear(x, nk, true, at::Tensor(), packed);
   EXPECT_NE(packed.get(), kept.get());
   EXPECT_TRUE(at::allclose(z, at::matmul(x, nk.t()), 1e-5, 1e-5));
+  // [N, K] rows are what the product reads: used in place, not copied. (So an in-place change to
+  // the weight shows in the next product; the executor never changes a parameter in place.)
+  nk.mul_(2);
+  EXPECT_TRUE(at::allclose(onednn::linear(x, nk, true, at::Tensor(), packed), 2 * z, 1e-5, 1e-5));
+  // A [K, N] weight stored as rows (a transposed view: the executor's stored MatMul weights) too.
+  at::Tensor rows = kn.t().contiguous().t();
+  at::Tensor w = onednn::linear(x, rows, false, at::Tensor(), packed);
+  rows.mul_(-1);
+  EXPECT_TRUE(at::allclose(onednn::linear(x, rows, false, at::Tensor(), packed), -w, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(w, at::matmul(x, kn), 1e-5, 1e-5));
   // Broadcast batch dims, and a transposed view read in place.
   at::Tensor a = at::randn({3, 1, 4, 5}), b = at::randn({2, 6, 5}).transpose(-1, -2);
   at::Tensor product = onednn::batchedMatmul(a, b);

@@ -51,7 +51,7 @@ struct PackedProduct {
   std::int64_t rows = -1;
   bool withBias = false;
   dnnl::matmul primitive;
-  dnnl::memory weight; // [K, N] stored as [N, K] rows
+  dnnl::memory weight; // [K, N] stored as [N, K] rows: a copy, or the source's own bytes
 };
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK, const at::Tensor& bias,
@@ -77,9 +77,15 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK
               ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(srcDesc, packedWeight, biasDesc, dstDesc), cpuEngine())
               : dnnl::matmul::primitive_desc(dnnl::matmul::desc(srcDesc, packedWeight, dstDesc), cpuEngine());
       at::Tensor kn = weightIsNK ? weight.t() : weight; // a [K, N] view, any strides
-      dnnl::memory given = view(describe(kn), kn);
-      fresh->weight = dnnl::memory(pd.weights_desc(), cpuEngine());
-      execute(dnnl::reorder(given, fresh->weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, fresh->weight}});
+      if (describe(kn) == pd.weights_desc()) {
+        // Already [N, K] rows (Gemm's transB weights; the executor's stored MatMul weights):
+        // used in place, no second copy. `source` keeps the tensor alive.
+        fresh->weight = view(pd.weights_desc(), kn);
+      } else {
+        dnnl::memory given = view(describe(kn), kn);
+        fresh->weight = dnnl::memory(pd.weights_desc(), cpuEngine());
+        execute(dnnl::reorder(given, fresh->weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, fresh->weight}});
+      }
       fresh->primitive = dnnl::matmul(pd);
       fresh->source = weight;
       fresh->rows = m;

@@ -7,10 +7,12 @@
 
 namespace cleave::runtime {
 
-Expected<Runnable> Runnable::open(const std::string& path, const Backend& acc, const Backend& cpu) {
+Expected<Runnable> Runnable::open(const std::string& path, const Backend& acc, const Backend& cpu, bool joinSeams) {
   Runnable runnable;
   if (plan::isPlanDirectory(path)) {
-    CLEAVE_TRY(CutModel cut, CutModel::load(path, acc, cpu));
+    CutModelOptions options;
+    options.joinSeams = joinSeams;
+    CLEAVE_TRY(CutModel cut, CutModel::load(path, acc, cpu, options));
     runnable.cut_.emplace(std::move(cut));
     return runnable;
   }

@@ -12,9 +12,10 @@ namespace cleave::runtime {
 
 class Runnable {
 public:
-  // A directory with plan.json is a cut model (acc submodules on `acc`, the rest on `cpu`); any
-  // other path is a model, run whole on `acc`.
-  static Expected<Runnable> open(const std::string& path, const Backend& acc, const Backend& cpu);
+  // A directory with plan.json is a cut model (acc submodules on `acc`, the rest on `cpu`;
+  // `joinSeams`: CutModelOptions'); any other path is a model, run whole on `acc`.
+  static Expected<Runnable> open(const std::string& path, const Backend& acc, const Backend& cpu,
+                                 bool joinSeams = false);
 
   // `stats` (optional) gathers every executor's statistics (per-op seconds when asked for).
   Expected<TensorMap> run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings = nullptr,
@@ -29,6 +30,8 @@ public:
   ProtoKinds inputProtoKinds() const;
   bool isCut() const { return cut_.has_value(); }
   std::size_t submodules() const { return cut_ ? cut_->size() : 1; }
+  // Modules a run runs: fewer than submodules() when a cut's seams are joined.
+  std::size_t modules() const { return cut_ ? cut_->modules() : 1; }
 
 private:
   std::shared_ptr<const ir::Graph> graph_; // a whole model

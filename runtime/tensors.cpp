@@ -122,17 +122,30 @@ Expected<at::Tensor> tensorFromStored(const void* data, std::size_t bytes, std::
   return tensorFromBytes(data, bytes, dims, type);
 }
 
-Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param) {
+Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param, bool asRows) {
   const ir::Parameter& p = graph.parameter(param);
-  CLEAVE_TRY(std::string bytes, graph.readParameterData(param));
+  // Bytes in memory are read where they are; external data is read into `read` first.
+  std::string read;
+  std::optional<std::string_view> bytes = graph.parameterDataInMemory(param);
+  if (!bytes) {
+    CLEAVE_TRY(read, graph.readParameterData(param));
+    bytes = read;
+  }
   std::int64_t elements = 1;
   for (std::int64_t d : p.dims)
     elements *= d;
   std::size_t expected = static_cast<std::size_t>(elements) * ir::dtypeSize(p.dtype);
-  if (bytes.size() != expected)
-    return Error(ErrorCode::ParseError) << "parameter '" << p.name << "' has " << bytes.size() << " bytes, its shape needs "
-                                        << expected;
-  return tensorFromStored(bytes.data(), bytes.size(), p.dims, p.dtype);
+  if (bytes->size() != expected)
+    return Error(ErrorCode::ParseError) << "parameter '" << p.name << "' has " << bytes->size()
+                                        << " bytes, its shape needs " << expected;
+  if (asRows && p.dtype == ir::DType::F32 && p.dims.size() == 2) {
+    // One copy, straight into the transposed layout (the source may be unaligned: read strided).
+    at::Tensor source = at::from_blob(const_cast<char*>(bytes->data()), p.dims, at::kFloat);
+    at::Tensor rows = at::empty({p.dims[1], p.dims[0]}, at::kFloat);
+    rows.copy_(source.t());
+    return rows.t();
+  }
+  return tensorFromStored(bytes->data(), bytes->size(), p.dims, p.dtype);
 }
 
 namespace {

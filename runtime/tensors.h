@@ -40,8 +40,10 @@ at::Tensor makeStringTensor(const std::vector<std::int64_t>& dims, std::vector<s
 // The elements in row-major order (views with any strides included).
 std::vector<std::string> stringValues(const at::Tensor& tensor);
 
-// A parameter's bytes as a tensor (copied out of the model file; owns its memory).
-Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param);
+// A parameter's bytes as a tensor (copied out of the model file once; owns its memory).
+// `asRows`: a 2-D float32 [K, N] parameter is stored as [N, K] rows, the tensor a transposed view
+// of them (what oneDNN's products read in place); other parameters ignore it.
+Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param, bool asRows = false);
 // A serialized onnx.TensorProto (Constant's `value`, ConstantOfShape's `value`, a .pb file) as a
 // tensor; `name` (when given) receives the proto's name. Dims are checked before allocating.
 Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what, std::string* name = nullptr);

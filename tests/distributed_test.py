@@ -202,6 +202,16 @@ class Distributed(TempDirTest):
         code, _, err = launch(2, "cleave", "train", wrong, *common)
         self.assertEqual(code, 1, err)
         self.assertIn("where its shape key says Float[3, 17] (from the plan", err)
+        # A value whose shape the plan leaves open travels with a header every time (its shape
+        # may change between messages), in both directions; the losses stay the same.
+        value["shape"][-1] = None
+        with open(os.path.join(wrong, "plan.json"), "w") as f:
+            json.dump(text, f)
+        code, ranked, err = launch(2, "cleave", "train", wrong, *common, "--timing")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(losses(ranked), losses(local))
+        headers = [json.loads(line.split("] ", 1)[-1])["shape_headers"] for line in ranked.splitlines()]
+        self.assertEqual(headers, [2 * 3] * 4)  # forward and gradient, for each of 3 microbatches
         # -o: the trained stages as a plan directory, the same bytes from one process and from 3
         # ranks; their weights those of the whole model's training; the tied copies equal.
         import onnx

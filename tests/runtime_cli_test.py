@@ -74,6 +74,39 @@ class RuntimeCli(TempDirTest):
             self.assertEqual(len(data), len(base))
             self.assertLessEqual(max(abs(a - b) for a, b in zip(data, base)), 1e-4 * max(map(abs, base)), flags)
 
+    def test_cut_seams_join_on_one_backend_and_stay_apart_on_two(self):
+        # Relu on the CPU cuts every Conv+Relu in two; on one backend the submodules run joined
+        # as one graph, so the Conv+Relu fusion crosses the seams again.
+        holes = self.profile("holes", drop=("Relu",))
+        out = self.path("cut")
+        code, _, err = run("split", CNN, "--profile", holes, "-o", out)
+        self.assertEqual(code, 0, err)
+        names = [s["name"] for s in json.load(open(os.path.join(out, "plan.json")))["submodules"]]
+        submodules = len(names)
+        self.assertGreater(submodules, 2)
+        code, _, err = run("run", CNN, "--seed", "3", "--save-outputs", self.path("whole.json"))
+        self.assertEqual(code, 0, err)
+        whole = json.load(open(self.path("whole.json")))["logits"]["data"]
+
+        def cut_run(*flags):
+            code, out_text, err = run("run", out, "--seed", "3", "--profile", "--json",
+                                      "--save-outputs", self.path("cut.json"), *flags)
+            self.assertEqual(code, 0, err)
+            return json.loads(out_text), json.load(open(self.path("cut.json")))["logits"]["data"]
+
+        joined, data = cut_run()
+        self.assertEqual((joined["submodules"], joined["modules"]), (submodules, 1))
+        self.assertIn("Conv+Relu", {p["op"] for p in joined["profile"]})
+        self.assertEqual([s["name"] for s in joined["timing"]["steps"]], [names[0] + ".." + names[-1]])
+        self.assertEqual(data, whole)  # the same kernels on the same values: bit for bit
+        apart, data = cut_run("--no-join")
+        self.assertEqual(apart["modules"], submodules)
+        self.assertNotIn("Conv+Relu", {p["op"] for p in apart["profile"]})
+        self.assertLessEqual(max(abs(a - b) for a, b in zip(data, whole)), 1e-4 * max(map(abs, whole)))
+        # A real second backend (the profile refuses Relu) keeps every seam.
+        two, _ = cut_run("--backend", "profile:" + holes)
+        self.assertEqual(two["modules"], submodules)
+
     def test_dumped_inputs_are_what_each_submodule_reads(self):
         out = self.path("cut")
         code, _, err = run("split", CNN, "--profile", self.profile("holes", drop=("Relu",)), "-o", out,

@@ -191,9 +191,9 @@ private:
 
 Expected<CutModel> loadRankModel(const std::string& planDir, int rank, int worldSize, const Backend& acc,
                                  const Backend& cpu) {
-  return CutModel::load(planDir, acc, cpu, [&](std::size_t i) {
-    return static_cast<int>(i % static_cast<std::size_t>(worldSize)) == rank;
-  });
+  CutModelOptions options;
+  options.lowers = [&](std::size_t i) { return static_cast<int>(i % static_cast<std::size_t>(worldSize)) == rank; };
+  return CutModel::load(planDir, acc, cpu, options);
 }
 
 Expected<DistributedRunResult> runDistributed(CutModel& model, const TensorMap& inputs, std::int64_t microbatches,

@@ -71,6 +71,7 @@ struct PipelineTrainer::State {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   StepTiming timing; // the last step's
   std::vector<std::int64_t> microbatchRows; // this step's, per microbatch
+  std::set<std::pair<std::int64_t, std::uint32_t>> planGivesShape; // (rows, value id) declared
   std::optional<PlanShapes> planShapes; // the plan's value types
   std::set<std::int64_t> declaredRows; // microbatch row counts whose message shapes are declared
 
@@ -85,10 +86,14 @@ struct PipelineTrainer::State {
     return static_cast<std::uint32_t>(t);
   }
   // The communicator's shape key of a message: its value, reading stage and direction, and the
-  // rows of its microbatch (a value's shape follows them), so only a key's first message carries
-  // a header. Never 0 (0: no key).
+  // rows of its microbatch (a value's shape follows them), declared on both ranks from the plan.
+  // 0 (no key: a header with every message, as inference sends them) when the plan leaves the
+  // value's shape open, so a shape that changes from one message to the next still travels.
   std::uint64_t shapeKey(std::size_t m, const std::string& value, int reader, bool backward) const {
-    return 1 + ((static_cast<std::uint64_t>(microbatchRows[m]) * valueId.size() + valueId.at(value)) * stages.size() +
+    const std::uint32_t id = valueId.at(value);
+    if (!planGivesShape.count({microbatchRows[m], id}))
+      return 0;
+    return 1 + ((static_cast<std::uint64_t>(microbatchRows[m]) * valueId.size() + id) * stages.size() +
                 static_cast<std::uint64_t>(reader)) * 2 + (backward ? 1 : 0);
   }
 
@@ -106,7 +111,7 @@ struct PipelineTrainer::State {
   // Declares to the communicator the shape of every message this rank sends or receives for a
   // microbatch like `chunk` (both directions: a gradient has its value's shape), from the plan's
   // value types with symbolic dims bound by the data's; a message whose shape that leaves open
-  // keeps its key's first header.
+  // has no key (shapeKey).
   void declareMessageShapes(const TensorMap& chunk, std::size_t m);
   // Posts the receives `action` will make (communicator.h), so their transfers overlap the
   // actions before it.
@@ -134,6 +139,7 @@ void PipelineTrainer::State::declareMessageShapes(const TensorMap& chunk, std::s
       if (from == to || (from != rank && to != rank))
         continue;
       if (std::optional<MessageShape> shape = planShapes->shapeOf(name, symbols)) {
+        planGivesShape.insert({microbatchRows[m], valueId.at(name)});
         int peer = from == rank ? to : from;
         comm->declareShape(peer, shapeKey(m, name, reader, false), shape->type, shape->dims);
         comm->declareShape(peer, shapeKey(m, name, reader, true), shape->type, shape->dims);
