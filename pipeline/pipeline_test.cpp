@@ -143,6 +143,29 @@ TEST(Schedule, ActionsAndCsvRoundTrip) {
     EXPECT_EQ(back->perRank[r], s.perRank[r]);
 }
 
+// What the distributed runners compute: GPipe's rank order without a schedule (3 stages on 2
+// ranks: rank 0 holds stages 0 and 2), a schedule's compute actions otherwise (no transfers),
+// forwards only for inference.
+TEST(Schedule, RankComputeActionsGiveEachRankItsOrder) {
+  auto text = [](const std::vector<Action>& actions) {
+    std::string joined;
+    for (const Action& action : actions)
+      joined += (joined.empty() ? "" : ",") + formatAction(action);
+    return joined;
+  };
+  EXPECT_EQ(text(rankComputeActions(nullptr, 3, 2, 2, 0, true)), "0F0,2F0,0F1,2F1,2B0,0B0,2B1,0B1");
+  EXPECT_EQ(text(rankComputeActions(nullptr, 3, 2, 2, 1, false)), "1F0,1F1");
+  Schedule zeroBubble = withCommunication(*generateSchedule(ScheduleKind::ZeroBubble, 2, 2, 2));
+  std::vector<Action> training = rankComputeActions(&zeroBubble, 2, 2, 2, 1, true);
+  std::vector<Action> compute;
+  for (const Action& action : zeroBubble.perRank[1])
+    if (action.type != ActionType::SendF && action.type != ActionType::RecvF && action.type != ActionType::SendB &&
+        action.type != ActionType::RecvB)
+      compute.push_back(action);
+  EXPECT_EQ(training, compute);
+  EXPECT_EQ(text(rankComputeActions(&zeroBubble, 2, 2, 2, 1, false)), "1F0,1F1");
+}
+
 TEST(Schedule, TheValidatorRefusesBrokenSchedules) {
   auto message = [](const std::string& csv) {
     Expected<Schedule> s = parseCsv(csv);

@@ -212,6 +212,28 @@ Schedule withCommunication(const Schedule& schedule) {
   return out;
 }
 
+std::vector<Action> rankComputeActions(const Schedule* schedule, std::uint32_t stages, std::uint32_t microbatches,
+                                       std::uint32_t ranks, std::uint32_t rank, bool backward) {
+  using A = ActionType;
+  std::vector<Action> actions;
+  if (schedule) {
+    for (const Action& action : schedule->perRank[rank])
+      if (action.type == A::Forward ||
+          (backward && (action.type == A::Backward || action.type == A::BackwardInput || action.type == A::BackwardWeight)))
+        actions.push_back(action);
+    return actions;
+  }
+  for (std::uint32_t m = 0; m < microbatches; ++m)
+    for (std::uint32_t s = 0; s < stages; ++s)
+      if (s % ranks == rank)
+        actions.push_back({s, A::Forward, m});
+  for (std::uint32_t m = 0; backward && m < microbatches; ++m)
+    for (std::uint32_t s = stages; s-- > 0;)
+      if (s % ranks == rank)
+        actions.push_back({s, A::Backward, m});
+  return actions;
+}
+
 std::string formatCsv(const Schedule& schedule) {
   std::string text;
   for (const auto& actions : schedule.perRank) {

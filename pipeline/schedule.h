@@ -74,6 +74,14 @@ Expected<Schedule> generateSchedule(ScheduleKind kind, std::uint32_t stages, std
 // stage's forward; SEND_B / RECV_B likewise for backwards (B or I).
 Schedule withCommunication(const Schedule& schedule);
 
+// What one rank of the distributed runners computes, in order: its part of `schedule` when given
+// (compute actions only: sends and receives follow from them), else GPipe's order over the stages
+// it holds (stage s on rank s % ranks, any number of stages): its forwards microbatch by microbatch
+// in stage order, then its backwards microbatch by microbatch in reverse stage order. Without
+// `backward` (inference), forwards only. O(stages x microbatches).
+std::vector<Action> rankComputeActions(const Schedule* schedule, std::uint32_t stages, std::uint32_t microbatches,
+                                       std::uint32_t ranks, std::uint32_t rank, bool backward);
+
 std::string formatCsv(const Schedule& schedule);
 // Stages and microbatches are inferred (the largest index + 1) unless given (non-zero).
 Expected<Schedule> parseCsv(std::string_view text, std::uint32_t stages = 0, std::uint32_t microbatches = 0);

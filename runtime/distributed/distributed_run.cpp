@@ -44,29 +44,6 @@ std::uint32_t tagOf(const ValueRoutes& routes, const std::string& name, std::siz
   return static_cast<std::uint32_t>(microbatch * routes.id.size() + routes.id.at(name));
 }
 
-// One forward of submodule `step` on microbatch `microbatch`.
-struct ForwardAction {
-  std::size_t step, microbatch;
-};
-
-// This rank's forwards in order: its part of `schedule` (F actions; B, I, W and transfers have
-// no place in inference), or GPipe's order: microbatch by microbatch, its submodules in plan order.
-std::vector<ForwardAction> ownForwards(const CutModel& model, std::size_t microbatches, int me, int world,
-                                       const pipeline::Schedule* schedule) {
-  std::vector<ForwardAction> actions;
-  if (schedule) {
-    for (const pipeline::Action& action : schedule->perRank[static_cast<std::size_t>(me)])
-      if (action.type == pipeline::ActionType::Forward)
-        actions.push_back({action.stage, action.microbatch});
-    return actions;
-  }
-  for (std::size_t m = 0; m < microbatches; ++m)
-    for (std::size_t i = 0; i < model.size(); ++i)
-      if (static_cast<int>(i % static_cast<std::size_t>(world)) == me)
-        actions.push_back({i, m});
-  return actions;
-}
-
 class RankRunner {
 public:
   RankRunner(CutModel& model, Communicator& comm, const ValueRoutes& routes)
@@ -99,16 +76,17 @@ public:
     }
   }
 
-  // This rank's forwards in order; each microbatch's values are dropped after its last one here
-  // (rank 0 keeps the plan outputs it made). Returns each microbatch's plan outputs (rank 0;
-  // gathered from the ranks that made them) or nothing.
-  Expected<std::vector<TensorMap>> run(const std::vector<TensorMap>& chunks, const std::vector<ForwardAction>& actions) {
+  // This rank's forwards in order (pipeline::rankComputeActions; stage = submodule); each
+  // microbatch's values are dropped after its last one here (rank 0 keeps the plan outputs it
+  // made). Returns each microbatch's plan outputs (rank 0; gathered from the ranks that made them)
+  // or nothing.
+  Expected<std::vector<TensorMap>> run(const std::vector<TensorMap>& chunks, const std::vector<pipeline::Action>& actions) {
     std::vector<TensorMap> values(chunks.begin(), chunks.end());
     std::vector<std::size_t> lastAction(chunks.size(), 0);
     for (std::size_t k = 0; k < actions.size(); ++k)
       lastAction[actions[k].microbatch] = k;
     for (std::size_t k = 0; k < actions.size(); ++k) {
-      const auto [step, m] = actions[k];
+      const std::size_t step = actions[k].stage, m = actions[k].microbatch;
       CLEAVE_CHECK(receiveInputs(step, values[m], m));
       CLEAVE_TRY(TensorMap results, model_.runStep(step, values[m]));
       for (auto& [name, tensor] : results) {
@@ -215,7 +193,10 @@ Expected<DistributedRunResult> runDistributed(CutModel& model, const TensorMap& 
   RankRunner runner(model, comm, routes);
   if (shapes)
     runner.declareShapes(*shapes, chunks);
-  CLEAVE_TRY(std::vector<TensorMap> outputs, runner.run(chunks, ownForwards(model, chunks.size(), me, world, schedule)));
+  const std::vector<pipeline::Action> forwards =
+      pipeline::rankComputeActions(schedule, static_cast<std::uint32_t>(model.size()), static_cast<std::uint32_t>(chunks.size()),
+                                   static_cast<std::uint32_t>(world), static_cast<std::uint32_t>(me), false);
+  CLEAVE_TRY(std::vector<TensorMap> outputs, runner.run(chunks, forwards));
   CLEAVE_CHECK(comm.finish());
   if (me == 0)
     result.outputs = mergeMicrobatches(outputs);

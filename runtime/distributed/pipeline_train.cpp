@@ -105,9 +105,6 @@ struct PipelineTrainer::State {
   Status backwardStage(std::size_t m, int stage, std::vector<std::map<int, StageRun>>& runs, double share,
                        bool inputsOnly);
   Status weightBackwardStage(std::size_t m, int stage, std::vector<std::map<int, StageRun>>& runs);
-  // The (type, stage, microbatch) compute actions this rank runs, in order: its part of
-  // `schedule`, or (no schedule) GPipe over every own stage.
-  std::vector<pipeline::Action> ownActions(const pipeline::Schedule* schedule, std::size_t microbatches) const;
   // Declares to the communicator the shape of every message this rank sends or receives for a
   // microbatch like `chunk` (both directions: a gradient has its value's shape), from the plan's
   // value types with symbolic dims bound by the data's; a message whose shape that leaves open
@@ -528,25 +525,6 @@ std::vector<std::string> PipelineTrainer::ownStages() const {
   return names;
 }
 
-std::vector<pipeline::Action> PipelineTrainer::State::ownActions(const pipeline::Schedule* schedule,
-                                                                 std::size_t microbatches) const {
-  std::vector<pipeline::Action> actions;
-  if (schedule) {
-    for (const pipeline::Action& action : schedule->perRank[static_cast<std::size_t>(rank)])
-      actions.push_back(action);
-    return actions;
-  }
-  for (std::size_t m = 0; m < microbatches; ++m)
-    for (int i = 0; i < static_cast<int>(stages.size()); ++i)
-      if (own(i))
-        actions.push_back({static_cast<std::uint32_t>(i), pipeline::ActionType::Forward, static_cast<std::uint32_t>(m)});
-  for (std::size_t m = 0; m < microbatches; ++m)
-    for (int i = static_cast<int>(stages.size()); i-- > 0;)
-      if (own(i))
-        actions.push_back({static_cast<std::uint32_t>(i), pipeline::ActionType::Backward, static_cast<std::uint32_t>(m)});
-  return actions;
-}
-
 Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepIndex,
                                        const pipeline::Schedule* schedule) {
   State& s = *state_;
@@ -573,7 +551,9 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   s.optimizer->zero_grad();
   std::vector<std::map<int, StageRun>> runs(chunks.size());
   double lossSum = 0.0;
-  const std::vector<pipeline::Action> actions = s.ownActions(schedule, chunks.size());
+  const std::vector<pipeline::Action> actions =
+      pipeline::rankComputeActions(schedule, static_cast<std::uint32_t>(s.stages.size()), static_cast<std::uint32_t>(chunks.size()),
+                                   static_cast<std::uint32_t>(s.worldSize), static_cast<std::uint32_t>(s.rank), true);
   std::size_t received = 0; // actions whose receives are posted
   for (std::size_t k = 0; k < actions.size(); ++k) {
     for (; received < std::min(actions.size(), k + 1 + kReceiveLookahead); ++received)
