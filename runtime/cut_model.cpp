@@ -79,8 +79,10 @@ Status CutModel::lowerUnit(const std::string& dir, std::size_t first, std::size_
           unit.outputs.push_back(name);
       parts.push_back(steps_[i].graph.get());
     }
-    CLEAVE_TRY(ir::Graph joined, ir::joinGraphs({unit.name, parts, unit.outputs, dir}));
-    graph = std::make_shared<const ir::Graph>(std::move(joined));
+    Expected<ir::Graph> joined = ir::joinGraphs({unit.name, parts, unit.outputs, dir});
+    if (!joined)
+      return std::move(joined.error().withContext("joining submodules '" + unit.name + "' (--no-join runs them apart)"));
+    graph = std::make_shared<const ir::Graph>(std::move(*joined));
   }
   Expected<std::unique_ptr<LoweredModule>> lowered = backend.lower(graph);
   if (!lowered)
