@@ -15,19 +15,14 @@
 #include <cstring>
 #include <fcntl.h>
 #include <string>
-#include <sys/resource.h>
 #include <unistd.h>
 
+#include "base/resources.h"
 #include "io/onnx.h"
 
 namespace {
 double seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-long peakRssBytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_maxrss * 1024L;
 }
 } // namespace
 
@@ -52,7 +47,7 @@ int main(int argc, char** argv) {
     parseSeconds = seconds(start);
     std::printf("protobuf parse only: %.3f s (%s)\n", parseSeconds, ok ? "ok" : "failed");
   }
-  long rssBefore = peakRssBytes();
+  long rssBefore = static_cast<long>(cleave::peakResidentBytes());
   auto start = std::chrono::steady_clock::now();
   cleave::Expected<cleave::ir::Graph> graph = cleave::io::readOnnx(path);
   double readSeconds = seconds(start);
@@ -68,7 +63,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   double nodes = graph->numNodes();
-  long peak = peakRssBytes();
+  long peak = static_cast<long>(cleave::peakResidentBytes());
   std::printf("nodes: %.0f\n", nodes);
   std::printf("read (parse + build IR): %.3f s, %.0f ns/node\n", readSeconds, readSeconds * 1e9 / nodes);
   std::printf("verify: %.3f s, %.0f ns/node\n", verifySeconds, verifySeconds * 1e9 / nodes);

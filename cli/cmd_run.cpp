@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "base/json.h"
+#include "base/resources.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/runtime_options.h"
@@ -128,6 +129,7 @@ Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const Run
     for (const auto& [node, s] : slowestFirst(measured.stats.secondsByNode, kSlowestNodes))
       summary["slowest_nodes"].push_back({{"node", node}, {"seconds", s}});
     summary["peak_activation_bytes"] = measured.stats.peakActivationBytes;
+    summary["peak_resident_bytes"] = peakResidentBytes();
   }
   return summary;
 }
@@ -145,6 +147,8 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
       text << "  " << op << ": " << s * 1e3 << " ms\n";
     text << "peak live activations (last run" << (measured.timings.size() > 1 ? ", largest submodel" : "")
          << "): " << measured.stats.peakActivationBytes << " bytes\n";
+    text << "peak resident set of the process (loading and every run, libraries included): "
+         << peakResidentBytes() / (1024 * 1024) << " MiB\n";
     text << "slowest nodes (last run):\n";
     for (const auto& [node, s] : slowestFirst(measured.stats.secondsByNode, kSlowestNodes))
       text << "  " << node << ": " << s * 1e3 << " ms\n";

@@ -58,10 +58,13 @@ class RuntimeCli(TempDirTest):
                  for v in list(inferred.value_info) + list(inferred.output) if v.name in made]
         self.assertGreaterEqual(summary["peak_activation_bytes"], max(sizes))
         self.assertLessEqual(summary["peak_activation_bytes"], sum(sizes))
+        # The process's peak resident set holds at least those activations (and the libraries).
+        self.assertGreater(summary["peak_resident_bytes"], summary["peak_activation_bytes"])
         code, text, err = run("run", CNN, "--seed", "3", "--profile")
         self.assertEqual(code, 0, err)
         self.assertIn("slowest nodes (last run):", text)
         self.assertIn(f"peak live activations (last run): {summary['peak_activation_bytes']} bytes", text)
+        self.assertRegex(text, r"peak resident set of the process \(loading and every run, libraries included\): \d+ MiB")
 
     def test_optimizations_can_be_turned_off_with_the_same_results(self):
         outputs = {}
