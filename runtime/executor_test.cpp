@@ -415,6 +415,58 @@ TEST(Fusion, LinearAndGeluRunAsGroupsAndMatchTheirNodes) {
   EXPECT_TRUE(at::allclose(unfused->at("y"), fused->at("y"), 1e-5, 1e-6));
 }
 
+// LayerNorm as PyTorch exports it before opset 17 (means over the last axis, Pow 2, eps, then
+// gamma and beta): one group computing at::layer_norm; an inner value read outside forbids it.
+ir::Graph decomposedLayerNorm(bool alsoOutput, std::int64_t axis) {
+  NodeChain chain({"x", "gamma", "beta"});
+  chain.add(spec("Constant", {}, {scalarTensor(2.0f)}, "two"), "two");
+  chain.add(spec("Constant", {}, {scalarTensor(1e-5f)}, "eps"), "eps");
+  chain.add(spec("ReduceMean", {"x"}, {ints("axes", {axis})}, "mean"), "m");
+  chain.add(spec("Sub", {"x", "m"}, {}, "sub"), "d");
+  chain.add(spec("Pow", {"d", "two"}, {}, "pow"), "p");
+  chain.add(spec("ReduceMean", {"p"}, {ints("axes", {axis})}, "var"), "v");
+  chain.add(spec("Add", {"v", "eps"}, {}, "addeps"), "a");
+  chain.add(spec("Sqrt", {"a"}, {}, "sqrt"), "s");
+  chain.add(spec("Div", {"d", "s"}, {}, "div"), "n");
+  chain.add(spec("Mul", {"n", "gamma"}, {}, "scale"), "g");
+  chain.add(spec("Add", {"g", "beta"}, {}, "shift"), "y");
+  Expected<ir::Graph> graph =
+      std::move(chain).finish(alsoOutput ? std::vector<std::string>{"y", "v"} : std::vector<std::string>{"y"});
+  EXPECT_TRUE(graph) << (graph ? "" : graph.error().message());
+  return std::move(*graph);
+}
+
+TEST(Fusion, DecomposedLayerNormRunsAsOneLayerNorm) {
+  ir::Graph fusible = decomposedLayerNorm(false, -1);
+  FusionPlan plan = planFusions(fusible);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  EXPECT_EQ(plan.groups[0].kind, FusedGroup::Kind::LayerNorm);
+  EXPECT_EQ(plan.groups[0].nodes.size(), 9u);
+  EXPECT_TRUE(planFusions(decomposedLayerNorm(true, -1)).groups.empty()); // the variance is an output
+  EXPECT_TRUE(planFusions(decomposedLayerNorm(false, 0)).groups.empty()); // not the last axis (rank unknown)
+
+  at::manual_seed(7);
+  TensorMap inputs{{"x", at::randn({2, 5, 16})}, {"gamma", at::randn({16})}, {"beta", at::randn({16})}};
+  at::Tensor expected = at::layer_norm(inputs.at("x"), {16}, inputs.at("gamma"), inputs.at("beta"), 1e-5);
+  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(fusible)));
+  ASSERT_TRUE(executor) << executor.error().message();
+  RunStats stats;
+  stats.profileOps = true;
+  Expected<TensorMap> fused = (*executor)->run(inputs, &stats);
+  ASSERT_TRUE(fused) << fused.error().message();
+  EXPECT_TRUE(at::allclose(fused->at("y"), expected, 1e-5, 1e-5));
+  EXPECT_EQ(stats.secondsByOp.count("ReduceMean"), 0u);
+  Executor::Observer observe = [](ir::ValueId, const at::Tensor&) {};
+  Expected<TensorMap> unfused = (*executor)->run(inputs, nullptr, &observe); // node by node
+  ASSERT_TRUE(unfused) << unfused.error().message();
+  EXPECT_TRUE(at::allclose(unfused->at("y"), fused->at("y"), 1e-5, 1e-5));
+  // A gamma that is not [N] (a broadcast [1, 16]) is applied after the normalization.
+  inputs["gamma"] = inputs.at("gamma").reshape({1, 16});
+  Expected<TensorMap> broadcast = (*executor)->run(inputs);
+  ASSERT_TRUE(broadcast) << broadcast.error().message();
+  EXPECT_TRUE(at::allclose(broadcast->at("y"), expected, 1e-5, 1e-5));
+}
+
 // Conv -> SiLU (Sigmoid, Mul) -> Conv -> HardSigmoid(alpha, beta): two fused groups whose
 // post-ops (swish; linear then clip, with the HardSigmoid node's attributes) match ATen.
 TEST(Fusion, ConvolutionsWithSiluAndHardSigmoidRunFused) {

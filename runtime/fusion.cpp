@@ -1,5 +1,6 @@
 #include "runtime/fusion.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -117,6 +118,67 @@ std::optional<std::pair<NodeId, NodeId>> matchSilu(const ir::Graph& g, ValueId x
   return std::nullopt;
 }
 
+// A ReduceMean over x's last axis only, keeping dims (its axes as an attribute: opsets 11-17).
+bool reducesLastAxis(const ir::Graph& g, NodeId node, ValueId x) {
+  if (!isOp(g, node, "ReduceMean") || g.inputs(node).size() != 1 || g.outputs(node).size() != 1 ||
+      g.inputs(node)[0] != x)
+    return false;
+  const ir::Attribute* keep = g.findAttribute(node, "keepdims");
+  const ir::Attribute* axes = g.findAttribute(node, "axes");
+  if ((keep && keep->intValue != 1) || !axes || axes->ints.size() != 1)
+    return false;
+  const std::int64_t axis = axes->ints[0];
+  return axis == -1 || (g.rankKnown(x) && axis == static_cast<std::int64_t>(g.dims(x).size()) - 1);
+}
+
+// PyTorch's export of LayerNorm before opset 17, over the last axis:
+//   m = ReduceMean(x); d = Sub(x, m); v = ReduceMean(Pow(d, 2)); s = Sqrt(Add(v, eps));
+//   y = Add(Mul(Div(d, s), gamma), beta)
+// matched from the first ReduceMean. d is read by Pow and Div, both in the group.
+std::optional<FusedGroup> matchLayerNorm(const ir::Graph& g, NodeId mean) {
+  if (g.kind(mean) != ir::NodeKind::Op || g.inputs(mean).size() != 1)
+    return std::nullopt;
+  const ValueId x = g.inputs(mean)[0];
+  if (!reducesLastAxis(g, mean, x))
+    return std::nullopt;
+  std::optional<NodeId> sub = soleReader(g, g.outputs(mean)[0], "Sub");
+  if (!sub || g.inputs(*sub)[0] != x || g.inputs(*sub)[1] != g.outputs(mean)[0])
+    return std::nullopt;
+  const ValueId centered = g.outputs(*sub)[0];
+  auto readers = g.users(centered);
+  if (readers.size() != 2)
+    return std::nullopt;
+  NodeId pow = readers[0], div = readers[1];
+  if (!isOp(g, pow, "Pow"))
+    std::swap(pow, div);
+  if (!isOp(g, pow, "Pow") || g.inputs(pow).size() != 2 || g.inputs(pow)[0] != centered ||
+      !near(scalarConstant(g, g.inputs(pow)[1]), 2.0) || !isOp(g, div, "Div") || g.inputs(div).size() != 2 ||
+      g.inputs(div)[0] != centered || g.inputs(div)[1] == centered)
+    return std::nullopt;
+  std::optional<NodeId> variance = soleReaderOf(g, g.outputs(pow)[0], "ReduceMean", 1);
+  if (!variance || !reducesLastAxis(g, *variance, g.outputs(pow)[0]))
+    return std::nullopt;
+  const ValueId varianceOut = g.outputs(*variance)[0];
+  std::optional<NodeId> addEps = soleReader(g, varianceOut, "Add");
+  const ValueId eps = addEps ? otherOperand(g, *addEps, varianceOut) : ir::kNoValue;
+  if (!addEps || !scalarConstant(g, eps))
+    return std::nullopt;
+  std::optional<NodeId> sqrt = soleReaderOf(g, g.outputs(*addEps)[0], "Sqrt", 1);
+  if (!sqrt || g.users(g.outputs(*sqrt)[0]).size() != 1 || g.inputs(div)[1] != g.outputs(*sqrt)[0])
+    return std::nullopt;
+  std::optional<NodeId> scale = soleReader(g, g.outputs(div)[0], "Mul");
+  const ValueId gamma = scale ? otherOperand(g, *scale, g.outputs(div)[0]) : ir::kNoValue;
+  std::optional<NodeId> shift = gamma != ir::kNoValue ? soleReader(g, g.outputs(*scale)[0], "Add") : std::nullopt;
+  const ValueId beta = shift ? otherOperand(g, *shift, g.outputs(*scale)[0]) : ir::kNoValue;
+  if (beta == ir::kNoValue)
+    return std::nullopt;
+  std::vector<NodeId> nodes{mean, *sub, pow, *variance, *addEps, *sqrt, div, *scale, *shift};
+  std::sort(nodes.begin(), nodes.end());
+  if (nodes.back() != *shift)
+    return std::nullopt; // the group makes its last node's output
+  return FusedGroup{FusedGroup::Kind::LayerNorm, std::move(nodes), {x, eps, gamma, beta}};
+}
+
 std::optional<FusedGroup> matchConv(const ir::Graph& g, NodeId conv) {
   using K = FusedGroup::Kind;
   if (!isOp(g, conv, "Conv") || g.inputs(conv).size() < 2 || g.outputs(conv).size() != 1)
@@ -164,6 +226,8 @@ FusionPlan planFusions(const ir::Graph& g) {
       group = matchGelu(g, node);
     if (!group)
       group = matchConv(g, node);
+    if (!group)
+      group = matchLayerNorm(g, node);
     if (!group)
       continue;
     bool free = true; // a node joins one group at most

@@ -9,8 +9,12 @@
 //   ConvAdd, ConvAddRelu                Conv -> Add(., residual) [-> Relu]
 //               one oneDNN convolution with post-ops (kernel.h fusedConvolution); Clip's bounds
 //               must be single-element constants
+//   LayerNorm   ReduceMean(x) -> Sub(x, .) -> Pow(., 2) -> ReduceMean -> Add(., eps) -> Sqrt,
+//               Div(Sub's output, Sqrt's) -> Mul(., gamma) -> Add(., beta), both means over the
+//               last axis: PyTorch's export of LayerNorm before opset 17; one at::layer_norm
 // Add and Mul operands may come in either order. A group is fused only when each of its inner
-// values is read by the next node of the group alone (not by other nodes, not a graph output);
+// values is read by the next node of the group alone (LayerNorm's centered x: by its Pow and Div;
+// not by other nodes, not a graph output);
 // the constants (sqrt 2, 1, 0.5) must be single-element Constant nodes or parameters.
 // A group runs at its last node (every operand exists by then) and makes that node's output;
 // the inner values are never made. Its kernel reads attributes from the group's first node. Observed runs (dumps, previews) do not fuse: they need
@@ -30,12 +34,12 @@ namespace cleave::runtime {
 
 struct FusedGroup {
   enum class Kind : std::uint8_t {
-    MatMulBias, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu
+    MatMulBias, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu, LayerNorm
   };
   Kind kind;
   std::vector<ir::NodeId> nodes;     // in graph order; the last one makes the group's output
   // MatMulBias: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*) or
-  // Clip's lo and hi (ConvClip).
+  // Clip's lo and hi (ConvClip); LayerNorm: x, eps, gamma, beta.
   std::vector<ir::ValueId> operands;
 };
 

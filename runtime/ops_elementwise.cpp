@@ -165,8 +165,14 @@ void registerElementwiseKernels(KernelTable& t) {
   t.add("Pow", [](KernelContext& c) -> Outputs { // the result has the base's dtype
     const at::Tensor& base = c.input(0);
     at::Tensor exponent = c.input(1);
-    if (at::isFloatingType(base.scalar_type()))
+    if (at::isFloatingType(base.scalar_type())) {
+      // One exponent that adds no dims (a decomposed LayerNorm's Pow 2): ATen's scalar form,
+      // which computes x * x for 2 (the tensor form calls pow per element: 0.4 ms per ViT
+      // LayerNorm, 10 ms of its 200).
+      if (exponent.numel() == 1 && exponent.dim() <= base.dim() && exponent.device() == base.device())
+        return {at::pow(base, exponent.item())};
       exponent = exponent.to(base.scalar_type());
+    }
     return {at::pow(base, exponent).to(base.scalar_type())};
   });
   t.add("Mod", [](KernelContext& c) -> Outputs {

@@ -13,6 +13,20 @@ Outputs matmulBias(KernelContext& c) { return {matmul(c, c.input(0), c.input(1),
 // x * 0.5 * (1 + erf(x / sqrt 2)).
 Outputs gelu(KernelContext& c) { return {at::gelu(c.input(0))}; }
 
+// (x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (the biased variance, as
+// the decomposed graph computes it). Gamma and beta as at::layer_norm's affine when they are
+// [N] of x's dtype; else applied after it with the graph's broadcasting.
+Outputs layerNorm(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  const at::Tensor &gamma = c.input(2), &beta = c.input(3);
+  const double eps = c.input(1).item<double>();
+  const std::int64_t n = x.dim() > 0 ? x.size(-1) : 1;
+  auto isAffine = [&](const at::Tensor& t) { return t.dim() == 1 && t.size(0) == n && t.scalar_type() == x.scalar_type(); };
+  if (x.dim() > 0 && isAffine(gamma) && isAffine(beta))
+    return {at::layer_norm(x, {n}, gamma, beta, eps)};
+  return {at::add(at::mul(at::layer_norm(x, {n}, {}, {}, eps), gamma), beta)};
+}
+
 // Conv then its post-ops (the context is the Conv node's: its attributes).
 template <onednn::ConvPostOps::Activation activation, bool residual> Outputs convWith(KernelContext& c) {
   onednn::ConvPostOps post{residual, activation};
@@ -45,6 +59,7 @@ Kernel fusedKernel(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConvSilu: return convWith<onednn::ConvPostOps::Activation::Swish, false>;
   case FusedGroup::Kind::ConvAdd: return convWith<onednn::ConvPostOps::Activation::None, true>;
   case FusedGroup::Kind::ConvAddRelu: return convWith<onednn::ConvPostOps::Activation::Relu, true>;
+  case FusedGroup::Kind::LayerNorm: return layerNorm;
   }
   return nullptr;
 }
@@ -60,6 +75,7 @@ const char* fusedName(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConvSilu: return "Conv+Sigmoid+Mul";
   case FusedGroup::Kind::ConvAdd: return "Conv+Add";
   case FusedGroup::Kind::ConvAddRelu: return "Conv+Add+Relu";
+  case FusedGroup::Kind::LayerNorm: return "LayerNorm(ReduceMean,Sub,Pow,ReduceMean,Add,Sqrt,Div,Mul,Add)";
   }
   return "?";
 }
