@@ -148,13 +148,13 @@ Expected<Parameter> rehomed(const Graph& part, ParamId param, GraphBuilder& buil
 
 // The union of the parts' opset imports, each domain at the highest version a part asks for.
 void mergeOpsets(ModelInfo& info, const Graph& part) {
-  for (const auto& [domain, version] : part.modelInfo().opsetImports) {
+  for (const std::pair<std::string, std::int64_t>& opset : part.modelInfo().opsetImports) {
     auto same = std::find_if(info.opsetImports.begin(), info.opsetImports.end(),
-                             [&](const auto& entry) { return entry.first == domain; });
+                             [&](const auto& entry) { return entry.first == opset.first; });
     if (same == info.opsetImports.end())
-      info.opsetImports.emplace_back(domain, version);
+      info.opsetImports.push_back(opset);
     else
-      same->second = std::max(same->second, version);
+      same->second = std::max(same->second, opset.second);
   }
 }
 } // namespace
