@@ -123,13 +123,11 @@ Expected<std::string> Graph::readParameterData(ParamId param) const {
   switch (p.data.source) {
   case ParameterData::Source::None: return std::string();
   case ParameterData::Source::Inline:
-    return inlineData_->substr(p.data.offset, p.data.length);
   case ParameterData::Source::ModelFile: {
-    std::string_view file = modelFile_ ? modelFile_->bytes() : std::string_view();
-    if (p.data.offset > file.size() || p.data.length > file.size() - p.data.offset)
-      return Error(ErrorCode::ParseError) << "data of parameter '" << p.name
-                                          << "' lies outside its model file";
-    return std::string(file.substr(p.data.offset, p.data.length));
+    std::optional<std::string_view> bytes = parameterDataInMemory(param);
+    if (!bytes)
+      return Error(ErrorCode::ParseError) << "data of parameter '" << p.name << "' lies outside its model file";
+    return std::string(*bytes);
   }
   case ParameterData::Source::External: {
     std::string folder = std::filesystem::path(info_.sourcePath).parent_path().string();

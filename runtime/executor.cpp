@@ -37,7 +37,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
   executor->kernels_ = IdVector<NodeId, KernelEntry>(g.numNodes());
   executor->parameters_ = IdVector<NodeId, at::Tensor>(g.numNodes());
   executor->caches_ = IdVector<NodeId, KernelCache>(g.numNodes());
-  executor->markProductWeights();
+  const std::vector<bool> storeAsRows = executor->productWeights(); // per parameter
   const KernelTable& table = kernelTable();
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
     NodeId node{n};
@@ -48,7 +48,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
                                              << "', opset " << executor->opset_ << ")";
       executor->kernels_[node] = *kernel;
     } else if (g.kind(node) == ir::NodeKind::Parameter) {
-      CLEAVE_TRY(executor->parameters_[node], executor->parameterTensor(g.parameters(node)[0]));
+      CLEAVE_TRY(executor->parameters_[node], executor->parameterTensor(g.parameters(node)[0], storeAsRows));
     } else if (g.kind(node) == ir::NodeKind::ModuleCall || g.kind(node) == ir::NodeKind::MethodCall) {
       return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' is a module or method call";
     }
@@ -111,15 +111,15 @@ void Executor::shareWeightCaches() {
 // A [K, N] float32 parameter that only MatMuls read, as their right operand, is stored as [N, K]
 // rows (the tensor is a transposed view of them): the layout onednn::linear computes with, so it
 // reads the weight in place instead of keeping a reordered copy beside it (ViT's weights were
-// held twice). The values are the same; only the strides differ, which every kernel reads. Marked
-// before the parameters load, so each is stored so once (a copy made afterwards would leave the
-// first one's freed memory resident). Not for training (autograd leaves stay as loaded).
-// O(nodes + operands).
-void Executor::markProductWeights() {
+// held twice). The values are the same; only the strides differ, which every kernel reads. Decided
+// before the parameters load (per parameter), so each is written so once (a copy made afterwards
+// would leave the first one's freed memory resident). Not for training (autograd leaves stay as
+// loaded). O(nodes + operands).
+std::vector<bool> Executor::productWeights() const {
   const ir::Graph& g = *graph_;
-  storeAsRows_.assign(g.numParameters(), false);
+  std::vector<bool> storeAsRows(g.numParameters(), false);
   if (!onednn::available() || options_.trainable || !options_.device.is_cpu() || options_.floatType)
-    return;
+    return storeAsRows;
   enum : std::uint8_t { Unread, ProductWeight, Other };
   std::vector<std::uint8_t> readAs(g.numParameters(), Unread); // per storage owner
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
@@ -136,22 +136,23 @@ void Executor::markProductWeights() {
   }
   for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
     const ir::Parameter& parameter = g.parameter(ir::ParamId{p});
-    storeAsRows_[p] = readAs[p] == ProductWeight && parameter.dtype == ir::DType::F32 && parameter.dims.size() == 2 &&
-                      parameter.dims[0] > 1 && parameter.dims[1] > 1;
+    storeAsRows[p] = readAs[p] == ProductWeight && parameter.dtype == ir::DType::F32 && parameter.dims.size() == 2 &&
+                     parameter.dims[0] > 1 && parameter.dims[1] > 1;
   }
+  return storeAsRows;
 }
 
 // A parameter's tensor on the device, loaded once per storage: aliases (ONNX's Identity of an
 // initializer, an exporter's deduplicated copies) share their owner's tensor; with `trainable`,
 // trained tensors are autograd leaves.
-Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param) {
+Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param, const std::vector<bool>& storeAsRows) {
   const ir::Graph& g = *graph_;
   ir::ParamId owner = g.storageOf(param);
   if (storageTensors_.empty())
     storageTensors_.resize(g.numParameters());
   if (storageTensors_[index(owner)].defined())
     return storageTensors_[index(owner)];
-  CLEAVE_TRY(at::Tensor tensor, loadParameter(g, owner, storeAsRows_[index(owner)]));
+  CLEAVE_TRY(at::Tensor tensor, loadParameter(g, owner, storeAsRows[index(owner)]));
   // Copied out: its bytes need not stay resident (else the peak holds the model file as well as
   // the tensors while the rest load).
   const ir::ParameterData& data = g.parameter(owner).data;

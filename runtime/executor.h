@@ -88,7 +88,7 @@ private:
   friend class KernelContext; // builds subgraph executors through subgraph()
   Executor() = default;
   Executor& subgraph(ir::NodeId node, std::string_view attribute);
-  Expected<at::Tensor> parameterTensor(ir::ParamId param);
+  Expected<at::Tensor> parameterTensor(ir::ParamId param, const std::vector<bool>& storeAsRows);
 
   // One run's values in flight: by value id, the uses still to come, live and peak bytes.
   struct RunState;
@@ -98,7 +98,7 @@ private:
   TensorMap collectOutputs(ir::NodeId node, RunState& state) const;
   Status runOp(ir::NodeId node, RunState& state);
   void shareWeightCaches();
-  void markProductWeights();
+  std::vector<bool> productWeights() const;
   Expected<std::vector<at::Tensor>> callKernel(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
                                                std::vector<at::Tensor> operands, RunStats* stats);
   Status storeResults(ir::NodeId node, std::vector<at::Tensor> results, RunState& state) const;
@@ -110,7 +110,6 @@ private:
   IdVector<ir::NodeId, KernelEntry> kernels_;
   IdVector<ir::NodeId, at::Tensor> parameters_; // Parameter nodes' tensors
   std::vector<at::Tensor> storageTensors_;      // per storage-owning parameter, once loaded
-  std::vector<bool> storeAsRows_;               // per parameter: a product weight stored as [N, K] rows
   IdVector<ir::NodeId, KernelCache> caches_;    // per op node: what its kernel keeps (packed weights)
   IdVector<ir::NodeId, ir::NodeId> cacheSlot_;  // per node: whose cache it uses (shareWeightCaches)
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)

@@ -381,6 +381,36 @@ ir::Graph linearGelu(bool alsoOutput) {
   return std::move(*graph);
 }
 
+// A graph run twice on one executor: fused (ops profiled), and observed, which makes every value
+// and so runs the nodes one by one. `seen` names the values the observer saw.
+struct FusedAndObserved {
+  std::unique_ptr<Executor> executor;
+  RunStats stats;
+  TensorMap fused, observed;
+  std::set<std::string> seen;
+};
+FusedAndObserved runFusedAndObserved(ir::Graph graph, const TensorMap& inputs) {
+  FusedAndObserved result;
+  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(graph)));
+  EXPECT_TRUE(executor) << (executor ? "" : executor.error().message());
+  if (!executor)
+    return result;
+  result.executor = std::move(*executor);
+  result.stats.profileOps = true;
+  Expected<TensorMap> fused = result.executor->run(inputs, &result.stats);
+  EXPECT_TRUE(fused) << (fused ? "" : fused.error().message());
+  Executor::Observer observe = [&](ir::ValueId value, const at::Tensor&) {
+    result.seen.insert(std::string(result.executor->graph().valueName(value)));
+  };
+  Expected<TensorMap> observed = result.executor->run(inputs, nullptr, &observe);
+  EXPECT_TRUE(observed) << (observed ? "" : observed.error().message());
+  if (fused && observed) {
+    result.fused = std::move(*fused);
+    result.observed = std::move(*observed);
+  }
+  return result;
+}
+
 TEST(Fusion, LinearAndGeluRunAsGroupsAndMatchTheirNodes) {
   ir::Graph fusible = linearGelu(false);
   FusionPlan plan = planFusions(fusible);
@@ -395,24 +425,14 @@ TEST(Fusion, LinearAndGeluRunAsGroupsAndMatchTheirNodes) {
   TensorMap inputs{{"x", at::randn({2, 3, 8})}, {"w", at::randn({8, 16})}, {"b", at::randn({16})}};
   at::Tensor h = at::matmul(inputs.at("x"), inputs.at("w")) + inputs.at("b");
   at::Tensor expected = h * 0.5 * (1 + at::erf(h / std::sqrt(2.0)));
-  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(fusible)));
-  ASSERT_TRUE(executor) << executor.error().message();
-  RunStats stats;
-  stats.profileOps = true;
-  Expected<TensorMap> fused = (*executor)->run(inputs, &stats);
-  ASSERT_TRUE(fused) << fused.error().message();
-  EXPECT_TRUE(at::allclose(fused->at("y"), expected, 1e-5, 1e-5));
-  EXPECT_EQ(stats.secondsByOp.count("MatMul+Add"), 1u);
-  EXPECT_EQ(stats.secondsByOp.count("Erf"), 0u);
-  // An observed run makes every value, so it runs the nodes one by one: same result.
-  std::set<std::string> seen;
-  Executor::Observer observe = [&](ir::ValueId value, const at::Tensor&) {
-    seen.insert(std::string((*executor)->graph().valueName(value)));
-  };
-  Expected<TensorMap> unfused = (*executor)->run(inputs, nullptr, &observe);
-  ASSERT_TRUE(unfused) << unfused.error().message();
-  EXPECT_TRUE(seen.count("e") && seen.count("mm"));
-  EXPECT_TRUE(at::allclose(unfused->at("y"), fused->at("y"), 1e-5, 1e-6));
+  FusedAndObserved runs = runFusedAndObserved(std::move(fusible), inputs);
+  ASSERT_TRUE(runs.fused.count("y") && runs.observed.count("y"));
+  EXPECT_TRUE(at::allclose(runs.fused.at("y"), expected, 1e-5, 1e-5));
+  EXPECT_EQ(runs.stats.secondsByOp.count("MatMul+Add"), 1u);
+  EXPECT_EQ(runs.stats.secondsByOp.count("Erf"), 0u);
+  // The observed run, node by node: same result.
+  EXPECT_TRUE(runs.seen.count("e") && runs.seen.count("mm"));
+  EXPECT_TRUE(at::allclose(runs.observed.at("y"), runs.fused.at("y"), 1e-5, 1e-6));
 }
 
 // LayerNorm as PyTorch exports it before opset 17 (means over the last axis, Pow 2, eps, then
@@ -448,21 +468,15 @@ TEST(Fusion, DecomposedLayerNormRunsAsOneLayerNorm) {
   at::manual_seed(7);
   TensorMap inputs{{"x", at::randn({2, 5, 16})}, {"gamma", at::randn({16})}, {"beta", at::randn({16})}};
   at::Tensor expected = at::layer_norm(inputs.at("x"), {16}, inputs.at("gamma"), inputs.at("beta"), 1e-5);
-  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(fusible)));
-  ASSERT_TRUE(executor) << executor.error().message();
-  RunStats stats;
-  stats.profileOps = true;
-  Expected<TensorMap> fused = (*executor)->run(inputs, &stats);
-  ASSERT_TRUE(fused) << fused.error().message();
-  EXPECT_TRUE(at::allclose(fused->at("y"), expected, 1e-5, 1e-5));
-  EXPECT_EQ(stats.secondsByOp.count("ReduceMean"), 0u);
-  Executor::Observer observe = [](ir::ValueId, const at::Tensor&) {};
-  Expected<TensorMap> unfused = (*executor)->run(inputs, nullptr, &observe); // node by node
-  ASSERT_TRUE(unfused) << unfused.error().message();
-  EXPECT_TRUE(at::allclose(unfused->at("y"), fused->at("y"), 1e-5, 1e-5));
+  FusedAndObserved runs = runFusedAndObserved(std::move(fusible), inputs);
+  ASSERT_TRUE(runs.fused.count("y") && runs.observed.count("y"));
+  EXPECT_TRUE(at::allclose(runs.fused.at("y"), expected, 1e-5, 1e-5));
+  EXPECT_EQ(runs.stats.secondsByOp.count("ReduceMean"), 0u);
+  EXPECT_TRUE(runs.seen.count("v")); // the observed run made the variance: node by node
+  EXPECT_TRUE(at::allclose(runs.observed.at("y"), runs.fused.at("y"), 1e-5, 1e-5));
   // A gamma that is not [N] (a broadcast [1, 16]) is applied after the normalization.
   inputs["gamma"] = inputs.at("gamma").reshape({1, 16});
-  Expected<TensorMap> broadcast = (*executor)->run(inputs);
+  Expected<TensorMap> broadcast = runs.executor->run(inputs);
   ASSERT_TRUE(broadcast) << broadcast.error().message();
   EXPECT_TRUE(at::allclose(broadcast->at("y"), expected, 1e-5, 1e-5));
 }
