@@ -48,6 +48,20 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<at::Tensor> p
                                                            .weight_decay(o.weightDecay.value_or(0.01)));
 }
 
+void clearGradients(torch::optim::Optimizer& optimizer) {
+  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups())
+    for (at::Tensor& param : group.params())
+      param.mutable_grad().reset();
+}
+
+void stepOptimizer(torch::optim::Optimizer& optimizer) {
+  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups())
+    for (at::Tensor& param : group.params())
+      if (!param.grad().defined())
+        param.mutable_grad() = at::zeros_like(param);
+  optimizer.step();
+}
+
 Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch) {
   TensorMap rows;
   for (const auto& [name, tensor] : data) {
@@ -86,7 +100,7 @@ Expected<double> Trainer::step(const TensorMap& data, std::int64_t stepIndex) {
   State& s = *state_;
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
-  s.optimizer->zero_grad();
+  clearGradients(*s.optimizer);
   double total = 0.0;
   for (const TensorMap& chunk : chunks) {
     std::int64_t rows = chunk.begin()->second.dim() > 0 ? chunk.begin()->second.size(0) : s.options.batch;
@@ -103,7 +117,7 @@ Expected<double> Trainer::step(const TensorMap& data, std::int64_t stepIndex) {
     }
     total += share.item<double>();
   }
-  s.optimizer->step();
+  stepOptimizer(*s.optimizer);
   return total;
 }
 

@@ -45,6 +45,13 @@ struct TrainOptions {
 Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch);
 // libtorch's optimizer for `options` over `params` (PyTorch's defaults where options are unset).
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<at::Tensor> params, const OptimizerOptions& options);
+// Starts a step's gradient accumulation by dropping every parameter's gradient rather than
+// zeroing it: the first microbatch's backward then takes its gradient over (no memset of every
+// gradient, no add to zeros). The sums are the same, bit for bit (0 + g == g).
+void clearGradients(torch::optim::Optimizer& optimizer);
+// The optimizer's step over the accumulated gradients. A parameter no backward reached gets a
+// zero gradient first, so weight decay and moments treat it as after zero_grad().
+void stepOptimizer(torch::optim::Optimizer& optimizer);
 
 // `graph` with its trainable parameters' data replaced by `trained` (by name; others unchanged).
 Expected<ir::Graph> withTrainedParameters(const ir::Graph& graph,

@@ -95,6 +95,29 @@ class Train(TempDirTest):
         self.check(["--optimizer", "adamw", "--lr", "0.01", "--betas", "0.8,0.99", "--weight-decay", "0.05"],
                    lambda p: torch.optim.AdamW(p, lr=0.01, betas=(0.8, 0.99), weight_decay=0.05))
 
+    def test_a_parameter_off_the_loss_path_still_decays(self):
+        # Gradients are dropped, not zeroed, between steps; a parameter no backward reaches must
+        # still get PyTorch's zero_grad() treatment: a zero gradient, so weight decay applies.
+        class WithProbe(torch.nn.Module):
+            def __init__(self, wrapper):
+                super().__init__()
+                self.wrapper, self.probe = wrapper, torch.nn.Linear(6, 3)
+
+            def forward(self, x, target):
+                return self.wrapper(x, target), self.probe(x)
+
+        module = WithProbe(self.wrapper)
+        model = self.path("probe.onnx")
+        torch.onnx.export(module, (torch.randn(8, 6), torch.zeros(8, dtype=torch.long)), model,
+                          input_names=["x", "target"], output_names=["loss", "probe"], opset_version=13,
+                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+        out, steps, lr, decay = self.path("probe_out"), 3, 0.1, 0.2
+        run("train", model, "--data", self.path("data.npz"), "--batch", 8, "--steps", steps, "--optimizer", "sgd",
+            "--lr", lr, "--weight-decay", decay, "--microbatches", 2, "-o", out, "--force", check=True)
+        trained = {t.name: numpy_helper.to_array(t) for t in onnx.load(os.path.join(out, "trained.onnx")).graph.initializer}
+        want = module.probe.weight.detach().numpy() * (1 - lr * decay) ** steps
+        np.testing.assert_allclose(trained["probe.weight"], want, rtol=1e-6)
+
     def test_bad_requests(self):
         code, _, err = run("train", self.model, "--data", self.path("data.npz"), "--batch", 4, "--loss", "nope")
         self.assertOneLineError(code, err, "no output 'nope'")

@@ -548,7 +548,7 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   for (std::size_t m = 0; m < chunks.size(); ++m)
     if (s.declaredRows.insert(s.microbatchRows[m]).second)
       s.declareMessageShapes(chunks[m], m);
-  s.optimizer->zero_grad();
+  clearGradients(*s.optimizer);
   std::vector<std::map<int, StageRun>> runs(chunks.size());
   double lossSum = 0.0;
   const std::vector<pipeline::Action> actions =
@@ -574,7 +574,7 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   s.timing.rankScheduleSeconds[static_cast<std::size_t>(s.rank)] = s.timing.scheduleSeconds;
   s.timing.headersSent = static_cast<double>(s.comm->headersSent() - headersBefore);
   CLEAVE_CHECK(s.reduceTiedGradients());
-  s.optimizer->step();
+  stepOptimizer(*s.optimizer);
   at::Tensor loss = at::full({1}, lossSum, at::kDouble);
   CLEAVE_CHECK(s.comm->allReduceSum(loss));
   s.timing.stepSeconds = secondsSince(started);
