@@ -126,8 +126,12 @@ Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const Run
   if (flags.profile) {
     for (const auto& [op, s] : slowestFirst(measured.stats.secondsByOp, SIZE_MAX))
       summary["profile"].push_back({{"op", op}, {"seconds", s}});
-    for (const auto& [node, s] : slowestFirst(measured.stats.secondsByNode, kSlowestNodes))
-      summary["slowest_nodes"].push_back({{"node", node}, {"seconds", s}});
+    // Every timed node too, so a tool can line them up with another runtime's profile.
+    for (const auto& [node, s] : slowestFirst(measured.stats.secondsByNode, SIZE_MAX)) {
+      if (summary["node_seconds"].size() < kSlowestNodes)
+        summary["slowest_nodes"].push_back({{"node", node}, {"seconds", s}});
+      summary["node_seconds"].push_back({{"node", node}, {"seconds", s}});
+    }
     summary["peak_activation_bytes"] = measured.stats.peakActivationBytes;
     summary["peak_resident_bytes"] = peakResidentBytes();
   }

@@ -310,15 +310,38 @@ Status Executor::runOp(NodeId node, RunState& state) {
   KernelEntry kernel = group ? KernelEntry{fusedKernel(group->kind), Layouts::Dense} : kernels_[node];
   std::vector<at::Tensor> operands;
   operands.reserve(operandValues.size());
+  std::int64_t handedOverBytes = 0;
   for (ir::ValueId value : operandValues) {
-    operands.push_back(value == ir::kNoValue ? at::Tensor() : state.values[index(value)]);
+    if (value == ir::kNoValue) {
+      operands.emplace_back();
+    } else if (handsOver(value, members, operandValues, state)) {
+      handedOverBytes += bytesOf(state.values[index(value)]);
+      operands.push_back(std::move(state.values[index(value)]));
+    } else {
+      operands.push_back(state.values[index(value)]);
+    }
     if (kernel.layouts == Layouts::Dense) // no-op: values stay blocked only for readers taking them
       operands.back() = toDense(operands.back());
   }
   CLEAVE_TRY(std::vector<at::Tensor> results, callKernel(node, group, kernel, std::move(operands), state.stats));
   CLEAVE_CHECK(storeResults(node, std::move(results), state));
+  state.live -= handedOverBytes; // after storeResults counted the peak with them still live
   releaseDeadValues(members, node, state);
   return {};
+}
+
+// Whether `value` goes to the kernel rather than a copy of its handle: this node (or group) is its
+// last reader, it is read once here, and an op made it (a graph input is the caller's tensor, a
+// parameter lives on). Then the kernel holds the only handle (KernelContext::mayOverwrite).
+bool Executor::handsOver(ir::ValueId value, std::span<const NodeId> members, std::span<const ir::ValueId> operands,
+                         const RunState& state) const {
+  const ir::Graph& g = *graph_;
+  if (g.kind(g.producer(value)) != ir::NodeKind::Op || std::count(operands.begin(), operands.end(), value) != 1)
+    return false;
+  std::uint32_t readsHere = 0;
+  for (NodeId member : members)
+    readsHere += static_cast<std::uint32_t>(std::count(g.inputs(member).begin(), g.inputs(member).end(), value));
+  return state.remaining[index(value)] == readsHere;
 }
 
 // Any exception a kernel throws becomes one line naming the node, its op and the opset.

@@ -103,6 +103,8 @@ private:
                                                std::vector<at::Tensor> operands, RunStats* stats);
   Status storeResults(ir::NodeId node, std::vector<at::Tensor> results, RunState& state) const;
   void releaseDeadValues(std::span<const ir::NodeId> readers, ir::NodeId producer, RunState& state) const;
+  bool handsOver(ir::ValueId value, std::span<const ir::NodeId> members, std::span<const ir::ValueId> operands,
+                 const RunState& state) const;
 
   std::shared_ptr<const ir::Graph> graph_;
   ExecutorOptions options_;

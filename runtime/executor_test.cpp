@@ -283,6 +283,50 @@ TEST(Executor, BlockedConvolutionChainEqualsDenseAten) {
   EXPECT_TRUE(at::allclose(toDense(blocked->at("s")), sum, 1e-4, 1e-4));
 }
 
+// A fused Conv+Add accumulates onto its residual in place only when the residual is the op's to
+// overwrite (KernelContext::mayOverwrite): not when a later node still reads it, not when it is
+// the caller's input tensor. Every case computes what ATen's dense ops do, and the input is left
+// as it was.
+TEST(Executor, ResidualsAreOverwrittenOnlyWhenNothingElseReadsThem) {
+  auto pads = ints("pads", {1, 1, 1, 1});
+  NodeChain chain({"x", "w1", "w2", "w3"});
+  // A ResNet block twice: Conv+Relu, Conv+Relu, then Conv+Add of the block's input.
+  chain.add(spec("Conv", {"x", "w1"}, {pads}, "c1"), "c1");
+  chain.add(spec("Relu", {"c1"}, {}, "r1"), "r1"); // dies at the first block's Add: overwritten
+  chain.add(spec("Conv", {"r1", "w2"}, {pads}, "c2"), "c2");
+  chain.add(spec("Relu", {"c2"}, {}, "r2"), "r2");
+  chain.add(spec("Conv", {"r2", "w3"}, {pads}, "c3"), "c3");
+  chain.add(spec("Add", {"c3", "r1"}, {}, "a1"), "s1"); // s1 is read after the second block: kept
+  chain.add(spec("Conv", {"s1", "w2"}, {pads}, "c4"), "c4");
+  chain.add(spec("Relu", {"c4"}, {}, "r4"), "r4");
+  chain.add(spec("Conv", {"r4", "w3"}, {pads}, "c5"), "c5");
+  chain.add(spec("Add", {"c5", "s1"}, {}, "a2"), "s2");
+  chain.add(spec("Mul", {"s2", "s1"}, {}, "m"), "m");
+  chain.add(spec("Conv", {"r2", "w1"}, {pads}, "c6"), "c6");
+  chain.add(spec("Add", {"c6", "x"}, {}, "a3"), "s3"); // the caller's x: never written
+  Expected<ir::Graph> graph = std::move(chain).finish({"m", "s3"});
+  ASSERT_TRUE(graph) << graph.error().message();
+  ASSERT_EQ(planFusions(*graph).groups.size(), 6u); // three Conv+Relu, three Conv+Add
+  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)));
+  ASSERT_TRUE(executor) << executor.error().message();
+  at::manual_seed(5);
+  at::Tensor x = at::randn({1, 8, 10, 10}), xBefore = x.clone();
+  auto weight = [] { return at::randn({8, 8, 3, 3}) / 8.0; }; // values stay near 1 along the chain
+  TensorMap inputs{{"x", x}, {"w1", weight()}, {"w2", weight()}, {"w3", weight()}};
+  auto conv = [&](const at::Tensor& v, const char* w) { return at::conv2d(v, inputs.at(w), {}, 1, 1); };
+  at::Tensor r1 = at::relu(conv(x, "w1")), r2 = at::relu(conv(r1, "w2"));
+  at::Tensor s1 = conv(r2, "w3") + r1;
+  at::Tensor s2 = conv(at::relu(conv(s1, "w2")), "w3") + s1;
+  at::Tensor s3 = conv(r2, "w1") + x;
+  for (int run = 0; run < 2; ++run) {
+    Expected<TensorMap> out = (*executor)->run(inputs);
+    ASSERT_TRUE(out) << out.error().message();
+    EXPECT_TRUE(at::allclose(out->at("m"), s2 * s1, 1e-4, 1e-4));
+    EXPECT_TRUE(at::allclose(out->at("s3"), s3, 1e-4, 1e-4));
+    EXPECT_TRUE(at::equal(x, xBefore));
+  }
+}
+
 // oneDNN's direct convolution against at::conv2d: groups (depthwise), strides, dilations,
 // asymmetric pads, a bias, and each post-op (a residual sum, then ReLU, Clip or HardSwish).
 TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
@@ -310,7 +354,7 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
     at::Tensor padded = at::constant_pad_nd(x, {k.padBegin[1], k.padEnd[1], k.padBegin[0], k.padEnd[0]}, 0.0);
     at::Tensor want = at::conv2d(padded, w, bias, at::IntArrayRef{k.stride, k.stride}, at::IntArrayRef{0, 0},
                                  at::IntArrayRef{k.dilation, k.dilation}, k.groups);
-    at::Tensor residual = at::randn(want.sizes());
+    at::Tensor residual = at::randn(want.sizes()), residualBefore = residual.clone();
     if (k.post.addResidual)
       want = want + residual;
     if (k.post.activation == Activation::Relu)
@@ -325,10 +369,14 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
       want = want * at::sigmoid(want);
     std::shared_ptr<onednn::PackedConvolution> packed;
     for (int run = 0; run < 2; ++run) { // the second reuses the primitive and the reordered weight
+      // The second run may write into a channels-last copy of the residual (the caller's scratch).
+      at::Tensor scratch = residual.contiguous(at::MemoryFormat::ChannelsLast).clone(at::MemoryFormat::ChannelsLast);
       at::Tensor got = onednn::convolution2d(run ? x.contiguous(at::MemoryFormat::ChannelsLast) : x, w, bias,
                                              {k.stride, k.stride}, k.padBegin, k.padEnd, {k.dilation, k.dilation},
-                                             k.groups, k.post, residual, packed);
+                                             k.groups, k.post, run ? scratch : residual, run == 1, packed);
       ASSERT_TRUE(got.defined());
+      EXPECT_EQ(got.data_ptr() == scratch.data_ptr(), run == 1 && k.post.addResidual);
+      EXPECT_TRUE(at::equal(residual, residualBefore)); // a residual that is not scratch is only read
       EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast));
       EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-4)) << "groups " << k.groups << " kernel " << k.kernel;
     }
@@ -337,16 +385,16 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
   std::shared_ptr<onednn::PackedConvolution> packed;
   at::Tensor x = at::randn({1, 4, 5, 5}), w = at::randn({4, 4, 3, 3});
   EXPECT_FALSE(onednn::convolution2d(x.to(at::kDouble), w.to(at::kDouble), {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {},
-                                     {}, packed).defined());
+                                     {}, false, packed).defined());
   EXPECT_FALSE(onednn::convolution2d(x, w.clone().requires_grad_(true), {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {},
-                                     packed).defined());
-  EXPECT_FALSE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 3, {}, {}, packed).defined());
+                                     false, packed).defined());
+  EXPECT_FALSE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 3, {}, {}, false, packed).defined());
   // A residual of another shape (a broadcast Add) is refused before the cache is touched, so the
   // plain convolution the caller falls back to keeps its primitive.
-  ASSERT_TRUE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, packed).defined());
+  ASSERT_TRUE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false, packed).defined());
   const std::shared_ptr<onednn::PackedConvolution> plain = packed;
   EXPECT_FALSE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {true, Activation::Relu},
-                                     at::randn({1, 4, 1, 1}), packed).defined());
+                                     at::randn({1, 4, 1, 1}), true, packed).defined());
   EXPECT_EQ(packed, plain);
 }
 

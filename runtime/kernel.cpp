@@ -17,6 +17,14 @@ const at::Tensor& KernelContext::input(std::size_t i) const {
   return inputs_[i];
 }
 
+bool KernelContext::mayOverwrite(std::size_t i) const {
+  if (!has(i))
+    return false;
+  const at::Tensor& t = inputs_[i];
+  return t.use_count() == 1 && t.layout() == at::kStrided && t.has_storage() && t.storage().use_count() == 1 &&
+         !t.requires_grad();
+}
+
 bool KernelContext::outputUsed(std::size_t i) const {
   auto outputs = graph_.outputs(node_);
   return i < outputs.size() && !graph_.users(outputs[i]).empty();

@@ -50,6 +50,11 @@ public:
   const at::Tensor& input(std::size_t i) const; // throws KernelError when absent
   const std::vector<at::Tensor>& allInputs() const { return inputs_; }
   bool outputUsed(std::size_t i) const;
+  // Whether the kernel may write its result into operand i's buffer: the executor handed the
+  // operand over (this node is its value's last reader, and it is an op's result, not a graph
+  // input or a parameter) and no other tensor or view shares its buffer. The way a convolution
+  // accumulates onto its residual in place, as ONNX Runtime's planner reuses a dying buffer.
+  bool mayOverwrite(std::size_t i) const;
 
   const ir::Attribute* attribute(std::string_view name) const { return graph_.findAttribute(node_, name); }
   std::int64_t intAttr(std::string_view name, std::int64_t fallback) const;
@@ -150,8 +155,10 @@ at::Tensor convolution(KernelContext& c, const at::Tensor& x, const at::Tensor& 
 // convolution() then `post` (the residual added, then the activation): one oneDNN call with
 // post-ops where it takes the operands (2-D, float32, no autograd, the residual of the output's
 // shape), else convolution() followed by the same ATen ops.
+// `residualIsScratch` (KernelContext::mayOverwrite): the output may be written into the residual's
+// buffer instead of a copy of it.
 at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
-                            const onednn::ConvPostOps& post, const at::Tensor& residual);
+                            const onednn::ConvPostOps& post, const at::Tensor& residual, bool residualIsScratch = false);
 // A product with broadcast batch dims (attention's Q K^T and P V): one oneDNN call on the CPU in
 // float32, else at::matmul.
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);

@@ -147,6 +147,38 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) {
   return out;
 }
 
+namespace {
+// A dense tensor of x's dims as oneDNN sees it (a plain row-major layout).
+dnnl::memory::desc plainDesc(const at::Tensor& x) {
+  Dims dims(x.sizes().begin(), x.sizes().end());
+  if (dims.empty())
+    dims.push_back(1);
+  Dims strides(dims.size(), 1);
+  for (std::size_t d = dims.size() - 1; d > 0; --d)
+    strides[d - 1] = strides[d] * dims[d];
+  return dnnl::memory::desc(dims, DataType::f32, strides);
+}
+} // namespace
+
+at::Tensor softmax(const at::Tensor& x, std::int64_t axis, bool logarithm) {
+  if (!eligible(x) || x.numel() == 0 || x.dim() == 0 || x.dim() > DNNL_MAX_NDIMS || !x.is_contiguous() || axis < 0 ||
+      axis >= x.dim())
+    return {};
+  try {
+    const dnnl::memory::desc desc = plainDesc(x);
+    dnnl::softmax_v2_forward::primitive_desc pd(
+        dnnl::softmax_v2_forward::desc(dnnl::prop_kind::forward_inference,
+                                       logarithm ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate,
+                                       desc, desc, static_cast<int>(axis)),
+        cpuEngine());
+    at::Tensor out = at::empty_like(x);
+    execute(dnnl::softmax_v2_forward(pd), {{DNNL_ARG_SRC, view(desc, x)}, {DNNL_ARG_DST, view(desc, out)}});
+    return out;
+  } catch (const dnnl::error&) {
+    return {};
+  }
+}
+
 struct PackedConvolution {
   at::Tensor source; // the weight it was reordered from; kept referenced, so its identity stays unique
   std::vector<std::int64_t> inputDims;
@@ -240,7 +272,7 @@ at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Ten
                          const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
                          const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                          std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
-                         std::shared_ptr<PackedConvolution>& packed) {
+                         bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed) {
   if (!eligible(x) || !eligible(w) || x.dim() != 4 || w.dim() != 4 || x.numel() == 0 || groups < 1 ||
       x.size(1) != w.size(1) * groups || w.size(0) % groups != 0 || strides.size() != 2 || padBegin.size() != 2 ||
       padEnd.size() != 2 || dilations.size() != 2 || (bias.defined() && (!eligible(bias) || bias.numel() != w.size(0))) ||
@@ -255,9 +287,14 @@ at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Ten
         packed->withBias != bias.defined() || !(packed->post == post))
       packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post);
     at::Tensor src = x.contiguous(at::MemoryFormat::ChannelsLast);
-    at::Tensor out = at::empty(packed->outputDims, x.options().memory_format(at::MemoryFormat::ChannelsLast));
-    if (post.addResidual)
-      out.copy_(residual);
+    at::Tensor out;
+    if (post.addResidual && residualIsScratch && residual.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+      out = residual; // the sum post-op accumulates onto it: no copy
+    } else {
+      out = at::empty(packed->outputDims, x.options().memory_format(at::MemoryFormat::ChannelsLast));
+      if (post.addResidual)
+        out.copy_(residual);
+    }
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, view(packed->src, src)},
                                                {DNNL_ARG_WEIGHTS, packed->weight},
                                                {DNNL_ARG_DST, view(packed->dst, out)}};
@@ -286,9 +323,11 @@ at::Tensor batchedMatmul(const at::Tensor&, const at::Tensor&) { return {}; }
 
 struct PackedConvolution {};
 
+at::Tensor softmax(const at::Tensor&, std::int64_t, bool) { return {}; }
+
 at::Tensor convolution2d(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<std::int64_t>&,
                          const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
-                         const std::vector<std::int64_t>&, std::int64_t, const ConvPostOps&, const at::Tensor&,
+                         const std::vector<std::int64_t>&, std::int64_t, const ConvPostOps&, const at::Tensor&, bool,
                          std::shared_ptr<PackedConvolution>&) {
   return {};
 }

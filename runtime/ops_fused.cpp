@@ -44,7 +44,7 @@ template <onednn::ConvPostOps::Activation activation, bool residual> Outputs con
     post.beta = beta ? static_cast<float>(beta->floatValue) : 0.5f;
   }
   return {fusedConvolution(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor(), post,
-                           residual ? c.input(3) : at::Tensor())};
+                           residual ? c.input(3) : at::Tensor(), residual && c.mayOverwrite(3))};
 }
 } // namespace
 

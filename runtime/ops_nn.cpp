@@ -273,15 +273,20 @@ Outputs batchNormTraining(KernelContext& c) {
           c.input(4) * momentum + variance.flatten() * (1 - momentum)};
 }
 
+// oneDNN's kernel where it takes x, else ATen's.
+at::Tensor softmaxAlong(const at::Tensor& x, std::int64_t axis, bool logarithm) {
+  at::Tensor y = onednn::softmax(x, axis, logarithm);
+  if (y.defined())
+    return y;
+  return logarithm ? at::log_softmax(x, axis) : at::softmax(x, axis);
+}
+
 Outputs softmaxLike(KernelContext& c, bool logarithm) {
   const at::Tensor& x = c.input(0);
-  if (c.opset() >= 13) {
-    std::int64_t axis = normalizeAxis(c.intAttr("axis", -1), x.dim());
-    return {logarithm ? at::log_softmax(x, axis) : at::softmax(x, axis)};
-  }
+  if (c.opset() >= 13)
+    return {softmaxAlong(x, normalizeAxis(c.intAttr("axis", -1), x.dim()), logarithm)};
   // Before opset 13: the input is coerced to 2-D at `axis` (default 1), normalized per row.
-  at::Tensor flat = flattenTo2d(x, c.intAttr("axis", 1));
-  return {(logarithm ? at::log_softmax(flat, 1) : at::softmax(flat, 1)).reshape(x.sizes())};
+  return {softmaxAlong(flattenTo2d(x, c.intAttr("axis", 1)), 1, logarithm).reshape(x.sizes())};
 }
 
 // A Conv node's window: kernel dims, strides, dilations, groups and pads.
@@ -302,13 +307,14 @@ ConvWindow convWindow(KernelContext& c, const at::Tensor& x, const at::Tensor& w
 // oneDNN directly (channels-last, the weight reordered once, kept in the node's cache), or
 // undefined where it does not take the operands.
 at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
-                             const ConvWindow& window, const onednn::ConvPostOps& post, const at::Tensor& residual) {
+                             const ConvWindow& window, const onednn::ConvPostOps& post, const at::Tensor& residual,
+                             bool residualIsScratch) {
   if (w.dim() != 4 || !onednn::available())
     return {};
   std::shared_ptr<onednn::PackedConvolution> uncached;
   std::shared_ptr<onednn::PackedConvolution>& packed = c.cache() ? c.cache()->convolution : uncached;
   return onednn::convolution2d(x, w, bias, window.strides, window.pads.begin, window.pads.end, window.dilations,
-                               window.groups, post, residual, packed);
+                               window.groups, post, residual, residualIsScratch, packed);
 }
 
 // The convolution on ATen: in its blocked layout (2-D float32 on the CPU, weight prepacked once),
@@ -348,14 +354,14 @@ at::Tensor atenConvolution(KernelContext& c, at::Tensor x, const at::Tensor& w, 
 } // namespace
 
 at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
-                            const onednn::ConvPostOps& post, const at::Tensor& residual) {
+                            const onednn::ConvPostOps& post, const at::Tensor& residual, bool residualIsScratch) {
   const ConvWindow window = convWindow(c, x, w);
-  at::Tensor y = directConvolution(c, x, w, bias, window, post, residual);
+  at::Tensor y = directConvolution(c, x, w, bias, window, post, residual, residualIsScratch);
   if (y.defined())
     return y;
   const bool withPost = post.addResidual || post.activation != onednn::ConvPostOps::Activation::None;
   if (withPost) // e.g. a residual that broadcasts: the convolution alone may still go direct
-    y = directConvolution(c, x, w, bias, window, {}, at::Tensor());
+    y = directConvolution(c, x, w, bias, window, {}, at::Tensor(), false);
   if (!y.defined())
     y = atenConvolution(c, x, w, bias, window);
   if (!withPost)

@@ -50,6 +50,10 @@ class RuntimeCli(TempDirTest):
         seconds = [n["seconds"] for n in nodes]
         self.assertEqual(seconds, sorted(seconds, reverse=True))
         self.assertLessEqual(sum(seconds), sum(p["seconds"] for p in summary["profile"]) + 1e-9)
+        every = summary["node_seconds"]  # each timed node (a fused group at its last node), slowest first
+        self.assertEqual(every[:len(nodes)], nodes)
+        self.assertLessEqual({n["node"] for n in every}, names)
+        self.assertAlmostEqual(sum(n["seconds"] for n in every), sum(p["seconds"] for p in summary["profile"]), places=9)
         # Peak live activations: at least the largest value a node makes (it is live when made), at
         # most all of them (float32 values, sizes from onnx's shape inference).
         inferred = onnx.shape_inference.infer_shapes(onnx.load(CNN)).graph
