@@ -398,6 +398,49 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
   EXPECT_EQ(packed, plain);
 }
 
+// oneDNN's pooling against ATen's: max with pads, dilation and ceil rounding (the end padding it
+// adds), average with and without the padding counted, a whole-plane window (GlobalAveragePool);
+// channels-last stays channels-last. An average counting padding whose ceil rounding would count
+// cells past the end padding is refused (ATen does not count them).
+TEST(OneDnn, PoolingEqualsAten) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  using K = onednn::PoolKind;
+  at::manual_seed(12);
+  for (bool channelsLast : {false, true}) {
+    at::Tensor x = at::randn({2, 5, 11, 10});
+    if (channelsLast)
+      x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    auto pool = [&](K kind, std::vector<std::int64_t> kernel, std::vector<std::int64_t> strides, std::int64_t pad,
+                    std::vector<std::int64_t> dilations, bool ceil) {
+      at::Tensor y = onednn::pool2d(x, kind, kernel, strides, {pad, pad}, {pad, pad}, dilations, ceil);
+      EXPECT_TRUE(!y.defined() || y.is_contiguous(channelsLast ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous));
+      return y;
+    };
+    at::Tensor max = pool(K::Max, {3, 3}, {2, 2}, 1, {1, 1}, false);
+    ASSERT_TRUE(max.defined());
+    EXPECT_TRUE(at::equal(max, at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1})));
+    at::Tensor ceiled = pool(K::Max, {3, 2}, {2, 3}, 1, {2, 1}, true);
+    ASSERT_TRUE(ceiled.defined());
+    EXPECT_TRUE(at::equal(ceiled, at::max_pool2d(x, {3, 2}, {2, 3}, {1, 1}, {2, 1}, true)));
+    for (bool ceil : {false, true}) {
+      at::Tensor without = pool(K::AverageWithoutPadding, {3, 3}, {2, 2}, 1, {1, 1}, ceil);
+      ASSERT_TRUE(without.defined());
+      EXPECT_TRUE(at::allclose(without, at::avg_pool2d(x, {3, 3}, {2, 2}, {1, 1}, ceil, false), 1e-6, 1e-6));
+    }
+    at::Tensor with = pool(K::AverageWithPadding, {3, 3}, {2, 2}, 1, {1, 1}, false);
+    ASSERT_TRUE(with.defined());
+    EXPECT_TRUE(at::allclose(with, at::avg_pool2d(x, {3, 3}, {2, 2}, {1, 1}, false, true), 1e-6, 1e-6));
+    // 10 columns, no pads, kernel 3, stride 2: ceil adds a last window reaching one cell past.
+    EXPECT_FALSE(pool(K::AverageWithPadding, {3, 3}, {2, 2}, 0, {1, 1}, true).defined());
+    at::Tensor global = pool(K::AverageWithoutPadding, {11, 10}, {1, 1}, 0, {1, 1}, false);
+    ASSERT_TRUE(global.defined());
+    EXPECT_TRUE(at::allclose(global, x.mean({2, 3}, true), 1e-6, 1e-6));
+  }
+  EXPECT_FALSE(onednn::pool2d(at::randn({1, 2, 4, 4}, at::kDouble), K::Max, {2, 2}, {2, 2}, {0, 0}, {0, 0}, {1, 1}, false)
+                   .defined());
+}
+
 ir::Attribute scalarTensor(float value) {
   onnx::TensorProto proto;
   proto.set_data_type(onnx::TensorProto::FLOAT);

@@ -179,6 +179,52 @@ at::Tensor softmax(const at::Tensor& x, std::int64_t axis, bool logarithm) {
   }
 }
 
+at::Tensor pool2d(const at::Tensor& x, PoolKind kind, const std::vector<std::int64_t>& kernel,
+                  const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
+                  const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations, bool ceil) {
+  if (!eligible(x) || x.dim() != 4 || x.numel() == 0 || kernel.size() != 2 || strides.size() != 2 ||
+      padBegin.size() != 2 || padEnd.size() != 2 || dilations.size() != 2)
+    return {};
+  std::vector<std::int64_t> outDims{x.size(0), x.size(1)};
+  Dims effectiveEnd(2), dilates(2);
+  for (std::size_t d = 0; d < 2; ++d) {
+    const std::int64_t in = x.size(static_cast<std::int64_t>(d) + 2), span = dilations[d] * (kernel[d] - 1) + 1;
+    const std::int64_t room = in + padBegin[d] + padEnd[d] - span;
+    if (room < 0 || strides[d] < 1 || dilations[d] < 1 || kernel[d] < 1)
+      return {};
+    std::int64_t out = (room + (ceil ? strides[d] - 1 : 0)) / strides[d] + 1;
+    if (ceil && (out - 1) * strides[d] >= in + padBegin[d])
+      --out; // ATen's and ONNX's rule: the last window starts inside the input or its begin pad
+    // The end padding oneDNN needs for that output size: more than given when rounding up.
+    effectiveEnd[d] = (out - 1) * strides[d] + span - in - padBegin[d];
+    if (kind == PoolKind::AverageWithPadding && effectiveEnd[d] > padEnd[d])
+      return {}; // oneDNN would count cells past the end padding; ATen does not
+    dilates[d] = dilations[d] - 1;
+    outDims.push_back(out);
+  }
+  if (kind != PoolKind::Max && (dilates[0] != 0 || dilates[1] != 0))
+    return {};
+  const at::MemoryFormat format = x.is_contiguous(at::MemoryFormat::ChannelsLast) ? at::MemoryFormat::ChannelsLast
+                                                                                : at::MemoryFormat::Contiguous;
+  at::Tensor src = x.contiguous(format);
+  at::Tensor out = at::empty(outDims, x.options().memory_format(format));
+  const dnnl::algorithm algorithm = kind == PoolKind::Max                  ? dnnl::algorithm::pooling_max
+                                    : kind == PoolKind::AverageWithPadding ? dnnl::algorithm::pooling_avg_include_padding
+                                                                           : dnnl::algorithm::pooling_avg_exclude_padding;
+  try {
+    const dnnl::memory::desc srcDesc = describe(src), dstDesc = describe(out);
+    dnnl::pooling_v2_forward::primitive_desc pd(
+        dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, algorithm, srcDesc, dstDesc,
+                                       Dims(strides.begin(), strides.end()), Dims(kernel.begin(), kernel.end()),
+                                       dilates, Dims(padBegin.begin(), padBegin.end()), effectiveEnd),
+        cpuEngine());
+    execute(dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, view(srcDesc, src)}, {DNNL_ARG_DST, view(dstDesc, out)}});
+    return out;
+  } catch (const dnnl::error&) {
+    return {};
+  }
+}
+
 struct PackedConvolution {
   at::Tensor source; // the weight it was reordered from; kept referenced, so its identity stays unique
   std::vector<std::int64_t> inputDims;
@@ -322,6 +368,12 @@ at::Tensor linear(const at::Tensor&, const at::Tensor&, bool, const at::Tensor&,
 at::Tensor batchedMatmul(const at::Tensor&, const at::Tensor&) { return {}; }
 
 struct PackedConvolution {};
+
+at::Tensor pool2d(const at::Tensor&, PoolKind, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
+                  const std::vector<std::int64_t>&, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
+                  bool) {
+  return {};
+}
 
 at::Tensor softmax(const at::Tensor&, std::int64_t, bool) { return {}; }
 

@@ -40,6 +40,18 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
 // not take x (not a dense float32 CPU tensor without autograd).
 at::Tensor softmax(const at::Tensor& x, std::int64_t axis, bool logarithm);
 
+// 2-D pooling of x [N, C, H, W] on oneDNN's kernel, in x's own layout (channels-last stays so):
+// Max (padding never wins), or Average counting the padding or not. Per-dim kernel, strides,
+// dilations (Max only) and pads at either end; `ceil` rounds the output size up as ATen and ONNX
+// do (a last window must start inside the input or its begin padding). Undefined where it does
+// not take the operands: not a dense float32 CPU tensor without autograd, an Average counting
+// padding whose ceil rounding would count cells past the end padding (ATen does not), or
+// geometry oneDNN refuses (a pad as large as the kernel).
+enum class PoolKind : std::uint8_t { Max, AverageWithPadding, AverageWithoutPadding };
+at::Tensor pool2d(const at::Tensor& x, PoolKind kind, const std::vector<std::int64_t>& kernel,
+                  const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
+                  const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations, bool ceil);
+
 // What a convolution does to its output inside the same kernel (oneDNN post-ops), in order: add
 // a residual tensor of the output's shape (a ResNet block's Add), then an activation.
 struct ConvPostOps {

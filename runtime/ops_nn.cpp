@@ -197,6 +197,11 @@ Outputs maxPool(KernelContext& c) {
     pooled[0] = pooled[0].to(type);
     return pooled;
   }
+  if (n == 2 && !narrowInteger) { // oneDNN directly, in x's layout, any pads
+    at::Tensor y = onednn::pool2d(x, onednn::PoolKind::Max, kernel, strides, pads.begin, pads.end, dilations, ceil);
+    if (y.defined())
+      return {y};
+  }
   // oneDNN's blocked pooling: 2-D, implicit padding, no dilation.
   bool undilated = std::all_of(dilations.begin(), dilations.end(), [](std::int64_t d) { return d == 1; });
   if (x.is_mkldnn() && !(n == 2 && fits && undilated))
@@ -232,6 +237,13 @@ Outputs avgPool(KernelContext& c) {
   std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), ones(n, 1);
   bool ceil = c.intAttr("ceil_mode", 0) != 0, includePad = c.intAttr("count_include_pad", 0) != 0;
   WindowPads pads = windowPads(c, x, kernel, strides, ones);
+  if (n == 2) { // oneDNN directly, in x's layout, any pads
+    using K = onednn::PoolKind;
+    at::Tensor y = onednn::pool2d(x, includePad ? K::AverageWithPadding : K::AverageWithoutPadding, kernel, strides,
+                                  pads.begin, pads.end, ones, ceil);
+    if (y.defined())
+      return {y};
+  }
   bool fits = pads.symmetric();
   for (std::size_t d = 0; d < n && fits; ++d)
     fits = pads.begin[d] * 2 <= kernel[d];
@@ -394,6 +406,12 @@ void registerNnKernels(KernelTable& t) {
   t.add("AveragePool", avgPool, Layouts::DenseOrBlocked);
   t.add("GlobalAveragePool", [](KernelContext& c) -> Outputs {
     const at::Tensor& x = c.input(0);
+    if (x.dim() == 4) { // one window over the whole plane, on oneDNN in x's layout
+      at::Tensor y = onednn::pool2d(x, onednn::PoolKind::AverageWithoutPadding, {x.size(2), x.size(3)}, {1, 1},
+                                    {0, 0}, {0, 0}, {1, 1}, false);
+      if (y.defined())
+        return {y};
+    }
     if (x.is_mkldnn() && x.dim() == 4)
       return {at::adaptive_avg_pool2d(x, {1, 1})}; // oneDNN's blocked pooling
     at::Tensor dense = toDense(x);
