@@ -204,24 +204,29 @@ TEST(OneDnn, ProductsEqualAtenForBothWeightLayoutsAndBroadcastBatches) {
   at::Tensor x = at::randn({2, 5, 8}), kn = at::randn({8, 6}), bias = at::randn({6});
   std::shared_ptr<onednn::PackedProduct> packed;
   for (int run = 0; run < 2; ++run) { // the second run reuses the reordered weight
-    at::Tensor y = onednn::linear(x, kn, false, bias, packed);
+    at::Tensor y = onednn::linear(x, kn, false, bias, false, packed);
     ASSERT_TRUE(y.defined());
     EXPECT_TRUE(at::allclose(y, at::matmul(x, kn) + bias, 1e-5, 1e-5));
   }
+  // GELU as the product's post-op: a primitive of its own (the cache is rebuilt), same values as
+  // at::gelu of the product.
+  at::Tensor activated = onednn::linear(x, kn, false, bias, true, packed);
+  ASSERT_TRUE(activated.defined());
+  EXPECT_TRUE(at::allclose(activated, at::gelu(at::matmul(x, kn) + bias), 1e-5, 1e-5));
   std::shared_ptr<onednn::PackedProduct> kept = packed;
   at::Tensor nk = at::randn({6, 8}); // another weight: reordered afresh, [N, K] this time
-  at::Tensor z = onednn::linear(x, nk, true, at::Tensor(), packed);
+  at::Tensor z = onednn::linear(x, nk, true, at::Tensor(), false, packed);
   EXPECT_NE(packed.get(), kept.get());
   EXPECT_TRUE(at::allclose(z, at::matmul(x, nk.t()), 1e-5, 1e-5));
   // [N, K] rows are what the product reads: used in place, not copied. (So an in-place change to
   // the weight shows in the next product; the executor never changes a parameter in place.)
   nk.mul_(2);
-  EXPECT_TRUE(at::allclose(onednn::linear(x, nk, true, at::Tensor(), packed), 2 * z, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(onednn::linear(x, nk, true, at::Tensor(), false, packed), 2 * z, 1e-5, 1e-5));
   // A [K, N] weight stored as rows (a transposed view: the executor's stored MatMul weights) too.
   at::Tensor rows = kn.t().contiguous().t();
-  at::Tensor w = onednn::linear(x, rows, false, at::Tensor(), packed);
+  at::Tensor w = onednn::linear(x, rows, false, at::Tensor(), false, packed);
   rows.mul_(-1);
-  EXPECT_TRUE(at::allclose(onednn::linear(x, rows, false, at::Tensor(), packed), -w, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(onednn::linear(x, rows, false, at::Tensor(), false, packed), -w, 1e-5, 1e-5));
   EXPECT_TRUE(at::allclose(w, at::matmul(x, kn), 1e-5, 1e-5));
   // Broadcast batch dims, and a transposed view read in place.
   at::Tensor a = at::randn({3, 1, 4, 5}), b = at::randn({2, 6, 5}).transpose(-1, -2);
@@ -453,8 +458,9 @@ ir::Attribute scalarTensor(float value) {
 }
 
 // x -> MatMul(x, w) + b -> GELU as torch exports it (Div by sqrt 2, Erf, Add 1, Mul x, Mul 0.5).
-// `alsoOutput` makes one inner value of the GELU a graph output too, which forbids its fusion.
-ir::Graph linearGelu(bool alsoOutput) {
+// `alsoOutput`, when set, is another value the graph outputs: an inner value of the GELU ("e")
+// forbids fusing it; the product's biased output ("h") forbids fusing the GELU into the product.
+ir::Graph linearGelu(const char* alsoOutput = nullptr) {
   NodeChain chain({"x", "w", "b"});
   chain.add(spec("Constant", {}, {scalarTensor(1.41421356f)}, "sqrt2"), "sqrt2");
   chain.add(spec("Constant", {}, {scalarTensor(1.0f)}, "one"), "one");
@@ -467,7 +473,7 @@ ir::Graph linearGelu(bool alsoOutput) {
   chain.add(spec("Mul", {"h", "p"}, {}, "times"), "t");
   chain.add(spec("Mul", {"t", "half"}, {}, "scale"), "y");
   Expected<ir::Graph> graph =
-      std::move(chain).finish(alsoOutput ? std::vector<std::string>{"y", "e"} : std::vector<std::string>{"y"});
+      std::move(chain).finish(alsoOutput ? std::vector<std::string>{"y", alsoOutput} : std::vector<std::string>{"y"});
   EXPECT_TRUE(graph) << (graph ? "" : graph.error().message());
   return std::move(*graph);
 }
@@ -503,14 +509,19 @@ FusedAndObserved runFusedAndObserved(ir::Graph graph, const TensorMap& inputs) {
 }
 
 TEST(Fusion, LinearAndGeluRunAsGroupsAndMatchTheirNodes) {
-  ir::Graph fusible = linearGelu(false);
+  ir::Graph fusible = linearGelu();
   FusionPlan plan = planFusions(fusible);
-  ASSERT_EQ(plan.groups.size(), 2u);
-  EXPECT_EQ(plan.groups[0].kind, FusedGroup::Kind::MatMulBias);
-  EXPECT_EQ(plan.groups[0].nodes.size(), 2u);
-  EXPECT_EQ(plan.groups[1].kind, FusedGroup::Kind::Gelu);
-  EXPECT_EQ(plan.groups[1].nodes.size(), 5u);
-  EXPECT_EQ(planFusions(linearGelu(true)).groups.size(), 1u); // the Erf output is read outside
+  ASSERT_EQ(plan.groups.size(), 1u); // the product with GELU as its post-op
+  EXPECT_EQ(plan.groups[0].kind, FusedGroup::Kind::MatMulBiasGelu);
+  EXPECT_EQ(plan.groups[0].nodes.size(), 7u);
+  FusionPlan erfOut = planFusions(linearGelu("e")); // the Erf output is read outside: product alone
+  ASSERT_EQ(erfOut.groups.size(), 1u);
+  EXPECT_EQ(erfOut.groups[0].kind, FusedGroup::Kind::MatMulBias);
+  ir::Graph biasedOut = linearGelu("h"); // the product's output is read outside: two groups
+  FusionPlan split = planFusions(biasedOut);
+  ASSERT_EQ(split.groups.size(), 2u);
+  EXPECT_EQ(split.groups[0].kind, FusedGroup::Kind::MatMulBias);
+  EXPECT_EQ(split.groups[1].kind, FusedGroup::Kind::Gelu);
 
   at::manual_seed(5);
   TensorMap inputs{{"x", at::randn({2, 3, 8})}, {"w", at::randn({8, 16})}, {"b", at::randn({16})}};
@@ -519,8 +530,13 @@ TEST(Fusion, LinearAndGeluRunAsGroupsAndMatchTheirNodes) {
   FusedAndObserved runs = runFusedAndObserved(std::move(fusible), inputs);
   ASSERT_TRUE(runs.fused.count("y") && runs.observed.count("y"));
   EXPECT_TRUE(at::allclose(runs.fused.at("y"), expected, 1e-5, 1e-5));
-  EXPECT_EQ(runs.stats.secondsByOp.count("MatMul+Add"), 1u);
+  EXPECT_EQ(runs.stats.secondsByOp.count("MatMul+Add+Gelu"), 1u);
   EXPECT_EQ(runs.stats.secondsByOp.count("Erf"), 0u);
+  FusedAndObserved twoGroups = runFusedAndObserved(std::move(biasedOut), inputs);
+  ASSERT_TRUE(twoGroups.fused.count("y") && twoGroups.fused.count("h"));
+  EXPECT_TRUE(at::allclose(twoGroups.fused.at("y"), expected, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(twoGroups.fused.at("h"), h, 1e-5, 1e-5));
+  EXPECT_EQ(twoGroups.stats.secondsByOp.count("MatMul+Add"), 1u);
   // The observed run, node by node: same result.
   EXPECT_TRUE(runs.seen.count("e") && runs.seen.count("mm"));
   EXPECT_TRUE(at::allclose(runs.observed.at("y"), runs.fused.at("y"), 1e-5, 1e-6));

@@ -93,6 +93,27 @@ std::optional<FusedGroup> matchGelu(const ir::Graph& g, NodeId div) {
     return std::nullopt;
   return FusedGroup{FusedGroup::Kind::Gelu, {div, erf, *plusOne, *timesX, *half}, {x}};
 }
+// MatMulBias then the Gelu of its output, when that Gelu's nodes are the output's only readers.
+std::optional<FusedGroup> matchMatMulBiasGelu(const ir::Graph& g, NodeId matmul) {
+  std::optional<FusedGroup> product = matchMatMulBias(g, matmul);
+  if (!product)
+    return std::nullopt;
+  ValueId biased = g.outputs(product->nodes.back())[0];
+  auto users = g.users(biased);
+  auto div = std::find_if(users.begin(), users.end(), [&](NodeId user) { return isOp(g, user, "Div"); });
+  if (div == users.end())
+    return std::nullopt;
+  std::optional<FusedGroup> gelu = matchGelu(g, *div);
+  if (!gelu || gelu->operands[0] != biased)
+    return std::nullopt;
+  for (NodeId user : users) // Div and Mul(x, .); an output node or any other reader forbids it
+    if (std::find(gelu->nodes.begin(), gelu->nodes.end(), user) == gelu->nodes.end())
+      return std::nullopt;
+  product->kind = FusedGroup::Kind::MatMulBiasGelu;
+  product->nodes.insert(product->nodes.end(), gelu->nodes.begin(), gelu->nodes.end());
+  return product;
+}
+
 // The node that alone reads `value`, if it is an `opType` op with `inputs` operands and one output.
 std::optional<NodeId> soleReaderOf(const ir::Graph& g, ValueId value, std::string_view opType, std::size_t inputs) {
   auto users = g.users(value);
@@ -221,7 +242,9 @@ FusionPlan planFusions(const ir::Graph& g) {
     NodeId node{n};
     if (plan.groupOf[node] >= 0)
       continue;
-    std::optional<FusedGroup> group = matchMatMulBias(g, node);
+    std::optional<FusedGroup> group = matchMatMulBiasGelu(g, node);
+    if (!group)
+      group = matchMatMulBias(g, node);
     if (!group)
       group = matchGelu(g, node);
     if (!group)

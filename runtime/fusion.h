@@ -3,6 +3,8 @@
 // Patterns (PyTorch's ONNX exports of Linear and of the exact GELU):
 //   MatMulBias  MatMul(x, W) -> Add(., b)          one oneDNN product with the bias (kernel.h linear)
 //   Gelu        Div(x, sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)     one at::gelu
+//   MatMulBiasGelu  MatMulBias whose output only that Gelu reads (a transformer's first FFN
+//               layer): one oneDNN product with the bias and GELU as its post-op
 //   ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid
 //               Conv -> Relu | Clip(., lo, hi) | HardSwish | HardSigmoid
 //   ConvSilu    Conv -> Sigmoid -> Mul(conv, sigmoid)   (SiLU / swish)
@@ -34,11 +36,11 @@ namespace cleave::runtime {
 
 struct FusedGroup {
   enum class Kind : std::uint8_t {
-    MatMulBias, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu, LayerNorm
+    MatMulBias, MatMulBiasGelu, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu, LayerNorm
   };
   Kind kind;
   std::vector<ir::NodeId> nodes;     // in graph order; the last one makes the group's output
-  // MatMulBias: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*) or
+  // MatMulBias, MatMulBiasGelu: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*) or
   // Clip's lo and hi (ConvClip); LayerNorm: x, eps, gamma, beta.
   std::vector<ir::ValueId> operands;
 };

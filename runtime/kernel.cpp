@@ -81,13 +81,15 @@ void configureThreads() {
 }
 
 at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
-                  const at::Tensor& bias) {
+                  const at::Tensor& bias, bool thenGelu) {
   std::shared_ptr<onednn::PackedProduct> uncached;
-  at::Tensor out = onednn::linear(x, weight, weightIsNK, bias, c.cache() ? c.cache()->product : uncached);
+  at::Tensor out = onednn::linear(x, weight, weightIsNK, bias, thenGelu, c.cache() ? c.cache()->product : uncached);
   if (out.defined())
     return out;
   at::Tensor product = at::matmul(x, weightIsNK ? weight.t() : weight);
-  return bias.defined() ? product + bias : product;
+  if (bias.defined())
+    product = product + bias;
+  return thenGelu ? at::gelu(product) : product;
 }
 
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) {
@@ -95,15 +97,14 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) {
   return out.defined() ? out : at::matmul(a, b);
 }
 
-at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias) {
-  if (b.dim() != 2 || a.dim() < 2) {
-    at::Tensor product = batchedMatmul(a, b);
-    return bias.defined() ? at::add(product, bias) : product;
-  }
+at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, bool thenGelu) {
   bool inProduct = !bias.defined() || (bias.dim() == 1 && bias.size(0) == b.size(1) && bias.scalar_type() == a.scalar_type());
-  if (inProduct)
-    return linear(c, a, b, false, bias);
-  return at::add(linear(c, a, b, false, at::Tensor()), bias);
+  if (b.dim() == 2 && a.dim() >= 2 && inProduct)
+    return linear(c, a, b, false, bias, thenGelu);
+  at::Tensor product = b.dim() == 2 && a.dim() >= 2 ? linear(c, a, b, false, at::Tensor()) : batchedMatmul(a, b);
+  if (bias.defined())
+    product = at::add(product, bias);
+  return thenGelu ? at::gelu(product) : product;
 }
 
 std::vector<std::int64_t> KernelContext::ints(std::size_t i) const {

@@ -144,8 +144,9 @@ at::Tensor makeSequence(const std::vector<at::Tensor>& elements, at::ScalarType 
 // transB, torch's Linear) or [K, N]; plus an optional bias [N]. On the CPU in float32 this runs on
 // oneDNN (runtime/onednn.h) with the reordered weight kept in the node's cache while the same
 // weight tensor comes back (a parameter, or a weight another submodel forwards); else on ATen.
+// `thenGelu`: GELU (exact erf) applied to the result, inside the product where oneDNN runs it.
 at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
-                  const at::Tensor& bias);
+                  const at::Tensor& bias, bool thenGelu = false);
 // ONNX Conv of x by w (+ bias) with the node's strides, dilations, group and pads / auto_pad. A 2-D
 // float32 convolution on the CPU without autograd runs on oneDNN directly (onednn::convolution2d:
 // channels-last, the weight reordered once and kept in the node's cache); built without libdnnl,
@@ -165,7 +166,9 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
 // ONNX MatMul, plus an optional bias added after it (a fused MatMul+Add): activations times a
 // 2-D weight go through linear() (a 1-D bias [N] of the same dtype inside the product), any
 // other product through batchedMatmul(); a bias of another shape is added (broadcast) after.
-at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias = at::Tensor());
+// `thenGelu`: then GELU, as in linear().
+at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias = at::Tensor(),
+                  bool thenGelu = false);
 // The runtime's thread count: the hardware's, unless OMP_NUM_THREADS says otherwise (some
 // libtorch builds start with one thread). Idempotent.
 void configureThreads();

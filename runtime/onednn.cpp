@@ -50,12 +50,13 @@ struct PackedProduct {
   at::Tensor source; // the weight it was reordered from; kept referenced, so its identity stays unique
   std::int64_t rows = -1;
   bool withBias = false;
+  bool thenGelu = false;
   dnnl::matmul primitive;
   dnnl::memory weight; // [K, N] stored as [N, K] rows: a copy, or the source's own bytes
 };
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK, const at::Tensor& bias,
-                  std::shared_ptr<PackedProduct>& packed) {
+                  bool thenGelu, std::shared_ptr<PackedProduct>& packed) {
   if (!eligible(x) || !eligible(weight) || weight.dim() != 2 || x.dim() < 1 || x.numel() == 0 ||
       (bias.defined() && (!eligible(bias) || bias.dim() != 1)))
     return {};
@@ -67,15 +68,22 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK
   const dnnl::memory::desc srcDesc({m, k}, DataType::f32, Tag::ab), dstDesc({m, n}, DataType::f32, Tag::ab),
       biasDesc({1, n}, DataType::f32, Tag::ab);
   try {
-    if (!packed || !packed->source.is_same(weight) || packed->rows != m || packed->withBias != bias.defined()) {
+    if (!packed || !packed->source.is_same(weight) || packed->rows != m || packed->withBias != bias.defined() ||
+        packed->thenGelu != thenGelu) {
       auto fresh = std::make_shared<PackedProduct>();
       // The weight [K, N] stored transposed (each output's K weights contiguous): with Tag::any
       // oneDNN 2.6 keeps [K, N] rows, which measured up to 1.7x slower on BERT-base's products.
       const dnnl::memory::desc packedWeight({k, n}, DataType::f32, Tag::ba);
+      dnnl::post_ops post;
+      if (thenGelu)
+        post.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+      dnnl::primitive_attr attr;
+      attr.set_post_ops(post);
       dnnl::matmul::primitive_desc pd =
-          bias.defined()
-              ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(srcDesc, packedWeight, biasDesc, dstDesc), cpuEngine())
-              : dnnl::matmul::primitive_desc(dnnl::matmul::desc(srcDesc, packedWeight, dstDesc), cpuEngine());
+          bias.defined() ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(srcDesc, packedWeight, biasDesc, dstDesc),
+                                                        attr, cpuEngine())
+                         : dnnl::matmul::primitive_desc(dnnl::matmul::desc(srcDesc, packedWeight, dstDesc), attr,
+                                                        cpuEngine());
       at::Tensor kn = weightIsNK ? weight.t() : weight; // a [K, N] view, any strides
       if (describe(kn) == pd.weights_desc()) {
         // Already [N, K] rows (Gemm's transB weights; the executor's stored MatMul weights):
@@ -90,6 +98,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK
       fresh->source = weight;
       fresh->rows = m;
       fresh->withBias = bias.defined();
+      fresh->thenGelu = thenGelu;
       packed = std::move(fresh);
     }
     at::Tensor out = at::empty({m, n}, x.options());
@@ -361,7 +370,7 @@ bool available() { return false; }
 
 struct PackedProduct {};
 
-at::Tensor linear(const at::Tensor&, const at::Tensor&, bool, const at::Tensor&, std::shared_ptr<PackedProduct>&) {
+at::Tensor linear(const at::Tensor&, const at::Tensor&, bool, const at::Tensor&, bool, std::shared_ptr<PackedProduct>&) {
   return {};
 }
 

@@ -30,7 +30,7 @@ struct PackedProduct;
 // [N]. `packed` keeps the reordered weight between calls: it is rebuilt when the weight tensor
 // (by identity), the row count or the bias presence changes.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK, const at::Tensor& bias,
-                  std::shared_ptr<PackedProduct>& packed);
+                  bool thenGelu, std::shared_ptr<PackedProduct>& packed);
 
 // a[..., M, K] times b[..., K, N] with numpy broadcasting of the batch dims (both rank >= 2).
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);

@@ -10,6 +10,9 @@ using Outputs = std::vector<at::Tensor>;
 // MatMul(x, W) + b.
 Outputs matmulBias(KernelContext& c) { return {matmul(c, c.input(0), c.input(1), c.input(2))}; }
 
+// GELU(MatMul(x, W) + b).
+Outputs matmulBiasGelu(KernelContext& c) { return {matmul(c, c.input(0), c.input(1), c.input(2), true)}; }
+
 // x * 0.5 * (1 + erf(x / sqrt 2)).
 Outputs gelu(KernelContext& c) { return {at::gelu(c.input(0))}; }
 
@@ -51,6 +54,7 @@ template <onednn::ConvPostOps::Activation activation, bool residual> Outputs con
 Kernel fusedKernel(FusedGroup::Kind kind) {
   switch (kind) {
   case FusedGroup::Kind::MatMulBias: return matmulBias;
+  case FusedGroup::Kind::MatMulBiasGelu: return matmulBiasGelu;
   case FusedGroup::Kind::Gelu: return gelu;
   case FusedGroup::Kind::ConvRelu: return convWith<onednn::ConvPostOps::Activation::Relu, false>;
   case FusedGroup::Kind::ConvClip: return convWith<onednn::ConvPostOps::Activation::Clip, false>;
@@ -67,6 +71,7 @@ Kernel fusedKernel(FusedGroup::Kind kind) {
 const char* fusedName(FusedGroup::Kind kind) {
   switch (kind) {
   case FusedGroup::Kind::MatMulBias: return "MatMul+Add";
+  case FusedGroup::Kind::MatMulBiasGelu: return "MatMul+Add+Gelu";
   case FusedGroup::Kind::Gelu: return "Gelu(Div,Erf,Add,Mul,Mul)";
   case FusedGroup::Kind::ConvRelu: return "Conv+Relu";
   case FusedGroup::Kind::ConvClip: return "Conv+Clip";
