@@ -403,6 +403,29 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
   EXPECT_EQ(packed, plain);
 }
 
+// oneDNN's Softmax and LogSoftmax against ATen's along every axis, into a new tensor or over the
+// input (`inPlace`); what it does not take (not contiguous, float64) it refuses.
+TEST(OneDnn, SoftmaxEqualsAten) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  at::manual_seed(13);
+  const at::Tensor x = at::randn({2, 3, 17, 5}) * 4;
+  for (std::int64_t axis = 0; axis < x.dim(); ++axis)
+    for (bool logarithm : {false, true}) {
+      const at::Tensor want = logarithm ? at::log_softmax(x, axis) : at::softmax(x, axis);
+      at::Tensor fresh = onednn::softmax(x, axis, logarithm, false);
+      ASSERT_TRUE(fresh.defined());
+      EXPECT_TRUE(at::allclose(fresh, want, 1e-5, 1e-5)) << "axis " << axis << " log " << logarithm;
+      at::Tensor scratch = x.clone();
+      at::Tensor over = onednn::softmax(scratch, axis, logarithm, true);
+      ASSERT_TRUE(over.defined());
+      EXPECT_EQ(over.data_ptr(), scratch.data_ptr());
+      EXPECT_TRUE(at::allclose(over, want, 1e-5, 1e-5));
+    }
+  EXPECT_FALSE(onednn::softmax(x.transpose(1, 3), 1, false, false).defined());
+  EXPECT_FALSE(onednn::softmax(x.to(at::kDouble), 1, false, false).defined());
+}
+
 // oneDNN's pooling against ATen's: max with pads, dilation and ceil rounding (the end padding it
 // adds), average with and without the padding counted, a whole-plane window (GlobalAveragePool);
 // channels-last stays channels-last. An average counting padding whose ceil rounding would count

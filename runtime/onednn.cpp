@@ -169,7 +169,7 @@ dnnl::memory::desc plainDesc(const at::Tensor& x) {
 }
 } // namespace
 
-at::Tensor softmax(const at::Tensor& x, std::int64_t axis, bool logarithm) {
+at::Tensor softmax(const at::Tensor& x, std::int64_t axis, bool logarithm, bool inPlace) {
   if (!eligible(x) || x.numel() == 0 || x.dim() == 0 || x.dim() > DNNL_MAX_NDIMS || !x.is_contiguous() || axis < 0 ||
       axis >= x.dim())
     return {};
@@ -180,7 +180,7 @@ at::Tensor softmax(const at::Tensor& x, std::int64_t axis, bool logarithm) {
                                        logarithm ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate,
                                        desc, desc, static_cast<int>(axis)),
         cpuEngine());
-    at::Tensor out = at::empty_like(x);
+    at::Tensor out = inPlace ? x : at::empty_like(x);
     execute(dnnl::softmax_v2_forward(pd), {{DNNL_ARG_SRC, view(desc, x)}, {DNNL_ARG_DST, view(desc, out)}});
     return out;
   } catch (const dnnl::error&) {
@@ -384,7 +384,7 @@ at::Tensor pool2d(const at::Tensor&, PoolKind, const std::vector<std::int64_t>&,
   return {};
 }
 
-at::Tensor softmax(const at::Tensor&, std::int64_t, bool) { return {}; }
+at::Tensor softmax(const at::Tensor&, std::int64_t, bool, bool) { return {}; }
 
 at::Tensor convolution2d(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<std::int64_t>&,
                          const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,

@@ -285,9 +285,9 @@ Outputs batchNormTraining(KernelContext& c) {
           c.input(4) * momentum + variance.flatten() * (1 - momentum)};
 }
 
-// oneDNN's kernel where it takes x, else ATen's.
-at::Tensor softmaxAlong(const at::Tensor& x, std::int64_t axis, bool logarithm) {
-  at::Tensor y = onednn::softmax(x, axis, logarithm);
+// oneDNN's kernel where it takes x (over x when `inPlace`: the caller's to overwrite), else ATen's.
+at::Tensor softmaxAlong(const at::Tensor& x, std::int64_t axis, bool logarithm, bool inPlace) {
+  at::Tensor y = onednn::softmax(x, axis, logarithm, inPlace);
   if (y.defined())
     return y;
   return logarithm ? at::log_softmax(x, axis) : at::softmax(x, axis);
@@ -296,9 +296,9 @@ at::Tensor softmaxAlong(const at::Tensor& x, std::int64_t axis, bool logarithm) 
 Outputs softmaxLike(KernelContext& c, bool logarithm) {
   const at::Tensor& x = c.input(0);
   if (c.opset() >= 13)
-    return {softmaxAlong(x, normalizeAxis(c.intAttr("axis", -1), x.dim()), logarithm)};
+    return {softmaxAlong(x, normalizeAxis(c.intAttr("axis", -1), x.dim()), logarithm, c.mayOverwrite(0))};
   // Before opset 13: the input is coerced to 2-D at `axis` (default 1), normalized per row.
-  return {softmaxAlong(flattenTo2d(x, c.intAttr("axis", 1)), 1, logarithm).reshape(x.sizes())};
+  return {softmaxAlong(flattenTo2d(x, c.intAttr("axis", 1)), 1, logarithm, false).reshape(x.sizes())};
 }
 
 // A Conv node's window: kernel dims, strides, dilations, groups and pads.
