@@ -98,10 +98,12 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, bool thenGelu) {
-  bool inProduct = !bias.defined() || (bias.dim() == 1 && bias.size(0) == b.size(1) && bias.scalar_type() == a.scalar_type());
-  if (b.dim() == 2 && a.dim() >= 2 && inProduct)
+  const bool byWeight = b.dim() == 2 && a.dim() >= 2; // activations times a 2-D weight
+  const bool inProduct =
+      !bias.defined() || (bias.dim() == 1 && bias.size(0) == b.size(1) && bias.scalar_type() == a.scalar_type());
+  if (byWeight && inProduct)
     return linear(c, a, b, false, bias, thenGelu);
-  at::Tensor product = b.dim() == 2 && a.dim() >= 2 ? linear(c, a, b, false, at::Tensor()) : batchedMatmul(a, b);
+  at::Tensor product = byWeight ? linear(c, a, b, false, at::Tensor()) : batchedMatmul(a, b);
   if (bias.defined())
     product = at::add(product, bias);
   return thenGelu ? at::gelu(product) : product;

@@ -157,7 +157,9 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) {
 }
 
 namespace {
-// A dense tensor of x's dims as oneDNN sees it (a plain row-major layout).
+// x's dims in a plain row-major layout. Not describe(x): a contiguous tensor's size-1 dims may
+// carry any stride, and the source and the result (a fresh tensor, or x itself) must share one
+// descriptor.
 dnnl::memory::desc plainDesc(const at::Tensor& x) {
   Dims dims(x.sizes().begin(), x.sizes().end());
   if (dims.empty())

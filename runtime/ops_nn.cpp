@@ -197,10 +197,10 @@ Outputs maxPool(KernelContext& c) {
     pooled[0] = pooled[0].to(type);
     return pooled;
   }
-  if (n == 2 && !narrowInteger) { // oneDNN directly, in x's layout, any pads
+  if (n == 2) { // oneDNN directly, in x's layout, any pads
     at::Tensor y = onednn::pool2d(x, onednn::PoolKind::Max, kernel, strides, pads.begin, pads.end, dilations, ceil);
     if (y.defined())
-      return {y};
+      return {narrowInteger ? y.to(type) : y};
   }
   // oneDNN's blocked pooling: 2-D, implicit padding, no dilation.
   bool undilated = std::all_of(dilations.begin(), dilations.end(), [](std::int64_t d) { return d == 1; });
@@ -298,7 +298,8 @@ Outputs softmaxLike(KernelContext& c, bool logarithm) {
   if (c.opset() >= 13)
     return {softmaxAlong(x, normalizeAxis(c.intAttr("axis", -1), x.dim()), logarithm, c.mayOverwrite(0))};
   // Before opset 13: the input is coerced to 2-D at `axis` (default 1), normalized per row.
-  return {softmaxAlong(flattenTo2d(x, c.intAttr("axis", 1)), 1, logarithm, false).reshape(x.sizes())};
+  // (A view of x: writing over it writes over x, which is as much the kernel's to overwrite.)
+  return {softmaxAlong(flattenTo2d(x, c.intAttr("axis", 1)), 1, logarithm, c.mayOverwrite(0)).reshape(x.sizes())};
 }
 
 // A Conv node's window: kernel dims, strides, dilations, groups and pads.
