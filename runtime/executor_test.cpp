@@ -238,6 +238,55 @@ TEST(OneDnn, ProductsEqualAtenForBothWeightLayoutsAndBroadcastBatches) {
   EXPECT_FALSE(onednn::batchedMatmul(a.to(at::kDouble), b.to(at::kDouble)).defined());
 }
 
+// Products of a few rows (a batch-1 classifier head) read the weight as it is stored, with no
+// reordered copy; more rows, or a weight view with no unit-stride dim, take the primitive.
+TEST(OneDnn, FewRowProductsReadTheStoredWeight) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  at::manual_seed(5);
+  at::Tensor kn = at::randn({8, 6}), bias = at::randn({6}), biasBefore = bias.clone();
+  struct Layout {
+    const char* name;
+    at::Tensor weight;
+    bool weightIsNK;
+  };
+  const Layout layouts[] = {{"[K, N] rows", kn, false},
+                            {"[N, K] rows", kn.t().contiguous(), true},
+                            {"[K, N] view of [N, K] rows", kn.t().contiguous().t(), false}};
+  for (std::int64_t rows : {1, 4}) {
+    at::Tensor x = at::randn({1, rows, 8});
+    for (const Layout& layout : layouts)
+      for (bool withBias : {false, true})
+        for (bool thenGelu : {false, true}) {
+          SCOPED_TRACE(std::string(layout.name) + ", rows " + std::to_string(rows) + (withBias ? ", bias" : "") +
+                       (thenGelu ? ", gelu" : ""));
+          std::shared_ptr<onednn::PackedProduct> packed;
+          at::Tensor b = withBias ? bias : at::Tensor();
+          at::Tensor y = onednn::linear(x, layout.weight, layout.weightIsNK, b, thenGelu, packed);
+          ASSERT_TRUE(y.defined());
+          EXPECT_FALSE(packed) << "a few rows need no reordered weight";
+          at::Tensor expected = at::matmul(x, kn);
+          if (withBias)
+            expected = expected + bias;
+          if (thenGelu)
+            expected = at::gelu(expected);
+          EXPECT_EQ(y.sizes().vec(), expected.sizes().vec());
+          EXPECT_TRUE(at::allclose(y, expected, 1e-5, 1e-5));
+          EXPECT_TRUE(at::equal(bias, biasBefore)) << "the product wrote into its bias";
+        }
+  }
+  std::shared_ptr<onednn::PackedProduct> packed;
+  at::Tensor five = at::randn({5, 8});
+  EXPECT_TRUE(at::allclose(onednn::linear(five, kn, false, bias, false, packed), at::matmul(five, kn) + bias, 1e-5, 1e-5));
+  EXPECT_TRUE(packed) << "five rows take the primitive";
+  packed.reset();
+  at::Tensor strided = at::randn({8, 12}).slice(1, 0, 12, 2); // no unit-stride dim
+  at::Tensor one = at::randn({1, 8});
+  EXPECT_TRUE(at::allclose(onednn::linear(one, strided, false, at::Tensor(), false, packed), at::matmul(one, strided),
+                           1e-5, 1e-5));
+  EXPECT_TRUE(packed) << "a weight with no unit-stride dim takes the primitive";
+}
+
 // conv -> relu -> conv -> add (residual) -> maxpool -> global average pool, equal to ATen's dense
 // ops: with oneDNN called directly the convolutions write channels-last ATen tensors (no opaque
 // blocked values at all); without it they run in ATen's blocked layout, and outputs and observed
