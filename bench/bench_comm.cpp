@@ -34,17 +34,27 @@ double median(std::vector<double> v) {
 }
 
 // Seconds per round trip of `tensor` between ranks 0 and 1 through cleave's Communicator; with
-// `shapeKey` 0 every message carries its header, else only the key's first.
-double cleaveRoundTrip(Communicator& comm, const at::Tensor& tensor, int iters, std::uint64_t shapeKey) {
+// `shapeKey` 0 every message carries its header, else only the key's first. `sendCalls`, when
+// given, gets the seconds each send() call held this rank's thread (its receive is posted by
+// then, as a pipeline posts its receives ahead, so Gloo writes the message inside the call).
+double cleaveRoundTrip(Communicator& comm, const at::Tensor& tensor, int iters, std::uint64_t shapeKey,
+                       std::vector<double>* sendCalls = nullptr) {
+  auto timedSend = [&](const at::Tensor& t, int dst, std::uint32_t tag) {
+    auto called = Clock::now();
+    bool sent = static_cast<bool>(comm.send(t, dst, tag, shapeKey));
+    if (sendCalls)
+      sendCalls->push_back(std::chrono::duration<double>(Clock::now() - called).count());
+    return sent;
+  };
   auto start = Clock::now();
   for (int i = 0; i < iters; ++i) {
     std::uint32_t tag = static_cast<std::uint32_t>(i % 1000);
     if (comm.rank() == 0) {
-      if (!comm.send(tensor, 1, tag, shapeKey) || !comm.recv(1, tag, shapeKey))
+      if (!timedSend(tensor, 1, tag) || !comm.recv(1, tag, shapeKey))
         std::exit(1);
     } else {
       auto got = comm.recv(0, tag, shapeKey);
-      if (!got || !comm.send(*got, 0, tag, shapeKey))
+      if (!got || !timedSend(*got, 0, tag))
         std::exit(1);
     }
     if (!comm.finish())
@@ -106,17 +116,17 @@ int main(int argc, char** argv) {
   cleaveRoundTrip(**comm, tensor, iters / 10 + 1, 0); // warm-up, all sides
   cleaveRoundTrip(**comm, tensor, iters / 10 + 1, 1);
   glooRoundTrip(raw, env->rank, tensor, iters / 10 + 1);
-  std::vector<double> ours, headed, gloo, ratios, headedRatios;
+  std::vector<double> ours, headed, gloo, ratios, headedRatios, sendCalls;
   for (int round = 0; round < rounds; ++round) {
     double a = 0, h = 0, b = 0;
     if (round % 2 == 0) {
-      a = cleaveRoundTrip(**comm, tensor, iters, 1);
+      a = cleaveRoundTrip(**comm, tensor, iters, 1, &sendCalls);
       h = cleaveRoundTrip(**comm, tensor, iters, 0);
       b = glooRoundTrip(raw, env->rank, tensor, iters);
     } else {
       b = glooRoundTrip(raw, env->rank, tensor, iters);
       h = cleaveRoundTrip(**comm, tensor, iters, 0);
-      a = cleaveRoundTrip(**comm, tensor, iters, 1);
+      a = cleaveRoundTrip(**comm, tensor, iters, 1, &sendCalls);
     }
     ours.push_back(a);
     headed.push_back(h);
@@ -134,6 +144,8 @@ int main(int argc, char** argv) {
     std::printf("ratio cleave/gloo median %.2fx [%.2f, %.2f]; overhead per one-way message %.2f us\n",
                 median(ratios), *std::min_element(ratios.begin(), ratios.end()),
                 *std::max_element(ratios.begin(), ratios.end()), (oursMedian - glooMedian) / 2 * 1e6);
+    std::printf("cleave send() call median %.2f us of the sender's thread (a known shape, receive posted)\n",
+                median(sendCalls) * 1e6);
     std::printf("with a header every message: round trip median %.2f us, ratio %.2fx [%.2f, %.2f]\n",
                 median(headed) * 1e6, median(headedRatios), *std::min_element(headedRatios.begin(), headedRatios.end()),
                 *std::max_element(headedRatios.begin(), headedRatios.end()));

@@ -13,9 +13,9 @@ time over rounds (each run's first step dropped as warm-up) and the ratio to tor
 max] over rounds. For the pipelines, the measured bubble (cleave train --timing: 1 - compute /
 (ranks x the schedule's wall time, before the optimizer step)) against the schedule simulator's
 prediction for the same schedule with the measured per-stage F and B (zero bubble: F, I and W)
-times and cleave's measured
-one-way message time for one microbatch's boundary as the transfer latency (bench_comm):
-`cleave schedule --simulate --costs ... --transfer-latency ...`.
+times, cleave's measured one-way message time for one microbatch's boundary as the transfer
+latency, and the time a send() call holds the sender's thread as its send cost (both bench_comm):
+`cleave schedule --simulate --costs ... --transfer-latency ... --send-cost ...`.
 
 usage: /usr/bin/python3 bench/train_bench.py CLEAVE BENCH_COMM [--rounds R] [--steps K] [--width W]
 """
@@ -69,14 +69,20 @@ def cleave_steps(cmd):
 
 
 def one_way_message_us(cleave, bench_comm, width):
-    """cleave's one-way send/recv time for one microbatch's boundary [rows, width] (bench_comm)."""
+    """cleave's one-way send/recv time for one microbatch's boundary [rows, width], and the time a
+    send() call holds the sender's thread (bench_comm)."""
     out = subprocess.run([cleave, "launch", "--nproc", "2", "--master-port", "29690", "--", bench_comm, "--rows",
                           str(BATCH // MICROBATCHES), "--cols", str(width), "--iters", "300", "--rounds", "3"],
                          capture_output=True, text=True, check=True).stdout
+    found = {}
     for line in out.splitlines():
         if "cleave send/recv round trip median" in line:
-            return float(line.split("median")[1].split()[0]) / 2
-    raise RuntimeError("bench_comm printed no round trip: " + out)
+            found["latency"] = float(line.split("median")[1].split()[0]) / 2
+        if "cleave send() call median" in line:
+            found["send"] = float(line.split("median")[1].split()[0])
+    if len(found) != 2:
+        raise RuntimeError("bench_comm printed no round trip or send time: " + out)
+    return found["latency"], found["send"]
 
 
 def stage_cost_us(timings, field, stage):
@@ -84,8 +90,9 @@ def stage_cost_us(timings, field, stage):
     return statistics.median(t[field][stage] for t in timings) / MICROBATCHES * 1e6
 
 
-def simulated_bubble(cleave, kind, stages, ranks, timings, latency_us):
-    """The simulator's bubble for `kind` with the measured per-stage F, B and (when split) I and W."""
+def simulated_bubble(cleave, kind, stages, ranks, timings, latency_us, send_us):
+    """The simulator's bubble for `kind` with the measured per-stage F, B and (when split) I and W,
+    each message's latency, and the sender's time per message."""
     costs = []
     for i in range(stages):
         f, b = stage_cost_us(timings, "stage_forward_s", i), stage_cost_us(timings, "stage_backward_s", i)
@@ -93,7 +100,7 @@ def simulated_bubble(cleave, kind, stages, ranks, timings, latency_us):
         costs.append(f"{f:.3f},{b:.3f}" + (f",{b - w:.3f},{w:.3f}" if w > 0 else ""))
     out = subprocess.run([cleave, "schedule", "--kind", kind, "--stages", str(stages), "--ranks", str(ranks),
                           "--microbatches", str(MICROBATCHES), "--simulate", "--costs", ";".join(costs),
-                          "--transfer-latency", f"{latency_us:.3f}", "--json"],
+                          "--transfer-latency", f"{latency_us:.3f}", "--send-cost", f"{send_us:.3f}", "--json"],
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out)["simulation"]["bubble_fraction"]
 
@@ -159,11 +166,12 @@ def main():
         ratios = [v / b for v, b in zip(values, base)]
         print(f"{name:12s} step median {statistics.median(values) * 1e3:8.2f} ms   vs torch "
               f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}]")
-    latency_us = one_way_message_us(cleave, bench_comm, args.width)
-    print(f"cleave one-way message of one microbatch's boundary: {latency_us:.1f} us (bench_comm)")
+    latency_us, send_us = one_way_message_us(cleave, bench_comm, args.width)
+    print(f"cleave one-way message of one microbatch's boundary: {latency_us:.1f} us, of which the sender's "
+          f"send() call {send_us:.1f} us (bench_comm; the simulator gets both)")
     for name, stages in (("1f1b", 2), ("zero_bubble", 2), ("interleaved", 4)):
         measured = statistics.median(t["bubble"] for t in timings[name])
-        predicted = simulated_bubble(cleave, name, stages, 2, timings[name], latency_us)
+        predicted = simulated_bubble(cleave, name, stages, 2, timings[name], latency_us, send_us)
         print(f"{name:12s} bubble measured {measured:.3f}, simulator {predicted:.3f} "
               f"(difference {abs(measured - predicted) / max(predicted, 1e-9) * 100:.0f}% of the prediction)")
         for rank in range(2):  # where each rank's schedule time went (stage s runs on rank s % 2)

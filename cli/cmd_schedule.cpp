@@ -16,7 +16,7 @@ struct ScheduleFlags {
   pipeline::ScheduleKind kind = pipeline::ScheduleKind::OneFOneB;
   std::string csvOut, csvIn, svgPath, costsText = "1,2,1,1";
   std::uint32_t stages = 0, microbatches = 0, ranks = 0;
-  double latency = 0.0;
+  double latency = 0.0, sendCost = 0.0;
   std::int64_t activationBytes = 1;
   bool simulate = false, comm = false, json = false;
 };
@@ -40,6 +40,11 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
                  "stage separated by ';'")
       ->capture_default_str();
   app.add_option("--transfer-latency", flags.latency, "time per cross-rank transfer for --simulate")
+      ->check(CLI::Range(0.0, 1e15))
+      ->capture_default_str();
+  app.add_option("--send-cost", flags.sendCost,
+                 "for --simulate: the sending rank's own time per cross-rank message (a transport that writes "
+                 "on the caller's thread, as Gloo's TCP one); not counted as compute in the bubble")
       ->check(CLI::Range(0.0, 1e15))
       ->capture_default_str();
   app.add_option("--activation-bytes", flags.activationBytes, "activation bytes a microbatch holds per stage")
@@ -93,6 +98,7 @@ Expected<pipeline::SimulationResult> simulate(const ScheduleFlags& flags, const 
     options.stages.push_back(stageCosts);
   }
   options.transferLatency = flags.latency;
+  options.sendCost = flags.sendCost;
   Expected<pipeline::SimulationResult> result = pipeline::simulateSchedule(schedule, options);
   if (!result)
     return std::move(result.error().withContext("--costs"));

@@ -127,6 +127,29 @@ TEST(Schedule, SingleStagePerRankKindsValidateAndRank) {
   EXPECT_LT(zero.bubbleFraction, oneF.bubbleFraction);
 }
 
+// A sender's own time per cross-rank message (Gloo writes the socket on the caller's thread):
+// the rank is occupied after the action that sent, the message leaves after it, and the time is
+// not compute. The same with or without SEND/RECV actions.
+TEST(Schedule, SendCostOccupiesTheSenderAndIsNotCompute) {
+  Schedule s = *generateSchedule(ScheduleKind::OneFOneB, 2, 1, 2);
+  SimulationOptions options;
+  options.stages = {StageCosts{}}; // F 1, B 2
+  options.sendCost = 0.5;
+  for (const Schedule& schedule : {s, withCommunication(s)}) {
+    SCOPED_TRACE(schedule.hasCommunication() ? "with SEND/RECV" : "implicit messages");
+    Expected<SimulationResult> sim = simulateSchedule(schedule, options);
+    ASSERT_TRUE(sim) << sim.error().message();
+    // Rank 0: F [0, 1], sends until 1.5. Rank 1: F [1.5, 2.5], B [2.5, 4.5], sends until 5.
+    // Rank 0: B [5, 7].
+    EXPECT_DOUBLE_EQ(sim->makespan, 7.0);
+    EXPECT_DOUBLE_EQ(sim->busy[0], 3.0);
+    EXPECT_DOUBLE_EQ(sim->busy[1], 3.0);
+    EXPECT_DOUBLE_EQ(sim->bubbleFraction, 1.0 - 6.0 / 14.0);
+  }
+  options.sendCost = 0.0; // as before: makespan (M + S - 1) x (F + B) = 6
+  EXPECT_DOUBLE_EQ(simulateSchedule(s, options)->makespan, 6.0);
+}
+
 TEST(Schedule, ActionsAndCsvRoundTrip) {
   for (const char* text : {"1F0", "2I1", "0W3", "0B3", "2SEND_B2", "1RECV_F1", "13SEND_F127"}) {
     Expected<Action> action = parseAction(text);

@@ -103,11 +103,14 @@ private:
       if (ready < 0)
         break;
       double start = std::max(clock_[r], ready), end = start + (options_ ? durationOf(a) : 1.0);
-      ledger_.at(a.stage, a.microbatch, a.type) = end;
-      clock_[r] = end;
+      // The rank writes what the action sends to other ranks before it moves on, and the
+      // message leaves after that.
+      double free = end + (options_ ? implicitSendTime(r, a) : 0.0);
+      ledger_.at(a.stage, a.microbatch, a.type) = free;
+      clock_[r] = free;
       ++next_[r];
       if (rendezvous_ && next_[r] < s_.perRank[r].size())
-        reachedAt_[r][next_[r]] = end;
+        reachedAt_[r][next_[r]] = free;
       ++ran;
       if (options_)
         record(r, a, start, end);
@@ -116,7 +119,8 @@ private:
   }
 
   void record(std::uint32_t r, const Action& a, double start, double end) {
-    result_.busy[r] += end - start;
+    if (a.type != A::SendF && a.type != A::SendB)
+      result_.busy[r] += end - start; // compute only: a send's time is communication
     std::int64_t bytes = costOf(a).activationBytes;
     if (a.type == A::Forward)
       result_.peakActivationBytes[r] = std::max(result_.peakActivationBytes[r], live_[r] += bytes);
@@ -156,8 +160,20 @@ private:
     case A::Backward: return c.backward;
     case A::BackwardInput: return c.backwardInput;
     case A::BackwardWeight: return c.backwardWeight;
+    case A::SendF:
+    case A::SendB: return options_->sendCost;
     default: return 0.0;
     }
+  }
+
+  // Without SEND actions: the sender's time for the messages `a` sends to other ranks (a forward
+  // to the next stage, a backward's input gradient to the previous one; one message each).
+  double implicitSendTime(std::uint32_t rank, const Action& a) const {
+    if (explicitComm_ || options_->sendCost == 0.0)
+      return 0.0;
+    bool sends = (a.type == A::Forward && a.stage + 1 < s_.stages && crossRank(rank, a.stage + 1)) ||
+                 ((a.type == A::Backward || a.type == A::BackwardInput) && a.stage > 0 && crossRank(rank, a.stage - 1));
+    return sends ? options_->sendCost : 0.0;
   }
 
   double backwardDone(std::uint32_t stage, std::uint32_t m) {

@@ -16,8 +16,12 @@
 // order; the first that differ is reported.
 //
 // simulateSchedule plays it in time: an action starts when its rank is free and its inputs have
-// arrived (a cross-rank dependency adds the transfer latency), and lasts its stage's cost. It
-// reports the makespan, the bubble fraction (1 - busy time / (ranks x makespan)) and each rank's
+// arrived (a cross-rank dependency adds the transfer latency), and lasts its stage's cost. A
+// message to another rank can also cost its sender time (`sendCost`: a transport that writes the
+// socket on the caller's thread, as Gloo's TCP one does): the sending rank is occupied that long
+// after the action that produced the message (or for its SEND action), and the message leaves
+// after it. That time is not compute. It reports the makespan, the bubble fraction
+// (1 - compute time / (ranks x makespan)) and each rank's
 // peak activation memory (microbatches forwarded and not yet fully backwarded, in bytes of
 // their stages' activations), plus the timeline.
 // Complexity: O(A + P x R) for A actions and P passes over the R ranks (P <= A); the channel
@@ -53,6 +57,7 @@ struct StageCosts {
 struct SimulationOptions {
   std::vector<StageCosts> stages; // one per stage, or one for all (empty: defaults)
   double transferLatency = 0.0;   // per cross-rank dependency
+  double sendCost = 0.0;          // the sending rank's own time per cross-rank message
 };
 
 struct TimedAction {
@@ -64,7 +69,7 @@ struct TimedAction {
 struct SimulationResult {
   double makespan = 0.0;
   double bubbleFraction = 0.0;
-  std::vector<double> busy;                   // per rank
+  std::vector<double> busy;                   // compute time per rank (not sends)
   std::vector<std::int64_t> peakActivationBytes; // per rank
   std::vector<TimedAction> timeline;          // in execution order
 };

@@ -228,6 +228,22 @@ class ScheduleCli(TempDirTest):
         self.assertEqual(code, 0, err)
         self.assertIn("rendezvous sends (a send waits for its receive): ok", out)
 
+    def test_send_cost_lengthens_the_schedule_and_is_not_compute(self):
+        def simulate(*extra):
+            code, out, err = run("schedule", "--kind", "1f1b", "--stages", "2", "--microbatches", "1", "--simulate",
+                                 "--costs", "1,2", *extra, "--json")
+            self.assertEqual(code, 0, err)
+            return json.loads(out)["simulation"]
+        # Rank 0: F [0, 1], its send until 1.5; rank 1: F, B [1.5, 4.5], its send until 5; rank 0: B [5, 7].
+        self.assertAlmostEqual(simulate()["makespan"], 6.0)
+        timed = simulate("--send-cost", "0.5")
+        self.assertAlmostEqual(timed["makespan"], 7.0)
+        self.assertAlmostEqual(timed["bubble_fraction"], 1 - 6 / 14)
+        code, _, err = run("schedule", "--kind", "1f1b", "--stages", "2", "--microbatches", "1", "--simulate",
+                           "--send-cost", "-1")
+        self.assertEqual(code, 2, err)
+        self.assertIn("--send-cost", err)
+
     def test_a_deadlocking_csv_is_refused(self):
         with open(self.path("bad.csv"), "w") as f:
             f.write("0F0,0B0\n1B0,1F0\n")
