@@ -1,6 +1,8 @@
 // cli/cmd_train.cpp - `cleave train MODEL --data FILE --batch B --steps K [--microbatches M]
 // [--optimizer sgd|adamw --lr X --momentum --weight-decay --betas B1,B2] [--loss NAME] [-o OUT] [--json]`.
+#include <algorithm>
 #include <chrono>
+#include <tuple>
 #include <filesystem>
 
 #include "cli/commands.h"
@@ -59,7 +61,8 @@ void describe(CLI::App& app, TrainFlags& flags) {
   app.add_flag("--json", flags.json, "print one JSON line per step: {\"step\": N, \"loss\": X}");
   app.add_flag("--timing", flags.timing,
                "also print each step's wall seconds and, for a plan, the schedule's part of it, every stage's forward "
-               "and backward compute seconds and the measured bubble (1 - compute / (ranks x schedule seconds))");
+               "and backward compute seconds, the measured bubble (1 - compute / (ranks x schedule seconds)) and, with "
+               "--json, every action's start, end and receive wait per rank");
 }
 
 // `timing`: null, or the step's measurements (--timing).
@@ -80,7 +83,38 @@ void printStep(const TrainFlags& flags, std::int64_t step, double loss, const Js
   out.flush();
 }
 
-// A plan's step timing across ranks (collective): wall seconds, per-stage compute, bubble.
+// The measured timeline: every action run, in each rank's order ("0F1": stage 0's forward of
+// microbatch 1, as `cleave schedule` names it), seconds from the step's start on its rank.
+Json actionTimeline(const runtime::distributed::StepTiming& timing, int ranks) {
+  using runtime::distributed::StepTiming;
+  const std::size_t stages = timing.forwardSeconds.size();
+  const std::size_t microbatches = stages ? timing.actionSeconds.size() / (3 * StepTiming::actionSlot(stages, 0, 1, 0)) : 0;
+  const pipeline::ActionType types[] = {pipeline::ActionType::Forward, pipeline::ActionType::Backward,
+                                        pipeline::ActionType::BackwardInput, pipeline::ActionType::BackwardWeight};
+  std::vector<std::tuple<int, double, Json>> rows;
+  for (std::size_t stage = 0; stage < stages; ++stage)
+    for (std::size_t m = 0; m < microbatches; ++m)
+      for (int type = 0; type < 4; ++type) {
+        const double* slot = &timing.actionSeconds[3 * StepTiming::actionSlot(stage, m, microbatches, type)];
+        if (slot[1] <= 0.0)
+          continue; // not run
+        pipeline::Action action{static_cast<std::uint32_t>(stage), types[type], static_cast<std::uint32_t>(m)};
+        int rank = static_cast<int>(stage) % ranks;
+        rows.emplace_back(rank, slot[0],
+                          Json{{"rank", rank}, {"action", pipeline::formatAction(action)}, {"start_s", slot[0]},
+                               {"end_s", slot[1]}, {"wait_s", slot[2]}});
+      }
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a)) < std::tie(std::get<0>(b), std::get<1>(b));
+  });
+  Json list = Json::array();
+  for (auto& row : rows)
+    list.push_back(std::move(std::get<2>(row)));
+  return list;
+}
+
+// A plan's step timing across ranks (collective): wall seconds, per-stage compute, bubble, and
+// the measured timeline.
 Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& trainer, int ranks) {
   runtime::distributed::StepTiming timing;
   CLEAVE_CHECK(trainer.gatherStepTiming(timing));
@@ -97,7 +131,8 @@ Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& train
               {"rank_schedule_s", timing.rankScheduleSeconds},
               {"rank_wait_s", timing.rankWaitSeconds},
               {"shape_headers", static_cast<std::int64_t>(timing.headersSent)},
-              {"bubble", bubble}};
+              {"bubble", bubble},
+              {"actions", actionTimeline(timing, ranks)}};
 }
 
 // A plan directory: its stages on this process (no RANK) or on this rank's share (under launch).

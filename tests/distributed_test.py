@@ -50,6 +50,21 @@ class Distributed(TempDirTest):
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
         return path
 
+    def check_timeline(self, actions, ranks, stages, microbatches, split):
+        """`--timing`'s measured timeline: every stage's F and B (or I and W) of every microbatch
+        once, on the stage's rank, each rank's actions one after another, waits inside them."""
+        kinds = "FIW" if split else "FB"
+        want = sorted(f"{s}{k}{m}" for s in range(stages) for k in kinds for m in range(microbatches))
+        self.assertEqual(sorted(a["action"] for a in actions), want)
+        for a in actions:
+            self.assertEqual(a["rank"], int(a["action"][0]) % ranks, a)
+            self.assertLessEqual(a["start_s"], a["end_s"], a)
+            self.assertLessEqual(a["wait_s"], a["end_s"] - a["start_s"] + 1e-9, a)
+        for rank in range(ranks):
+            own = [a for a in actions if a["rank"] == rank]
+            for before, after in zip(own, own[1:]):
+                self.assertLessEqual(before["end_s"], after["start_s"] + 1e-9, (before, after))
+
     def test_pipeline_ranks_match_the_single_process_run(self):
         model = self.mlp_with_skip()
         plan = self.path("plan")
@@ -181,6 +196,7 @@ class Distributed(TempDirTest):
                     # no shape header, not even on the first step's uneven microbatches.
                     steps = [json.loads(line.split("] ", 1)[-1]) for line in ranked.splitlines()]
                     self.assertEqual([s["shape_headers"] for s in steps], [0] * 4)
+                    self.check_timeline(steps[-1]["actions"], nproc, 3, 3, split=schedule == ["--schedule", "zero_bubble"])
         # Data that does not fit the plan's inputs: a one-line error before connecting (the first
         # rank to fail ends the launch; the other may be stopped before it prints its own line).
         np.savez(self.path("narrow.npz"), x=np.zeros((20, 7), np.float32), target=np.zeros(20, np.int64))

@@ -44,6 +44,13 @@ struct StepTiming {
   std::vector<double> forwardSeconds, backwardSeconds, weightSeconds; // per stage
   std::vector<double> rankScheduleSeconds, rankWaitSeconds;           // per rank
   double headersSent = 0.0; // shape headers sent in the step (communicator.h; gathered: all ranks')
+  // The measured timeline: per (stage, microbatch, action type F / B / I / W), at
+  // actionSlot(...) * 3: start, end and the receive wait inside it, in seconds from the step's
+  // start on the rank that ran it; zeros for an action not run. Comparable with the simulator's.
+  std::vector<double> actionSeconds;
+  static std::size_t actionSlot(std::size_t stage, std::size_t microbatch, std::size_t microbatches, int type) {
+    return (stage * microbatches + microbatch) * 4 + static_cast<std::size_t>(type);
+  }
 };
 
 class PipelineTrainer {
