@@ -88,17 +88,16 @@ void printStep(const TrainFlags& flags, std::int64_t step, double loss, const Js
 Json actionTimeline(const runtime::distributed::StepTiming& timing, int ranks) {
   using runtime::distributed::StepTiming;
   const std::size_t stages = timing.forwardSeconds.size();
-  const std::size_t microbatches = stages ? timing.actionSeconds.size() / (3 * StepTiming::actionSlot(stages, 0, 1, 0)) : 0;
-  const pipeline::ActionType types[] = {pipeline::ActionType::Forward, pipeline::ActionType::Backward,
-                                        pipeline::ActionType::BackwardInput, pipeline::ActionType::BackwardWeight};
+  const std::size_t microbatches = stages ? timing.actionSeconds.size() / (3 * StepTiming::kComputeTypes * stages) : 0;
   std::vector<std::tuple<int, double, Json>> rows;
   for (std::size_t stage = 0; stage < stages; ++stage)
     for (std::size_t m = 0; m < microbatches; ++m)
-      for (int type = 0; type < 4; ++type) {
+      for (std::size_t t = 0; t < StepTiming::kComputeTypes; ++t) {
+        const auto type = static_cast<pipeline::ActionType>(t);
         const double* slot = &timing.actionSeconds[3 * StepTiming::actionSlot(stage, m, microbatches, type)];
         if (slot[1] <= 0.0)
           continue; // not run
-        pipeline::Action action{static_cast<std::uint32_t>(stage), types[type], static_cast<std::uint32_t>(m)};
+        pipeline::Action action{static_cast<std::uint32_t>(stage), type, static_cast<std::uint32_t>(m)};
         int rank = static_cast<int>(stage) % ranks;
         rows.emplace_back(rank, slot[0],
                           Json{{"rank", rank}, {"action", pipeline::formatAction(action)}, {"start_s", slot[0]},

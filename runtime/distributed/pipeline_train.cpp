@@ -539,7 +539,7 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   const std::size_t headersBefore = s.comm->headersSent();
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
-  s.timing.actionSeconds.assign(3 * StepTiming::actionSlot(s.stages.size(), 0, chunks.size(), 0), 0.0);
+  s.timing.actionSeconds.assign(3 * StepTiming::kComputeTypes * s.stages.size() * chunks.size(), 0.0);
   std::vector<double> shares;
   s.microbatchRows.clear();
   for (const TensorMap& chunk : chunks) {
@@ -563,32 +563,17 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
     int stage = static_cast<int>(action.stage);
     std::size_t m = action.microbatch;
     const double begun = secondsSince(started), waitedBefore = s.timing.rankWaitSeconds[static_cast<std::size_t>(s.rank)];
-    int type = -1;
     switch (action.type) {
-    case pipeline::ActionType::Forward:
-      CLEAVE_CHECK(s.forwardStage(m, stage, chunks[m], runs, lossSum, shares[m]));
-      type = 0;
-      break;
-    case pipeline::ActionType::Backward:
-      CLEAVE_CHECK(s.backwardStage(m, stage, runs, shares[m], false));
-      type = 1;
-      break;
-    case pipeline::ActionType::BackwardInput:
-      CLEAVE_CHECK(s.backwardStage(m, stage, runs, shares[m], true));
-      type = 2;
-      break;
-    case pipeline::ActionType::BackwardWeight:
-      CLEAVE_CHECK(s.weightBackwardStage(m, stage, runs));
-      type = 3;
-      break;
-    default: break; // SEND/RECV: implied by F and B
+    case pipeline::ActionType::Forward: CLEAVE_CHECK(s.forwardStage(m, stage, chunks[m], runs, lossSum, shares[m])); break;
+    case pipeline::ActionType::Backward: CLEAVE_CHECK(s.backwardStage(m, stage, runs, shares[m], false)); break;
+    case pipeline::ActionType::BackwardInput: CLEAVE_CHECK(s.backwardStage(m, stage, runs, shares[m], true)); break;
+    case pipeline::ActionType::BackwardWeight: CLEAVE_CHECK(s.weightBackwardStage(m, stage, runs)); break;
+    default: continue; // SEND/RECV: implied by F and B
     }
-    if (type >= 0) {
-      double* slot = &s.timing.actionSeconds[3 * StepTiming::actionSlot(action.stage, m, chunks.size(), type)];
-      slot[0] = begun;
-      slot[1] = secondsSince(started);
-      slot[2] = s.timing.rankWaitSeconds[static_cast<std::size_t>(s.rank)] - waitedBefore;
-    }
+    double* slot = &s.timing.actionSeconds[3 * StepTiming::actionSlot(action.stage, m, chunks.size(), action.type)];
+    slot[0] = begun;
+    slot[1] = secondsSince(started);
+    slot[2] = s.timing.rankWaitSeconds[static_cast<std::size_t>(s.rank)] - waitedBefore;
   }
   CLEAVE_CHECK(s.comm->finish());
   s.timing.scheduleSeconds = secondsSince(started);

@@ -48,8 +48,10 @@ struct StepTiming {
   // actionSlot(...) * 3: start, end and the receive wait inside it, in seconds from the step's
   // start on the rank that ran it; zeros for an action not run. Comparable with the simulator's.
   std::vector<double> actionSeconds;
-  static std::size_t actionSlot(std::size_t stage, std::size_t microbatch, std::size_t microbatches, int type) {
-    return (stage * microbatches + microbatch) * 4 + static_cast<std::size_t>(type);
+  static constexpr std::size_t kComputeTypes = 4; // F, B, I, W: ActionType's first four
+  static std::size_t actionSlot(std::size_t stage, std::size_t microbatch, std::size_t microbatches,
+                                pipeline::ActionType type) {
+    return (stage * microbatches + microbatch) * kComputeTypes + static_cast<std::size_t>(type);
   }
 };
 
