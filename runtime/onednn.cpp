@@ -60,7 +60,7 @@ namespace {
 // weight as it is stored. Measured (interleaved A/B, 2 threads, [1, 960] x [960, 1280] and
 // [1, 1280] x [1280, 1000]): 51 us against 190 us for the matmul primitive on the [N, K] copy,
 // and 50 against 60 us for OpenBLAS's gemv; at 4 rows 80-90 us against 190-210; at 16 rows
-// sgemm is 1.4-1.8x slower than the primitive.
+// sgemm is 1.4-2.0x slower than the primitive.
 constexpr std::int64_t kFewRows = 4;
 
 // rows [M, K] times kn (a [K, N] view whose rows or columns are unit-stride, as a stored weight
