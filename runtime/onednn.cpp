@@ -86,7 +86,7 @@ at::Tensor fewRowsProduct(const at::Tensor& rows, const at::Tensor& kn, const at
   if (dnnl_sgemm('N', transposeB, m, n, k, 1.0f, rows.data_ptr<float>(), k, kn.data_ptr<float>(), ldb,
                  bias.defined() ? 1.0f : 0.0f, out.data_ptr<float>(), n) != dnnl_success)
     return {};
-  return thenGelu ? at::gelu(out) : out;
+  return thenGelu ? at::gelu_(out) : out; // `out` is this call's own: GELU over it, no second buffer
 }
 } // namespace
 
