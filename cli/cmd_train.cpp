@@ -14,6 +14,7 @@
 #include "plan/plan_file.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/pipeline_train.h"
+#include "runtime/host_memory.h"
 #include "runtime/tensor_files.h"
 #include "runtime/train.h"
 
@@ -192,6 +193,8 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
 }
 
 Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
+  // Each step frees what the next allocates again: keep it resident rather than fault it back in.
+  runtime::keepFreedHostMemory();
   if (!flags.betas.empty()) {
     flags.options.optimizer.beta1 = flags.betas[0];
     flags.options.optimizer.beta2 = flags.betas[1];
