@@ -10,5 +10,5 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cleave="$root/build/release/cleave"
 /usr/bin/python3 "$root/bench/train_bench.py" "$cleave" "$root/build/release/bench_comm" --rounds "${ROUNDS:-3}" \
   --steps "${STEPS:-6}"
-"$cleave" launch --nproc 2 --master-port 29650 -- "$root/build/release/bench_comm" --rows 8 --cols 1024 \
+"$cleave" launch --nproc 2 --master-port 29650 --bind-cores -- "$root/build/release/bench_comm" --rows 8 --cols 1024 \
   --iters "${ITERS:-1000}" --rounds "${ROUNDS:-3}"

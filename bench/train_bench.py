@@ -8,7 +8,7 @@ data in five ways, interleaved per round with the order flipped every round:
   1f1b         `cleave launch --nproc 2 -- cleave train PLAN2 --schedule 1f1b` (2 stages, 2 ranks)
   zero_bubble  the same plan with --schedule zero_bubble (backward split into I and W)
   interleaved  the same with a 4-stage plan and --schedule interleaved (2 stages per rank)
-(pipeline ranks get 1 thread each: cleave launch gives cores / ranks). Per side: the median step
+(pipeline ranks get 1 thread each, and a core each: cleave launch --bind-cores). Per side: the median step
 time over rounds (each run's first step dropped as warm-up) and the ratio to torch with [min,
 max] over rounds. For the pipelines, the measured bubble (cleave train --timing: 1 - compute /
 (ranks x the schedule's wall time, before the optimizer step)) against the schedule simulator's
@@ -71,7 +71,7 @@ def cleave_steps(cmd):
 def one_way_message_us(cleave, bench_comm, width):
     """cleave's one-way send/recv time for one microbatch's boundary [rows, width], and the time a
     send() call holds the sender's thread (bench_comm)."""
-    out = subprocess.run([cleave, "launch", "--nproc", "2", "--master-port", "29690", "--", bench_comm, "--rows",
+    out = subprocess.run([cleave, "launch", "--nproc", "2", "--master-port", "29690", "--bind-cores", "--", bench_comm, "--rows",
                           str(BATCH // MICROBATCHES), "--cols", str(width), "--iters", "300", "--rounds", "3"],
                          capture_output=True, text=True, check=True).stdout
     found = {}
@@ -137,7 +137,7 @@ def main():
 
     def launched(plan, kind):
         port[0] += 2
-        return [cleave, "launch", "--nproc", "2", "--master-port", str(port[0]), "--", "cleave", "train", plan,
+        return [cleave, "launch", "--nproc", "2", "--master-port", str(port[0]), "--bind-cores", "--", "cleave", "train", plan,
                 *common, "--schedule", kind]
 
     sides = {

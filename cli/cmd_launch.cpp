@@ -1,5 +1,5 @@
 // cli/cmd_launch.cpp - `cleave launch --nproc N [--nnodes H --node-rank R --master-addr A
-// --master-port P] -- COMMAND ...`: start N ranks of COMMAND (torchrun's variables set), prefix
+// --master-port P --bind-cores] -- COMMAND ...`: start N ranks of COMMAND (torchrun's variables set), prefix
 // their output with the rank, stop them all when one fails.
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -27,6 +27,9 @@ void describe(CLI::App& app, LaunchFlags& flags) {
   app.add_option("--timeout", flags.timeoutSeconds, "seconds a rank waits for the others (rendezvous, receives)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
+  app.add_flag("--bind-cores", flags.options.bindCores,
+               "run each rank on its own cores (cores / ranks of those this process may use, in order), so two "
+               "ranks' compute never shares a core; needs a core per rank");
   app.add_option("command", flags.command, "the command each rank runs (after --; 'cleave' is this cleave)");
 }
 

@@ -310,6 +310,33 @@ class Distributed(TempDirTest):
         self.assertLess(time.monotonic() - start, 60)
         self.assertOneLineError(proc.returncode, proc.stderr, f"rendezvous at 127.0.0.1:{port}", "timeout 3 s")
 
+    def test_bind_cores_gives_each_rank_its_own_cores(self):
+        allowed = sorted(os.sched_getaffinity(0))
+
+        def cpus_of(listing):  # "0-2,5" -> {0, 1, 2, 5}
+            cpus = set()
+            for part in listing.split(","):
+                first, _, last = part.partition("-")
+                cpus.update(range(int(first), int(last or first) + 1))
+            return cpus
+
+        nproc = min(2, len(allowed))
+        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # the launcher's default
+        proc = subprocess.run([CLEAVE, "launch", "--nproc", str(nproc), "--master-port", str(free_port()), "--bind-cores",
+                               "--", "sh", "-c", 'echo "cpus $(grep Cpus_allowed_list /proc/self/status | cut -f2) '
+                               'threads $OMP_NUM_THREADS"'], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        out = proc.stdout
+        found = {int(r): cpus_of(c) for r, c in re.findall(r"\[rank (\d+)\] cpus (\S+) threads", out)}
+        self.assertEqual(sorted(found), list(range(nproc)))
+        share = len(allowed) // nproc
+        for r, cpus in found.items():
+            self.assertEqual(cpus, set(allowed[r * share:(r + 1) * share]))  # its own share, in order
+        self.assertIn(f"threads {share}", out)  # OMP_NUM_THREADS defaults to the share
+        code, _, err = run("launch", "--nproc", len(allowed) + 1, "--bind-cores", "--", "true")
+        self.assertOneLineError(code, err, f"--bind-cores needs a core per rank: {len(allowed) + 1} ranks, "
+                                           f"{len(allowed)} cores", exit_code=2)
+
     def test_launch_stops_every_rank_when_one_fails(self):
         start = time.monotonic()
         code, out, err = launch(3, "sh", "-c", 'echo "up $RANK/$WORLD_SIZE $LOCAL_RANK"; '

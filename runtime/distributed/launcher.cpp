@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,8 +33,8 @@ std::string selfExecutable() {
   return n > 0 ? std::string(path, static_cast<std::size_t>(n)) : "cleave";
 }
 
-std::vector<std::string> rankEnvironment(const LaunchOptions& o, int local) {
-  int world = o.nodes * o.processes, cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+std::vector<std::string> rankEnvironment(const LaunchOptions& o, int local, int cores) {
+  int world = o.nodes * o.processes;
   std::vector<std::string> env = {
       "RANK=" + std::to_string(o.nodeRank * o.processes + local), "LOCAL_RANK=" + std::to_string(local),
       "WORLD_SIZE=" + std::to_string(world), "LOCAL_WORLD_SIZE=" + std::to_string(o.processes),
@@ -44,12 +45,18 @@ std::vector<std::string> rankEnvironment(const LaunchOptions& o, int local) {
   return env;
 }
 
-// Forks one rank: stdout and stderr into pipes, its own process group, then exec.
-Expected<Rank> start(const LaunchOptions& options, int local, const std::vector<std::string>& command) {
+// Forks one rank: stdout and stderr into pipes, its own process group, on `cpus` when given
+// (inherited through exec), then exec.
+Expected<Rank> start(const LaunchOptions& options, int local, int cores, const std::vector<int>& cpus,
+                     const std::vector<std::string>& command) {
   int outPipe[2], errPipe[2];
   if (pipe2(outPipe, O_CLOEXEC) != 0 || pipe2(errPipe, O_CLOEXEC) != 0)
     return Error(ErrorCode::InvalidArgument) << "cannot create pipes: " << std::strerror(errno);
-  std::vector<std::string> env = rankEnvironment(options, local);
+  std::vector<std::string> env = rankEnvironment(options, local, cores);
+  cpu_set_t cpuSet;
+  CPU_ZERO(&cpuSet);
+  for (int cpu : cpus)
+    CPU_SET(cpu, &cpuSet);
   std::vector<std::string> args = command;
   if (args[0] == "cleave")
     args[0] = selfExecutable();
@@ -58,6 +65,10 @@ Expected<Rank> start(const LaunchOptions& options, int local, const std::vector<
     return Error(ErrorCode::InvalidArgument) << "cannot start rank " << local << ": " << std::strerror(errno);
   if (pid == 0) {
     setpgid(0, 0);
+    if (!cpus.empty() && sched_setaffinity(0, sizeof(cpuSet), &cpuSet) != 0) {
+      std::fprintf(stderr, "cleave launch: error: cannot bind rank %d to its cores: %s\n", local, std::strerror(errno));
+      _exit(127);
+    }
     dup2(outPipe[1], STDOUT_FILENO);
     dup2(errPipe[1], STDERR_FILENO);
     for (const std::string& entry : env)
@@ -212,6 +223,21 @@ private:
 };
 } // namespace
 
+std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set))
+        cpus.push_back(cpu);
+  }
+  if (cpus.empty()) // no affinity to read: every CPU the hardware reports
+    for (unsigned cpu = 0; cpu < std::max(1u, std::thread::hardware_concurrency()); ++cpu)
+      cpus.push_back(static_cast<int>(cpu));
+  return cpus;
+}
+
 Expected<LaunchResult> launch(const LaunchOptions& options, const std::vector<std::string>& command,
                               std::ostream& out, std::ostream& err) {
   if (command.empty())
@@ -221,9 +247,17 @@ Expected<LaunchResult> launch(const LaunchOptions& options, const std::vector<st
   action.sa_handler = onInterrupt;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  const std::vector<int> cpus = allowedCpus();
+  const int cores = std::max<int>(1, static_cast<int>(cpus.size())), share = cores / options.processes;
+  if (options.bindCores && share == 0)
+    return Error(ErrorCode::Usage) << "--bind-cores needs a core per rank: " << options.processes << " ranks, "
+                                   << cpus.size() << " cores";
   std::vector<Rank> ranks;
   for (int local = 0; local < options.processes; ++local) {
-    Expected<Rank> rank = start(options, local, command);
+    std::vector<int> own;
+    if (options.bindCores)
+      own.assign(cpus.begin() + local * share, cpus.begin() + (local + 1) * share);
+    Expected<Rank> rank = start(options, local, cores, own, command);
     if (!rank) {
       signalAll(ranks, SIGKILL);
       for (Rank& started : ranks)
