@@ -3,12 +3,13 @@
 # model and data (bench/train_bench.py), and cleave's send/recv against Gloo's own round trip
 # (bench/bench_comm.cpp). Issue 15's performance section.
 #   ROUNDS=3 STEPS=6 bench/train.sh
+#   BASELINE=/path/to/other/cleave ROUNDS=5 STEPS=8 bench/train.sh   # also A/B against another build
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup"
 "$root/scripts/build" "$root/build/release"
 cleave="$root/build/release/cleave"
 /usr/bin/python3 "$root/bench/train_bench.py" "$cleave" "$root/build/release/bench_comm" --rounds "${ROUNDS:-3}" \
-  --steps "${STEPS:-6}"
-"$cleave" launch --nproc 2 --master-port 29650 --bind-cores -- "$root/build/release/bench_comm" --rows 8 --cols 1024 \
+  --steps "${STEPS:-6}" ${BASELINE:+--baseline-cleave "$BASELINE"}
+"$cleave" launch --nproc 2 --master-port 29650 -- "$root/build/release/bench_comm" --rows 8 --cols 1024 \
   --iters "${ITERS:-1000}" --rounds "${ROUNDS:-3}"

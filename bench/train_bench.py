@@ -8,7 +8,8 @@ data in five ways, interleaved per round with the order flipped every round:
   1f1b         `cleave launch --nproc 2 -- cleave train PLAN2 --schedule 1f1b` (2 stages, 2 ranks)
   zero_bubble  the same plan with --schedule zero_bubble (backward split into I and W)
   interleaved  the same with a 4-stage plan and --schedule interleaved (2 stages per rank)
-(pipeline ranks get 1 thread each, and a core each: cleave launch --bind-cores). Per side: the median step
+  1f1b_bound   1f1b with each rank on its own core (cleave launch --bind-cores)
+(pipeline ranks get 1 thread each: cleave launch gives cores / ranks). Per side: the median step
 time over rounds (each run's first step dropped as warm-up) and the ratio to torch with [min,
 max] over rounds. For the pipelines, the measured bubble (cleave train --timing: 1 - compute /
 (ranks x the schedule's wall time, before the optimizer step)) against the schedule simulator's
@@ -18,6 +19,7 @@ latency, and the time a send() call holds the sender's thread as its send cost (
 `cleave schedule --simulate --costs ... --transfer-latency ... --send-cost ...`.
 
 usage: /usr/bin/python3 bench/train_bench.py CLEAVE BENCH_COMM [--rounds R] [--steps K] [--width W]
+       [--baseline-cleave OTHER_CLEAVE]
 """
 import argparse
 import json
@@ -71,7 +73,7 @@ def cleave_steps(cmd):
 def one_way_message_us(cleave, bench_comm, width):
     """cleave's one-way send/recv time for one microbatch's boundary [rows, width], and the time a
     send() call holds the sender's thread (bench_comm)."""
-    out = subprocess.run([cleave, "launch", "--nproc", "2", "--master-port", "29690", "--bind-cores", "--", bench_comm, "--rows",
+    out = subprocess.run([cleave, "launch", "--nproc", "2", "--master-port", "29690", "--", bench_comm, "--rows",
                           str(BATCH // MICROBATCHES), "--cols", str(width), "--iters", "300", "--rounds", "3"],
                          capture_output=True, text=True, check=True).stdout
     found = {}
@@ -112,6 +114,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--baseline-cleave", help="another cleave build: adds its whole and 1f1b runs as sides "
+                        "(whole_base, 1f1b_base) and prints this build's time over its, per round")
     args = parser.parse_args()
     cleave, bench_comm = os.path.abspath(args.cleave), os.path.abspath(args.bench_comm)
     torch.set_num_threads(2)
@@ -135,9 +139,9 @@ def main():
               "--microbatches", str(MICROBATCHES), "--lr", "0.01", "--json", "--timing"]
     port = [29700]
 
-    def launched(plan, kind):
+    def launched(plan, kind, bind=(), binary=cleave):
         port[0] += 2
-        return [cleave, "launch", "--nproc", "2", "--master-port", str(port[0]), "--bind-cores", "--", "cleave", "train", plan,
+        return [binary, "launch", "--nproc", "2", "--master-port", str(port[0]), *bind, "--", "cleave", "train", plan,
                 *common, "--schedule", kind]
 
     sides = {
@@ -145,11 +149,16 @@ def main():
         "torch_mb": lambda: torch_steps(Mlp(args.width), data, args.steps, MICROBATCHES),
         "whole": lambda: [t["seconds"] for t in cleave_steps([cleave, "train", model, *common])],
         "1f1b": lambda: cleave_steps(launched(plans[2], "1f1b")),
+        "1f1b_bound": lambda: cleave_steps(launched(plans[2], "1f1b", ["--bind-cores"])),
         "zero_bubble": lambda: cleave_steps(launched(plans[2], "zero_bubble")),
         "interleaved": lambda: cleave_steps(launched(plans[4], "interleaved")),
     }
+    if args.baseline_cleave:
+        base_cleave = os.path.abspath(args.baseline_cleave)
+        sides["whole_base"] = lambda: [t["seconds"] for t in cleave_steps([base_cleave, "train", model, *common])]
+        sides["1f1b_base"] = lambda: [t["seconds"] for t in cleave_steps(launched(plans[2], "1f1b", binary=base_cleave))]
     medians = {name: [] for name in sides}
-    timings = {"1f1b": [], "zero_bubble": [], "interleaved": []}
+    timings = {"1f1b": [], "1f1b_bound": [], "zero_bubble": [], "interleaved": []}
     order = list(sides)
     for r in range(args.rounds):
         for name in (order if r % 2 == 0 else order[::-1]):
@@ -166,12 +175,21 @@ def main():
         ratios = [v / b for v, b in zip(values, base)]
         print(f"{name:12s} step median {statistics.median(values) * 1e3:8.2f} ms   vs torch "
               f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}]")
+    if args.baseline_cleave:
+        for name in ("whole", "1f1b"):
+            ratios = [n / b for n, b in zip(medians[name], medians[name + "_base"])]
+            print(f"{name} / {name}_base (this build over --baseline-cleave) step time: median "
+                  f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}] over rounds")
+    bound = [b / u for b, u in zip(medians["1f1b_bound"], medians["1f1b"])]
+    print(f"1f1b_bound / 1f1b step time: median {statistics.median(bound):.2f}x [{min(bound):.2f}, {max(bound):.2f}] "
+          f"over rounds")
     latency_us, send_us = one_way_message_us(cleave, bench_comm, args.width)
     print(f"cleave one-way message of one microbatch's boundary: {latency_us:.1f} us, of which the sender's "
           f"send() call {send_us:.1f} us (bench_comm; the simulator gets both)")
-    for name, stages in (("1f1b", 2), ("zero_bubble", 2), ("interleaved", 4)):
+    for name, stages in (("1f1b", 2), ("1f1b_bound", 2), ("zero_bubble", 2), ("interleaved", 4)):
+        kind = name.removesuffix("_bound")
         measured = statistics.median(t["bubble"] for t in timings[name])
-        predicted = simulated_bubble(cleave, name, stages, 2, timings[name], latency_us, send_us)
+        predicted = simulated_bubble(cleave, kind, stages, 2, timings[name], latency_us, send_us)
         print(f"{name:12s} bubble measured {measured:.3f}, simulator {predicted:.3f} "
               f"(difference {abs(measured - predicted) / max(predicted, 1e-9) * 100:.0f}% of the prediction)")
         for rank in range(2):  # where each rank's schedule time went (stage s runs on rank s % 2)

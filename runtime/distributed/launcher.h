@@ -4,9 +4,9 @@
 // OMP_NUM_THREADS = cores / ranks, in its own process group. "Cores" are the CPUs this process may
 // run on (its affinity: a launcher started under taskset or a container's cpuset shares those).
 // With bindCores, rank r runs on its own share of them, cores [r * c, (r + 1) * c) for c = cores /
-// ranks (DeepSpeed's --bind_cores_to_rank): unbound, the kernel may run two ranks' compute on one
-// core for milliseconds after a wake-up (measured on bench/train_bench.py's 1f1b, 2 ranks on 2
-// cores: steps 38-41 ms bound, 40-42 ms unbound; the bubble 0.246-0.254 against 0.258-0.277).
+// ranks (DeepSpeed's --bind_cores_to_rank), so two ranks' compute never shares a core. Opt-in:
+// on a 2-core machine it measured no gain beyond the noise for 1f1b training (0.96x and 1.03x) and a 3.5x slower
+// ping-pong, since each rank's Gloo thread then shares the rank's core.
 //
 // Guarantees: every line a rank prints reaches this process's stdout / stderr whole, prefixed
 // "[rank R] "; when a rank fails (non-zero exit or a signal) the others get SIGTERM, then SIGKILL
