@@ -452,6 +452,58 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
   EXPECT_EQ(packed, plain);
 }
 
+// oneDNN's deconvolution against ATen's conv_transpose2d (cropped by the end pads as ONNX does):
+// strides, asymmetric pads, output_padding, dilation, groups, with and without bias; the second
+// run reuses the primitive. What it does not take it refuses: an output_padding larger than the
+// end pad, float64, autograd.
+TEST(OneDnn, TransposedConvolutionEqualsAten) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  struct Case {
+    std::int64_t inChannels, outChannels, kernel, stride, dilation, groups;
+    std::vector<std::int64_t> padBegin, padEnd, outputPadding;
+    bool bias;
+  };
+  const Case cases[] = {
+      {8, 4, 2, 2, 1, 1, {0, 0}, {0, 0}, {0, 0}, true},  // U-Net's 2x upsampling
+      {8, 6, 4, 2, 1, 1, {1, 1}, {1, 1}, {0, 0}, false}, // DCGAN's
+      {6, 4, 3, 2, 1, 1, {1, 1}, {1, 1}, {1, 1}, true},  // "same" upsampling: output_padding 1
+      {6, 6, 3, 3, 2, 3, {2, 0}, {1, 2}, {0, 1}, true},  // asymmetric pads, dilation, groups
+      {4, 4, 3, 1, 1, 4, {1, 1}, {1, 1}, {0, 0}, false}, // depthwise, stride 1
+  };
+  at::manual_seed(17);
+  for (const Case& k : cases) {
+    at::Tensor x = at::randn({2, k.inChannels, 7, 6});
+    at::Tensor w = at::randn({k.inChannels, k.outChannels / k.groups, k.kernel, k.kernel});
+    at::Tensor bias = k.bias ? at::randn({k.outChannels}) : at::Tensor();
+    at::Tensor full = at::conv_transpose2d(x, w, bias, at::IntArrayRef{k.stride, k.stride}, at::IntArrayRef{0, 0},
+                                           at::IntArrayRef(k.outputPadding), k.groups,
+                                           at::IntArrayRef{k.dilation, k.dilation});
+    at::Tensor want = full.slice(2, k.padBegin[0], full.size(2) - k.padEnd[0])
+                          .slice(3, k.padBegin[1], full.size(3) - k.padEnd[1]);
+    std::shared_ptr<onednn::PackedConvolution> packed;
+    const onednn::PackedConvolution* first = nullptr;
+    for (int run = 0; run < 2; ++run) {
+      at::Tensor got = onednn::transposedConvolution2d(x, w, bias, {k.stride, k.stride}, k.padBegin, k.padEnd,
+                                                       {k.dilation, k.dilation}, k.outputPadding, k.groups, packed);
+      ASSERT_TRUE(got.defined()) << "groups " << k.groups << " kernel " << k.kernel;
+      if (run == 0)
+        first = packed.get();
+      EXPECT_EQ(packed.get(), first); // the second run reused the primitive and the weight
+      EXPECT_EQ(got.sizes(), want.sizes());
+      EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast));
+      EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-4)) << "groups " << k.groups << " kernel " << k.kernel;
+    }
+  }
+  std::shared_ptr<onednn::PackedConvolution> packed;
+  at::Tensor x = at::randn({1, 4, 5, 5}), w = at::randn({4, 2, 3, 3});
+  EXPECT_FALSE(onednn::transposedConvolution2d(x, w, {}, {2, 2}, {0, 0}, {0, 0}, {1, 1}, {1, 1}, 1, packed).defined());
+  EXPECT_FALSE(onednn::transposedConvolution2d(x.to(at::kDouble), w.to(at::kDouble), {}, {2, 2}, {0, 0}, {0, 0}, {1, 1},
+                                               {0, 0}, 1, packed).defined());
+  EXPECT_FALSE(onednn::transposedConvolution2d(x, w.clone().requires_grad_(true), {}, {2, 2}, {0, 0}, {0, 0}, {1, 1},
+                                               {0, 0}, 1, packed).defined());
+}
+
 // oneDNN's Softmax and LogSoftmax against ATen's along every axis, into a new tensor or over the
 // input (`inPlace`); what it does not take (not contiguous, float64) it refuses.
 TEST(OneDnn, SoftmaxEqualsAten) {

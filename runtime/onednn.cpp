@@ -280,8 +280,9 @@ struct PackedConvolution {
   at::Tensor source; // the weight it was reordered from; kept referenced, so its identity stays unique
   std::vector<std::int64_t> inputDims;
   bool withBias = false;
+  bool transposed = false; // a deconvolution (ConvTranspose)
   ConvPostOps post;
-  dnnl::convolution_forward primitive;
+  dnnl::primitive primitive;
   dnnl::memory weight;
   dnnl::memory::desc src, dst;
   std::vector<std::int64_t> outputDims;
@@ -380,7 +381,7 @@ at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Ten
   if (post.addResidual && residual.sizes().vec() != convolutionOutputDims(x, w, strides, padBegin, padEnd, dilations))
     return {};
   try {
-    if (!packed || !packed->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
+    if (!packed || packed->transposed || !packed->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
         packed->withBias != bias.defined() || !(packed->post == post))
       packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post);
     at::Tensor src = x.contiguous(at::MemoryFormat::ChannelsLast);
@@ -400,6 +401,101 @@ at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Ten
       args.emplace(DNNL_ARG_BIAS, view(dnnl::memory::desc({w.size(0)}, DataType::f32, Tag::a), denseBias));
     execute(packed->primitive, args);
     return out;
+  } catch (const dnnl::error&) {
+    packed.reset();
+    return {};
+  }
+}
+
+namespace {
+// [N, OC, OH, OW] of a 2-D transposed convolution of x by w [IC, OC / groups, KH, KW] (ONNX's
+// ConvTranspose output size with explicit pads).
+std::vector<std::int64_t> transposedOutputDims(const at::Tensor& x, const at::Tensor& w, std::int64_t groups,
+                                               const std::vector<std::int64_t>& strides,
+                                               const std::vector<std::int64_t>& padBegin,
+                                               const std::vector<std::int64_t>& padEnd,
+                                               const std::vector<std::int64_t>& dilations,
+                                               const std::vector<std::int64_t>& outputPadding) {
+  std::vector<std::int64_t> out{x.size(0), w.size(1) * groups};
+  for (std::size_t d = 0; d < 2; ++d) {
+    const std::int64_t in = x.size(static_cast<std::int64_t>(d) + 2), k = w.size(static_cast<std::int64_t>(d) + 2);
+    out.push_back(strides[d] * (in - 1) + outputPadding[d] + dilations[d] * (k - 1) + 1 - padBegin[d] - padEnd[d]);
+  }
+  return out;
+}
+
+// The deconvolution for x's dims: the primitive (oneDNN picks the weight layout), the weight
+// reordered into it once. ONNX's output_padding is less end padding for oneDNN.
+std::shared_ptr<PackedConvolution> packTransposedConvolution(
+    const at::Tensor& x, const at::Tensor& w, bool withBias, const std::vector<std::int64_t>& strides,
+    const std::vector<std::int64_t>& padBegin, const std::vector<std::int64_t>& padEnd,
+    const std::vector<std::int64_t>& dilations, const std::vector<std::int64_t>& outputPadding, std::int64_t groups) {
+  auto packed = std::make_shared<PackedConvolution>();
+  const std::int64_t ic = w.size(0), oc = w.size(1) * groups;
+  const std::vector<std::int64_t> out =
+      transposedOutputDims(x, w, groups, strides, padBegin, padEnd, dilations, outputPadding);
+  // Logical oneDNN weight dims are (groups,) OC, IC; ONNX stores [IC, OC / groups, KH, KW], which
+  // is oneDNN's (g)iohw order.
+  const Dims weightDims = groups > 1 ? Dims{groups, oc / groups, ic / groups, w.size(2), w.size(3)}
+                                     : Dims{oc, ic, w.size(2), w.size(3)};
+  packed->src = dnnl::memory::desc(Dims(x.sizes().begin(), x.sizes().end()), DataType::f32, Tag::nhwc);
+  packed->dst = dnnl::memory::desc(Dims(out.begin(), out.end()), DataType::f32, Tag::nhwc);
+  const dnnl::memory::desc anyWeight(weightDims, DataType::f32, Tag::any), biasDesc({oc}, DataType::f32, Tag::a);
+  const Dims dilates{dilations[0] - 1, dilations[1] - 1}, stride(strides.begin(), strides.end()),
+      left(padBegin.begin(), padBegin.end()), right{padEnd[0] - outputPadding[0], padEnd[1] - outputPadding[1]};
+  using Deconvolution = dnnl::deconvolution_forward;
+  auto desc = withBias ? Deconvolution::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                                             packed->src, anyWeight, biasDesc, packed->dst, stride, dilates, left, right)
+                       : Deconvolution::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                                             packed->src, anyWeight, packed->dst, stride, dilates, left, right);
+  Deconvolution::primitive_desc pd(desc, cpuEngine());
+  at::Tensor plainWeight = w.contiguous();
+  dnnl::memory given(dnnl::memory::desc(weightDims, DataType::f32, groups > 1 ? Tag::giohw : Tag::iohw), cpuEngine(),
+                     plainWeight.data_ptr());
+  packed->weight = dnnl::memory(pd.weights_desc(), cpuEngine());
+  execute(dnnl::reorder(given, packed->weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, packed->weight}});
+  packed->primitive = Deconvolution(pd);
+  packed->source = w;
+  packed->inputDims = x.sizes().vec();
+  packed->withBias = withBias;
+  packed->transposed = true;
+  packed->outputDims = out;
+  return packed;
+}
+} // namespace
+
+at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                                   const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
+                                   const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
+                                   const std::vector<std::int64_t>& outputPadding, std::int64_t groups,
+                                   std::shared_ptr<PackedConvolution>& packed) {
+  if (!eligible(x) || !eligible(w) || x.dim() != 4 || w.dim() != 4 || x.numel() == 0 || w.numel() == 0 ||
+      groups < 1 || x.size(1) != w.size(0) || w.size(0) % groups != 0 || strides.size() != 2 ||
+      padBegin.size() != 2 || padEnd.size() != 2 || dilations.size() != 2 || outputPadding.size() != 2 ||
+      (bias.defined() && (!eligible(bias) || bias.numel() != w.size(1) * groups)))
+    return {};
+  for (std::size_t d = 0; d < 2; ++d)
+    if (strides[d] < 1 || dilations[d] < 1 || padBegin[d] < 0 || padEnd[d] - outputPadding[d] < 0)
+      return {}; // negative padding (a crop past the edge, or extra zero rows): ATen's path
+  const std::vector<std::int64_t> out =
+      transposedOutputDims(x, w, groups, strides, padBegin, padEnd, dilations, outputPadding);
+  if (out[2] < 1 || out[3] < 1)
+    return {};
+  try {
+    if (!packed || !packed->transposed || !packed->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
+        packed->withBias != bias.defined() || packed->outputDims != out)
+      packed = packTransposedConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, outputPadding,
+                                         groups);
+    at::Tensor src = x.contiguous(at::MemoryFormat::ChannelsLast);
+    at::Tensor result = at::empty(packed->outputDims, x.options().memory_format(at::MemoryFormat::ChannelsLast));
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, view(packed->src, src)},
+                                               {DNNL_ARG_WEIGHTS, packed->weight},
+                                               {DNNL_ARG_DST, view(packed->dst, result)}};
+    at::Tensor denseBias = bias.defined() ? bias.contiguous().view({-1}) : at::Tensor();
+    if (denseBias.defined())
+      args.emplace(DNNL_ARG_BIAS, view(dnnl::memory::desc({out[1]}, DataType::f32, Tag::a), denseBias));
+    execute(packed->primitive, args);
+    return result;
   } catch (const dnnl::error&) {
     packed.reset();
     return {};
@@ -432,6 +528,13 @@ at::Tensor convolution2d(const at::Tensor&, const at::Tensor&, const at::Tensor&
                          const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
                          const std::vector<std::int64_t>&, std::int64_t, const ConvPostOps&, const at::Tensor&, bool,
                          std::shared_ptr<PackedConvolution>&) {
+  return {};
+}
+
+at::Tensor transposedConvolution2d(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                   const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
+                                   const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
+                                   const std::vector<std::int64_t>&, std::int64_t, std::shared_ptr<PackedConvolution>&) {
   return {};
 }
 

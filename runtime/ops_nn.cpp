@@ -101,8 +101,9 @@ std::vector<std::pair<std::int64_t, std::int64_t>> transposedPads(const KernelCo
   return pads;
 }
 
-// Computes the unpadded transposed convolution (output_padding included), then crops (or, for
-// negative pads, extends with zeros) and adds the bias.
+// 2-D: oneDNN's deconvolution where it takes the operands. Otherwise computes the unpadded
+// transposed convolution (output_padding included) on ATen, then crops (or, for negative pads,
+// extends with zeros) and adds the bias.
 Outputs convTranspose(KernelContext& c) {
   const at::Tensor& x = c.input(0);
   const at::Tensor& w = c.input(1);
@@ -114,9 +115,17 @@ Outputs convTranspose(KernelContext& c) {
     full[d] = strides[d] * (x.size(2 + d) - 1) + extra[d] + (w.size(2 + d) - 1) * dilations[d] + 1;
   }
   std::vector<std::pair<std::int64_t, std::int64_t>> pads = transposedPads(c, x, full, strides);
-  bool symmetric = std::all_of(pads.begin(), pads.end(), [](auto p) { return p.first == p.second && p.first >= 0; });
   at::Tensor bias = c.has(2) ? c.input(2) : at::Tensor();
   std::int64_t groups = c.intAttr("group", 1);
+  if (n == 2 && onednn::available()) { // oneDNN's deconvolution, the weight reordered once
+    std::vector<std::int64_t> padBegin{pads[0].first, pads[1].first}, padEnd{pads[0].second, pads[1].second};
+    std::shared_ptr<onednn::PackedConvolution> uncached;
+    at::Tensor y = onednn::transposedConvolution2d(x, w, bias, strides, padBegin, padEnd, dilations, extra, groups,
+                                                   c.cache() ? c.cache()->convolution : uncached);
+    if (y.defined())
+      return {y};
+  }
+  bool symmetric = std::all_of(pads.begin(), pads.end(), [](auto p) { return p.first == p.second && p.first >= 0; });
   if (symmetric) { // ATen pads itself
     std::vector<std::int64_t> padding(n);
     for (std::size_t d = 0; d < n; ++d)

@@ -11,6 +11,7 @@ Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
   lraspp             torchvision lraspp_mobilenet_v3_large, opset 11
   fcn                torchvision fcn_resnet50, opset 13
   swin_t             torchvision swin_t, opset 17
+  dcgan              DCGAN's generator (five ConvTranspose layers; batch 16), opset 13
   bert_base          a BERT-base-sized encoder (12 x 768, 12 heads), opset 17 (benchmarks)
 --small shrinks the encoder/decoder sizes and image sizes for fast tests (same op sets).
 Existing files are kept (delete them to re-export).
@@ -95,6 +96,23 @@ class Encoder(nn.Module):
         return self.encoder(x)
 
 
+class DcganGenerator(nn.Module):
+    """DCGAN's generator: a latent [B, 100, 1, 1] up to a [B, 3, 64, 64] image by five
+    ConvTranspose layers (the first 4x4 from 1x1, then stride 2), BatchNorm and ReLU, Tanh last."""
+
+    def __init__(self, latent=100, width=64):
+        super().__init__()
+        layers, channels = [], [latent, 8 * width, 4 * width, 2 * width, width]
+        for k, (cin, cout) in enumerate(zip(channels, channels[1:])):
+            layers += [nn.ConvTranspose2d(cin, cout, 4, 1 if k == 0 else 2, 0 if k == 0 else 1, bias=False),
+                       nn.BatchNorm2d(cout), nn.ReLU()]
+        layers += [nn.ConvTranspose2d(width, 3, 4, 2, 1, bias=False), nn.Tanh()]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, z):
+        return self.net(z)
+
+
 class Recurrent(nn.Module):
     """A sequence tagger: a 2-layer bidirectional LSTM or GRU (batch first) and a linear head; the
     output mixes the per-step outputs Y with the final hidden state Y_h, so both are checked."""
@@ -166,6 +184,8 @@ def zoo(small):
            (torch.randn(1, 3, image, image, generator=g),), ["x"])
     yield ("swin_t", 17, lambda: torchvision.models.swin_t(weights=None),
            (torch.randn(1, 3, image, image, generator=g),), ["x"])
+    yield ("dcgan", 13, lambda: DcganGenerator(width=8 if small else 64),
+           (torch.randn(2 if small else 16, 100, 1, 1, generator=g),), ["z"])
     yield ("bert_base", 17, lambda: Encoder(768, 12, 12, 3072, activation="gelu"),
            (torch.randn(1, 128, 768, generator=g),), ["x"])
 
