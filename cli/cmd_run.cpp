@@ -11,6 +11,7 @@
 #include "plan/plan_file.h"
 #include "runtime/distributed/distributed_run.h"
 #include "runtime/distributed/environment.h"
+#include "runtime/host_memory.h"
 #include "runtime/microbatch.h"
 #include "runtime/tensor_files.h"
 
@@ -218,6 +219,8 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
     return usageError() << "--microbatches goes with --pipeline or --distributed";
   if (flags.schedule && !flags.distributed)
     return usageError() << "--schedule goes with --distributed";
+  // Each run frees what the next allocates again: keep it resident rather than fault it back in.
+  runtime::keepFreedHostMemory();
   if (flags.distributed)
     return runDistributed(flags, out, err);
   CLEAVE_TRY(OpenedRunnable opened, openRunnable(flags.path, flags.runtime));
