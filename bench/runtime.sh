@@ -11,8 +11,9 @@
 #   2. cut overhead: the model split by a profile that leaves Relu/Softmax/Erf on the CPU, run
 #      by `cleave run OUT_DIR` (both sides on aten-cpu, so the submodels run joined: cut_ms), and
 #      with `--no-join` (every submodel its own module: seams_ms), against the whole model.
-#   3. what each executor optimization gives: the whole model with --no-fusion and with
-#      --no-blocked-layout (docs/runtime.md).
+#   3. what each executor optimization gives: the whole model with --no-fusion, with
+#      --no-blocked-layout and with --no-packed-weights (docs/runtime.md); for the last, the
+#      median per-round ratio whole / unpacked with its range (below 1: packing is faster).
 # Interleaved rounds (ROUNDS, default 5): each round times every side once (one block of REPEAT
 # runs, its median), alternating the order between rounds. Printed: each side's median over the
 # rounds, and for cleave / ORT and the cut's overhead the median of the per-round ratios with
@@ -24,8 +25,8 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cleave="$root/build/release/cleave"
 repeat="${REPEAT:-20}" rounds="${ROUNDS:-5}"
-printf '%-18s %9s %9s %20s %9s %20s %9s %20s %10s %11s %9s\n' model ort_ms cleave_ms "cleave/ORT [range]" cut_ms \
-  "overhead [range]" seams_ms "overhead [range]" submodels nofusion_ms dense_ms
+printf '%-18s %9s %9s %20s %9s %20s %9s %20s %10s %11s %9s %11s %18s\n' model ort_ms cleave_ms "cleave/ORT [range]" cut_ms \
+  "overhead [range]" seams_ms "overhead [range]" submodels nofusion_ms dense_ms unpacked_ms "packed/unpacked"
 for model in $models; do
   onnx="$zoo/$model.onnx" inputs="$zoo/$model.inputs.json"
   /usr/bin/python3 - "$onnx" "$tmp/profile.json" <<'PY'
@@ -48,13 +49,15 @@ PY
              | tr -d '\n')" ;;
       dense) echo "dense $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-blocked-layout --json \
              | tr -d '\n')" ;;
+      unpacked) echo "unpacked $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-packed-weights \
+             --json | tr -d '\n')" ;;
     esac >>"$tmp/times"
   }
   # Interleaved: every round times each side once, in forward order on even rounds and reverse
   # order on odd ones, so a drift in the machine's speed falls on both sides of each comparison.
   for ((round = 0; round < rounds; ++round)); do
-    sides=(ort whole cut seams nofusion dense)
-    ((round % 2)) && sides=(dense nofusion seams cut whole ort)
+    sides=(ort whole cut seams nofusion dense unpacked)
+    ((round % 2)) && sides=(unpacked dense nofusion seams cut whole ort)
     for side in "${sides[@]}"; do time_side "$side" "$round"; done
   done
   /usr/bin/python3 - "$model" "$tmp/times" <<'PY'
@@ -71,10 +74,13 @@ rounds = sorted(per_round["ort"])
 med = {side: statistics.median(values.values()) for side, values in per_round.items()}
 ratios = [per_round["whole"][r] / per_round["ort"][r] for r in rounds]
 ratio = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f},{max(ratios):.2f}]"
+gains = [per_round["whole"][r] / per_round["unpacked"][r] for r in rounds]
+packed = f"{statistics.median(gains):.2f}x [{min(gains):.2f},{max(gains):.2f}]"
 def overhead(side):
     over = [100 * (per_round[side][r] - per_round["whole"][r]) / per_round["whole"][r] for r in rounds]
     return f"{statistics.median(over):+.1f}% [{min(over):+.1f},{max(over):+.1f}]"
 print(f"{model:<18} {med['ort']:9.2f} {med['whole']:9.2f} {ratio:>20} {med['cut']:9.2f} {overhead('cut'):>20}"
-      f" {med['seams']:9.2f} {overhead('seams'):>20} {submodules:10d} {med['nofusion']:11.2f} {med['dense']:9.2f}")
+      f" {med['seams']:9.2f} {overhead('seams'):>20} {submodules:10d} {med['nofusion']:11.2f} {med['dense']:9.2f}"
+      f" {med['unpacked']:11.2f} {packed:>18}")
 PY
 done

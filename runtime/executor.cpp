@@ -105,6 +105,8 @@ void Executor::shareWeightCaches() {
       continue;
     ir::ParamId owner = g.storageOf(g.parameters(g.producer(weight))[0]);
     cacheSlot_[node] = firstReader.try_emplace({kind, owner}, node).first->second;
+    if (!packedStorage_.empty())
+      caches_[cacheSlot_[node]].packedWeight = packedStorage_[index(owner)];
   }
 }
 
@@ -148,16 +150,24 @@ std::vector<bool> Executor::productWeights() const {
 Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param, const std::vector<bool>& storeAsRows) {
   const ir::Graph& g = *graph_;
   ir::ParamId owner = g.storageOf(param);
-  if (storageTensors_.empty())
+  if (storageTensors_.empty()) {
     storageTensors_.resize(g.numParameters());
-  if (storageTensors_[index(owner)].defined())
+    packedStorage_.resize(g.numParameters());
+  }
+  if (storageTensors_[index(owner)].defined() || packedStorage_[index(owner)])
     return storageTensors_[index(owner)];
-  CLEAVE_TRY(at::Tensor tensor, loadParameter(g, owner, storeAsRows[index(owner)]));
+  const bool packable = storeAsRows[index(owner)] && options_.optimizations.packedWeights;
+  CLEAVE_TRY(at::Tensor tensor, loadParameter(g, owner, storeAsRows[index(owner)] && !packable));
   // Copied out: its bytes need not stay resident (else the peak holds the model file as well as
   // the tensors while the rest load).
   const ir::ParameterData& data = g.parameter(owner).data;
   if (g.modelFile() && data.source == ir::ParameterData::Source::ModelFile)
     g.modelFile()->releaseResidentPages(data.offset, data.length);
+  if (packable) { // the packed copy is the only one (the loaded tensor is freed here)
+    packedStorage_[index(owner)] = onednn::packWeight(tensor);
+    if (packedStorage_[index(owner)])
+      return at::Tensor();
+  }
   if (options_.floatType && at::isFloatingType(tensor.scalar_type()))
     tensor = tensor.to(*options_.floatType);
   tensor = tensor.to(options_.device);
@@ -165,6 +175,11 @@ Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param, const std::vec
     tensor.requires_grad_(true);
   storageTensors_[index(owner)] = tensor;
   return tensor;
+}
+
+std::size_t Executor::packedWeightCount() const {
+  return static_cast<std::size_t>(std::count_if(packedStorage_.begin(), packedStorage_.end(),
+                                                [](const auto& packed) { return packed != nullptr; }));
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Executor::trainableParameters() const {
@@ -280,7 +295,13 @@ Status Executor::bindInput(NodeId node, const TensorMap& inputs, RunState& state
 void Executor::bindParameter(NodeId node, RunState& state) const {
   ir::ValueId value = graph_->outputs(node)[0];
   state.values[index(value)] = parameters_[node];
-  state.observed(value, parameters_[node]);
+  if (!parameters_[node].defined() && state.observe) {
+    // Held packed: an observer sees (and this run's unfused products read) a dense copy.
+    const ir::ParamId owner = graph_->storageOf(graph_->parameters(node)[0]);
+    if (const auto& packed = packedStorage_.empty() ? nullptr : packedStorage_[index(owner)])
+      state.values[index(value)] = onednn::unpackWeight(*packed);
+  }
+  state.observed(value, state.values[index(value)]);
 }
 
 TensorMap Executor::collectOutputs(NodeId node, RunState& state) const {

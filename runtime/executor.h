@@ -31,6 +31,9 @@ namespace cleave::runtime {
 struct Optimizations {
   bool fusion = true;        // run fused node groups (fusion.h) as one kernel each
   bool blockedLayout = true; // keep convolution activations in oneDNN's blocked layout between ops
+  // Hold a float32 weight that only MatMuls read (as their right operand) in oneDNN's own product
+  // layout, as the only copy (onednn::PackedWeight; cleave run --no-packed-weights).
+  bool packedWeights = true;
   // Not the executor's: a cut model's neighbouring submodules on one backend run as one joined
   // graph, fusing across their seams (cut_model.h).
   bool joinSeams = true;
@@ -83,6 +86,8 @@ public:
   // parameter order; the optimizer updates them in place and later runs read the new values.
   std::vector<std::pair<std::string, at::Tensor>> trainableParameters() const;
   std::int64_t opset() const { return opset_; }
+  // How many parameters (by storage) it holds only packed (Optimizations::packedWeights).
+  std::size_t packedWeightCount() const;
 
 private:
   friend class KernelContext; // builds subgraph executors through subgraph()
@@ -112,6 +117,9 @@ private:
   IdVector<ir::NodeId, KernelEntry> kernels_;
   IdVector<ir::NodeId, at::Tensor> parameters_; // Parameter nodes' tensors
   std::vector<at::Tensor> storageTensors_;      // per storage-owning parameter, once loaded
+  // Per storage-owning parameter held only packed (Optimizations::packedWeights): its Parameter
+  // nodes bind an undefined tensor, and its readers' caches hold this.
+  std::vector<std::shared_ptr<const onednn::PackedWeight>> packedStorage_;
   IdVector<ir::NodeId, KernelCache> caches_;    // per op node: what its kernel keeps (packed weights)
   IdVector<ir::NodeId, ir::NodeId> cacheSlot_;  // per node: whose cache it uses (shareWeightCaches)
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)

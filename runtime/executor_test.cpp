@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <array>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "runtime/fusion.h"
@@ -450,6 +452,116 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
   EXPECT_FALSE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {true, Activation::Relu},
                                      at::randn({1, 4, 1, 1}), true, packed).defined());
   EXPECT_EQ(packed, plain);
+}
+
+// A packed weight (oneDNN's own product layout) computes what the plain weight does at every row
+// count, with and without bias and GELU; it unpacks to the same values; the second call reuses
+// the primitive; operands it does not take it refuses.
+TEST(OneDnn, PackedWeightProductsEqualAten) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  at::manual_seed(19);
+  at::Tensor kn = at::randn({48, 40}), bias = at::randn({40});
+  std::shared_ptr<const onednn::PackedWeight> weight = onednn::packWeight(kn.t().contiguous().t());
+  ASSERT_TRUE(weight);
+  EXPECT_TRUE(at::equal(onednn::unpackWeight(*weight), kn));
+  EXPECT_EQ(onednn::packedWeightDims(*weight), (std::array<std::int64_t, 2>{48, 40}));
+  for (std::int64_t rows : {1, 3, 5, 17, 130}) {
+    at::Tensor x = at::randn({rows, 48});
+    for (bool withBias : {false, true})
+      for (bool thenGelu : {false, true}) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + (withBias ? ", bias" : "") + (thenGelu ? ", gelu" : ""));
+        at::Tensor want = at::matmul(x, kn) + (withBias ? bias : at::zeros({40}));
+        if (thenGelu)
+          want = at::gelu(want);
+        std::shared_ptr<onednn::PackedProduct> packed;
+        at::Tensor got = onednn::linearPacked(x.view({1, rows, 48}), weight, withBias ? bias : at::Tensor(), thenGelu,
+                                              packed);
+        ASSERT_TRUE(got.defined());
+        EXPECT_EQ(got.sizes(), (std::vector<std::int64_t>{1, rows, 40}));
+        EXPECT_TRUE(at::allclose(got.view({rows, 40}), want, 1e-4, 1e-4));
+        const onednn::PackedProduct* first = packed.get();
+        onednn::linearPacked(x, weight, withBias ? bias : at::Tensor(), thenGelu, packed);
+        EXPECT_EQ(packed.get(), first); // same form: the primitive is reused
+      }
+  }
+  std::shared_ptr<onednn::PackedProduct> packed;
+  EXPECT_FALSE(onednn::linearPacked(at::randn({2, 47}), weight, {}, false, packed).defined()); // K mismatch
+  EXPECT_FALSE(onednn::linearPacked(at::randn({0, 48}), weight, {}, false, packed).defined()); // no rows
+  EXPECT_FALSE(onednn::linearPacked(at::randn({2, 48}).to(at::kDouble), weight, {}, false, packed).defined());
+  EXPECT_FALSE(onednn::packWeight(kn.to(at::kDouble)));
+}
+
+// The executor holds a weight that only MatMuls read packed, as its only copy (its Parameter binds
+// nothing): results equal --no-packed-weights, observed runs see the weight's values, an alias
+// of it is the same packed weight, and a weight another op also reads stays a tensor.
+TEST(Executor, ProductOnlyWeightsArePackedOnce) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  at::manual_seed(23);
+  const at::Tensor w = at::randn({16, 24}), v = at::randn({24, 24}), b = at::randn({24});
+  auto build = [&] {
+    ir::GraphBuilder builder(ir::SourceFormat::Onnx);
+    builder.modelInfo().opsetImports = {{"", 17}};
+    builder.addInput("x", ir::ValueType::tensor(ir::DType::F32, {24, 16}));
+    auto parameter = [&](const std::string& name, const at::Tensor& t) {
+      ir::Parameter p;
+      p.name = name;
+      p.dtype = ir::DType::F32;
+      p.dims = t.sizes().vec();
+      p.bytes = t.numel() * 4;
+      p.data = builder.appendInlineData(std::string(static_cast<const char*>(t.data_ptr()), static_cast<std::size_t>(p.bytes)));
+      builder.addParameter(std::move(p), ir::ValueType::tensor(ir::DType::F32, t.sizes().vec()));
+    };
+    parameter("w", w);
+    parameter("v", v); // read by two MatMuls and by an Add: not packed
+    parameter("b", b);
+    EXPECT_TRUE(builder.addParameterAlias("w_alias", "w", "w_identity"));
+    auto node = [&](std::string op, std::vector<std::string> inputs, std::string out) {
+      ir::NodeSpec spec;
+      spec.opType = std::move(op);
+      spec.name = out;
+      spec.inputs = std::move(inputs);
+      spec.outputs.push_back({std::move(out), ir::ValueType()});
+      builder.addNode(spec);
+    };
+    node("MatMul", {"x", "w"}, "h");
+    node("Add", {"h", "b"}, "hb");        // fused with its MatMul
+    node("MatMul", {"x", "w_alias"}, "g"); // the alias: the same packed weight
+    node("Add", {"hb", "g"}, "s");
+    node("MatMul", {"s", "v"}, "t");
+    node("Add", {"t", "v"}, "y"); // v's second reader
+    builder.setOutputs({"y"});
+    Expected<ir::Graph> graph = std::move(builder).finish();
+    EXPECT_TRUE(graph) << (graph ? "" : graph.error().message());
+    return std::make_shared<const ir::Graph>(std::move(*graph));
+  };
+  const at::Tensor x = at::randn({24, 16}); // 24 rows, so v [24, 24] adds elementwise
+  const at::Tensor h = at::matmul(x, w), want = at::matmul(h + b + h, v) + v;
+  ExecutorOptions plainOptions;
+  plainOptions.optimizations.packedWeights = false;
+  auto packed = Executor::create(build());
+  auto plain = Executor::create(build(), plainOptions);
+  ASSERT_TRUE(packed && plain);
+  EXPECT_EQ((*packed)->packedWeightCount(), 1u); // w (and its alias); not v, which an Add reads too
+  EXPECT_EQ((*plain)->packedWeightCount(), 0u);
+  for (int run = 0; run < 2; ++run) { // the second run reuses the primitives
+    Expected<TensorMap> a = (*packed)->run({{"x", x}}), c = (*plain)->run({{"x", x}});
+    ASSERT_TRUE(a && c) << (a ? c.error().message() : a.error().message());
+    EXPECT_TRUE(at::allclose(a->at("y"), want, 1e-4, 1e-4));
+    EXPECT_TRUE(at::allclose(a->at("y"), c->at("y"), 1e-5, 1e-5));
+  }
+  std::map<std::string, at::Tensor> seen;
+  Executor::Observer observe = [&](ir::ValueId value, const at::Tensor& t) {
+    seen[std::string((*packed)->graph().valueName(value))] = t;
+  };
+  Expected<TensorMap> observed = (*packed)->run({{"x", x}}, nullptr, &observe);
+  ASSERT_TRUE(observed) << observed.error().message();
+  EXPECT_TRUE(at::allclose(observed->at("y"), want, 1e-4, 1e-4));
+  ASSERT_TRUE(seen.count("w") && seen.count("w_alias") && seen.count("v"));
+  EXPECT_TRUE(at::equal(seen.at("w"), w)); // the observer sees the values, unpacked
+  EXPECT_TRUE(at::equal(seen.at("w_alias"), w));
+  EXPECT_TRUE(at::equal(seen.at("v"), v));
 }
 
 // oneDNN's deconvolution against ATen's conv_transpose2d (cropped by the end pads as ONNX does):

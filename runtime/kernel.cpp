@@ -97,7 +97,27 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) {
   return out.defined() ? out : at::matmul(a, b);
 }
 
-at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, bool thenGelu) {
+at::Tensor productWeight(const KernelContext& c, std::size_t i) {
+  if (c.has(i) || !c.cache() || !c.cache()->packedWeight)
+    return c.input(i);
+  return at::Tensor();
+}
+
+at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& packedOrB, const at::Tensor& bias,
+                  bool thenGelu) {
+  at::Tensor b = packedOrB;
+  if (!b.defined()) { // the weight lives packed in the node's cache
+    const std::shared_ptr<const onednn::PackedWeight>& packed = c.cache()->packedWeight;
+    const std::int64_t n = onednn::packedWeightDims(*packed)[1];
+    const bool takesBias =
+        !bias.defined() || (bias.dim() == 1 && bias.size(0) == n && bias.scalar_type() == a.scalar_type());
+    if (a.dim() >= 2 && takesBias) {
+      at::Tensor out = onednn::linearPacked(a, packed, bias, thenGelu, c.cache()->product);
+      if (out.defined())
+        return out;
+    }
+    b = onednn::unpackWeight(*packed);
+  }
   const bool byWeight = b.dim() == 2 && a.dim() >= 2; // activations times a 2-D weight
   const bool inProduct =
       !bias.defined() || (bias.dim() == 1 && bias.size(0) == b.size(1) && bias.scalar_type() == a.scalar_type());

@@ -27,6 +27,9 @@ struct KernelCache {
   at::Tensor source, derived;
   std::shared_ptr<onednn::PackedProduct> product;
   std::shared_ptr<onednn::PackedConvolution> convolution;
+  // A product's right operand when the executor holds that weight only packed (its operand is
+  // then undefined; productWeight() and matmul() read it from here).
+  std::shared_ptr<const onednn::PackedWeight> packedWeight;
 };
 
 struct KernelError : std::runtime_error {
@@ -167,8 +170,13 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
 // 2-D weight go through linear() (a 1-D bias [N] of the same dtype inside the product), any
 // other product through batchedMatmul(); a bias of another shape is added (broadcast) after.
 // `thenGelu`: then GELU, as in linear().
+// An undefined `b` is the node's packed weight (KernelCache::packedWeight): the product reads it
+// packed, or a dense copy of it where the packed product does not take the operands.
 at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias = at::Tensor(),
                   bool thenGelu = false);
+// A product's right operand i: its tensor, or undefined when the node's cache holds it packed.
+// Throws KernelError when it is neither.
+at::Tensor productWeight(const KernelContext& c, std::size_t i);
 // The runtime's thread count: the hardware's, unless OMP_NUM_THREADS says otherwise (some
 // libtorch builds start with one thread). Idempotent.
 void configureThreads();

@@ -46,8 +46,14 @@ void execute(const dnnl::primitive& primitive, const std::unordered_map<int, dnn
 
 bool available() { return true; }
 
+struct PackedWeight {
+  std::int64_t k = 0, n = 0;
+  dnnl::memory memory; // [K, N] in the layout the matmul primitive picks for this CPU (owns its buffer)
+};
+
 struct PackedProduct {
   at::Tensor source; // the weight it was reordered from; kept referenced, so its identity stays unique
+  std::shared_ptr<const PackedWeight> packedSource; // or the packed weight it reads
   std::int64_t rows = -1;
   bool withBias = false;
   bool thenGelu = false;
@@ -90,6 +96,44 @@ at::Tensor fewRowsProduct(const at::Tensor& rows, const at::Tensor& kn, const at
 }
 } // namespace
 
+namespace {
+// The matmul primitive for [m, k] rows times a [k, n] weight laid out as `weight` (a layout, or
+// Tag::any for the primitive's choice), with a [1, n] bias and GELU when asked.
+dnnl::matmul::primitive_desc productDesc(std::int64_t m, std::int64_t k, std::int64_t n, bool withBias,
+                                         bool thenGelu, const dnnl::memory::desc& weight) {
+  const dnnl::memory::desc srcDesc({m, k}, DataType::f32, Tag::ab), dstDesc({m, n}, DataType::f32, Tag::ab),
+      biasDesc({1, n}, DataType::f32, Tag::ab);
+  dnnl::post_ops post;
+  if (thenGelu)
+    post.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(post);
+  return withBias ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(srcDesc, weight, biasDesc, dstDesc), attr, cpuEngine())
+                  : dnnl::matmul::primitive_desc(dnnl::matmul::desc(srcDesc, weight, dstDesc), attr, cpuEngine());
+}
+
+// Whether `packed` was made for this product's form (its weight is checked by the caller).
+bool fits(const PackedProduct& packed, std::int64_t rows, bool withBias, bool thenGelu) {
+  return packed.rows == rows && packed.withBias == withBias && packed.thenGelu == thenGelu;
+}
+
+// `packed`'s primitive on rows [m, k] into a fresh [m, n] output, shaped `shape`.
+at::Tensor runProduct(const PackedProduct& packed, const at::Tensor& rows, const at::Tensor& bias, std::int64_t n,
+                      const std::vector<std::int64_t>& shape) {
+  const std::int64_t m = rows.size(0), k = rows.size(1);
+  const dnnl::memory::desc srcDesc({m, k}, DataType::f32, Tag::ab), dstDesc({m, n}, DataType::f32, Tag::ab),
+      biasDesc({1, n}, DataType::f32, Tag::ab);
+  at::Tensor out = at::empty({m, n}, rows.options());
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, view(srcDesc, rows)}, {DNNL_ARG_WEIGHTS, packed.weight}, {DNNL_ARG_DST, view(dstDesc, out)}};
+  at::Tensor denseBias = bias.defined() ? bias.contiguous() : at::Tensor();
+  if (denseBias.defined())
+    args.emplace(DNNL_ARG_BIAS, view(biasDesc, denseBias));
+  execute(packed.primitive, args);
+  return out.view(shape);
+}
+} // namespace
+
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK, const at::Tensor& bias,
                   bool thenGelu, std::shared_ptr<PackedProduct>& packed) {
   if (!eligible(x) || !eligible(weight) || weight.dim() != 2 || x.dim() < 1 || x.numel() == 0 ||
@@ -107,25 +151,13 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK
     if (out.defined())
       return out.view(shape);
   }
-  const dnnl::memory::desc srcDesc({m, k}, DataType::f32, Tag::ab), dstDesc({m, n}, DataType::f32, Tag::ab),
-      biasDesc({1, n}, DataType::f32, Tag::ab);
   try {
-    if (!packed || !packed->source.is_same(weight) || packed->rows != m || packed->withBias != bias.defined() ||
-        packed->thenGelu != thenGelu) {
+    if (!packed || !packed->source.is_same(weight) || !fits(*packed, m, bias.defined(), thenGelu)) {
       auto fresh = std::make_shared<PackedProduct>();
-      // The weight [K, N] stored transposed (each output's K weights contiguous): with Tag::any
-      // oneDNN 2.6 keeps [K, N] rows, which measured up to 1.7x slower on BERT-base's products.
-      const dnnl::memory::desc packedWeight({k, n}, DataType::f32, Tag::ba);
-      dnnl::post_ops post;
-      if (thenGelu)
-        post.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
-      dnnl::primitive_attr attr;
-      attr.set_post_ops(post);
+      // The weight [K, N] stored transposed (each output's K weights contiguous): read in place,
+      // where the primitive's own layout (Tag::any, what packWeight makes) would be a second copy.
       dnnl::matmul::primitive_desc pd =
-          bias.defined() ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(srcDesc, packedWeight, biasDesc, dstDesc),
-                                                        attr, cpuEngine())
-                         : dnnl::matmul::primitive_desc(dnnl::matmul::desc(srcDesc, packedWeight, dstDesc), attr,
-                                                        cpuEngine());
+          productDesc(m, k, n, bias.defined(), thenGelu, dnnl::memory::desc({k, n}, DataType::f32, Tag::ba));
       at::Tensor kn = weightIsNK ? weight.t() : weight; // a [K, N] view, any strides
       if (describe(kn) == pd.weights_desc()) {
         // Already [N, K] rows (Gemm's transB weights; the executor's stored MatMul weights):
@@ -143,14 +175,74 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK
       fresh->thenGelu = thenGelu;
       packed = std::move(fresh);
     }
-    at::Tensor out = at::empty({m, n}, x.options());
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, view(srcDesc, rows)}, {DNNL_ARG_WEIGHTS, packed->weight}, {DNNL_ARG_DST, view(dstDesc, out)}};
-    at::Tensor denseBias = bias.defined() ? bias.contiguous() : at::Tensor();
-    if (denseBias.defined())
-      args.emplace(DNNL_ARG_BIAS, view(biasDesc, denseBias));
-    execute(packed->primitive, args);
-    return out.view(shape);
+    return runProduct(*packed, rows, bias, n, shape);
+  } catch (const dnnl::error&) {
+    return {};
+  }
+}
+
+std::shared_ptr<PackedWeight> packWeight(const at::Tensor& kn) {
+  if (!eligible(kn) || kn.dim() != 2 || kn.numel() == 0)
+    return nullptr;
+  const std::int64_t k = kn.size(0), n = kn.size(1);
+  try {
+    // The layout does not depend on the row count, the bias or GELU (checked on this oneDNN for
+    // 1 to 4096 rows and transformer and classifier shapes); a product whose primitive wants
+    // another one reorders a copy of its own (linearPacked).
+    dnnl::matmul::primitive_desc pd =
+        productDesc(128, k, n, false, false, dnnl::memory::desc({k, n}, DataType::f32, Tag::any));
+    auto packed = std::make_shared<PackedWeight>();
+    packed->k = k;
+    packed->n = n;
+    packed->memory = dnnl::memory(pd.weights_desc(), cpuEngine());
+    dnnl::memory given = view(describe(kn), kn);
+    execute(dnnl::reorder(given, packed->memory), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, packed->memory}});
+    return packed;
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+}
+
+at::Tensor unpackWeight(const PackedWeight& weight) {
+  at::Tensor kn = at::empty({weight.k, weight.n}, at::kFloat);
+  dnnl::memory plain = view(describe(kn), kn);
+  dnnl::memory source = weight.memory; // a handle: reorder takes non-const memories
+  execute(dnnl::reorder(source, plain), {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, plain}});
+  return kn;
+}
+
+std::array<std::int64_t, 2> packedWeightDims(const PackedWeight& weight) { return {weight.k, weight.n}; }
+
+at::Tensor linearPacked(const at::Tensor& x, const std::shared_ptr<const PackedWeight>& weight, const at::Tensor& bias,
+                        bool thenGelu, std::shared_ptr<PackedProduct>& packed) {
+  const std::int64_t k = weight->k, n = weight->n;
+  if (!eligible(x) || x.dim() < 1 || x.numel() == 0 || x.size(-1) != k ||
+      (bias.defined() && (!eligible(bias) || bias.dim() != 1 || bias.size(0) != n)))
+    return {};
+  at::Tensor rows = x.reshape({-1, k}).contiguous();
+  const std::int64_t m = rows.size(0);
+  std::vector<std::int64_t> shape = x.sizes().vec();
+  shape.back() = n;
+  try {
+    if (!packed || packed->packedSource != weight || !fits(*packed, m, bias.defined(), thenGelu)) {
+      auto fresh = std::make_shared<PackedProduct>();
+      dnnl::matmul::primitive_desc pd =
+          productDesc(m, k, n, bias.defined(), thenGelu, dnnl::memory::desc({k, n}, DataType::f32, Tag::any));
+      if (pd.weights_desc() == weight->memory.get_desc()) {
+        fresh->weight = weight->memory; // the one copy, shared
+      } else {
+        dnnl::memory source = weight->memory;
+        fresh->weight = dnnl::memory(pd.weights_desc(), cpuEngine());
+        execute(dnnl::reorder(source, fresh->weight), {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, fresh->weight}});
+      }
+      fresh->primitive = dnnl::matmul(pd);
+      fresh->packedSource = weight;
+      fresh->rows = m;
+      fresh->withBias = bias.defined();
+      fresh->thenGelu = thenGelu;
+      packed = std::move(fresh);
+    }
+    return runProduct(*packed, rows, bias, n, shape);
   } catch (const dnnl::error&) {
     return {};
   }
@@ -507,8 +599,17 @@ at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, con
 bool available() { return false; }
 
 struct PackedProduct {};
+struct PackedWeight {};
 
 at::Tensor linear(const at::Tensor&, const at::Tensor&, bool, const at::Tensor&, bool, std::shared_ptr<PackedProduct>&) {
+  return {};
+}
+
+std::shared_ptr<PackedWeight> packWeight(const at::Tensor&) { return nullptr; }
+at::Tensor unpackWeight(const PackedWeight&) { return {}; }
+std::array<std::int64_t, 2> packedWeightDims(const PackedWeight&) { return {0, 0}; }
+at::Tensor linearPacked(const at::Tensor&, const std::shared_ptr<const PackedWeight>&, const at::Tensor&, bool,
+                        std::shared_ptr<PackedProduct>&) {
   return {};
 }
 

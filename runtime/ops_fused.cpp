@@ -8,10 +8,10 @@ namespace {
 using Outputs = std::vector<at::Tensor>;
 
 // MatMul(x, W) + b.
-Outputs matmulBias(KernelContext& c) { return {matmul(c, c.input(0), c.input(1), c.input(2))}; }
+Outputs matmulBias(KernelContext& c) { return {matmul(c, c.input(0), productWeight(c, 1), c.input(2))}; }
 
 // GELU(MatMul(x, W) + b).
-Outputs matmulBiasGelu(KernelContext& c) { return {matmul(c, c.input(0), c.input(1), c.input(2), true)}; }
+Outputs matmulBiasGelu(KernelContext& c) { return {matmul(c, c.input(0), productWeight(c, 1), c.input(2), true)}; }
 
 // x * 0.5 * (1 + erf(x / sqrt 2)).
 Outputs gelu(KernelContext& c) { return {at::gelu(c.input(0))}; }

@@ -461,7 +461,7 @@ void registerNnKernels(KernelTable& t) {
     at::Tensor product = at::mm(a, b);
     return {alpha == 1.0 ? product : product * alpha};
   });
-  t.add("MatMul", [](KernelContext& c) -> Outputs { return {matmul(c, c.input(0), c.input(1))}; });
+  t.add("MatMul", [](KernelContext& c) -> Outputs { return {matmul(c, c.input(0), productWeight(c, 1))}; });
   t.add("Softmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, false); });
   t.add("LogSoftmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, true); });
   t.add("Hardmax", [](KernelContext& c) -> Outputs { // one-hot of the first maximum along the axis

@@ -104,6 +104,17 @@ class RuntimeCli(TempDirTest):
         for flags, data in outputs.items():
             self.assertEqual(len(data), len(base))
             self.assertLessEqual(max(abs(a - b) for a, b in zip(data, base)), 1e-4 * max(map(abs, base)), flags)
+        # MatMul weights held packed (the default) or as read in place: the same results.
+        transformer = os.path.join(EXAMPLES, "transformer.onnx")
+        results = []
+        for flags in ((), ("--no-packed-weights",), ("--no-fusion",)):
+            code, _, err = run("run", transformer, "--seed", "3", "--save-outputs", self.path("t.json"), *flags)
+            self.assertEqual(code, 0, err)
+            results.append(json.load(open(self.path("t.json")))["y"]["data"])
+        scale = max(map(abs, results[0]))
+        self.assertGreater(scale, 0)
+        for data in results[1:]:
+            self.assertLessEqual(max(abs(a - b) for a, b in zip(data, results[0])), 1e-5 * scale)
 
     def test_cut_seams_join_on_one_backend_and_stay_apart_on_two(self):
         # Relu on the CPU cuts every Conv+Relu in two; on one backend the submodules run joined
