@@ -86,20 +86,22 @@ void printStep(const TrainFlags& flags, std::int64_t step, double loss, const Js
 
 // The measured timeline: every action run, in each rank's order ("0F1": stage 0's forward of
 // microbatch 1, as `cleave schedule` names it), seconds from the step's start on its rank.
-Json actionTimeline(const runtime::distributed::StepTiming& timing, int ranks) {
+Json actionTimeline(const runtime::distributed::StepTiming& timing) {
   using runtime::distributed::StepTiming;
   const std::size_t stages = timing.forwardSeconds.size();
-  const std::size_t microbatches = stages ? timing.actionSeconds.size() / (3 * StepTiming::kComputeTypes * stages) : 0;
+  const std::size_t microbatches =
+      stages ? timing.actionSeconds.size() / (StepTiming::kSlotFields * StepTiming::kComputeTypes * stages) : 0;
   std::vector<std::tuple<int, double, Json>> rows;
   for (std::size_t stage = 0; stage < stages; ++stage)
     for (std::size_t m = 0; m < microbatches; ++m)
       for (std::size_t t = 0; t < StepTiming::kComputeTypes; ++t) {
         const auto type = static_cast<pipeline::ActionType>(t);
-        const double* slot = &timing.actionSeconds[3 * StepTiming::actionSlot(stage, m, microbatches, type)];
+        const double* slot =
+            &timing.actionSeconds[StepTiming::kSlotFields * StepTiming::actionSlot(stage, m, microbatches, type)];
         if (slot[1] <= 0.0)
           continue; // not run
         pipeline::Action action{static_cast<std::uint32_t>(stage), type, static_cast<std::uint32_t>(m)};
-        int rank = static_cast<int>(stage) % ranks;
+        const int rank = static_cast<int>(slot[3]); // the rank that ran it
         rows.emplace_back(rank, slot[0],
                           Json{{"rank", rank}, {"action", pipeline::formatAction(action)}, {"start_s", slot[0]},
                                {"end_s", slot[1]}, {"wait_s", slot[2]}});
@@ -132,7 +134,7 @@ Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& train
               {"rank_wait_s", timing.rankWaitSeconds},
               {"shape_headers", static_cast<std::int64_t>(timing.headersSent)},
               {"bubble", bubble},
-              {"actions", actionTimeline(timing, ranks)}};
+              {"actions", actionTimeline(timing)}};
 }
 
 // A plan directory: its stages on this process (no RANK) or on this rank's share (under launch).

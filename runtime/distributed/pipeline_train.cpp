@@ -539,7 +539,8 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   const std::size_t headersBefore = s.comm->headersSent();
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
-  s.timing.actionSeconds.assign(3 * StepTiming::kComputeTypes * s.stages.size() * chunks.size(), 0.0);
+  s.timing.actionSeconds.assign(StepTiming::kSlotFields * StepTiming::kComputeTypes * s.stages.size() * chunks.size(),
+                                0.0);
   std::vector<double> shares;
   s.microbatchRows.clear();
   for (const TensorMap& chunk : chunks) {
@@ -570,10 +571,12 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
     case pipeline::ActionType::BackwardWeight: CLEAVE_CHECK(s.weightBackwardStage(m, stage, runs)); break;
     default: continue; // SEND/RECV: implied by F and B
     }
-    double* slot = &s.timing.actionSeconds[3 * StepTiming::actionSlot(action.stage, m, chunks.size(), action.type)];
+    double* slot =
+        &s.timing.actionSeconds[StepTiming::kSlotFields * StepTiming::actionSlot(action.stage, m, chunks.size(), action.type)];
     slot[0] = begun;
     slot[1] = secondsSince(started);
     slot[2] = s.timing.rankWaitSeconds[static_cast<std::size_t>(s.rank)] - waitedBefore;
+    slot[3] = s.rank;
   }
   CLEAVE_CHECK(s.comm->finish());
   s.timing.scheduleSeconds = secondsSince(started);

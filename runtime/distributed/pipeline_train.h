@@ -45,9 +45,11 @@ struct StepTiming {
   std::vector<double> rankScheduleSeconds, rankWaitSeconds;           // per rank
   double headersSent = 0.0; // shape headers sent in the step (communicator.h; gathered: all ranks')
   // The measured timeline: per (stage, microbatch, action type F / B / I / W), at
-  // actionSlot(...) * 3: start, end and the receive wait inside it, in seconds from the step's
-  // start on the rank that ran it; zeros for an action not run. Comparable with the simulator's.
+  // actionSlot(...) * kSlotFields: start, end and the receive wait inside it, in seconds from the
+  // step's start on the rank that ran it, and that rank; zeros for an action not run. Comparable
+  // with the simulator's.
   std::vector<double> actionSeconds;
+  static constexpr std::size_t kSlotFields = 4;   // start, end, wait, rank
   static constexpr std::size_t kComputeTypes = 4; // F, B, I, W: ActionType's first four
   static std::size_t actionSlot(std::size_t stage, std::size_t microbatch, std::size_t microbatches,
                                 pipeline::ActionType type) {
