@@ -14,8 +14,6 @@
 //   resnet50, mobilenet_v3_large and bert_base, which faulted nothing per run either way, +7-9 MiB.
 #pragma once
 
-#include <cstddef>
-
 namespace cleave::runtime {
 
 // Blocks up to 32 MiB (glibc's largest mmap threshold) come from the heap, and the heap is never
@@ -23,8 +21,5 @@ namespace cleave::runtime {
 // wide and idempotent; the peak resident set is unchanged (what is kept was resident at the peak).
 // Returns false where the C library takes no such setting (not glibc, or a sanitizer's allocator).
 bool keepFreedHostMemory();
-
-// Bytes glibc's threshold allows from the heap (blocks above it are still mapped and unmapped).
-inline constexpr std::size_t kLargestHeapBlock = std::size_t{32} << 20;
 
 } // namespace cleave::runtime

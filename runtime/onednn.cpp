@@ -117,6 +117,25 @@ bool fits(const PackedProduct& packed, std::int64_t rows, bool withBias, bool th
   return packed.rows == rows && packed.withBias == withBias && packed.thenGelu == thenGelu;
 }
 
+// The product for `pd`, reading its weight from `given` where that is already the layout the
+// primitive wants (no second copy; the caller keeps `given`'s bytes alive), else from a copy
+// reordered once.
+std::shared_ptr<PackedProduct> makeProduct(const dnnl::matmul::primitive_desc& pd, dnnl::memory given,
+                                           std::int64_t rows, bool withBias, bool thenGelu) {
+  auto fresh = std::make_shared<PackedProduct>();
+  if (given.get_desc() == pd.weights_desc()) {
+    fresh->weight = given;
+  } else {
+    fresh->weight = dnnl::memory(pd.weights_desc(), cpuEngine());
+    execute(dnnl::reorder(given, fresh->weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, fresh->weight}});
+  }
+  fresh->primitive = dnnl::matmul(pd);
+  fresh->rows = rows;
+  fresh->withBias = withBias;
+  fresh->thenGelu = thenGelu;
+  return fresh;
+}
+
 // `packed`'s primitive on rows [m, k] into a fresh [m, n] output, shaped `shape`.
 at::Tensor runProduct(const PackedProduct& packed, const at::Tensor& rows, const at::Tensor& bias, std::int64_t n,
                       const std::vector<std::int64_t>& shape) {
@@ -153,27 +172,15 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK
   }
   try {
     if (!packed || !packed->source.is_same(weight) || !fits(*packed, m, bias.defined(), thenGelu)) {
-      auto fresh = std::make_shared<PackedProduct>();
-      // The weight [K, N] stored transposed (each output's K weights contiguous): read in place,
-      // where the primitive's own layout (Tag::any, what packWeight makes) would be a second copy.
+      // The weight [K, N] stored transposed (each output's K weights contiguous): a weight already
+      // stored as [N, K] rows (Gemm's transB weights; MatMul weights under --no-packed-weights) is
+      // read in place, where the primitive's own layout (Tag::any, what packWeight makes) would be
+      // a second copy. `source` keeps the tensor alive.
       dnnl::matmul::primitive_desc pd =
           productDesc(m, k, n, bias.defined(), thenGelu, dnnl::memory::desc({k, n}, DataType::f32, Tag::ba));
       at::Tensor kn = weightIsNK ? weight.t() : weight; // a [K, N] view, any strides
-      if (describe(kn) == pd.weights_desc()) {
-        // Already [N, K] rows (Gemm's transB weights; the executor's stored MatMul weights):
-        // used in place, no second copy. `source` keeps the tensor alive.
-        fresh->weight = view(pd.weights_desc(), kn);
-      } else {
-        dnnl::memory given = view(describe(kn), kn);
-        fresh->weight = dnnl::memory(pd.weights_desc(), cpuEngine());
-        execute(dnnl::reorder(given, fresh->weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, fresh->weight}});
-      }
-      fresh->primitive = dnnl::matmul(pd);
-      fresh->source = weight;
-      fresh->rows = m;
-      fresh->withBias = bias.defined();
-      fresh->thenGelu = thenGelu;
-      packed = std::move(fresh);
+      packed = makeProduct(pd, view(describe(kn), kn), m, bias.defined(), thenGelu);
+      packed->source = weight;
     }
     return runProduct(*packed, rows, bias, n, shape);
   } catch (const dnnl::error&) {
@@ -225,22 +232,12 @@ at::Tensor linearPacked(const at::Tensor& x, const std::shared_ptr<const PackedW
   shape.back() = n;
   try {
     if (!packed || packed->packedSource != weight || !fits(*packed, m, bias.defined(), thenGelu)) {
-      auto fresh = std::make_shared<PackedProduct>();
+      // The packed weight is the one copy, shared; a primitive wanting another layout (none seen)
+      // reorders a copy of its own.
       dnnl::matmul::primitive_desc pd =
           productDesc(m, k, n, bias.defined(), thenGelu, dnnl::memory::desc({k, n}, DataType::f32, Tag::any));
-      if (pd.weights_desc() == weight->memory.get_desc()) {
-        fresh->weight = weight->memory; // the one copy, shared
-      } else {
-        dnnl::memory source = weight->memory;
-        fresh->weight = dnnl::memory(pd.weights_desc(), cpuEngine());
-        execute(dnnl::reorder(source, fresh->weight), {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, fresh->weight}});
-      }
-      fresh->primitive = dnnl::matmul(pd);
-      fresh->packedSource = weight;
-      fresh->rows = m;
-      fresh->withBias = bias.defined();
-      fresh->thenGelu = thenGelu;
-      packed = std::move(fresh);
+      packed = makeProduct(pd, weight->memory, m, bias.defined(), thenGelu);
+      packed->packedSource = weight;
     }
     return runProduct(*packed, rows, bias, n, shape);
   } catch (const dnnl::error&) {
@@ -402,6 +399,34 @@ dnnl::primitive_attr postOpsAttr(const ConvPostOps& post) {
   return attr;
 }
 
+// Reorders `w` (its dims `weightDims`, stored in oneDNN's `plainTag` order) once into `wanted`,
+// the layout the primitive picked, and records what `packed` is keyed by.
+void keepReorderedWeight(PackedConvolution& packed, const at::Tensor& w, const Dims& weightDims, Tag plainTag,
+                         const dnnl::memory::desc& wanted, const at::Tensor& x, bool withBias,
+                         std::vector<std::int64_t> outputDims) {
+  at::Tensor plainWeight = w.contiguous();
+  dnnl::memory given(dnnl::memory::desc(weightDims, DataType::f32, plainTag), cpuEngine(), plainWeight.data_ptr());
+  packed.weight = dnnl::memory(wanted, cpuEngine());
+  execute(dnnl::reorder(given, packed.weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, packed.weight}});
+  packed.source = w;
+  packed.inputDims = x.sizes().vec();
+  packed.withBias = withBias;
+  packed.outputDims = std::move(outputDims);
+}
+
+// `packed`'s primitive on x (read channels-last) into `out` (channels-last, its dims), plus the bias.
+void runConvolution(const PackedConvolution& packed, const at::Tensor& x, const at::Tensor& bias,
+                    const at::Tensor& out) {
+  at::Tensor src = x.contiguous(at::MemoryFormat::ChannelsLast);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, view(packed.src, src)},
+                                             {DNNL_ARG_WEIGHTS, packed.weight},
+                                             {DNNL_ARG_DST, view(packed.dst, out)}};
+  at::Tensor denseBias = bias.defined() ? bias.contiguous().view({-1}) : at::Tensor();
+  if (denseBias.defined())
+    args.emplace(DNNL_ARG_BIAS, view(dnnl::memory::desc({out.size(1)}, DataType::f32, Tag::a), denseBias));
+  execute(packed.primitive, args);
+}
+
 // [N, OC, OH, OW] of a 2-D convolution of x by w.
 std::vector<std::int64_t> convolutionOutputDims(const at::Tensor& x, const at::Tensor& w,
                                                 const std::vector<std::int64_t>& strides,
@@ -443,17 +468,9 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
                                                          Dims(padBegin.begin(), padBegin.end()),
                                                          Dims(padEnd.begin(), padEnd.end()));
   dnnl::convolution_forward::primitive_desc pd(desc, postOpsAttr(post), cpuEngine());
-  at::Tensor plainWeight = w.contiguous();
-  dnnl::memory given(dnnl::memory::desc(weightDims, DataType::f32, groups > 1 ? Tag::goihw : Tag::oihw), cpuEngine(),
-                     plainWeight.data_ptr());
-  packed->weight = dnnl::memory(pd.weights_desc(), cpuEngine());
-  execute(dnnl::reorder(given, packed->weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, packed->weight}});
+  keepReorderedWeight(*packed, w, weightDims, groups > 1 ? Tag::goihw : Tag::oihw, pd.weights_desc(), x, withBias, out);
   packed->primitive = dnnl::convolution_forward(pd);
-  packed->source = w;
-  packed->inputDims = x.sizes().vec();
-  packed->withBias = withBias;
   packed->post = post;
-  packed->outputDims = out;
   return packed;
 }
 } // namespace
@@ -476,7 +493,6 @@ at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Ten
     if (!packed || packed->transposed || !packed->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
         packed->withBias != bias.defined() || !(packed->post == post))
       packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post);
-    at::Tensor src = x.contiguous(at::MemoryFormat::ChannelsLast);
     at::Tensor out;
     if (post.addResidual && residualIsScratch && residual.is_contiguous(at::MemoryFormat::ChannelsLast)) {
       out = residual; // the sum post-op accumulates onto it: no copy
@@ -485,13 +501,7 @@ at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Ten
       if (post.addResidual)
         out.copy_(residual);
     }
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, view(packed->src, src)},
-                                               {DNNL_ARG_WEIGHTS, packed->weight},
-                                               {DNNL_ARG_DST, view(packed->dst, out)}};
-    at::Tensor denseBias = bias.defined() ? bias.contiguous().view({-1}) : at::Tensor();
-    if (denseBias.defined())
-      args.emplace(DNNL_ARG_BIAS, view(dnnl::memory::desc({w.size(0)}, DataType::f32, Tag::a), denseBias));
-    execute(packed->primitive, args);
+    runConvolution(*packed, x, bias, out);
     return out;
   } catch (const dnnl::error&) {
     packed.reset();
@@ -541,17 +551,9 @@ std::shared_ptr<PackedConvolution> packTransposedConvolution(
                        : Deconvolution::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
                                              packed->src, anyWeight, packed->dst, stride, dilates, left, right);
   Deconvolution::primitive_desc pd(desc, cpuEngine());
-  at::Tensor plainWeight = w.contiguous();
-  dnnl::memory given(dnnl::memory::desc(weightDims, DataType::f32, groups > 1 ? Tag::giohw : Tag::iohw), cpuEngine(),
-                     plainWeight.data_ptr());
-  packed->weight = dnnl::memory(pd.weights_desc(), cpuEngine());
-  execute(dnnl::reorder(given, packed->weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, packed->weight}});
+  keepReorderedWeight(*packed, w, weightDims, groups > 1 ? Tag::giohw : Tag::iohw, pd.weights_desc(), x, withBias, out);
   packed->primitive = Deconvolution(pd);
-  packed->source = w;
-  packed->inputDims = x.sizes().vec();
-  packed->withBias = withBias;
   packed->transposed = true;
-  packed->outputDims = out;
   return packed;
 }
 } // namespace
@@ -578,15 +580,8 @@ at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, con
         packed->withBias != bias.defined() || packed->outputDims != out)
       packed = packTransposedConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, outputPadding,
                                          groups);
-    at::Tensor src = x.contiguous(at::MemoryFormat::ChannelsLast);
     at::Tensor result = at::empty(packed->outputDims, x.options().memory_format(at::MemoryFormat::ChannelsLast));
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, view(packed->src, src)},
-                                               {DNNL_ARG_WEIGHTS, packed->weight},
-                                               {DNNL_ARG_DST, view(packed->dst, result)}};
-    at::Tensor denseBias = bias.defined() ? bias.contiguous().view({-1}) : at::Tensor();
-    if (denseBias.defined())
-      args.emplace(DNNL_ARG_BIAS, view(dnnl::memory::desc({out[1]}, DataType::f32, Tag::a), denseBias));
-    execute(packed->primitive, args);
+    runConvolution(*packed, x, bias, result);
     return result;
   } catch (const dnnl::error&) {
     packed.reset();

@@ -33,6 +33,22 @@ std::string selfExecutable() {
   return n > 0 ? std::string(path, static_cast<std::size_t>(n)) : "cleave";
 }
 
+// The CPUs this process may run on, ascending.
+std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set))
+        cpus.push_back(cpu);
+  }
+  if (cpus.empty()) // no affinity to read: every CPU the hardware reports
+    for (unsigned cpu = 0; cpu < std::max(1u, std::thread::hardware_concurrency()); ++cpu)
+      cpus.push_back(static_cast<int>(cpu));
+  return cpus;
+}
+
 std::vector<std::string> rankEnvironment(const LaunchOptions& o, int local, int cores) {
   int world = o.nodes * o.processes;
   std::vector<std::string> env = {
@@ -65,12 +81,12 @@ Expected<Rank> start(const LaunchOptions& options, int local, int cores, const s
     return Error(ErrorCode::InvalidArgument) << "cannot start rank " << local << ": " << std::strerror(errno);
   if (pid == 0) {
     setpgid(0, 0);
-    if (!cpus.empty() && sched_setaffinity(0, sizeof(cpuSet), &cpuSet) != 0) {
+    dup2(outPipe[1], STDOUT_FILENO);
+    dup2(errPipe[1], STDERR_FILENO);
+    if (!cpus.empty() && sched_setaffinity(0, sizeof(cpuSet), &cpuSet) != 0) { // reported as the rank's error
       std::fprintf(stderr, "cleave launch: error: cannot bind rank %d to its cores: %s\n", local, std::strerror(errno));
       _exit(127);
     }
-    dup2(outPipe[1], STDOUT_FILENO);
-    dup2(errPipe[1], STDERR_FILENO);
     for (const std::string& entry : env)
       putenv(const_cast<char*>(entry.c_str()));
     std::vector<char*> argv;
@@ -222,21 +238,6 @@ private:
   std::chrono::steady_clock::time_point killAt_;
 };
 } // namespace
-
-std::vector<int> allowedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-      if (CPU_ISSET(cpu, &set))
-        cpus.push_back(cpu);
-  }
-  if (cpus.empty()) // no affinity to read: every CPU the hardware reports
-    for (unsigned cpu = 0; cpu < std::max(1u, std::thread::hardware_concurrency()); ++cpu)
-      cpus.push_back(static_cast<int>(cpu));
-  return cpus;
-}
 
 Expected<LaunchResult> launch(const LaunchOptions& options, const std::vector<std::string>& command,
                               std::ostream& out, std::ostream& err) {

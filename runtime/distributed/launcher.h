@@ -41,9 +41,6 @@ struct LaunchResult {
   std::string failure;   // "rank 1 exited with status 1: <its last stderr line>"
 };
 
-// The CPUs this process may run on, ascending.
-std::vector<int> allowedCpus();
-
 // Starts the ranks and supervises them. A Usage error when bindCores leaves a rank no core.
 Expected<LaunchResult> launch(const LaunchOptions& options, const std::vector<std::string>& command,
                               std::ostream& out, std::ostream& err);
