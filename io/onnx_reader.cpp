@@ -829,8 +829,15 @@ Status OnnxScanner::addNode(std::string_view nodeBytes, std::size_t index) {
       spec.inputs.push_back(std::move(capture));
   }
   CLEAVE_TRY(bool isParameter, addAsParameter(spec));
-  if (!isParameter)
-    builder_.addNode(spec);
+  if (isParameter)
+    return {};
+  // A normalization's running mean and variance are buffers, as in the PyTorch module exported:
+  // training updates them (in training mode) but never by their gradient.
+  if (spec.domain.empty() && spec.opType == "BatchNormalization" && spec.inputs.size() >= 5) {
+    builder_.markBuffer(spec.inputs[3]);
+    builder_.markBuffer(spec.inputs[4]);
+  }
+  builder_.addNode(spec);
   return {};
 }
 

@@ -328,6 +328,39 @@ TEST_F(OnnxTest, TypedFieldInitializersBecomeRawBytes) {
   EXPECT_EQ(values[1], -1);
 }
 
+// A BatchNormalization's running mean and variance are buffers (never trained), also through an
+// Identity alias; its scale and shift are trained.
+TEST_F(OnnxTest, NormalizationStatisticsAreBuffers) {
+  onnx::ModelProto model = reluModel();
+  onnx::GraphProto* graph = model.mutable_graph();
+  for (const char* name : {"scale", "shift", "mean", "var"}) {
+    onnx::TensorProto* init = graph->add_initializer();
+    init->set_name(name);
+    init->set_data_type(onnx::TensorProto::FLOAT);
+    init->add_dims(1);
+    init->add_float_data(1.0f);
+  }
+  onnx::NodeProto* alias = graph->add_node();
+  alias->set_op_type("Identity");
+  alias->add_input("var");
+  alias->add_output("var_alias");
+  onnx::NodeProto* norm = graph->add_node();
+  norm->set_op_type("BatchNormalization");
+  for (const char* input : {"y", "scale", "shift", "mean", "var_alias"})
+    norm->add_input(input);
+  norm->add_output("z");
+  Expected<ir::Graph> read = readOnnx(save(model, "norm.onnx"));
+  ASSERT_TRUE(read) << read.error().message();
+  auto isBuffer = [&](const char* name) {
+    return read->parameter(read->parameters(read->findNode(name))[0]).isBuffer;
+  };
+  EXPECT_FALSE(isBuffer("scale"));
+  EXPECT_FALSE(isBuffer("shift"));
+  EXPECT_TRUE(isBuffer("mean"));
+  EXPECT_TRUE(isBuffer("var"));
+  EXPECT_TRUE(isBuffer("var_alias"));
+}
+
 TEST_F(OnnxTest, SubgraphCapturesBecomeImplicitInputs) {
   Expected<ir::Graph> graph = readOnnx(std::string(CLEAVE_SOURCE_DIR) + "/examples/dlrm.onnx");
   ASSERT_TRUE(graph) << graph.error().message();

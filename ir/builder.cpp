@@ -95,6 +95,18 @@ bool GraphBuilder::addParameterAlias(std::string_view aliasName, std::string_vie
   return true;
 }
 
+bool GraphBuilder::markBuffer(std::string_view name) {
+  std::uint32_t id = strings_.find(name);
+  auto found = id == kNone ? parameterNodeParam_.end() : parameterNodeParam_.find(id);
+  if (found == parameterNodeParam_.end())
+    return false;
+  Parameter& param = params_[found->second];
+  param.isBuffer = true;
+  if (!param.aliasOf.empty())
+    markBuffer(param.aliasOf);
+  return true;
+}
+
 ParameterData GraphBuilder::appendInlineData(std::string_view bytes) {
   ParameterData data;
   data.source = ParameterData::Source::Inline;

@@ -74,7 +74,8 @@ struct Parameter {
   DType dtype = DType::Undefined;
   std::vector<std::int64_t> dims;
   std::int64_t bytes = 0;
-  bool isBuffer = false; // not trained: an FX buffer, or an ONNX Constant read as a parameter
+  bool isBuffer = false; // not trained: an FX buffer, an ONNX Constant read as a parameter, or a
+                         // BatchNormalization's running mean or variance
   // The name of the parameter whose tensor this is, when one tensor goes by two names (ONNX
   // exporters write the second name as Identity(initializer)); empty for a tensor of its own.
   // `data` points at the same bytes. Passes count and tie the tensor once (Graph::storageOf).

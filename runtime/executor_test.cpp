@@ -73,6 +73,19 @@ struct NodeChain {
   }
 };
 
+// A float32 parameter named `name` holding `t`'s values (inline bytes).
+void addFloatParameter(ir::GraphBuilder& builder, const std::string& name, const at::Tensor& t) {
+  const at::Tensor dense = t.contiguous();
+  ir::Parameter p;
+  p.name = name;
+  p.dtype = ir::DType::F32;
+  p.dims = dense.sizes().vec();
+  p.bytes = dense.numel() * 4;
+  p.data = builder.appendInlineData(
+      std::string(static_cast<const char*>(dense.data_ptr()), static_cast<std::size_t>(p.bytes)));
+  builder.addParameter(std::move(p), ir::ValueType::tensor(ir::DType::F32, dense.sizes().vec()));
+}
+
 // One node reading graph inputs a, b, c... (untyped: the executor does not need types).
 at::Tensor runOne(ir::NodeSpec node, const TensorMap& inputs, std::int64_t opset = 17) {
   ir::GraphBuilder builder(ir::SourceFormat::Onnx);
@@ -504,18 +517,9 @@ TEST(Executor, ProductOnlyWeightsArePackedOnce) {
     ir::GraphBuilder builder(ir::SourceFormat::Onnx);
     builder.modelInfo().opsetImports = {{"", 17}};
     builder.addInput("x", ir::ValueType::tensor(ir::DType::F32, {24, 16}));
-    auto parameter = [&](const std::string& name, const at::Tensor& t) {
-      ir::Parameter p;
-      p.name = name;
-      p.dtype = ir::DType::F32;
-      p.dims = t.sizes().vec();
-      p.bytes = t.numel() * 4;
-      p.data = builder.appendInlineData(std::string(static_cast<const char*>(t.data_ptr()), static_cast<std::size_t>(p.bytes)));
-      builder.addParameter(std::move(p), ir::ValueType::tensor(ir::DType::F32, t.sizes().vec()));
-    };
-    parameter("w", w);
-    parameter("v", v); // read by two MatMuls and by an Add: not packed
-    parameter("b", b);
+    addFloatParameter(builder, "w", w);
+    addFloatParameter(builder, "v", v); // read by two MatMuls and by an Add: not packed
+    addFloatParameter(builder, "b", b);
     EXPECT_TRUE(builder.addParameterAlias("w_alias", "w", "w_identity"));
     auto node = [&](std::string op, std::vector<std::string> inputs, std::string out) {
       ir::NodeSpec spec;
@@ -594,26 +598,30 @@ TEST(OneDnn, TransposedConvolutionEqualsAten) {
     at::Tensor want = full.slice(2, k.padBegin[0], full.size(2) - k.padEnd[0])
                           .slice(3, k.padBegin[1], full.size(3) - k.padEnd[1]);
     std::shared_ptr<onednn::PackedConvolution> packed;
-    const onednn::PackedConvolution* first = nullptr;
-    for (int run = 0; run < 2; ++run) {
-      at::Tensor got = onednn::transposedConvolution2d(x, w, bias, {k.stride, k.stride}, k.padBegin, k.padEnd,
-                                                       {k.dilation, k.dilation}, k.outputPadding, k.groups, packed);
-      ASSERT_TRUE(got.defined()) << "groups " << k.groups << " kernel " << k.kernel;
-      if (run == 0)
-        first = packed.get();
-      EXPECT_EQ(packed.get(), first); // the second run reused the primitive and the weight
-      EXPECT_EQ(got.sizes(), want.sizes());
-      EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast));
-      EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-4)) << "groups " << k.groups << " kernel " << k.kernel;
+    for (bool relu : {false, true}) { // the bias and Relu: one pass after the deconvolution
+      const onednn::PackedConvolution* first = nullptr;
+      for (int run = 0; run < 2; ++run) {
+        at::Tensor got = onednn::transposedConvolution2d(x, w, bias, {k.stride, k.stride}, k.padBegin, k.padEnd,
+                                                         {k.dilation, k.dilation}, k.outputPadding, k.groups, relu,
+                                                         packed);
+        ASSERT_TRUE(got.defined()) << "groups " << k.groups << " kernel " << k.kernel;
+        if (run == 0)
+          first = packed.get();
+        EXPECT_EQ(packed.get(), first); // the second run reused the primitives and the weight
+        EXPECT_EQ(got.sizes(), want.sizes());
+        EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast));
+        EXPECT_TRUE(at::allclose(got, relu ? at::relu(want) : want, 1e-4, 1e-4))
+            << "groups " << k.groups << " kernel " << k.kernel << " relu " << relu;
+      }
     }
   }
   std::shared_ptr<onednn::PackedConvolution> packed;
   at::Tensor x = at::randn({1, 4, 5, 5}), w = at::randn({4, 2, 3, 3});
-  EXPECT_FALSE(onednn::transposedConvolution2d(x, w, {}, {2, 2}, {0, 0}, {0, 0}, {1, 1}, {1, 1}, 1, packed).defined());
+  EXPECT_FALSE(onednn::transposedConvolution2d(x, w, {}, {2, 2}, {0, 0}, {0, 0}, {1, 1}, {1, 1}, 1, false, packed).defined());
   EXPECT_FALSE(onednn::transposedConvolution2d(x.to(at::kDouble), w.to(at::kDouble), {}, {2, 2}, {0, 0}, {0, 0}, {1, 1},
-                                               {0, 0}, 1, packed).defined());
+                                               {0, 0}, 1, false, packed).defined());
   EXPECT_FALSE(onednn::transposedConvolution2d(x, w.clone().requires_grad_(true), {}, {2, 2}, {0, 0}, {0, 0}, {1, 1},
-                                               {0, 0}, 1, packed).defined());
+                                               {0, 0}, 1, false, packed).defined());
 }
 
 // oneDNN's Softmax and LogSoftmax against ATen's along every axis, into a new tensor or over the
@@ -857,6 +865,128 @@ TEST(Fusion, ConvolutionsWithSiluAndHardSigmoidRunFused) {
     EXPECT_EQ(stats.secondsByOp.count("Conv+Sigmoid+Mul"), 1u);
     EXPECT_EQ(stats.secondsByOp.count("Conv+HardSigmoid"), 1u);
   }
+}
+
+// Conv -> BatchNormalization -> Relu, then ConvTranspose (groups 2, bias) -> BatchNormalization
+// -> Relu, then ConvTranspose -> BatchNormalization read twice: three groups, each normalization
+// folded into its convolution's weight and bias, equal to ATen's nodes one by one; a trainable
+// executor (autograd) runs the nodes themselves and their gradients are ATen's. Normalizations
+// whose statistics are inputs, or in training mode, are not folded.
+ir::Graph convolutionsWithBatchNorms(bool statisticsAreInputs, std::int64_t trainingMode,
+                                     const std::map<std::string, at::Tensor>& parameters) {
+  ir::GraphBuilder builder(ir::SourceFormat::Onnx);
+  builder.modelInfo().opsetImports = {{"", 17}};
+  builder.addInput("x", ir::ValueType::tensor(ir::DType::F32, {2, 3, 6, 5}));
+  for (const auto& [name, t] : parameters) {
+    const bool statistic = name.find("mean") != std::string::npos || name.find("var") != std::string::npos;
+    if (statistic && statisticsAreInputs) {
+      builder.addInput(name, ir::ValueType::tensor(ir::DType::F32, t.sizes().vec()));
+    } else {
+      addFloatParameter(builder, name, t);
+      if (statistic)
+        builder.markBuffer(name); // as the ONNX reader marks them
+    }
+  }
+  auto node = [&](std::string op, std::vector<std::string> inputs, std::string out, std::vector<ir::Attribute> attrs) {
+    ir::NodeSpec spec;
+    spec.opType = std::move(op);
+    spec.name = out;
+    spec.inputs = std::move(inputs);
+    spec.outputs.push_back({std::move(out), ir::ValueType()});
+    spec.attributes = std::move(attrs);
+    builder.addNode(spec);
+  };
+  auto norm = [&](const std::string& in, const std::string& p, const std::string& out) {
+    node("BatchNormalization", {in, p + "_scale", p + "_shift", p + "_mean", p + "_var"}, out,
+         {real("epsilon", 1e-3), integer("training_mode", trainingMode)});
+  };
+  node("Conv", {"x", "w1"}, "c1", {ints("pads", {1, 1, 1, 1})});
+  norm("c1", "n1", "b1");
+  node("Relu", {"b1"}, "r1", {});
+  node("ConvTranspose", {"r1", "w2", "bias2"}, "c2", {ints("strides", {2, 2}), ints("pads", {1, 1, 1, 1}), integer("group", 2)});
+  norm("c2", "n2", "b2");
+  node("Relu", {"b2"}, "r2", {});
+  node("ConvTranspose", {"r2", "w3"}, "c3", {ints("strides", {1, 1})});
+  norm("c3", "n3", "b3");
+  node("Relu", {"b3"}, "r3", {});
+  node("Add", {"r3", "b3"}, "y", {});
+  builder.setOutputs({"y"});
+  Expected<ir::Graph> graph = std::move(builder).finish();
+  EXPECT_TRUE(graph) << (graph ? "" : graph.error().message());
+  return std::move(*graph);
+}
+
+TEST(Fusion, BatchNormalizationsFoldIntoTheirConvolutions) {
+  at::manual_seed(29);
+  std::map<std::string, at::Tensor> p{{"w1", at::randn({4, 3, 3, 3})}, {"w2", at::randn({4, 3, 4, 4})},
+                                      {"bias2", at::randn({6})}, {"w3", at::randn({6, 2, 1, 1})}};
+  for (auto [name, channels] : {std::pair<std::string, std::int64_t>{"n1", 4}, {"n2", 6}, {"n3", 2}}) {
+    p[name + "_scale"] = at::randn({channels});
+    p[name + "_shift"] = at::randn({channels});
+    p[name + "_mean"] = at::randn({channels});
+    p[name + "_var"] = at::rand({channels}) + 0.5;
+  }
+  using K = FusedGroup::Kind;
+  FusionPlan plan = planFusions(convolutionsWithBatchNorms(false, 0, p));
+  ASSERT_EQ(plan.groups.size(), 3u);
+  EXPECT_EQ(plan.groups[0].kind, K::ConvBatchNormRelu);
+  EXPECT_EQ(plan.groups[1].kind, K::ConvTransposeBatchNormRelu);
+  EXPECT_EQ(plan.groups[2].kind, K::ConvTransposeBatchNorm); // its output has two readers
+  EXPECT_EQ(plan.groups[2].nodes.size(), 2u);
+  for (const FusedGroup& group : planFusions(convolutionsWithBatchNorms(true, 0, p)).groups)
+    EXPECT_NE(group.kind, K::ConvBatchNormRelu); // statistics that are inputs are not fixed: Conv+Relu at most
+  EXPECT_TRUE(planFusions(convolutionsWithBatchNorms(false, 1, p)).groups.empty()); // training mode
+
+  const at::Tensor x = at::randn({2, 3, 6, 5});
+  auto expected = [&](const std::map<std::string, at::Tensor>& q) {
+    auto norm = [&](const at::Tensor& t, const std::string& n) {
+      return at::batch_norm(t, q.at(n + "_scale"), q.at(n + "_shift"), q.at(n + "_mean"), q.at(n + "_var"), false, 0.0,
+                            1e-3, false);
+    };
+    at::Tensor r1 = at::relu(norm(at::conv2d(x, q.at("w1"), {}, 1, 1), "n1"));
+    at::Tensor r2 = at::relu(norm(at::conv_transpose2d(r1, q.at("w2"), q.at("bias2"), 2, 1, 0, 2), "n2"));
+    at::Tensor b3 = norm(at::conv_transpose2d(r2, q.at("w3")), "n3");
+    return at::relu(b3) + b3;
+  };
+  const at::Tensor want = expected(p);
+  auto fused = Executor::create(std::make_shared<const ir::Graph>(convolutionsWithBatchNorms(false, 0, p)));
+  ExecutorOptions alone;
+  alone.optimizations.fusion = false;
+  auto unfused = Executor::create(std::make_shared<const ir::Graph>(convolutionsWithBatchNorms(false, 0, p)), alone);
+  ASSERT_TRUE(fused && unfused);
+  for (int run = 0; run < 2; ++run) { // the second run reuses the folded weights
+    RunStats stats;
+    stats.profileOps = true;
+    Expected<TensorMap> a = (*fused)->run({{"x", x}}, &stats), b = (*unfused)->run({{"x", x}});
+    ASSERT_TRUE(a && b) << (a ? b.error().message() : a.error().message());
+    EXPECT_TRUE(at::allclose(a->at("y"), want, 1e-4, 1e-4));
+    EXPECT_TRUE(at::allclose(a->at("y"), b->at("y"), 1e-4, 1e-4));
+    EXPECT_EQ(stats.secondsByOp.count("Conv+BatchNormalization+Relu"), 1u);
+    EXPECT_EQ(stats.secondsByOp.count("ConvTranspose+BatchNormalization+Relu"), 1u);
+    EXPECT_EQ(stats.secondsByOp.count("ConvTranspose+BatchNormalization"), 1u);
+    EXPECT_EQ(stats.secondsByOp.count("BatchNormalization"), 0u);
+  }
+
+  // Trainable: the fused groups run their nodes, so autograd sees the normalization's own
+  // parameters; the gradients equal ATen's.
+  ExecutorOptions training;
+  training.trainable = true;
+  auto trainable = Executor::create(std::make_shared<const ir::Graph>(convolutionsWithBatchNorms(false, 0, p)), training);
+  ASSERT_TRUE(trainable);
+  Expected<TensorMap> out = (*trainable)->run({{"x", x}});
+  ASSERT_TRUE(out) << out.error().message();
+  out->at("y").sum().backward();
+  std::map<std::string, at::Tensor> leaves;
+  for (const auto& [name, t] : p)
+    leaves[name] = t.clone().requires_grad_(name.find("mean") == std::string::npos && name.find("var") == std::string::npos);
+  expected(leaves).sum().backward();
+  std::size_t compared = 0;
+  for (const auto& [name, t] : (*trainable)->trainableParameters()) {
+    ASSERT_TRUE(t.grad().defined()) << name;
+    EXPECT_TRUE(at::allclose(t.grad(), leaves.at(name).grad(), 1e-3, 1e-3)) << name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 10u); // three weights, a bias, three scales and three shifts
 }
 
 TEST(Tensors, FilesRoundTripAndRandomInputsAreSeededPerName) {

@@ -233,6 +233,34 @@ std::optional<FusedGroup> matchConv(const ir::Graph& g, NodeId conv) {
   }
   return std::nullopt;
 }
+bool isParameterValue(const ir::Graph& g, ValueId value) {
+  return value != ir::kNoValue && g.kind(g.producer(value)) == ir::NodeKind::Parameter;
+}
+
+// Conv or ConvTranspose, then an inference BatchNormalization of its output whose statistics
+// and affine are parameters (fixed, so folded once), then optionally a Relu.
+std::optional<FusedGroup> matchConvBatchNorm(const ir::Graph& g, NodeId conv) {
+  using K = FusedGroup::Kind;
+  const bool transposed = isOp(g, conv, "ConvTranspose");
+  if ((!transposed && !isOp(g, conv, "Conv")) || g.inputs(conv).size() < 2 || g.outputs(conv).size() != 1)
+    return std::nullopt;
+  std::optional<NodeId> norm = soleReaderOf(g, g.outputs(conv)[0], "BatchNormalization", 5);
+  if (!norm || g.inputs(*norm)[0] != g.outputs(conv)[0])
+    return std::nullopt;
+  const ir::Attribute* training = g.findAttribute(*norm, "training_mode");
+  if (training && training->intValue != 0)
+    return std::nullopt;
+  std::vector<ValueId> operands{g.inputs(conv)[0], g.inputs(conv)[1],
+                                g.inputs(conv).size() > 2 ? g.inputs(conv)[2] : ir::kNoValue};
+  for (std::size_t i = 1; i < 5; ++i) {
+    if (!isParameterValue(g, g.inputs(*norm)[i]))
+      return std::nullopt;
+    operands.push_back(g.inputs(*norm)[i]);
+  }
+  if (auto relu = soleReaderOf(g, g.outputs(*norm)[0], "Relu", 1))
+    return FusedGroup{transposed ? K::ConvTransposeBatchNormRelu : K::ConvBatchNormRelu, {conv, *norm, *relu}, operands};
+  return FusedGroup{transposed ? K::ConvTransposeBatchNorm : K::ConvBatchNorm, {conv, *norm}, operands};
+}
 } // namespace
 
 FusionPlan planFusions(const ir::Graph& g) {
@@ -247,6 +275,8 @@ FusionPlan planFusions(const ir::Graph& g) {
       group = matchMatMulBias(g, node);
     if (!group)
       group = matchGelu(g, node);
+    if (!group)
+      group = matchConvBatchNorm(g, node);
     if (!group)
       group = matchConv(g, node);
     if (!group)

@@ -11,6 +11,13 @@
 //   ConvAdd, ConvAddRelu                Conv -> Add(., residual) [-> Relu]
 //               one oneDNN convolution with post-ops (kernel.h fusedConvolution); Clip's bounds
 //               must be single-element constants
+//   ConvBatchNorm, ConvBatchNormRelu, ConvTransposeBatchNorm, ConvTransposeBatchNormRelu
+//               Conv | ConvTranspose -> BatchNormalization (inference: one output, training_mode
+//               0; its scale, shift, mean and variance are parameters) [-> Relu]: the
+//               normalization folded into the convolution's weight and bias once (w * s per
+//               output channel, (b - mean) * s + shift, s = scale / sqrt(variance + epsilon));
+//               a Conv's Relu is its post-op, a ConvTranspose's is applied with its bias after it
+//               (onednn::transposedConvolution2d)
 //   LayerNorm   ReduceMean(x) -> Sub(x, .) -> Pow(., 2) -> ReduceMean -> Add(., eps) -> Sqrt,
 //               Div(Sub's output, Sqrt's) -> Mul(., gamma) -> Add(., beta), both means over the
 //               last axis: PyTorch's export of LayerNorm before opset 17; one at::layer_norm
@@ -36,12 +43,14 @@ namespace cleave::runtime {
 
 struct FusedGroup {
   enum class Kind : std::uint8_t {
-    MatMulBias, MatMulBiasGelu, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu, LayerNorm
+    MatMulBias, MatMulBiasGelu, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu, ConvBatchNorm,
+    ConvBatchNormRelu, ConvTransposeBatchNorm, ConvTransposeBatchNormRelu, LayerNorm
   };
   Kind kind;
   std::vector<ir::NodeId> nodes;     // in graph order; the last one makes the group's output
-  // MatMulBias, MatMulBiasGelu: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*) or
-  // Clip's lo and hi (ConvClip); LayerNorm: x, eps, gamma, beta.
+  // MatMulBias, MatMulBiasGelu: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*),
+  // Clip's lo and hi (ConvClip) or the normalization's scale, shift, mean and variance (*BatchNorm*);
+  // LayerNorm: x, eps, gamma, beta.
   std::vector<ir::ValueId> operands;
 };
 

@@ -30,6 +30,11 @@ struct KernelCache {
   // A product's right operand when the executor holds that weight only packed (its operand is
   // then undefined; productWeight() and matmul() read it from here).
   std::shared_ptr<const onednn::PackedWeight> packedWeight;
+  // A convolution's weight and bias with the BatchNormalization after it folded in (a fused
+  // Conv+BatchNormalization), and the tensors they were computed from: weight, bias (or none),
+  // then the normalization's scale, shift, mean and variance.
+  std::vector<at::Tensor> foldedFrom;
+  at::Tensor foldedWeight, foldedBias;
 };
 
 struct KernelError : std::runtime_error {
@@ -163,6 +168,13 @@ at::Tensor convolution(KernelContext& c, const at::Tensor& x, const at::Tensor& 
 // buffer instead of a copy of it.
 at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                             const onednn::ConvPostOps& post, const at::Tensor& residual, bool residualIsScratch = false);
+// ONNX ConvTranspose of x by w (+ bias) with the node's strides, dilations, group, pads,
+// output_padding and output_shape / auto_pad, then Relu when `thenRelu`. 2-D float32 without
+// autograd: oneDNN's deconvolution (the weight reordered once, kept in the node's cache).
+// Otherwise the unpadded transposed convolution (output_padding included) on ATen, then cropped
+// (or, for negative pads, extended with zeros), then the bias.
+at::Tensor transposedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                                 bool thenRelu = false);
 // A product with broadcast batch dims (attention's Q K^T and P V): one oneDNN call on the CPU in
 // float32, else at::matmul.
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);

@@ -372,6 +372,9 @@ struct PackedConvolution {
   bool transposed = false; // a deconvolution (ConvTranspose)
   ConvPostOps post;
   dnnl::primitive primitive;
+  // A deconvolution's bias [+ Relu], one pass over its output after it (oneDNN 2.6 runs a
+  // deconvolution's own bias and post-ops in slow loops); empty without a bias.
+  dnnl::primitive epilogue;
   dnnl::memory weight;
   dnnl::memory::desc src, dst;
   std::vector<std::int64_t> outputDims;
@@ -531,7 +534,8 @@ std::vector<std::int64_t> transposedOutputDims(const at::Tensor& x, const at::Te
 std::shared_ptr<PackedConvolution> packTransposedConvolution(
     const at::Tensor& x, const at::Tensor& w, bool withBias, const std::vector<std::int64_t>& strides,
     const std::vector<std::int64_t>& padBegin, const std::vector<std::int64_t>& padEnd,
-    const std::vector<std::int64_t>& dilations, const std::vector<std::int64_t>& outputPadding, std::int64_t groups) {
+    const std::vector<std::int64_t>& dilations, const std::vector<std::int64_t>& outputPadding, std::int64_t groups,
+    const ConvPostOps& post) {
   auto packed = std::make_shared<PackedConvolution>();
   const std::int64_t ic = w.size(0), oc = w.size(1) * groups;
   const std::vector<std::int64_t> out =
@@ -542,17 +546,24 @@ std::shared_ptr<PackedConvolution> packTransposedConvolution(
                                      : Dims{oc, ic, w.size(2), w.size(3)};
   packed->src = dnnl::memory::desc(Dims(x.sizes().begin(), x.sizes().end()), DataType::f32, Tag::nhwc);
   packed->dst = dnnl::memory::desc(Dims(out.begin(), out.end()), DataType::f32, Tag::nhwc);
-  const dnnl::memory::desc anyWeight(weightDims, DataType::f32, Tag::any), biasDesc({oc}, DataType::f32, Tag::a);
+  const dnnl::memory::desc anyWeight(weightDims, DataType::f32, Tag::any);
   const Dims dilates{dilations[0] - 1, dilations[1] - 1}, stride(strides.begin(), strides.end()),
       left(padBegin.begin(), padBegin.end()), right{padEnd[0] - outputPadding[0], padEnd[1] - outputPadding[1]};
   using Deconvolution = dnnl::deconvolution_forward;
-  auto desc = withBias ? Deconvolution::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
-                                             packed->src, anyWeight, biasDesc, packed->dst, stride, dilates, left, right)
-                       : Deconvolution::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
-                                             packed->src, anyWeight, packed->dst, stride, dilates, left, right);
-  Deconvolution::primitive_desc pd(desc, cpuEngine());
-  keepReorderedWeight(*packed, w, weightDims, groups > 1 ? Tag::giohw : Tag::iohw, pd.weights_desc(), x, withBias, out);
+  Deconvolution::primitive_desc pd(Deconvolution::desc(dnnl::prop_kind::forward_inference,
+                                                       dnnl::algorithm::deconvolution_direct, packed->src, anyWeight,
+                                                       packed->dst, stride, dilates, left, right),
+                                   cpuEngine());
+  keepReorderedWeight(*packed, w, weightDims, groups > 1 ? Tag::giohw : Tag::iohw, pd.weights_desc(), x, withBias,
+                      out);
   packed->primitive = Deconvolution(pd);
+  packed->post = post;
+  if (withBias) { // output += bias per channel, then the activation, in place
+    const dnnl::memory::desc perChannel({1, oc, 1, 1}, DataType::f32, Tag::nchw);
+    packed->epilogue = dnnl::binary(dnnl::binary::primitive_desc(
+        dnnl::binary::desc(dnnl::algorithm::binary_add, packed->dst, perChannel, packed->dst), postOpsAttr(post),
+        cpuEngine()));
+  }
   packed->transposed = true;
   return packed;
 }
@@ -562,7 +573,7 @@ at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, con
                                    const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
                                    const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                                    const std::vector<std::int64_t>& outputPadding, std::int64_t groups,
-                                   std::shared_ptr<PackedConvolution>& packed) {
+                                   bool thenRelu, std::shared_ptr<PackedConvolution>& packed) {
   if (!eligible(x) || !eligible(w) || x.dim() != 4 || w.dim() != 4 || x.numel() == 0 || w.numel() == 0 ||
       groups < 1 || x.size(1) != w.size(0) || w.size(0) % groups != 0 || strides.size() != 2 ||
       padBegin.size() != 2 || padEnd.size() != 2 || dilations.size() != 2 || outputPadding.size() != 2 ||
@@ -576,12 +587,23 @@ at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, con
   if (out[2] < 1 || out[3] < 1)
     return {};
   try {
+    const ConvPostOps post{false, thenRelu ? ConvPostOps::Activation::Relu : ConvPostOps::Activation::None};
     if (!packed || !packed->transposed || !packed->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
-        packed->withBias != bias.defined() || packed->outputDims != out)
+        packed->outputDims != out || packed->withBias != bias.defined() || !(packed->post == post))
       packed = packTransposedConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, outputPadding,
-                                         groups);
+                                         groups, post);
     at::Tensor result = at::empty(packed->outputDims, x.options().memory_format(at::MemoryFormat::ChannelsLast));
-    runConvolution(*packed, x, bias, result);
+    runConvolution(*packed, x, at::Tensor(), result);
+    if (bias.defined()) {
+      const dnnl::memory dst = view(packed->dst, result);
+      execute(packed->epilogue, {{DNNL_ARG_SRC_0, dst},
+                                 {DNNL_ARG_SRC_1, view(dnnl::memory::desc({1, result.size(1), 1, 1}, DataType::f32,
+                                                                          Tag::nchw),
+                                                       bias.contiguous())},
+                                 {DNNL_ARG_DST, dst}});
+    } else if (thenRelu) {
+      result.relu_();
+    }
     return result;
   } catch (const dnnl::error&) {
     packed.reset();
@@ -630,7 +652,8 @@ at::Tensor convolution2d(const at::Tensor&, const at::Tensor&, const at::Tensor&
 at::Tensor transposedConvolution2d(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                    const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
                                    const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
-                                   const std::vector<std::int64_t>&, std::int64_t, std::shared_ptr<PackedConvolution>&) {
+                                   const std::vector<std::int64_t>&, std::int64_t, bool,
+                                   std::shared_ptr<PackedConvolution>&) {
   return {};
 }
 

@@ -107,16 +107,19 @@ at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Ten
                          bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed);
 
 // A 2-D float32 transposed convolution (ONNX ConvTranspose) of x [N, IC, H, W] by w [IC, OC /
-// groups, KH, KW] plus an optional bias [OC]: per-dim strides, dilations, non-negative pads at
-// either end and output_padding (extra rows at the end; at most the end pad is taken off by it,
-// else undefined). Channels-last in and out, as convolution2d; `packed` keeps the reordered weight
-// and the primitive, rebuilt when the weight (by identity), the input's dims, the output's dims
-// or the bias's presence change. ATen 1.13 runs this as im2col + GEMM (slow_conv_transpose2d),
-// reordering nothing between calls.
+// groups, KH, KW] plus an optional bias [OC], then Relu when `thenRelu`: per-dim strides,
+// dilations, non-negative pads at either end and output_padding (extra rows at the end; at most
+// the end pad is taken off by it, else undefined). Channels-last in and out, as convolution2d;
+// `packed` keeps the reordered weight and the primitives, rebuilt when the weight (by identity),
+// the input's dims, the output's dims, the bias's presence or the Relu change. The bias and Relu
+// are one in-place pass after the deconvolution: oneDNN 2.6 runs a deconvolution's own bias and
+// post-ops in slow loops (bench_deconvolution: 1.09-1.29x and 1.9-8.1x the deconvolution alone,
+// against 1.00-1.03x for the pass after it). ATen 1.13 runs this as im2col + GEMM
+// (slow_conv_transpose2d), reordering nothing between calls.
 at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                                    const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
                                    const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                                    const std::vector<std::int64_t>& outputPadding, std::int64_t groups,
-                                   std::shared_ptr<PackedConvolution>& packed);
+                                   bool thenRelu, std::shared_ptr<PackedConvolution>& packed);
 
 } // namespace cleave::runtime::onednn

@@ -1,5 +1,9 @@
 // runtime/ops_fused.cpp - the kernels of fused node groups (runtime/fusion.h).
 #include "runtime/fusion.h"
+
+#include <optional>
+#include <tuple>
+
 #include "runtime/onednn.h"
 
 namespace cleave::runtime {
@@ -49,6 +53,88 @@ template <onednn::ConvPostOps::Activation activation, bool residual> Outputs con
   return {fusedConvolution(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor(), post,
                            residual ? c.input(3) : at::Tensor(), residual && c.mayOverwrite(3))};
 }
+// Whether `cache` holds the fold of exactly these tensors (by identity; undefined matches undefined).
+bool holdsFoldOf(const KernelCache& cache, const std::vector<at::Tensor>& from) {
+  if (cache.foldedFrom.size() != from.size())
+    return false;
+  for (std::size_t i = 0; i < from.size(); ++i)
+    if (cache.foldedFrom[i].defined() != from[i].defined() ||
+        (from[i].defined() && !cache.foldedFrom[i].is_same(from[i])))
+      return false;
+  return true;
+}
+
+// The convolution weight and bias with the BatchNormalization after it folded in:
+// w * s per output channel and (b - mean) * s + shift, s = scale / sqrt(variance + epsilon),
+// computed in double and stored in w's dtype. `from`: w, b (or undefined), scale, shift, mean,
+// variance. A ConvTranspose's weight is [IC, OC / groups, k...], so its output channels are
+// axis 1 within each group. Nothing when autograd needs the nodes themselves or the operands
+// do not fold (the caller then runs the nodes one by one).
+std::optional<std::pair<at::Tensor, at::Tensor>> foldBatchNorm(const std::vector<at::Tensor>& from, bool transposed,
+                                                               std::int64_t groups, double epsilon) {
+  const at::Tensor& w = from[0];
+  for (const at::Tensor& t : from)
+    if (t.defined() && (t.requires_grad() || !at::isFloatingType(t.scalar_type()) || t.is_mkldnn()))
+      return std::nullopt;
+  if (w.dim() < 3 || groups < 1 || (transposed && w.size(0) % groups != 0))
+    return std::nullopt;
+  const std::int64_t channels = transposed ? w.size(1) * groups : w.size(0);
+  for (std::size_t i = 1; i < from.size(); ++i)
+    if (from[i].defined() && (from[i].dim() != 1 || from[i].size(0) != channels))
+      return std::nullopt;
+  auto asDouble = [](const at::Tensor& t) { return t.to(at::kDouble); };
+  const at::Tensor s = asDouble(from[2]) / (asDouble(from[5]) + epsilon).sqrt();
+  const at::Tensor b = from[1].defined() ? asDouble(from[1]) : at::zeros_like(s);
+  at::Tensor bias = ((b - asDouble(from[4])) * s + asDouble(from[3])).to(w.scalar_type());
+  std::vector<std::int64_t> scaleShape(static_cast<std::size_t>(w.dim()), 1);
+  at::Tensor weight;
+  if (transposed) { // [groups, IC / groups, OC / groups, k...] times s as [groups, 1, OC / groups, 1...]
+    std::vector<std::int64_t> grouped{groups, w.size(0) / groups};
+    grouped.insert(grouped.end(), w.sizes().begin() + 1, w.sizes().end());
+    scaleShape.insert(scaleShape.begin(), 1);
+    scaleShape[0] = groups;
+    scaleShape[2] = channels / groups;
+    weight = (asDouble(w).reshape(grouped) * s.reshape(scaleShape)).reshape(w.sizes());
+  } else {
+    scaleShape[0] = channels;
+    weight = asDouble(w) * s.reshape(scaleShape);
+  }
+  return std::make_pair(weight.to(w.scalar_type()).contiguous(), bias.contiguous());
+}
+
+// Conv or ConvTranspose, then BatchNormalization (inference) [, then Relu]: the normalization
+// folded into the convolution's weight and bias once per weight (kept in the node's cache).
+// The context is the convolution's; epsilon is the normalization node's.
+template <bool transposed, bool relu> Outputs convBatchNorm(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  const at::Tensor bias = c.has(2) ? c.input(2) : at::Tensor();
+  std::vector<at::Tensor> from{c.input(1), bias, c.input(3), c.input(4), c.input(5), c.input(6)};
+  const ir::Graph& g = c.graph();
+  const ir::Attribute* epsilonAttr = g.findAttribute(g.users(g.outputs(c.node())[0])[0], "epsilon");
+  const double epsilon = epsilonAttr ? epsilonAttr->floatValue : 1e-5;
+  const std::int64_t groups = c.intAttr("group", 1);
+  at::Tensor weight, foldedBias;
+  if (c.cache() && holdsFoldOf(*c.cache(), from)) {
+    weight = c.cache()->foldedWeight;
+    foldedBias = c.cache()->foldedBias;
+  } else if (auto folded = foldBatchNorm(from, transposed, groups, epsilon)) {
+    std::tie(weight, foldedBias) = *folded;
+    if (c.cache()) {
+      c.cache()->foldedFrom = from;
+      c.cache()->foldedWeight = weight;
+      c.cache()->foldedBias = foldedBias;
+    }
+  }
+  using A = onednn::ConvPostOps::Activation;
+  if (!weight.defined()) { // the nodes one by one
+    at::Tensor y = toDense(transposed ? transposedConvolution(c, x, from[0], bias) : convolution(c, x, from[0], bias));
+    y = at::batch_norm(y, from[2], from[3], from[4], from[5], false, 0.0, epsilon, false);
+    return {relu ? at::relu(y) : y};
+  }
+  if (transposed)
+    return {transposedConvolution(c, x, weight, foldedBias, relu)};
+  return {fusedConvolution(c, x, weight, foldedBias, onednn::ConvPostOps{false, relu ? A::Relu : A::None}, at::Tensor())};
+}
 } // namespace
 
 Kernel fusedKernel(FusedGroup::Kind kind) {
@@ -63,6 +149,10 @@ Kernel fusedKernel(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConvSilu: return convWith<onednn::ConvPostOps::Activation::Swish, false>;
   case FusedGroup::Kind::ConvAdd: return convWith<onednn::ConvPostOps::Activation::None, true>;
   case FusedGroup::Kind::ConvAddRelu: return convWith<onednn::ConvPostOps::Activation::Relu, true>;
+  case FusedGroup::Kind::ConvBatchNorm: return convBatchNorm<false, false>;
+  case FusedGroup::Kind::ConvBatchNormRelu: return convBatchNorm<false, true>;
+  case FusedGroup::Kind::ConvTransposeBatchNorm: return convBatchNorm<true, false>;
+  case FusedGroup::Kind::ConvTransposeBatchNormRelu: return convBatchNorm<true, true>;
   case FusedGroup::Kind::LayerNorm: return layerNorm;
   }
   return nullptr;
@@ -80,6 +170,10 @@ const char* fusedName(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConvSilu: return "Conv+Sigmoid+Mul";
   case FusedGroup::Kind::ConvAdd: return "Conv+Add";
   case FusedGroup::Kind::ConvAddRelu: return "Conv+Add+Relu";
+  case FusedGroup::Kind::ConvBatchNorm: return "Conv+BatchNormalization";
+  case FusedGroup::Kind::ConvBatchNormRelu: return "Conv+BatchNormalization+Relu";
+  case FusedGroup::Kind::ConvTransposeBatchNorm: return "ConvTranspose+BatchNormalization";
+  case FusedGroup::Kind::ConvTransposeBatchNormRelu: return "ConvTranspose+BatchNormalization+Relu";
   case FusedGroup::Kind::LayerNorm: return "LayerNorm(ReduceMean,Sub,Pow,ReduceMean,Add,Sqrt,Div,Mul,Add)";
   }
   return "?";

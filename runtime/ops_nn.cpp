@@ -101,12 +101,14 @@ std::vector<std::pair<std::int64_t, std::int64_t>> transposedPads(const KernelCo
   return pads;
 }
 
-// 2-D: oneDNN's deconvolution where it takes the operands. Otherwise computes the unpadded
-// transposed convolution (output_padding included) on ATen, then crops (or, for negative pads,
-// extends with zeros) and adds the bias.
 Outputs convTranspose(KernelContext& c) {
-  const at::Tensor& x = c.input(0);
-  const at::Tensor& w = c.input(1);
+  return {transposedConvolution(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor())};
+}
+
+} // namespace
+
+at::Tensor transposedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                                 bool thenRelu) {
   std::size_t n = static_cast<std::size_t>(w.dim() - 2);
   std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
   std::vector<std::int64_t> outputPadding = c.intsAttr("output_padding"), extra(n, 0), zeros(n, 0), full(n, 0);
@@ -115,22 +117,22 @@ Outputs convTranspose(KernelContext& c) {
     full[d] = strides[d] * (x.size(2 + d) - 1) + extra[d] + (w.size(2 + d) - 1) * dilations[d] + 1;
   }
   std::vector<std::pair<std::int64_t, std::int64_t>> pads = transposedPads(c, x, full, strides);
-  at::Tensor bias = c.has(2) ? c.input(2) : at::Tensor();
   std::int64_t groups = c.intAttr("group", 1);
   if (n == 2 && onednn::available()) { // oneDNN's deconvolution, the weight reordered once
     std::vector<std::int64_t> padBegin{pads[0].first, pads[1].first}, padEnd{pads[0].second, pads[1].second};
     std::shared_ptr<onednn::PackedConvolution> uncached;
-    at::Tensor y = onednn::transposedConvolution2d(x, w, bias, strides, padBegin, padEnd, dilations, extra, groups,
+    at::Tensor y = onednn::transposedConvolution2d(x, w, bias, strides, padBegin, padEnd, dilations, extra, groups, thenRelu,
                                                    c.cache() ? c.cache()->convolution : uncached);
     if (y.defined())
-      return {y};
+      return y;
   }
   bool symmetric = std::all_of(pads.begin(), pads.end(), [](auto p) { return p.first == p.second && p.first >= 0; });
   if (symmetric) { // ATen pads itself
     std::vector<std::int64_t> padding(n);
     for (std::size_t d = 0; d < n; ++d)
       padding[d] = pads[d].first;
-    return {at::convolution(x, w, bias, strides, padding, dilations, true, extra, groups)};
+    at::Tensor y = at::convolution(x, w, bias, strides, padding, dilations, true, extra, groups);
+    return thenRelu ? at::relu(y) : y;
   }
   at::Tensor y = at::convolution(x, w, at::Tensor(), strides, zeros, dilations, true, extra, groups);
   std::vector<std::int64_t> crop; // constant_pad_nd order: last axis first, negative crops
@@ -144,8 +146,10 @@ Outputs convTranspose(KernelContext& c) {
     shape[1] = bias.size(0);
     y = y + bias.reshape(shape);
   }
-  return {y};
+  return thenRelu ? at::relu(y) : y;
 }
+
+namespace {
 
 // MaxPool's Indices output: ATen's per-plane flat indices made flat over the whole input (N, C
 // and the spatial axes, ONNX's convention), column-major within a plane with storage_order 1.

@@ -144,6 +144,66 @@ class Train(TempDirTest):
         code, _, err = run("train", plan, *common, "--loss", "nope")
         self.assertOneLineError(code, err, "no plan output named 'nope'")
 
+    def test_a_frozen_batch_norm_trains_its_affine_not_its_statistics(self):
+        # A convolution network exported in eval mode: BatchNormalization reads its running mean
+        # and variance as initializers. PyTorch trains the affine and never the statistics (they
+        # are buffers); cleave must do the same, also where inference folds the normalization into
+        # the ConvTranspose before it. (The exporter itself folds a BatchNormalization into a Conv
+        # before it in eval mode, which changes what is trained: none here follows a Conv.)
+        class ConvNet(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.norm = torch.nn.BatchNorm2d(2)
+                self.conv = torch.nn.Conv2d(2, 4, 3, padding=1)
+                self.up = torch.nn.ConvTranspose2d(4, 2, 2, stride=2, bias=False)
+                self.up_norm = torch.nn.BatchNorm2d(2)
+
+            def forward(self, x, target):
+                h = torch.relu(self.conv(self.norm(x)))
+                y = torch.relu(self.up_norm(self.up(h)))
+                return ((y - target) ** 2).mean()
+
+        torch.manual_seed(3)
+        module = ConvNet()
+        for norm in (module.norm, module.up_norm):  # distinct values: the exporter merges equal initializers
+            norm.weight.data.uniform_(0.5, 1.5)
+            norm.bias.data.uniform_(-0.5, 0.5)
+            norm.running_mean.uniform_(-0.5, 0.5)
+            norm.running_var.uniform_(0.5, 1.5)
+        module.eval()
+        initial = {k: v.clone() for k, v in module.state_dict().items()}
+        model = self.path("convnet.onnx")
+        torch.onnx.export(module, (torch.randn(4, 2, 5, 5), torch.randn(4, 2, 10, 10)), model,
+                          input_names=["x", "target"], output_names=["loss"], opset_version=13,
+                          do_constant_folding=False, training=torch.onnx.TrainingMode.EVAL,
+                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+        g = torch.Generator().manual_seed(4)
+        x, target = torch.randn(8, 2, 5, 5, generator=g), torch.randn(8, 2, 10, 10, generator=g)
+        np.savez(self.path("images.npz"), x=x.numpy(), target=target.numpy())
+        out, steps = self.path("convnet_out"), 3
+        code, stdout, err = run("train", model, "--data", self.path("images.npz"), "--batch", 4, "--steps", steps,
+                                "--optimizer", "sgd", "--lr", "0.5", "--momentum", "0.9", "-o", out, "--force",
+                                "--json")
+        self.assertEqual(code, 0, err)
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.5, momentum=0.9)
+        want = []
+        for step in range(steps):
+            optimizer.zero_grad()
+            loss = module(rows(x, step, 4), rows(target, step, 4))
+            loss.backward()
+            optimizer.step()
+            want.append(loss.item())
+        np.testing.assert_allclose([json.loads(line)["loss"] for line in stdout.splitlines()], want, rtol=2e-5)
+        trained = {t.name: numpy_helper.to_array(t) for t in onnx.load(os.path.join(out, "trained.onnx")).graph.initializer}
+        for name, value in module.state_dict().items():
+            if name.endswith("num_batches_tracked"):
+                continue
+            np.testing.assert_allclose(trained[name], value.numpy(), rtol=1e-4, atol=1e-5, err_msg=name)
+            if "running" in name:
+                np.testing.assert_array_equal(trained[name], initial[name].numpy(), err_msg=name)
+            else:
+                self.assertFalse(np.allclose(trained[name], initial[name].numpy()), name)  # it trained
+
 
 if __name__ == "__main__":
     main()
