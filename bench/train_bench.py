@@ -11,12 +11,16 @@ data in five ways, interleaved per round with the order flipped every round:
   1f1b_bound   1f1b with each rank on its own core (cleave launch --bind-cores)
 (pipeline ranks get 1 thread each: cleave launch gives cores / ranks). Per side: the median step
 time over rounds (each run's first step dropped as warm-up) and the ratio to torch with [min,
-max] over rounds. For the pipelines, the measured bubble (cleave train --timing: 1 - compute /
+max] over rounds. For the pipelines, two bubbles, each against the simulator. First, the measured bubble (cleave train --timing: 1 - compute /
 (ranks x the schedule's wall time, before the optimizer step)) against the schedule simulator's
 prediction for the same schedule with the measured per-stage F and B (zero bubble: F, I and W)
 times, cleave's measured one-way message time for one microbatch's boundary as the transfer
 latency, and the time a send() call holds the sender's thread as its send cost (both bench_comm):
-`cleave schedule --simulate --costs ... --transfer-latency ... --send-cost ...`.
+`cleave schedule --simulate --costs ... --transfer-latency ... --send-cost ...`. Second, the idle
+share (1 - the ranks' time in actions, less their receive waits, / (ranks x the longest rank's
+schedule time)) against the simulator given each stage's measured action times (compute plus
+each action's bookkeeping and send() calls, so no separate send cost) and the same latency: the
+first counts bookkeeping as bubble and the simulator cannot, the second counts only idle time.
 
 usage: /usr/bin/python3 bench/train_bench.py CLEAVE BENCH_COMM [--rounds R] [--steps K] [--width W]
        [--baseline-cleave OTHER_CLEAVE]
@@ -107,6 +111,40 @@ def simulated_bubble(cleave, kind, stages, ranks, timings, latency_us, send_us):
     return json.loads(out)["simulation"]["bubble_fraction"]
 
 
+def action_busy_us(timings, stage, kinds):
+    """The median over steps and microbatches of one stage's actions of `kinds` (F, B, I, W): their
+    whole time on the rank less their receive waits (the compute plus the action's bookkeeping:
+    gathering inputs, send() calls, loss, freeing), in microseconds."""
+    times = [a["end_s"] - a["start_s"] - a["wait_s"] for t in timings for a in t["actions"]
+             if int(a["action"].rstrip("0123456789")[:-1]) == stage and a["action"].rstrip("0123456789")[-1] in kinds]
+    return statistics.median(times) * 1e6 if times else 0.0
+
+
+def idle_bubble(step, ranks):
+    """The idle share of a step's schedule: 1 - the ranks' busy time (actions less their receive
+    waits) / (ranks x the longest rank's schedule time)."""
+    busy = sum(a["end_s"] - a["start_s"] - a["wait_s"] for a in step["actions"])
+    return 1.0 - busy / (ranks * max(step["rank_schedule_s"]))
+
+
+def simulated_idle_bubble(cleave, kind, stages, ranks, timings, latency_us):
+    """The simulator's bubble for `kind` with each stage's measured action times (action_busy_us;
+    they include the send() calls, so the simulator's send cost is 0) and each message's latency."""
+    costs = []
+    for i in range(stages):
+        f, b = action_busy_us(timings, i, "F"), action_busy_us(timings, i, "B")
+        if not b:  # zero bubble: I and W
+            inputs, weights = action_busy_us(timings, i, "I"), action_busy_us(timings, i, "W")
+            costs.append(f"{f:.3f},{inputs + weights:.3f},{inputs:.3f},{weights:.3f}")
+        else:
+            costs.append(f"{f:.3f},{b:.3f}")
+    out = subprocess.run([cleave, "schedule", "--kind", kind, "--stages", str(stages), "--ranks", str(ranks),
+                          "--microbatches", str(MICROBATCHES), "--simulate", "--costs", ";".join(costs),
+                          "--transfer-latency", f"{latency_us:.3f}", "--send-cost", "0", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["simulation"]["bubble_fraction"]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("cleave")
@@ -192,6 +230,11 @@ def main():
         predicted = simulated_bubble(cleave, kind, stages, 2, timings[name], latency_us, send_us)
         print(f"{name:12s} bubble measured {measured:.3f}, simulator {predicted:.3f} "
               f"(difference {abs(measured - predicted) / max(predicted, 1e-9) * 100:.0f}% of the prediction)")
+        idle = statistics.median(idle_bubble(t, 2) for t in timings[name])
+        idle_predicted = simulated_idle_bubble(cleave, kind, stages, 2, timings[name], latency_us)
+        print(f"{'':12s} idle share measured {idle:.3f}, simulator with the measured action times "
+              f"{idle_predicted:.3f} (difference {abs(idle - idle_predicted) / max(idle_predicted, 1e-9) * 100:.0f}% "
+              f"of the prediction)")
         for rank in range(2):  # where each rank's schedule time went (stage s runs on rank s % 2)
             med = lambda f: statistics.median(f(t) for t in timings[name]) * 1e3
             wall = med(lambda t: t["rank_schedule_s"][rank])
