@@ -7,7 +7,7 @@ data in five ways, interleaved per round with the order flipped every round:
   whole        `cleave train MODEL` in one process (microbatches; 2 threads, the machine's cores)
   1f1b         `cleave launch --nproc 2 -- cleave train PLAN2 --schedule 1f1b` (2 stages, 2 ranks)
   zero_bubble  the same plan with --schedule zero_bubble (backward split into I and W)
-  interleaved  the same with a 4-stage plan and --schedule interleaved (2 stages per rank)
+  interleaved  a 4-stage plan (one Linear each) and --schedule interleaved (2 stages per rank)
   1f1b_bound   1f1b with each rank on its own core (cleave launch --bind-cores)
 (pipeline ranks get 1 thread each: cleave launch gives cores / ranks). Per side: the median step
 time over rounds (each run's first step dropped as warm-up) and the ratio to torch with [min,
@@ -169,9 +169,15 @@ def main():
             "target": rng.standard_normal((BATCH * args.steps, 256), dtype=np.float32)}
     np.savez(os.path.join(work, "data.npz"), **data)
     plans = {}
-    for stages in (2, 4):  # balanced by parameters (the MLP's FLOPs follow them; its batch dim is symbolic)
+    # Balanced by parameters (the MLP's FLOPs follow them; its batch dim is symbolic). Two stages:
+    # equal_params cuts [Linear 1-2 | Linear 3-4]. Four: its greedy cut is [Linear 1-2 | ReLU |
+    # Linear 3 | Linear 4], which gives interleaved's rank 0 three of the four Linears; `optimal`
+    # (least largest stage) cuts one Linear per stage.
+    for stages, policy in ((2, "equal_params"), (4, "optimal")):
         plans[stages] = os.path.join(work, f"plan{stages}")
-        subprocess.run([cleave, "pipeline", model, "--stages", str(stages), "--policy", "equal_params", "-o", plans[stages]],
+        subprocess.run([cleave, "pipeline", model, "--stages", str(stages), "--policy", policy, "--balance", "params",
+                        "-o", plans[stages]] if policy == "optimal" else
+                       [cleave, "pipeline", model, "--stages", str(stages), "--policy", policy, "-o", plans[stages]],
                        check=True, capture_output=True)
     common = ["--data", os.path.join(work, "data.npz"), "--batch", str(BATCH), "--steps", str(args.steps),
               "--microbatches", str(MICROBATCHES), "--lr", "0.01", "--json", "--timing"]
