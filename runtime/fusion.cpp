@@ -233,6 +233,7 @@ std::optional<FusedGroup> matchConv(const ir::Graph& g, NodeId conv) {
   }
   return std::nullopt;
 }
+
 bool isParameterValue(const ir::Graph& g, ValueId value) {
   return value != ir::kNoValue && g.kind(g.producer(value)) == ir::NodeKind::Parameter;
 }

@@ -53,6 +53,7 @@ template <onednn::ConvPostOps::Activation activation, bool residual> Outputs con
   return {fusedConvolution(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor(), post,
                            residual ? c.input(3) : at::Tensor(), residual && c.mayOverwrite(3))};
 }
+
 // Whether `cache` holds the fold of exactly these tensors (by identity; undefined matches undefined).
 bool holdsFoldOf(const KernelCache& cache, const std::vector<at::Tensor>& from) {
   if (cache.foldedFrom.size() != from.size())
