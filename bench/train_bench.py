@@ -236,6 +236,13 @@ def main():
         predicted = simulated_bubble(cleave, kind, stages, 2, timings[name], latency_us, send_us)
         print(f"{name:12s} bubble measured {measured:.3f}, simulator {predicted:.3f} "
               f"(difference {abs(measured - predicted) / max(predicted, 1e-9) * 100:.0f}% of the prediction)")
+        kinds = {}  # each action kind's bookkeeping: its time less its wait and compute
+        for t in timings[name]:
+            for a in t["actions"]:
+                kinds.setdefault(a["action"].rstrip("0123456789"), []).append(
+                    (a["end_s"] - a["start_s"] - a["wait_s"] - a["compute_s"]) * 1e6)
+        print(f"{'':12s} bookkeeping per action, median [90th percentile] us: " + ", ".join(
+            f"{k} {statistics.median(v):.0f} [{sorted(v)[int(0.9 * len(v))]:.0f}]" for k, v in sorted(kinds.items())))
         idle = statistics.median(idle_bubble(t, 2) for t in timings[name])
         idle_predicted = simulated_idle_bubble(cleave, kind, stages, 2, timings[name], latency_us)
         print(f"{'':12s} idle share measured {idle:.3f}, simulator with the measured action times "

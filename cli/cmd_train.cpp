@@ -63,7 +63,7 @@ void describe(CLI::App& app, TrainFlags& flags) {
   app.add_flag("--timing", flags.timing,
                "also print each step's wall seconds and, for a plan, the schedule's part of it, every stage's forward "
                "and backward compute seconds, the measured bubble (1 - compute / (ranks x schedule seconds)) and, with "
-               "--json, every action's start, end and receive wait per rank");
+               "--json, every action's start, end, receive wait and compute seconds per rank");
 }
 
 // `timing`: null, or the step's measurements (--timing).
@@ -104,7 +104,7 @@ Json actionTimeline(const runtime::distributed::StepTiming& timing) {
         const int rank = static_cast<int>(slot[3]); // the rank that ran it
         rows.emplace_back(rank, slot[0],
                           Json{{"rank", rank}, {"action", pipeline::formatAction(action)}, {"start_s", slot[0]},
-                               {"end_s", slot[1]}, {"wait_s", slot[2]}});
+                               {"end_s", slot[1]}, {"wait_s", slot[2]}, {"compute_s", slot[4]}});
       }
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
     return std::tie(std::get<0>(a), std::get<1>(a)) < std::tie(std::get<0>(b), std::get<1>(b));

@@ -60,6 +60,8 @@ class Distributed(TempDirTest):
             self.assertEqual(a["rank"], int(a["action"][0]) % ranks, a)
             self.assertLessEqual(a["start_s"], a["end_s"], a)
             self.assertLessEqual(a["wait_s"], a["end_s"] - a["start_s"] + 1e-9, a)
+            self.assertGreater(a["compute_s"], 0.0, a)  # inside the action, besides its wait
+            self.assertLessEqual(a["compute_s"] + a["wait_s"], a["end_s"] - a["start_s"] + 1e-9, a)
         for rank in range(ranks):
             own = [a for a in actions if a["rank"] == rank]
             for before, after in zip(own, own[1:]):

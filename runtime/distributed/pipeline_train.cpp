@@ -564,6 +564,7 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
     int stage = static_cast<int>(action.stage);
     std::size_t m = action.microbatch;
     const double begun = secondsSince(started), waitedBefore = s.timing.rankWaitSeconds[static_cast<std::size_t>(s.rank)];
+    const double computedBefore = s.timing.computeSeconds(action.stage);
     switch (action.type) {
     case pipeline::ActionType::Forward: CLEAVE_CHECK(s.forwardStage(m, stage, chunks[m], runs, lossSum, shares[m])); break;
     case pipeline::ActionType::Backward: CLEAVE_CHECK(s.backwardStage(m, stage, runs, shares[m], false)); break;
@@ -577,6 +578,7 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
     slot[1] = secondsSince(started);
     slot[2] = s.timing.rankWaitSeconds[static_cast<std::size_t>(s.rank)] - waitedBefore;
     slot[3] = s.rank;
+    slot[4] = s.timing.computeSeconds(action.stage) - computedBefore;
   }
   CLEAVE_CHECK(s.comm->finish());
   s.timing.scheduleSeconds = secondsSince(started);

@@ -46,11 +46,14 @@ struct StepTiming {
   double headersSent = 0.0; // shape headers sent in the step (communicator.h; gathered: all ranks')
   // The measured timeline: per (stage, microbatch, action type F / B / I / W), at
   // actionSlot(...) * kSlotFields: start, end and the receive wait inside it, in seconds from the
-  // step's start on the rank that ran it, and that rank; zeros for an action not run. Comparable
-  // with the simulator's.
+  // step's start on the rank that ran it, that rank, and the compute seconds inside it (what the
+  // stage's forward / backward seconds gained; the rest of end - start - wait is the
+  // action's bookkeeping); zeros for an action not run. Comparable with the simulator's.
   std::vector<double> actionSeconds;
-  static constexpr std::size_t kSlotFields = 4;   // start, end, wait, rank
+  static constexpr std::size_t kSlotFields = 5;   // start, end, wait, rank, compute
   static constexpr std::size_t kComputeTypes = 4; // F, B, I, W: ActionType's first four
+  // A stage's compute seconds so far: forward plus backward (which includes W's).
+  double computeSeconds(std::size_t stage) const { return forwardSeconds[stage] + backwardSeconds[stage]; }
   static std::size_t actionSlot(std::size_t stage, std::size_t microbatch, std::size_t microbatches,
                                 pipeline::ActionType type) {
     return (stage * microbatches + microbatch) * kComputeTypes + static_cast<std::size_t>(type);
