@@ -111,11 +111,16 @@ def simulated_bubble(cleave, kind, stages, ranks, timings, latency_us, send_us):
     return json.loads(out)["simulation"]["bubble_fraction"]
 
 
+def busy_s(action):
+    """An action's time on its rank less its receive waits: its compute plus its bookkeeping."""
+    return action["end_s"] - action["start_s"] - action["wait_s"]
+
+
 def action_busy_us(timings, stage, kinds):
     """The median over steps and microbatches of one stage's actions of `kinds` (F, B, I, W): their
     whole time on the rank less their receive waits (the compute plus the action's bookkeeping:
     gathering inputs, send() calls, loss, freeing), in microseconds."""
-    times = [a["end_s"] - a["start_s"] - a["wait_s"] for t in timings for a in t["actions"]
+    times = [busy_s(a) for t in timings for a in t["actions"]
              if int(a["action"].rstrip("0123456789")[:-1]) == stage and a["action"].rstrip("0123456789")[-1] in kinds]
     return statistics.median(times) * 1e6 if times else 0.0
 
@@ -123,7 +128,7 @@ def action_busy_us(timings, stage, kinds):
 def idle_bubble(step, ranks):
     """The idle share of a step's schedule: 1 - the ranks' busy time (actions less their receive
     waits) / (ranks x the longest rank's schedule time)."""
-    busy = sum(a["end_s"] - a["start_s"] - a["wait_s"] for a in step["actions"])
+    busy = sum(busy_s(a) for a in step["actions"])
     return 1.0 - busy / (ranks * max(step["rank_schedule_s"]))
 
 
@@ -175,10 +180,9 @@ def main():
     # (least largest stage) cuts one Linear per stage.
     for stages, policy in ((2, "equal_params"), (4, "optimal")):
         plans[stages] = os.path.join(work, f"plan{stages}")
-        subprocess.run([cleave, "pipeline", model, "--stages", str(stages), "--policy", policy, "--balance", "params",
-                        "-o", plans[stages]] if policy == "optimal" else
-                       [cleave, "pipeline", model, "--stages", str(stages), "--policy", policy, "-o", plans[stages]],
-                       check=True, capture_output=True)
+        balance = ["--balance", "params"] if policy == "optimal" else []
+        subprocess.run([cleave, "pipeline", model, "--stages", str(stages), "--policy", policy, *balance, "-o",
+                        plans[stages]], check=True, capture_output=True)
     common = ["--data", os.path.join(work, "data.npz"), "--batch", str(BATCH), "--steps", str(args.steps),
               "--microbatches", str(MICROBATCHES), "--lr", "0.01", "--json", "--timing"]
     port = [29700]
@@ -240,7 +244,7 @@ def main():
         for t in timings[name]:
             for a in t["actions"]:
                 kinds.setdefault(a["action"].rstrip("0123456789"), []).append(
-                    (a["end_s"] - a["start_s"] - a["wait_s"] - a["compute_s"]) * 1e6)
+                    (busy_s(a) - a["compute_s"]) * 1e6)
         print(f"{'':12s} bookkeeping per action, median [90th percentile] us: " + ", ".join(
             f"{k} {statistics.median(v):.0f} [{sorted(v)[int(0.9 * len(v))]:.0f}]" for k, v in sorted(kinds.items())))
         idle = statistics.median(idle_bubble(t, 2) for t in timings[name])

@@ -113,8 +113,8 @@ at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Ten
 // `packed` keeps the reordered weight and the primitives, rebuilt when the weight (by identity),
 // the input's dims, the output's dims, the bias's presence or the Relu change. The bias and Relu
 // are one in-place pass after the deconvolution: oneDNN 2.6 runs a deconvolution's own bias and
-// post-ops in slow loops (bench_deconvolution: 1.09-1.29x and 1.9-8.1x the deconvolution alone,
-// against 1.00-1.03x for the pass after it). ATen 1.13 runs this as im2col + GEMM
+// post-ops in slow loops (bench_deconvolution: 1.12-1.30x and 1.65-8.46x the deconvolution alone,
+// against 1.01-1.06x for the pass after it). ATen 1.13 runs this as im2col + GEMM
 // (slow_conv_transpose2d), reordering nothing between calls.
 at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                                    const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
