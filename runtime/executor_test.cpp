@@ -467,6 +467,59 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
   EXPECT_EQ(packed, plain);
 }
 
+// A 3x3 stride-1 convolution with channels in multiples of 16 runs as Winograd's (where this CPU
+// has the kernel) and equals at::conv2d within the rounding of its transforms; the channels-last
+// input is only read; the smaller or strided ones stay on the direct kernel.
+TEST(OneDnn, WinogradConvolutionsEqualAten) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  using Activation = onednn::ConvPostOps::Activation;
+  struct Case {
+    std::int64_t batch, channels, outChannels, height, width;
+    onednn::ConvPostOps post;
+  };
+  const Case cases[] = {{1, 64, 64, 14, 14, {false, Activation::Relu}},
+                        {2, 16, 48, 20, 17, {}},
+                        {1, 128, 32, 28, 15, {false, Activation::Relu}}};
+  at::manual_seed(5);
+  bool anyWinograd = false;
+  for (const Case& k : cases) {
+    at::Tensor x = at::randn({k.batch, k.channels, k.height, k.width}).contiguous(at::MemoryFormat::ChannelsLast);
+    at::Tensor w = at::randn({k.outChannels, k.channels, 3, 3}), bias = at::randn({k.outChannels});
+    const at::Tensor xBefore = x.clone();
+    at::Tensor want = at::conv2d(x.contiguous(), w, bias, 1, 1);
+    if (k.post.activation == Activation::Relu)
+      want = at::relu(want);
+    std::shared_ptr<onednn::PackedConvolution> packed;
+    for (int run = 0; run < 2; ++run) {
+      at::Tensor got = onednn::convolution2d(x, w, bias, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, k.post, {}, false, packed);
+      ASSERT_TRUE(got.defined());
+      EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast));
+      EXPECT_TRUE(at::equal(x, xBefore));
+      // Sums of 9 * channels products of N(0, 1) values: the largest |want| is 47-131 here. The
+      // transforms' rounding stays under 1e-5 of it (measured: 3e-7 to 1.2e-6, 3e-5 to 6e-5 absolute).
+      const double scale = want.abs().max().item<double>();
+      EXPECT_LT((got - want).abs().max().item<double>(), 1e-5 * scale) << k.channels << " channels";
+    }
+    anyWinograd = anyWinograd || onednn::usesWinograd(*packed);
+  }
+  if (!anyWinograd)
+    GTEST_SKIP() << "this CPU has no oneDNN Winograd kernel (it needs AVX-512): checked the direct path only";
+  // Strided, grouped, small or with a residual: the direct kernel.
+  std::shared_ptr<onednn::PackedConvolution> packed;
+  at::Tensor x = at::randn({1, 64, 14, 14}), w = at::randn({64, 64, 3, 3});
+  ASSERT_TRUE(onednn::convolution2d(x, w, {}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false, packed).defined());
+  EXPECT_FALSE(onednn::usesWinograd(*packed));
+  ASSERT_TRUE(onednn::convolution2d(x.narrow(2, 0, 7).narrow(3, 0, 7), w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {},
+                                    {}, false, packed)
+                  .defined());
+  EXPECT_FALSE(onednn::usesWinograd(*packed));
+  ASSERT_TRUE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {true, Activation::Relu},
+                                    at::randn({1, 64, 14, 14}), false, packed)
+                  .defined());
+  EXPECT_FALSE(onednn::usesWinograd(*packed));
+}
+
 // A packed weight (oneDNN's own product layout) computes what the plain weight does at every row
 // count, with and without bias and GELU; it unpacks to the same values; the second call reuses
 // the primitive; operands it does not take it refuses.
