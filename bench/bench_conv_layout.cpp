@@ -9,7 +9,8 @@
 // weight is in the primitive's own layout (Tag::any), reordered once. The sides:
 //   nhwc       activations channels-last, direct kernels (cleave before Winograd)
 //   blocked    activations in the layout the primitives prefer (nChw16c on AVX-512), direct
-//   winograd   blocked, with the 3x3 stride-1 convolutions as Winograd's F(4x4, 3x3)
+//   winograd   blocked, with the 3x3 stride-1 convolutions as Winograd's F(2x2, 3x3)
+//              (oneDNN's jit_fp32_wino_2x3)
 //   wino-nhwc  channels-last, the 3x3 stride-1 convolutions as Winograd's on nChw16c with a reorder
 //              in and out of each (what cleave runs)
 // Rounds interleave the sides, the order reversed every other round. Prints each side's median

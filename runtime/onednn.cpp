@@ -461,12 +461,12 @@ std::vector<std::int64_t> convolutionOutputDims(const at::Tensor& x, const at::T
   return out;
 }
 
-// Whether a convolution runs faster as Winograd's F(4x4, 3x3) in oneDNN's blocked layout, with
-// the reorders from and to channels-last around it, than as the direct channels-last kernel:
-// 3x3, stride 1, undilated, ungrouped, channels in multiples of 16, at least 14x14, no residual.
-// Measured on ResNet-50's 3x3 convolutions (bench_conv_layout, AVX-512, 2 threads), reorders
-// included: 11% faster at 56x56x64, 23% at 28x28x128, 29% at 14x14x256, none at 7x7x512. Its
-// results differ from the direct kernel's by rounding (the transforms add and subtract tiles).
+// Whether a convolution runs faster as Winograd's F(2x2, 3x3) (oneDNN's jit_fp32_wino_2x3) in
+// oneDNN's blocked layout, with the reorders from and to channels-last around it, than as the
+// direct channels-last kernel: 3x3, stride 1, undilated, ungrouped, channels in multiples of 16, at
+// least 14x14, no residual. Measured on ResNet-50's 3x3 convolutions (bench_conv_layout, AVX-512,
+// 2 threads), reorders included: 11% faster at 56x56x64, 23% at 28x28x128, 29% at 14x14x256, none
+// at 7x7x512. Its results differ from the direct kernel's by rounding (the tile transforms).
 bool winogradPays(const at::Tensor& x, const at::Tensor& w, const std::vector<std::int64_t>& strides,
                   const std::vector<std::int64_t>& dilations, std::int64_t groups, const ConvPostOps& post) {
   return w.size(2) == 3 && w.size(3) == 3 && strides[0] == 1 && strides[1] == 1 && dilations[0] == 1 &&

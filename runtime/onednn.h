@@ -106,11 +106,12 @@ at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Ten
                          std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
                          bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed);
 
-// Whether `packed` runs Winograd's F(4x4, 3x3) instead of the direct kernel. convolution2d picks
-// it for a 3x3, stride-1, undilated, ungrouped convolution of at least 14x14 with channels in
-// multiples of 16 and no residual, where oneDNN has the kernel (AVX-512), reordering channels-last
-// to oneDNN's blocked layout and back around it: 11-29% faster on ResNet-50's 3x3 convolutions,
-// reorders included. Its sums are rounded differently from the direct kernel's.
+// Whether `packed` runs Winograd's F(2x2, 3x3) (oneDNN's jit_fp32_wino_2x3) instead of the
+// direct kernel. convolution2d picks it for a 3x3, stride-1, undilated, ungrouped convolution of
+// at least 14x14 with channels in multiples of 16 and no residual, where oneDNN has the kernel
+// (AVX-512), reordering channels-last to oneDNN's blocked layout and back around it: 11-29% faster
+// on ResNet-50's 3x3 convolutions, reorders included. Its sums round differently from the direct
+// kernel's.
 bool usesWinograd(const PackedConvolution& packed);
 
 // A 2-D float32 transposed convolution (ONNX ConvTranspose) of x [N, IC, H, W] by w [IC, OC /
