@@ -477,8 +477,9 @@ std::vector<std::int64_t> convolutionOutputDims(const at::Tensor& x, const at::T
 // oneDNN's blocked layout, with the reorders from and to channels-last around it, than as the
 // direct channels-last kernel: 3x3, stride 1, undilated, ungrouped, channels in multiples of 16, at
 // least 14x14, no residual. Measured on ResNet-50's 3x3 convolutions (bench_conv_layout, AVX-512,
-// 2 threads), reorders included: 11% faster at 56x56x64, 23% at 28x28x128, 29% at 14x14x256, none
-// at 7x7x512. Its results differ from the direct kernel's by rounding (the tile transforms).
+// 2 threads, two runs), reorders included: 11-12% faster at 56x56x64, 13-23% at 28x28x128, 24-29%
+// at 14x14x256, and 0-5% slower at 7x7x512. Its results differ from the direct kernel's by
+// rounding (the tile transforms).
 bool winogradPays(const at::Tensor& x, const at::Tensor& w, const std::vector<std::int64_t>& strides,
                   const std::vector<std::int64_t>& dilations, std::int64_t groups, const ConvPostOps& post) {
   return w.size(2) == 3 && w.size(3) == 3 && strides[0] == 1 && strides[1] == 1 && dilations[0] == 1 &&
@@ -513,8 +514,8 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
                                                       Dims(padBegin.begin(), padBegin.end()),
                                                       Dims(padEnd.begin(), padEnd.end()));
   };
-  // The primitive's scratchpad (Winograd's transformed tiles: 35 MiB over ResNet-50's held by its
-  // primitives) comes from ATen's allocator on each call, which keeps freed memory for reuse.
+  // The primitive's scratchpad (Winograd's transformed tiles: 33 MiB over ResNet-50's when each
+  // primitive held its own) comes from ATen's allocator on each call, which keeps freed memory.
   dnnl::primitive_attr attr = postOpsAttr(post);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   std::optional<dnnl::convolution_forward::primitive_desc> winograd;
