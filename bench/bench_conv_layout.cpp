@@ -21,8 +21,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -191,16 +189,11 @@ memory buildResNet50(Network& net) {
 } // namespace
 
 int main(int argc, char** argv) {
+  using cleave::bench::median;
   int rounds = 5, repeat = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--rounds") == 0)
-      rounds = std::max(1, std::atoi(argv[i + 1]));
-    else if (std::strcmp(argv[i], "--repeat") == 0)
-      repeat = std::max(1, std::atoi(argv[i + 1]));
-    else {
-      std::fprintf(stderr, "usage: bench_conv_layout [--rounds R] [--repeat N]\n");
-      return 2;
-    }
+  if (!cleave::bench::parseRoundsAndRepeat(argc, argv, rounds, repeat)) {
+    std::fprintf(stderr, "usage: bench_conv_layout [--rounds R] [--repeat N]\n");
+    return 2;
   }
   const char* names[] = {"nhwc", "blocked", "winograd", "wino-nhwc"};
   Network nhwc(false, false), blocked(true, false), winograd(true, true), winogradInNhwc(false, true, true);
@@ -219,10 +212,6 @@ int main(int argc, char** argv) {
       sides[side]->run(&kinds[side]);
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   for (int side = 0; side < kSides; ++side) {
     std::vector<double> ratios;
     for (int r = 0; r < rounds; ++r)

@@ -16,8 +16,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -104,16 +102,11 @@ Side makeSide(const std::string& name, const Layer& layer, bool withBias, bool r
 } // namespace
 
 int main(int argc, char** argv) {
+  using cleave::bench::median;
   int rounds = 5, repeat = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--rounds") == 0)
-      rounds = std::max(1, std::atoi(argv[i + 1]));
-    else if (std::strcmp(argv[i], "--repeat") == 0)
-      repeat = std::max(1, std::atoi(argv[i + 1]));
-    else {
-      std::fprintf(stderr, "usage: bench_deconvolution [--rounds R] [--repeat N]\n");
-      return 2;
-    }
+  if (!cleave::bench::parseRoundsAndRepeat(argc, argv, rounds, repeat)) {
+    std::fprintf(stderr, "usage: bench_deconvolution [--rounds R] [--repeat N]\n");
+    return 2;
   }
   const Layer layers[] = {{16, 512, 256, 4}, {16, 256, 128, 8}, {16, 128, 64, 16}};
   for (const Layer& layer : layers) {
@@ -133,10 +126,6 @@ int main(int argc, char** argv) {
     std::printf("deconvolution %ld -> %ld channels, %ldx%ld -> %ldx%ld, batch %ld:\n", long(layer.inChannels),
                 long(layer.outChannels), long(layer.inSize), long(layer.inSize), long(2 * layer.inSize),
                 long(2 * layer.inSize), long(layer.batch));
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
     const double alone = median(sides[0].medians);
     for (const Side& side : sides) {
       std::vector<double> ratios;
