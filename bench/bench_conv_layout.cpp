@@ -1,6 +1,6 @@
 // bench/bench_conv_layout.cpp - ResNet-50's convolutions on oneDNN 2.6 in four arrangements:
 // why cleave keeps activations channels-last and runs the 3x3 stride-1 convolutions as
-// Winograd's, reordered around them (onednn::convolution2d).
+// Winograd's, reordered around them (onednn::convolution).
 //
 // Every side runs the same network at batch 1, 224x224, float32: the 7x7 stem with its Relu, the
 // 3x3 max pool, and the 16 bottleneck blocks (1x1 + Relu, 3x3 + Relu with torchvision's stride on

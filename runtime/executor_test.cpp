@@ -440,9 +440,9 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
     for (int run = 0; run < 2; ++run) { // the second reuses the primitive and the reordered weight
       // The second run may write into a channels-last copy of the residual (the caller's scratch).
       at::Tensor scratch = residual.contiguous(at::MemoryFormat::ChannelsLast).clone(at::MemoryFormat::ChannelsLast);
-      at::Tensor got = onednn::convolution2d(run ? x.contiguous(at::MemoryFormat::ChannelsLast) : x, w, bias,
-                                             {k.stride, k.stride}, k.padBegin, k.padEnd, {k.dilation, k.dilation},
-                                             k.groups, k.post, run ? scratch : residual, run == 1, packed);
+      at::Tensor got = onednn::convolution(run ? x.contiguous(at::MemoryFormat::ChannelsLast) : x, w, bias,
+                                           {k.stride, k.stride}, k.padBegin, k.padEnd, {k.dilation, k.dilation},
+                                           k.groups, k.post, run ? scratch : residual, run == 1, packed);
       ASSERT_TRUE(got.defined());
       EXPECT_EQ(got.data_ptr() == scratch.data_ptr(), run == 1 && k.post.addResidual);
       EXPECT_TRUE(at::equal(residual, residualBefore)); // a residual that is not scratch is only read
@@ -453,18 +453,70 @@ TEST(OneDnn, ConvolutionsWithPostOpsEqualAten) {
   // What it does not take, it refuses (the caller runs ATen): float64, autograd, a bad group count.
   std::shared_ptr<onednn::PackedConvolution> packed;
   at::Tensor x = at::randn({1, 4, 5, 5}), w = at::randn({4, 4, 3, 3});
-  EXPECT_FALSE(onednn::convolution2d(x.to(at::kDouble), w.to(at::kDouble), {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {},
-                                     {}, false, packed).defined());
-  EXPECT_FALSE(onednn::convolution2d(x, w.clone().requires_grad_(true), {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {},
-                                     false, packed).defined());
-  EXPECT_FALSE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 3, {}, {}, false, packed).defined());
+  EXPECT_FALSE(onednn::convolution(x.to(at::kDouble), w.to(at::kDouble), {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {},
+                                   {}, false, packed).defined());
+  EXPECT_FALSE(onednn::convolution(x, w.clone().requires_grad_(true), {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {},
+                                   false, packed).defined());
+  EXPECT_FALSE(onednn::convolution(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 3, {}, {}, false, packed).defined());
   // A residual of another shape (a broadcast Add) is refused before the cache is touched, so the
   // plain convolution the caller falls back to keeps its primitive.
-  ASSERT_TRUE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false, packed).defined());
+  ASSERT_TRUE(onednn::convolution(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false, packed).defined());
   const std::shared_ptr<onednn::PackedConvolution> plain = packed;
-  EXPECT_FALSE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {true, Activation::Relu},
-                                     at::randn({1, 4, 1, 1}), true, packed).defined());
+  EXPECT_FALSE(onednn::convolution(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {true, Activation::Relu},
+                                   at::randn({1, 4, 1, 1}), true, packed).defined());
   EXPECT_EQ(packed, plain);
+}
+
+// 3-D convolutions (video models' Conv3d) run on oneDNN too: strided, dilated, grouped, with
+// asymmetric pads and with a residual and Relu fused; each equals at::conv3d, the output is
+// ChannelsLast3d, and a second call reuses the primitive. Mismatched ranks are refused.
+TEST(OneDnn, ThreeDimensionalConvolutionsEqualAten) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  using Activation = onednn::ConvPostOps::Activation;
+  struct Case {
+    std::int64_t channels, outChannels, groups, stride, dilation;
+    std::vector<std::int64_t> padBegin, padEnd;
+    onednn::ConvPostOps post;
+  };
+  const std::vector<Case> cases = {{8, 16, 1, 1, 1, {1, 1, 1}, {1, 1, 1}, {}},
+                                   {8, 8, 1, 2, 1, {0, 1, 1}, {1, 0, 2}, {false, Activation::Relu}},
+                                   {12, 6, 3, 1, 2, {2, 2, 2}, {2, 2, 2}, {}},
+                                   {16, 16, 1, 1, 1, {1, 1, 1}, {1, 1, 1}, {true, Activation::Relu}}};
+  at::manual_seed(23);
+  for (const Case& k : cases) {
+    at::Tensor x = at::randn({1, k.channels, 5, 9, 8}), w = at::randn({k.outChannels, k.channels / k.groups, 3, 3, 3});
+    at::Tensor bias = at::randn({k.outChannels});
+    at::Tensor padded = at::constant_pad_nd(
+        x, {k.padBegin[2], k.padEnd[2], k.padBegin[1], k.padEnd[1], k.padBegin[0], k.padEnd[0]}, 0.0);
+    at::Tensor want = at::conv3d(padded, w, bias, at::IntArrayRef{k.stride, k.stride, k.stride}, at::IntArrayRef{0, 0, 0},
+                                 at::IntArrayRef{k.dilation, k.dilation, k.dilation}, k.groups);
+    at::Tensor residual = at::randn(want.sizes()).contiguous(at::MemoryFormat::ChannelsLast3d);
+    if (k.post.addResidual)
+      want = want + residual;
+    if (k.post.activation == Activation::Relu)
+      want = at::relu(want);
+    std::shared_ptr<onednn::PackedConvolution> packed;
+    for (int run = 0; run < 2; ++run) {
+      const onednn::PackedConvolution* before = packed.get();
+      at::Tensor got = onednn::convolution(x, w, bias, {k.stride, k.stride, k.stride}, k.padBegin, k.padEnd,
+                                           {k.dilation, k.dilation, k.dilation}, k.groups, k.post, residual, false,
+                                           packed);
+      ASSERT_TRUE(got.defined()) << k.channels << " channels, groups " << k.groups;
+      EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+      EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-4)) << k.channels << " channels, groups " << k.groups;
+      if (run == 1) {
+        EXPECT_EQ(packed.get(), before); // the primitive and reordered weight were kept
+      }
+    }
+  }
+  std::shared_ptr<onednn::PackedConvolution> packed;
+  EXPECT_FALSE(onednn::convolution(at::randn({1, 4, 3, 5, 5}), at::randn({4, 4, 3, 3}), {}, {1, 1}, {1, 1}, {1, 1},
+                                   {1, 1}, 1, {}, {}, false, packed)
+                   .defined());
+  EXPECT_FALSE(onednn::convolution(at::randn({1, 4, 3, 5, 5}), at::randn({4, 4, 3, 3, 3}), {}, {1, 1}, {1, 1},
+                                   {1, 1}, {1, 1}, 1, {}, {}, false, packed)
+                   .defined());
 }
 
 // A 3x3 stride-1 convolution with channels in multiples of 16 runs as Winograd's (where this CPU
@@ -492,7 +544,7 @@ TEST(OneDnn, WinogradConvolutionsEqualAten) {
       want = at::relu(want);
     std::shared_ptr<onednn::PackedConvolution> packed;
     for (int run = 0; run < 2; ++run) {
-      at::Tensor got = onednn::convolution2d(x, w, bias, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, k.post, {}, false, packed);
+      at::Tensor got = onednn::convolution(x, w, bias, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, k.post, {}, false, packed);
       ASSERT_TRUE(got.defined());
       EXPECT_TRUE(got.is_contiguous(at::MemoryFormat::ChannelsLast));
       EXPECT_TRUE(at::equal(x, xBefore));
@@ -508,14 +560,14 @@ TEST(OneDnn, WinogradConvolutionsEqualAten) {
   // Strided, grouped, small or with a residual: the direct kernel.
   std::shared_ptr<onednn::PackedConvolution> packed;
   at::Tensor x = at::randn({1, 64, 14, 14}), w = at::randn({64, 64, 3, 3});
-  ASSERT_TRUE(onednn::convolution2d(x, w, {}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false, packed).defined());
+  ASSERT_TRUE(onednn::convolution(x, w, {}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false, packed).defined());
   EXPECT_FALSE(onednn::usesWinograd(*packed));
-  ASSERT_TRUE(onednn::convolution2d(x.narrow(2, 0, 7).narrow(3, 0, 7), w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {},
-                                    {}, false, packed)
+  ASSERT_TRUE(onednn::convolution(x.narrow(2, 0, 7).narrow(3, 0, 7), w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {},
+                                  {}, false, packed)
                   .defined());
   EXPECT_FALSE(onednn::usesWinograd(*packed));
-  ASSERT_TRUE(onednn::convolution2d(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {true, Activation::Relu},
-                                    at::randn({1, 64, 14, 14}), false, packed)
+  ASSERT_TRUE(onednn::convolution(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {true, Activation::Relu},
+                                  at::randn({1, 64, 14, 14}), false, packed)
                   .defined());
   EXPECT_FALSE(onednn::usesWinograd(*packed));
 }
@@ -702,8 +754,8 @@ TEST(OneDnn, SoftmaxEqualsAten) {
 
 // oneDNN's pooling against ATen's: max with pads, dilation and ceil rounding (the end padding it
 // adds), average with and without the padding counted, a whole-plane window (GlobalAveragePool);
-// channels-last stays channels-last. An average counting padding whose ceil rounding would count
-// cells past the end padding is refused (ATen does not count them).
+// channels-last stays channels-last; the same in 3-D. An average counting padding whose ceil
+// rounding would count cells past the end padding is refused (ATen does not count them).
 TEST(OneDnn, PoolingEqualsAten) {
   if (!onednn::available())
     GTEST_SKIP() << "built without oneDNN";
@@ -715,7 +767,7 @@ TEST(OneDnn, PoolingEqualsAten) {
       x = x.contiguous(at::MemoryFormat::ChannelsLast);
     auto pool = [&](K kind, std::vector<std::int64_t> kernel, std::vector<std::int64_t> strides, std::int64_t pad,
                     std::vector<std::int64_t> dilations, bool ceil) {
-      at::Tensor y = onednn::pool2d(x, kind, kernel, strides, {pad, pad}, {pad, pad}, dilations, ceil);
+      at::Tensor y = onednn::pool(x, kind, kernel, strides, {pad, pad}, {pad, pad}, dilations, ceil);
       EXPECT_TRUE(!y.defined() || y.is_contiguous(channelsLast ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous));
       return y;
     };
@@ -739,8 +791,21 @@ TEST(OneDnn, PoolingEqualsAten) {
     ASSERT_TRUE(global.defined());
     EXPECT_TRUE(at::allclose(global, x.mean({2, 3}, true), 1e-6, 1e-6));
   }
-  EXPECT_FALSE(onednn::pool2d(at::randn({1, 2, 4, 4}, at::kDouble), K::Max, {2, 2}, {2, 2}, {0, 0}, {0, 0}, {1, 1}, false)
+  EXPECT_FALSE(onednn::pool(at::randn({1, 2, 4, 4}, at::kDouble), K::Max, {2, 2}, {2, 2}, {0, 0}, {0, 0}, {1, 1}, false)
                    .defined());
+  // 3-D (video models' MaxPool3d / AvgPool3d), ChannelsLast3d in and out.
+  at::Tensor x = at::randn({1, 6, 5, 9, 8}).contiguous(at::MemoryFormat::ChannelsLast3d);
+  at::Tensor max = onednn::pool(x, K::Max, {3, 3, 3}, {1, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, true);
+  ASSERT_TRUE(max.defined());
+  EXPECT_TRUE(max.is_contiguous(at::MemoryFormat::ChannelsLast3d));
+  EXPECT_TRUE(at::equal(max, at::max_pool3d(x, {3, 3, 3}, {1, 2, 2}, {1, 1, 1}, {1, 1, 1}, true)));
+  for (bool includePad : {false, true}) {
+    at::Tensor average = onednn::pool(x, includePad ? K::AverageWithPadding : K::AverageWithoutPadding, {2, 3, 3},
+                                      {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false);
+    ASSERT_TRUE(average.defined());
+    EXPECT_TRUE(at::allclose(average, at::avg_pool3d(x, {2, 3, 3}, {2, 2, 2}, {1, 1, 1}, false, includePad), 1e-6, 1e-6));
+  }
+  EXPECT_FALSE(onednn::pool(x, K::Max, {3, 3}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, false).defined()); // ranks differ
 }
 
 ir::Attribute scalarTensor(float value) {

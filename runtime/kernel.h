@@ -156,13 +156,13 @@ at::Tensor makeSequence(const std::vector<at::Tensor>& elements, at::ScalarType 
 at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
                   const at::Tensor& bias, bool thenGelu = false);
 // ONNX Conv of x by w (+ bias) with the node's strides, dilations, group and pads / auto_pad. A 2-D
-// float32 convolution on the CPU without autograd runs on oneDNN directly (onednn::convolution2d:
+// or 3-D float32 convolution on the CPU without autograd runs on oneDNN directly (onednn::convolution:
 // channels-last, the weight reordered once and kept in the node's cache); built without libdnnl,
 // in ATen's blocked layout, its output staying blocked for readers that take it. Anything else
 // (other dtypes too) runs on at::convolution.
 at::Tensor convolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 // convolution() then `post` (the residual added, then the activation): one oneDNN call with
-// post-ops where it takes the operands (2-D, float32, no autograd, the residual of the output's
+// post-ops where it takes the operands (2-D or 3-D, float32, no autograd, the residual of the output's
 // shape), else convolution() followed by the same ATen ops.
 // `residualIsScratch` (KernelContext::mayOverwrite): the output may be written into the residual's
 // buffer instead of a copy of it.

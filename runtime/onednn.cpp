@@ -320,15 +320,27 @@ at::Tensor softmax(const at::Tensor& x, std::int64_t axis, bool logarithm, bool 
   }
 }
 
-at::Tensor pool2d(const at::Tensor& x, PoolKind kind, const std::vector<std::int64_t>& kernel,
-                  const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
-                  const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations, bool ceil) {
-  if (!eligible(x) || x.dim() != 4 || x.numel() == 0 || kernel.size() != 2 || strides.size() != 2 ||
-      padBegin.size() != 2 || padEnd.size() != 2 || dilations.size() != 2)
+namespace {
+// A 2-D (4-dim tensor) or 3-D (5-dim) convolution's or pooling's channels-last order: ATen's memory format and
+// oneDNN's tag for it.
+at::MemoryFormat channelsLast(std::int64_t rank) {
+  return rank == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+}
+Tag channelsLastTag(std::int64_t rank) { return rank == 5 ? Tag::ndhwc : Tag::nhwc; }
+} // namespace
+
+at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64_t>& kernel,
+                const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
+                const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations, bool ceil) {
+  if (!eligible(x) || (x.dim() != 4 && x.dim() != 5) || x.numel() == 0)
+    return {};
+  const std::size_t spatial = static_cast<std::size_t>(x.dim()) - 2;
+  if (kernel.size() != spatial || strides.size() != spatial || padBegin.size() != spatial ||
+      padEnd.size() != spatial || dilations.size() != spatial)
     return {};
   std::vector<std::int64_t> outDims{x.size(0), x.size(1)};
-  Dims effectiveEnd(2), dilates(2);
-  for (std::size_t d = 0; d < 2; ++d) {
+  Dims effectiveEnd(spatial), dilates(spatial);
+  for (std::size_t d = 0; d < spatial; ++d) {
     const std::int64_t in = x.size(static_cast<std::int64_t>(d) + 2), span = dilations[d] * (kernel[d] - 1) + 1;
     const std::int64_t room = in + padBegin[d] + padEnd[d] - span;
     if (room < 0 || strides[d] < 1 || dilations[d] < 1 || kernel[d] < 1)
@@ -343,10 +355,10 @@ at::Tensor pool2d(const at::Tensor& x, PoolKind kind, const std::vector<std::int
     dilates[d] = dilations[d] - 1;
     outDims.push_back(out);
   }
-  if (kind != PoolKind::Max && (dilates[0] != 0 || dilates[1] != 0))
+  if (kind != PoolKind::Max && std::any_of(dilates.begin(), dilates.end(), [](std::int64_t d) { return d != 0; }))
     return {};
-  const at::MemoryFormat format = x.is_contiguous(at::MemoryFormat::ChannelsLast) ? at::MemoryFormat::ChannelsLast
-                                                                                : at::MemoryFormat::Contiguous;
+  const at::MemoryFormat format =
+      x.is_contiguous(channelsLast(x.dim())) ? channelsLast(x.dim()) : at::MemoryFormat::Contiguous;
   at::Tensor src = x.contiguous(format);
   at::Tensor out = at::empty(outDims, x.options().memory_format(format));
   const dnnl::algorithm algorithm = kind == PoolKind::Max                  ? dnnl::algorithm::pooling_max
@@ -427,7 +439,7 @@ void keepReorderedWeight(PackedConvolution& packed, const at::Tensor& w, const D
 // `packed`'s primitive on x (read channels-last) into `out` (channels-last, its dims), plus the bias.
 void runConvolution(const PackedConvolution& packed, const at::Tensor& x, const at::Tensor& bias,
                     const at::Tensor& out) {
-  at::Tensor src = x.contiguous(at::MemoryFormat::ChannelsLast);
+  at::Tensor src = x.contiguous(channelsLast(x.dim()));
   dnnl::memory srcMemory = view(packed.src, src), dstMemory = view(packed.dst, out);
   // Scratch memory (the primitive's scratchpad; a Winograd convolution's blocked operands), from
   // ATen's allocator, which keeps freed memory for reuse.
@@ -459,14 +471,14 @@ void runConvolution(const PackedConvolution& packed, const at::Tensor& x, const 
     execute(packed.fromBlocked, {{DNNL_ARG_FROM, dstMemory}, {DNNL_ARG_TO, view(packed.dst, out)}});
 }
 
-// [N, OC, OH, OW] of a 2-D convolution of x by w.
+// [N, OC, (OD,) OH, OW] of a convolution of x by w.
 std::vector<std::int64_t> convolutionOutputDims(const at::Tensor& x, const at::Tensor& w,
                                                 const std::vector<std::int64_t>& strides,
                                                 const std::vector<std::int64_t>& padBegin,
                                                 const std::vector<std::int64_t>& padEnd,
                                                 const std::vector<std::int64_t>& dilations) {
   std::vector<std::int64_t> out{x.size(0), w.size(0)};
-  for (std::size_t d = 0; d < 2; ++d) {
+  for (std::size_t d = 0; d < strides.size(); ++d) {
     const std::int64_t in = x.size(static_cast<std::int64_t>(d) + 2), k = w.size(static_cast<std::int64_t>(d) + 2);
     out.push_back((in + padBegin[d] + padEnd[d] - dilations[d] * (k - 1) - 1) / strides[d] + 1);
   }
@@ -482,7 +494,7 @@ std::vector<std::int64_t> convolutionOutputDims(const at::Tensor& x, const at::T
 // rounding (the tile transforms).
 bool winogradPays(const at::Tensor& x, const at::Tensor& w, const std::vector<std::int64_t>& strides,
                   const std::vector<std::int64_t>& dilations, std::int64_t groups, const ConvPostOps& post) {
-  return w.size(2) == 3 && w.size(3) == 3 && strides[0] == 1 && strides[1] == 1 && dilations[0] == 1 &&
+  return w.dim() == 4 && w.size(2) == 3 && w.size(3) == 3 && strides[0] == 1 && strides[1] == 1 && dilations[0] == 1 &&
          dilations[1] == 1 && groups == 1 && x.size(1) % 16 == 0 && w.size(0) % 16 == 0 && x.size(2) >= 14 &&
          x.size(3) >= 14 && !post.addResidual;
 }
@@ -498,11 +510,17 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
   auto packed = std::make_shared<PackedConvolution>();
   const std::int64_t oc = w.size(0);
   const std::vector<std::int64_t> out = convolutionOutputDims(x, w, strides, padBegin, padEnd, dilations);
-  Dims weightDims = groups > 1 ? Dims{groups, oc / groups, w.size(1), w.size(2), w.size(3)} : Dims(w.sizes().begin(), w.sizes().end());
-  packed->src = dnnl::memory::desc(Dims(x.sizes().begin(), x.sizes().end()), DataType::f32, Tag::nhwc);
-  packed->dst = dnnl::memory::desc(Dims(out.begin(), out.end()), DataType::f32, Tag::nhwc);
+  Dims weightDims(w.sizes().begin(), w.sizes().end());
+  if (groups > 1) { // (groups, OC / groups, IC / groups, spatial...)
+    weightDims[0] = oc / groups;
+    weightDims.insert(weightDims.begin(), groups);
+  }
+  packed->src = dnnl::memory::desc(Dims(x.sizes().begin(), x.sizes().end()), DataType::f32, channelsLastTag(x.dim()));
+  packed->dst = dnnl::memory::desc(Dims(out.begin(), out.end()), DataType::f32, channelsLastTag(x.dim()));
   const dnnl::memory::desc anyWeight(weightDims, DataType::f32, Tag::any), biasDesc({oc}, DataType::f32, Tag::a);
-  const Dims dilates{dilations[0] - 1, dilations[1] - 1};
+  Dims dilates;
+  for (const std::int64_t dilation : dilations)
+    dilates.push_back(dilation - 1);
   auto describeConvolution = [&](dnnl::algorithm algorithm, const dnnl::memory::desc& src,
                                  const dnnl::memory::desc& dst) {
     return withBias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, algorithm, src, anyWeight,
@@ -543,22 +561,25 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
     packed->fromBlocked = dnnl::reorder(dnnl::reorder::primitive_desc(cpuEngine(), packed->blockedDst, cpuEngine(),
                                                                        packed->dst));
   }
-  keepReorderedWeight(*packed, w, weightDims, groups > 1 ? Tag::goihw : Tag::oihw, pd.weights_desc(), x, withBias, out);
+  const Tag plainWeight = x.dim() == 5 ? (groups > 1 ? Tag::goidhw : Tag::oidhw) : (groups > 1 ? Tag::goihw : Tag::oihw);
+  keepReorderedWeight(*packed, w, weightDims, plainWeight, pd.weights_desc(), x, withBias, out);
   packed->primitive = dnnl::convolution_forward(pd);
   packed->post = post;
   return packed;
 }
 } // namespace
 
-at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
-                         const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
-                         const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
-                         std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
-                         bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed) {
-  if (!eligible(x) || !eligible(w) || x.dim() != 4 || w.dim() != 4 || x.numel() == 0 || groups < 1 ||
-      x.size(1) != w.size(1) * groups || w.size(0) % groups != 0 || strides.size() != 2 || padBegin.size() != 2 ||
-      padEnd.size() != 2 || dilations.size() != 2 || (bias.defined() && (!eligible(bias) || bias.numel() != w.size(0))) ||
-      (post.addResidual && !eligible(residual)))
+at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                       const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
+                       const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
+                       std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
+                       bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed) {
+  if (!eligible(x) || !eligible(w) || (x.dim() != 4 && x.dim() != 5) || w.dim() != x.dim())
+    return {};
+  const std::size_t spatial = static_cast<std::size_t>(x.dim()) - 2;
+  if (x.numel() == 0 || groups < 1 || x.size(1) != w.size(1) * groups || w.size(0) % groups != 0 || strides.size() != spatial ||
+      padBegin.size() != spatial || padEnd.size() != spatial || dilations.size() != spatial ||
+      (bias.defined() && (!eligible(bias) || bias.numel() != w.size(0))) || (post.addResidual && !eligible(residual)))
     return {};
   // A residual of another shape (a broadcast Add) is refused before the cache is touched, so the
   // caller's plain convolution keeps its own primitive instead of rebuilding it every run.
@@ -569,10 +590,10 @@ at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Ten
         packed->withBias != bias.defined() || !(packed->post == post))
       packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post);
     at::Tensor out;
-    if (post.addResidual && residualIsScratch && residual.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+    if (post.addResidual && residualIsScratch && residual.is_contiguous(channelsLast(x.dim()))) {
       out = residual; // the sum post-op accumulates onto it: no copy
     } else {
-      out = at::empty(packed->outputDims, x.options().memory_format(at::MemoryFormat::ChannelsLast));
+      out = at::empty(packed->outputDims, x.options().memory_format(channelsLast(x.dim())));
       if (post.addResidual)
         out.copy_(residual);
     }
@@ -708,18 +729,18 @@ at::Tensor batchedMatmul(const at::Tensor&, const at::Tensor&) { return {}; }
 
 struct PackedConvolution {};
 
-at::Tensor pool2d(const at::Tensor&, PoolKind, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
-                  const std::vector<std::int64_t>&, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
-                  bool) {
+at::Tensor pool(const at::Tensor&, PoolKind, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
+                const std::vector<std::int64_t>&, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
+                bool) {
   return {};
 }
 
 at::Tensor softmax(const at::Tensor&, std::int64_t, bool, bool) { return {}; }
 
-at::Tensor convolution2d(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<std::int64_t>&,
-                         const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
-                         const std::vector<std::int64_t>&, std::int64_t, const ConvPostOps&, const at::Tensor&, bool,
-                         std::shared_ptr<PackedConvolution>&) {
+at::Tensor convolution(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<std::int64_t>&,
+                       const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
+                       const std::vector<std::int64_t>&, std::int64_t, const ConvPostOps&, const at::Tensor&, bool,
+                       std::shared_ptr<PackedConvolution>&) {
   return {};
 }
 

@@ -64,7 +64,8 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
 // With `inPlace` (x is the caller's to overwrite) the result is written over x.
 at::Tensor softmax(const at::Tensor& x, std::int64_t axis, bool logarithm, bool inPlace);
 
-// 2-D pooling of x [N, C, H, W] on oneDNN's kernel, in x's own layout (channels-last stays so):
+// 2-D or 3-D pooling of x [N, C, (D,) H, W] on oneDNN's kernel, in x's own layout (channels-last
+// stays so; ATen 1.13's max_pool3d took 19-80 ms per layer of S3D's channels-last values):
 // Max (padding never wins), or Average counting the padding or not. Per-dim kernel, strides,
 // dilations (Max only) and pads at either end; `ceil` rounds the output size up as ATen and ONNX
 // do (a last window must start inside the input or its begin padding). Undefined where it does
@@ -72,9 +73,9 @@ at::Tensor softmax(const at::Tensor& x, std::int64_t axis, bool logarithm, bool 
 // padding whose ceil rounding would count cells past the end padding (ATen does not), or
 // geometry oneDNN refuses (a pad as large as the kernel).
 enum class PoolKind : std::uint8_t { Max, AverageWithPadding, AverageWithoutPadding };
-at::Tensor pool2d(const at::Tensor& x, PoolKind kind, const std::vector<std::int64_t>& kernel,
-                  const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
-                  const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations, bool ceil);
+at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64_t>& kernel,
+                const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
+                const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations, bool ceil);
 
 // What a convolution does to its output inside the same kernel (oneDNN post-ops), in order: add
 // a residual tensor of the output's shape (a ResNet block's Add), then an activation.
@@ -91,23 +92,26 @@ struct ConvPostOps {
 // A convolution's reordered weight with its primitive, for one input shape (opaque to callers).
 struct PackedConvolution;
 
-// A 2-D float32 convolution of x [N, C, H, W] by w [OC, C / groups, KH, KW] plus an optional bias
-// [OC], with per-dim strides, dilations and (possibly asymmetric) pads, then `post` (`residual`
-// when post.addResidual). The input is read channels-last (in place when it is already; one copy
-// when not) and the output is a channels-last ATen tensor, which ATen's elementwise ops, pooling
-// and the next convolution read as it is. `packed` keeps the reordered weight and the primitive;
-// it is rebuilt when the weight (by identity), the input's dims, the bias's presence or the
-// post-ops change. The residual is added by accumulating onto it: into a copy of it, or, when
-// `residualIsScratch` (the caller's to overwrite) and it is channels-last already, into the
-// residual itself, which is then the result.
-at::Tensor convolution2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
-                         const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
-                         const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
-                         std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
-                         bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed);
+// A 2-D or 3-D float32 convolution of x [N, C, (D,) H, W] by w [OC, C / groups, (KD,) KH, KW] plus
+// an optional bias [OC], with per-dim strides, dilations and (possibly asymmetric) pads, then
+// `post` (`residual` when post.addResidual). The input is read channels-last (in place when it is
+// already; one copy when not) and the output is a channels-last ATen tensor (ChannelsLast3d for
+// 3-D), which ATen's elementwise ops, pooling and the next convolution read as it is. `packed`
+// keeps the reordered weight and the primitive; it is rebuilt when the weight (by identity), the
+// input's dims, the bias's presence or the post-ops change. The residual is added by accumulating
+// onto it: into a copy of it, or, when `residualIsScratch` (the caller's to overwrite) and it is
+// channels-last already, into the residual itself, which is then the result.
+// 3-D matters because ATen 1.13's at::convolution picks oneDNN for a 3-D convolution only above a
+// size heuristic (N * C * D * H > 20480) and otherwise runs slow_conv3d: r3d_18's 128- and
+// 256-channel layers ran at 31-56 GFLOP/s there, its 64-channel ones on oneDNN at about 200.
+at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                       const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
+                       const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
+                       std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
+                       bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed);
 
 // Whether `packed` runs Winograd's F(2x2, 3x3) (oneDNN's jit_fp32_wino_2x3) instead of the
-// direct kernel. convolution2d picks it for a 3x3, stride-1, undilated, ungrouped convolution of
+// direct kernel. convolution() picks it for a 3x3, stride-1, undilated, ungrouped convolution of
 // at least 14x14 with channels in multiples of 16 and no residual, where oneDNN has the kernel
 // (AVX-512), reordering channels-last to oneDNN's blocked layout and back around it: 11-29% faster
 // on ResNet-50's 3x3 convolutions, reorders included. Its sums round differently from the direct
@@ -117,7 +121,7 @@ bool usesWinograd(const PackedConvolution& packed);
 // A 2-D float32 transposed convolution (ONNX ConvTranspose) of x [N, IC, H, W] by w [IC, OC /
 // groups, KH, KW] plus an optional bias [OC], then Relu when `thenRelu`: per-dim strides,
 // dilations, non-negative pads at either end and output_padding (extra rows at the end; at most
-// the end pad is taken off by it, else undefined). Channels-last in and out, as convolution2d;
+// the end pad is taken off by it, else undefined). Channels-last in and out, as convolution();
 // `packed` keeps the reordered weight and the primitives, rebuilt when the weight (by identity),
 // the input's dims, the output's dims, the bias's presence or the Relu change. The bias and Relu
 // are one in-place pass after the deconvolution: oneDNN 2.6 runs a deconvolution's own bias and

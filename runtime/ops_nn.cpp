@@ -210,8 +210,8 @@ Outputs maxPool(KernelContext& c) {
     pooled[0] = pooled[0].to(type);
     return pooled;
   }
-  if (n == 2) { // oneDNN directly, in x's layout, any pads
-    at::Tensor y = onednn::pool2d(x, onednn::PoolKind::Max, kernel, strides, pads.begin, pads.end, dilations, ceil);
+  if (n == 2 || n == 3) { // oneDNN directly, in x's layout, any pads
+    at::Tensor y = onednn::pool(x, onednn::PoolKind::Max, kernel, strides, pads.begin, pads.end, dilations, ceil);
     if (y.defined())
       return {narrowInteger ? y.to(type) : y};
   }
@@ -250,10 +250,10 @@ Outputs avgPool(KernelContext& c) {
   std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), ones(n, 1);
   bool ceil = c.intAttr("ceil_mode", 0) != 0, includePad = c.intAttr("count_include_pad", 0) != 0;
   WindowPads pads = windowPads(c, x, kernel, strides, ones);
-  if (n == 2) { // oneDNN directly, in x's layout, any pads
+  if (n == 2 || n == 3) { // oneDNN directly, in x's layout, any pads
     using K = onednn::PoolKind;
-    at::Tensor y = onednn::pool2d(x, includePad ? K::AverageWithPadding : K::AverageWithoutPadding, kernel, strides,
-                                  pads.begin, pads.end, ones, ceil);
+    at::Tensor y = onednn::pool(x, includePad ? K::AverageWithPadding : K::AverageWithoutPadding, kernel, strides,
+                                pads.begin, pads.end, ones, ceil);
     if (y.defined())
       return {y};
   }
@@ -335,12 +335,12 @@ ConvWindow convWindow(KernelContext& c, const at::Tensor& x, const at::Tensor& w
 at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                              const ConvWindow& window, const onednn::ConvPostOps& post, const at::Tensor& residual,
                              bool residualIsScratch) {
-  if (w.dim() != 4 || !onednn::available())
+  if ((w.dim() != 4 && w.dim() != 5) || !onednn::available())
     return {};
   std::shared_ptr<onednn::PackedConvolution> uncached;
   std::shared_ptr<onednn::PackedConvolution>& packed = c.cache() ? c.cache()->convolution : uncached;
-  return onednn::convolution2d(x, w, bias, window.strides, window.pads.begin, window.pads.end, window.dilations,
-                               window.groups, post, residual, residualIsScratch, packed);
+  return onednn::convolution(x, w, bias, window.strides, window.pads.begin, window.pads.end, window.dilations,
+                             window.groups, post, residual, residualIsScratch, packed);
 }
 
 // The convolution on ATen: in its blocked layout (2-D float32 on the CPU, weight prepacked once),
@@ -421,8 +421,8 @@ void registerNnKernels(KernelTable& t) {
   t.add("GlobalAveragePool", [](KernelContext& c) -> Outputs {
     const at::Tensor& x = c.input(0);
     if (x.dim() == 4) { // one window over the whole plane, on oneDNN in x's layout
-      at::Tensor y = onednn::pool2d(x, onednn::PoolKind::AverageWithoutPadding, {x.size(2), x.size(3)}, {1, 1},
-                                    {0, 0}, {0, 0}, {1, 1}, false);
+      at::Tensor y = onednn::pool(x, onednn::PoolKind::AverageWithoutPadding, {x.size(2), x.size(3)}, {1, 1},
+                                  {0, 0}, {0, 0}, {1, 1}, false);
       if (y.defined())
         return {y};
     }

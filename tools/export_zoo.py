@@ -12,8 +12,10 @@ Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
   fcn                torchvision fcn_resnet50, opset 13
   swin_t             torchvision swin_t, opset 17
   dcgan              DCGAN's generator (five ConvTranspose layers; batch 16), opset 13
+  r3d_18             torchvision's video ResNet (3-D convolutions; 8 frames of 112x112), opset 14
   bert_base          a BERT-base-sized encoder (12 x 768, 12 heads), opset 17 (benchmarks)
---small shrinks the encoder/decoder sizes and image sizes for fast tests (same op sets).
+--small shrinks the encoder/decoder sizes and image sizes for fast tests (same op sets; r3d_18's
+small form is TinyVideoNet below, 3-D like it, with a MaxPool3d added).
 Existing files are kept (delete them to re-export).
 """
 import json
@@ -113,6 +115,30 @@ class DcganGenerator(nn.Module):
         return self.net(z)
 
 
+class TinyVideoNet(nn.Module):
+    """r3d_18's ops at a test's size: a 3-D convolution stem with BatchNorm and ReLU, a MaxPool3d
+    (S3D's), a residual block, a strided block with a 1x1x1 shortcut, global pooling and a head."""
+
+    def __init__(self, width=8, classes=10):
+        super().__init__()
+
+        def unit(cin, cout, stride=1):
+            return [nn.Conv3d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm3d(cout)]
+
+        self.stem = nn.Sequential(nn.Conv3d(3, width, (3, 7, 7), (1, 2, 2), (1, 3, 3), bias=False),
+                                  nn.BatchNorm3d(width), nn.ReLU(), nn.MaxPool3d(3, 2, 1))
+        self.block = nn.Sequential(*unit(width, width), nn.ReLU(), *unit(width, width))
+        self.down = nn.Sequential(*unit(width, 2 * width, 2), nn.ReLU(), *unit(2 * width, 2 * width))
+        self.shortcut = nn.Sequential(nn.Conv3d(width, 2 * width, 1, 2, bias=False), nn.BatchNorm3d(2 * width))
+        self.head = nn.Linear(2 * width, classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(self.block(x) + x)
+        x = torch.relu(self.down(x) + self.shortcut(x))
+        return self.head(x.mean((2, 3, 4)))
+
+
 class Recurrent(nn.Module):
     """A sequence tagger: a 2-layer bidirectional LSTM or GRU (batch first) and a linear head; the
     output mixes the per-step outputs Y with the final hidden state Y_h, so both are checked."""
@@ -137,7 +163,7 @@ def randomize(model, seed=1):
             if p.dim() >= 2 and float(p.abs().max()) == 0.0:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.02)
         for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
+            if isinstance(m, (torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)):
                 m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=g) * 0.1)
                 m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
                 m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)
@@ -186,6 +212,8 @@ def zoo(small):
            (torch.randn(1, 3, image, image, generator=g),), ["x"])
     yield ("dcgan", 13, lambda: DcganGenerator(width=8 if small else 64),
            (torch.randn(2 if small else 16, 100, 1, 1, generator=g),), ["z"])
+    yield ("r3d_18", 14, lambda: TinyVideoNet() if small else torchvision.models.video.r3d_18(weights=None),
+           (torch.randn(1, 3, 4 if small else 8, 32 if small else 112, 32 if small else 112, generator=g),), ["x"])
     yield ("bert_base", 17, lambda: Encoder(768, 12, 12, 3072, activation="gelu"),
            (torch.randn(1, 128, 768, generator=g),), ["x"])
 
