@@ -128,6 +128,23 @@ TEST(Executor, SliceWithNegativeStepsAndClampedBounds) {
   EXPECT_TRUE(at::equal(z, at::tensor({1.f, 5.f, 9.f})));
 }
 
+// ONNX orders TopK's equal values by index, lower first (at::topk leaves them in any order): among
+// selected ties, with a tie at the k-th place left out, for smallest, and without ties.
+TEST(Executor, TopKOrdersTiesByIndex) {
+  auto topIndices = [](const at::Tensor& x, std::int64_t k, std::int64_t largest) {
+    ir::NodeSpec node = spec("TopK", {"a", "k"}, {integer("largest", largest)});
+    node.outputs = {{"values", ir::ValueType()}, {"y", ir::ValueType()}};
+    return runOne(node, {{"a", x}, {"k", longs({k})}});
+  };
+  EXPECT_TRUE(at::equal(topIndices(at::zeros({1, 1000}), 10, 1), at::arange(10, at::kLong).unsqueeze(0)));
+  at::Tensor rows = at::tensor({3.0f, 1.0f, 3.0f, 2.0f, 3.0f, 0.0f, 0.0f, 5.0f, 0.0f, 1.0f}).view({2, 5});
+  EXPECT_TRUE(at::equal(topIndices(rows, 3, 1), longs({0, 2, 4, 2, 4, 0}).view({2, 3})));
+  EXPECT_TRUE(at::equal(topIndices(rows, 2, 0), longs({1, 3, 0, 1}).view({2, 2})));
+  at::Tensor sevens = at::arange(3000, at::kLong).remainder(7).to(at::kFloat);
+  EXPECT_TRUE(at::equal(topIndices(sevens, 5, 1), longs({6, 13, 20, 27, 34})));
+  EXPECT_TRUE(at::equal(topIndices(at::tensor({0.5f, 2.0f, -1.0f, 4.0f}), 2, 1), longs({3, 1})));
+}
+
 TEST(Executor, GatherTakesNegativeIndicesAndKeepsTheirShape) {
   at::Tensor x = at::arange(12, at::TensorOptions().dtype(at::kFloat)).reshape({3, 4});
   at::Tensor y = runOne(spec("Gather", {"a", "i"}, {integer("axis", 1)}), {{"a", x}, {"i", longs({-1, 0}).reshape({2, 1})}});

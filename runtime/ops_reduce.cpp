@@ -1,5 +1,6 @@
 // runtime/ops_reduce.cpp - reductions (axes as an attribute, or as an operand from opset 13 for
-// ReduceSum and 18 for the others; keepdims; noop_with_empty_axes), ArgMax/ArgMin, TopK, CumSum.
+// ReduceSum and 18 for the others; keepdims; noop_with_empty_axes), ArgMax/ArgMin, TopK (ties in
+// index order), CumSum.
 #include "runtime/kernel.h"
 
 namespace cleave::runtime {
@@ -58,6 +59,36 @@ template <bool Max> Outputs argExtreme(KernelContext& c) {
   }
   return {Max ? x.argmax(axis, keep) : x.argmin(axis, keep)};
 }
+// Whether at::topk's answer may break ONNX's tie rule: two selected values are equal, a value left
+// out equals the k-th, or a NaN is present (they compare unequal to everything). O(n) over x.
+bool topKHasTies(const at::Tensor& x, const at::Tensor& values, std::int64_t axis, bool largest) {
+  const std::int64_t k = values.size(axis);
+  if (k == 0)
+    return false;
+  if (x.is_floating_point() && x.isnan().any().item<bool>())
+    return true;
+  if (k > 1 && values.narrow(axis, 1, k - 1).eq(values.narrow(axis, 0, k - 1)).any().item<bool>())
+    return true;
+  // Every value strictly past the k-th is selected, so more than k at or past it means a tie left out.
+  const at::Tensor kth = values.narrow(axis, k - 1, 1);
+  const at::Tensor atOrPast = largest ? x.ge(kth) : x.le(kth);
+  return atOrPast.sum(axis).gt(k).any().item<bool>();
+}
+
+// ONNX's TopK: the k largest (or smallest) along `axis`, sorted, equal values in index order
+// (lower first). at::topk orders ties arbitrarily, so where there are ties the stable sort of
+// the whole axis answers instead: O(n log k) without ties, O(n log n) with them.
+Outputs topK(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  const std::int64_t k = c.opset() >= 10 ? c.ints(1).at(0) : c.intAttr("k", 1);
+  const std::int64_t axis = normalizeAxis(c.intAttr("axis", -1), x.dim());
+  const bool largest = c.intAttr("largest", 1) != 0;
+  auto [values, indices] = at::topk(x, k, axis, largest, true);
+  if (!topKHasTies(x, values, axis, largest))
+    return {values, indices};
+  auto [sorted, order] = at::sort(x, /*stable=*/true, axis, /*descending=*/largest);
+  return {sorted.narrow(axis, 0, k), order.narrow(axis, 0, k)};
+}
 } // namespace
 
 void registerReduceKernels(KernelTable& t) {
@@ -73,13 +104,7 @@ void registerReduceKernels(KernelTable& t) {
   t.add("ReduceSumSquare", reduce<Reduction::SumSquare, 18>);
   t.add("ArgMax", argExtreme<true>);
   t.add("ArgMin", argExtreme<false>);
-  t.add("TopK", [](KernelContext& c) -> Outputs {
-    const at::Tensor& x = c.input(0);
-    std::int64_t k = c.opset() >= 10 ? c.ints(1).at(0) : c.intAttr("k", 1);
-    std::int64_t axis = normalizeAxis(c.intAttr("axis", -1), x.dim());
-    auto [values, indices] = at::topk(x, k, axis, c.intAttr("largest", 1) != 0, true);
-    return {values, indices};
-  });
+  t.add("TopK", topK);
   t.add("CumSum", [](KernelContext& c) -> Outputs {
     at::Tensor x = c.input(0);
     std::int64_t axis = normalizeAxis(c.input(1).item<std::int64_t>(), x.dim());

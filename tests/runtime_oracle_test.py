@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -99,6 +100,69 @@ class RuntimeOracle(TempDirTest):
         code, _, err = run("verify", model, gpu_cut, "--seed", "7", "--backend", "aten-cpu-bf16", "--rtol", "0",
                            "--atol", "0")
         self.assertOneLineError(code, err, "differs past tolerance: element [", "expected", "atol 0 + rtol 0")
+
+
+class DetectionOps(TempDirTest):
+    """The ops detection models end with (torchvision's SSD, Faster R-CNN), on random inputs
+    against ONNX Runtime: RoiAlign in every mode, TopK and NonMaxSuppression with tied scores
+    (ONNX orders ties by index; untrained detectors score every box alike)."""
+
+    def compare(self, name, nodes, inputs, outputs, opset, exact):
+        values = {k: v for k, v in inputs.items()}
+        graph = helper.make_graph(
+            nodes, name, [helper.make_tensor_value_info(k, TensorProto.INT64 if v.dtype == np.int64 else
+                                                        TensorProto.FLOAT, list(v.shape)) for k, v in values.items()],
+            [helper.make_tensor_value_info(o, TensorProto.INT64 if o in ("indices", "selected") else TensorProto.FLOAT,
+                                           None) for o in outputs])
+        model = self.path(f"{name}.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), model)
+        feeds = self.path(f"{name}.inputs.json")
+        with open(feeds, "w") as f:
+            json.dump({k: {"dtype": "int64" if v.dtype == np.int64 else "float32", "dims": list(v.shape),
+                           "data": v.flatten().tolist()} for k, v in values.items()}, f)
+        ort_out, cleave_out = self.path(f"{name}.ort.json"), self.path(f"{name}.cleave.json")
+        proc = subprocess.run(["node", ORACLE, model, feeds, ort_out], capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        code, _, err = run("run", model, "--inputs", feeds, "--save-outputs", cleave_out)
+        self.assertEqual(code, 0, err)
+        want, got = json.load(open(ort_out)), json.load(open(cleave_out))
+        for output in outputs:
+            self.assertEqual(want[output]["dims"], got[output]["dims"], f"{name} {output}")
+            if exact:
+                self.assertEqual(want[output]["data"], got[output]["data"], f"{name} {output}")
+            else:
+                self.assertGreater(max(abs(v) for v in want[output]["data"]), 1e-3, f"{name}: a degenerate output")
+                self.assertLessEqual(relative_error(want[output]["data"], got[output]["data"]), 1e-5, f"{name} {output}")
+
+    def test_roi_align_in_every_mode_matches_onnx_runtime(self):
+        rng = np.random.default_rng(7)
+        x = rng.standard_normal((2, 5, 12, 10)).astype(np.float32)
+        corners = rng.uniform(-8, 50, (24, 4)).astype(np.float32)  # some regions reach past the edges
+        rois = np.concatenate([np.minimum(corners[:, :2], corners[:, 2:]), np.maximum(corners[:, :2], corners[:, 2:])], 1)
+        batch = rng.integers(0, 2, 24).astype(np.int64)
+        for opset, transform in ((10, None), (16, "half_pixel"), (16, "output_half_pixel")):
+            for mode in ("avg", "max"):
+                for ratio in (0, 2):
+                    attrs = dict(mode=mode, output_height=3, output_width=4, sampling_ratio=ratio, spatial_scale=0.25)
+                    if transform:
+                        attrs["coordinate_transformation_mode"] = transform
+                    with self.subTest(opset=opset, transform=transform, mode=mode, ratio=ratio):
+                        node = helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], **attrs)
+                        self.compare(f"roi_{opset}_{transform}_{mode}_{ratio}", [node],
+                                     {"x": x, "rois": rois, "batch": batch}, ["y"], opset, exact=False)
+
+    def test_topk_and_nms_with_tied_scores_match_onnx_runtime(self):
+        rng = np.random.default_rng(11)
+        scores = np.round(rng.uniform(0, 1, (2, 3, 400)), 1).astype(np.float32)  # ten score levels: ties
+        topk = helper.make_node("TopK", ["s", "k"], ["values", "indices"], axis=-1)
+        self.compare("topk_ties", [topk], {"s": scores, "k": np.array([50], dtype=np.int64)}, ["values", "indices"],
+                     17, exact=True)
+        corners = rng.uniform(0, 100, (2, 400, 2)).astype(np.float32)
+        boxes = np.concatenate([corners, corners + rng.uniform(5, 30, (2, 400, 2)).astype(np.float32)], 2)
+        limits = {"max": np.array([60], dtype=np.int64), "iou": np.array([0.4], dtype=np.float32),
+                  "score": np.array([0.15], dtype=np.float32)}
+        nms = helper.make_node("NonMaxSuppression", ["boxes", "s", "max", "iou", "score"], ["selected"])
+        self.compare("nms_ties", [nms], {"boxes": boxes, "s": scores, **limits}, ["selected"], 17, exact=True)
 
 
 class BadInput(TempDirTest):
