@@ -163,6 +163,14 @@ class DetectionOps(TempDirTest):
                   "score": np.array([0.15], dtype=np.float32)}
         nms = helper.make_node("NonMaxSuppression", ["boxes", "s", "max", "iou", "score"], ["selected"])
         self.compare("nms_ties", [nms], {"boxes": boxes, "s": scores, **limits}, ["selected"], 17, exact=True)
+        # torchvision's batched NMS: one class, its 20 real classes' boxes shifted 200 apart along x;
+        # and an IoU threshold of 0 (any overlap suppresses).
+        shifted = boxes[:1].repeat(5, axis=1)
+        shifted[..., [1, 3]] += (np.arange(2000) % 20 * 200.0)[None, :, None].astype(np.float32)
+        shifted_scores = np.round(rng.uniform(0, 1, (1, 1, 2000)), 2).astype(np.float32)
+        for iou in (0.5, 0.0):
+            self.compare(f"nms_shifted_{iou}", [nms], {"boxes": shifted, "s": shifted_scores, **limits, "max": np.array(
+                [2000], dtype=np.int64), "iou": np.array([iou], dtype=np.float32)}, ["selected"], 17, exact=True)
 
 
 class BadInput(TempDirTest):
