@@ -13,9 +13,13 @@ Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
   swin_t             torchvision swin_t, opset 17
   dcgan              DCGAN's generator (five ConvTranspose layers; batch 16), opset 13
   r3d_18             torchvision's video ResNet (3-D convolutions; 8 frames of 112x112), opset 14
+  ssdlite            torchvision ssdlite320_mobilenet_v3_large (TopK, batched NonMaxSuppression in an If), opset 14
+  fasterrcnn         torchvision fasterrcnn_mobilenet_v3_large_320_fpn (RoiAlign, NonMaxSuppression; every
+                     score kept, so its 100 detections are compared), opset 14
   bert_base          a BERT-base-sized encoder (12 x 768, 12 heads), opset 17 (benchmarks)
 --small shrinks the encoder/decoder sizes and image sizes for fast tests (same op sets; r3d_18's
-small form is TinyVideoNet below, 3-D like it, with a MaxPool3d added).
+small form is TinyVideoNet below, 3-D like it, with a MaxPool3d added; the detectors resize every
+image to 320x320 themselves, so --small does not shrink them).
 Existing files are kept (delete them to re-export).
 """
 import json
@@ -139,6 +143,18 @@ class TinyVideoNet(nn.Module):
         return self.head(x.mean((2, 3, 4)))
 
 
+class Detector(nn.Module):
+    """A torchvision detector on one image [3, H, W], returning its boxes, scores and labels."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, image):
+        found = self.model([image])[0]
+        return found["boxes"], found["scores"], found["labels"]
+
+
 class Recurrent(nn.Module):
     """A sequence tagger: a 2-layer bidirectional LSTM or GRU (batch first) and a linear head; the
     output mixes the per-step outputs Y with the final hidden state Y_h, so both are checked."""
@@ -214,6 +230,11 @@ def zoo(small):
            (torch.randn(2 if small else 16, 100, 1, 1, generator=g),), ["z"])
     yield ("r3d_18", 14, lambda: TinyVideoNet() if small else torchvision.models.video.r3d_18(weights=None),
            (torch.randn(1, 3, 4 if small else 8, 32 if small else 112, 32 if small else 112, generator=g),), ["x"])
+    detection = torchvision.models.detection
+    yield ("ssdlite", 14, lambda: Detector(detection.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None)),
+           (torch.rand(3, 320, 320, generator=g),), ["image"])
+    yield ("fasterrcnn", 14, lambda: Detector(detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, box_score_thresh=0.0)), (torch.rand(3, 320, 320, generator=g),), ["image"])
     yield ("bert_base", 17, lambda: Encoder(768, 12, 12, 3072, activation="gelu"),
            (torch.randn(1, 128, 768, generator=g),), ["x"])
 
