@@ -36,6 +36,13 @@ ir::Attribute integer(std::string name, std::int64_t value) {
   a.intValue = value;
   return a;
 }
+ir::Attribute text(std::string name, std::string value) {
+  ir::Attribute a;
+  a.name = std::move(name);
+  a.kind = ir::AttrKind::String;
+  a.text = std::move(value);
+  return a;
+}
 ir::Attribute real(std::string name, double value) {
   ir::Attribute a;
   a.name = std::move(name);
@@ -143,6 +150,52 @@ TEST(Executor, TopKOrdersTiesByIndex) {
   at::Tensor sevens = at::arange(3000, at::kLong).remainder(7).to(at::kFloat);
   EXPECT_TRUE(at::equal(topIndices(sevens, 5, 1), longs({6, 13, 20, 27, 34})));
   EXPECT_TRUE(at::equal(topIndices(at::tensor({0.5f, 2.0f, -1.0f, 4.0f}), 2, 1), longs({3, 1})));
+}
+
+// Einsums that are batched matrix products run as one (either operand's letters in either order,
+// the output transposed or not) and equal at::einsum; any other equation is left to at::einsum.
+TEST(Executor, EinsumsThatAreBatchedProductsRunAsThem) {
+  at::manual_seed(29);
+  const at::Tensor q = at::randn({2, 3, 5, 4}), k = at::randn({2, 3, 6, 4}), scores = at::randn({2, 3, 5, 6});
+  const std::vector<std::tuple<std::string, at::Tensor, at::Tensor>> products = {
+      {"bhid,bhjd->bhij", q, k},
+      {"bhij,bhjd->bhid", scores, k},
+      {"bhdi,bhjd->bhij", q.transpose(-1, -2), k},
+      {"bhid,bhjd->bhji", q, k},
+      {"BHID, BHJD -> BHIJ", q, k},
+      {"ik,kj->ij", scores[0][0], k[0][0]}};
+  for (const auto& [equation, a, b] : products) {
+    const at::Tensor got = einsumAsBatchedMatmul(equation, a, b);
+    ASSERT_TRUE(got.defined()) << equation;
+    EXPECT_TRUE(at::allclose(got, at::einsum(equation, {a, b}), 1e-5, 1e-5)) << equation;
+    EXPECT_TRUE(at::allclose(runOne(spec("Einsum", {"a", "b"}, {text("equation", equation)}), {{"a", a}, {"b", b}}),
+                             at::einsum(equation, {a, b}), 1e-5, 1e-5))
+        << equation;
+  }
+  for (const std::string equation : {"...id,...jd->...ij", "bhid,bhjd->bhi", "bhid,bhid->bhid", "bhid,bhjd->hbij"})
+    EXPECT_FALSE(einsumAsBatchedMatmul(equation, q, equation == "bhid,bhid->bhid" ? q : k).defined()) << equation;
+  EXPECT_FALSE(einsumAsBatchedMatmul("bhid,bhjd->bhij", q, k.narrow(0, 0, 1)).defined()); // batch dims broadcast
+}
+
+// GELU of a channels-last tensor (a convolution's output) runs ATen's contiguous kernel on the
+// view in memory order: it keeps the input's strides, and the exact GELU equals that kernel's
+// result on the contiguous tensor bit for bit (the tanh form within the rounding of its vector
+// loop's tail, which falls on other elements).
+TEST(Executor, GeluRunsInMemoryOrder) {
+  at::manual_seed(31);
+  for (const at::Tensor& x : {at::randn({2, 16, 9, 7}).contiguous(at::MemoryFormat::ChannelsLast),
+                              at::randn({1, 8, 3, 5, 4}).contiguous(at::MemoryFormat::ChannelsLast3d),
+                              at::randn({4, 6}).t()}) {
+    for (const char* approximate : {"none", "tanh"}) {
+      const at::Tensor y = geluInMemoryOrder(x, approximate);
+      EXPECT_EQ(y.strides(), x.strides());
+      const at::Tensor want = at::gelu(x.contiguous(), approximate);
+      if (std::string(approximate) == "none")
+        EXPECT_TRUE(at::equal(y.contiguous(), want));
+      else
+        EXPECT_TRUE(at::allclose(y.contiguous(), want, 1e-6, 1e-7));
+    }
+  }
 }
 
 TEST(Executor, GatherTakesNegativeIndicesAndKeepsTheirShape) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <numeric>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -210,6 +211,22 @@ at::Tensor flattenTo2d(const at::Tensor& x, std::int64_t axis) {
   for (std::int64_t d = 0; d < axis; ++d)
     outer *= x.size(d);
   return x.reshape({outer, outer == 0 ? 0 : x.numel() / std::max<std::int64_t>(outer, 1)});
+}
+
+at::Tensor geluInMemoryOrder(const at::Tensor& x, c10::string_view approximate) {
+  if (x.is_mkldnn() || x.is_contiguous() || !x.is_non_overlapping_and_dense())
+    return at::gelu(x, approximate);
+  std::vector<std::int64_t> memoryOrder(static_cast<std::size_t>(x.dim())); // outermost dim first
+  std::iota(memoryOrder.begin(), memoryOrder.end(), 0);
+  std::stable_sort(memoryOrder.begin(), memoryOrder.end(),
+                   [&](std::int64_t a, std::int64_t b) { return x.stride(a) > x.stride(b); });
+  const at::Tensor inOrder = x.permute(memoryOrder);
+  if (!inOrder.is_contiguous())
+    return at::gelu(x, approximate);
+  std::vector<std::int64_t> back(memoryOrder.size());
+  for (std::size_t i = 0; i < memoryOrder.size(); ++i)
+    back[static_cast<std::size_t>(memoryOrder[i])] = static_cast<std::int64_t>(i);
+  return at::gelu(inOrder, approximate).permute(back);
 }
 
 at::Tensor toDense(const at::Tensor& t) { return t.defined() && t.is_mkldnn() ? t.to_dense() : t; }

@@ -143,7 +143,7 @@ void registerElementwiseKernels(KernelTable& t) {
   });
   t.add("HardSwish", [](KernelContext& c) -> Outputs { return {at::hardswish(c.input(0))}; });
   t.add("Gelu", [](KernelContext& c) -> Outputs { // opset 20
-    return {at::gelu(c.input(0), c.stringAttr("approximate", "none"))};
+    return {geluInMemoryOrder(c.input(0), c.stringAttr("approximate", "none"))};
   });
   t.add("Clip", [](KernelContext& c) -> Outputs {
     at::Tensor x = c.input(0);

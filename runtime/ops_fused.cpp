@@ -18,7 +18,7 @@ Outputs matmulBias(KernelContext& c) { return {matmul(c, c.input(0), productWeig
 Outputs matmulBiasGelu(KernelContext& c) { return {matmul(c, c.input(0), productWeight(c, 1), c.input(2), true)}; }
 
 // x * 0.5 * (1 + erf(x / sqrt 2)).
-Outputs gelu(KernelContext& c) { return {at::gelu(c.input(0))}; }
+Outputs decomposedGelu(KernelContext& c) { return {geluInMemoryOrder(c.input(0))}; }
 
 // (x - mean) / sqrt(variance + eps) * gamma + beta over the last axis (the biased variance, as
 // the decomposed graph computes it). Gamma and beta as at::layer_norm's affine when they are
@@ -142,7 +142,7 @@ Kernel fusedKernel(FusedGroup::Kind kind) {
   switch (kind) {
   case FusedGroup::Kind::MatMulBias: return matmulBias;
   case FusedGroup::Kind::MatMulBiasGelu: return matmulBiasGelu;
-  case FusedGroup::Kind::Gelu: return gelu;
+  case FusedGroup::Kind::Gelu: return decomposedGelu;
   case FusedGroup::Kind::ConvRelu: return convWith<onednn::ConvPostOps::Activation::Relu, false>;
   case FusedGroup::Kind::ConvClip: return convWith<onednn::ConvPostOps::Activation::Clip, false>;
   case FusedGroup::Kind::ConvHardSwish: return convWith<onednn::ConvPostOps::Activation::HardSwish, false>;
