@@ -1177,6 +1177,43 @@ TEST(Fusion, BatchNormalizationsFoldIntoTheirConvolutions) {
   EXPECT_EQ(compared, 10u); // three weights, a bias, three scales and three shifts
 }
 
+// A BatchNormalization not after a convolution (DenseNet's pre-activation), then Relu, runs as
+// one group; alone it runs as x * m + s per channel. Both equal ATen's, keep a channels-last input's
+// layout, and reuse the per-channel terms on the second run.
+TEST(Fusion, BatchNormalizationThenReluRunsAsOnePass) {
+  at::manual_seed(37);
+  NodeChain chain({"x"});
+  const std::int64_t channels = 6;
+  const std::vector<std::string> terms{"scale", "shift", "mean", "var"};
+  const std::map<std::string, at::Tensor> p{{"scale", at::randn({channels})}, {"shift", at::randn({channels})},
+                                            {"mean", at::randn({channels})}, {"var", at::rand({channels}) + 0.5}};
+  for (const std::string& name : terms)
+    addFloatParameter(chain.builder, name, p.at(name));
+  chain.add(spec("BatchNormalization", {"x", "scale", "shift", "mean", "var"}, {real("epsilon", 1e-3)}, "norm"), "b");
+  chain.add(spec("Relu", {"b"}, {}, "relu"), "y");
+  chain.add(spec("BatchNormalization", {"x", "scale", "shift", "mean", "var"}, {real("epsilon", 1e-3)}, "alone"), "z");
+  Expected<ir::Graph> graph = std::move(chain).finish({"y", "z"});
+  ASSERT_TRUE(graph) << graph.error().message();
+  const FusionPlan plan = planFusions(*graph);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  EXPECT_EQ(plan.groups[0].kind, FusedGroup::Kind::BatchNormRelu);
+  auto executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)));
+  ASSERT_TRUE(executor);
+  const at::Tensor x = at::randn({2, channels, 5, 7}).contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor normalized = at::batch_norm(x.contiguous(), p.at("scale"), p.at("shift"), p.at("mean"), p.at("var"),
+                                               false, 0.0, 1e-3, false);
+  for (int run = 0; run < 2; ++run) {
+    RunStats stats;
+    stats.profileOps = true;
+    Expected<TensorMap> out = (*executor)->run({{"x", x}}, &stats);
+    ASSERT_TRUE(out) << out.error().message();
+    EXPECT_TRUE(at::allclose(out->at("y"), at::relu(normalized), 1e-5, 1e-5));
+    EXPECT_TRUE(at::allclose(out->at("z"), normalized, 1e-5, 1e-5));
+    EXPECT_TRUE(out->at("y").is_contiguous(at::MemoryFormat::ChannelsLast));
+    EXPECT_EQ(stats.secondsByOp.count("BatchNormalization+Relu"), 1u);
+  }
+}
+
 TEST(Tensors, FilesRoundTripAndRandomInputsAreSeededPerName) {
   TensorMap tensors{{"f", at::tensor({1.5f, -2.f})},
                     {"i", longs({1, 1LL << 60})},

@@ -262,6 +262,20 @@ std::optional<FusedGroup> matchConvBatchNorm(const ir::Graph& g, NodeId conv) {
     return FusedGroup{transposed ? K::ConvTransposeBatchNormRelu : K::ConvBatchNormRelu, {conv, *norm, *relu}, operands};
   return FusedGroup{transposed ? K::ConvTransposeBatchNorm : K::ConvBatchNorm, {conv, *norm}, operands};
 }
+// An inference BatchNormalization not after a convolution (DenseNet's pre-activation, after a
+// Concat), then Relu: one pass over the tensor, Relu in place (batchNormInference).
+std::optional<FusedGroup> matchBatchNormRelu(const ir::Graph& g, NodeId norm) {
+  if (!isOp(g, norm, "BatchNormalization") || g.inputs(norm).size() != 5 || g.outputs(norm).size() != 1)
+    return std::nullopt;
+  const ir::Attribute* training = g.findAttribute(norm, "training_mode");
+  if (training && training->intValue != 0)
+    return std::nullopt;
+  std::optional<NodeId> relu = soleReaderOf(g, g.outputs(norm)[0], "Relu", 1);
+  if (!relu)
+    return std::nullopt;
+  const auto& in = g.inputs(norm);
+  return FusedGroup{FusedGroup::Kind::BatchNormRelu, {norm, *relu}, {in.begin(), in.end()}};
+}
 } // namespace
 
 FusionPlan planFusions(const ir::Graph& g) {
@@ -282,6 +296,8 @@ FusionPlan planFusions(const ir::Graph& g) {
       group = matchConv(g, node);
     if (!group)
       group = matchLayerNorm(g, node);
+    if (!group)
+      group = matchBatchNormRelu(g, node);
     if (!group)
       continue;
     bool free = true; // a node joins one group at most

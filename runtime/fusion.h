@@ -21,6 +21,9 @@
 //   LayerNorm   ReduceMean(x) -> Sub(x, .) -> Pow(., 2) -> ReduceMean -> Add(., eps) -> Sqrt,
 //               Div(Sub's output, Sqrt's) -> Mul(., gamma) -> Add(., beta), both means over the
 //               last axis: PyTorch's export of LayerNorm before opset 17; one at::layer_norm
+//   BatchNormRelu  BatchNormalization (inference, one output) -> Relu, the normalization not after
+//               a convolution (DenseNet's pre-activation): one pass x * m + s per channel, Relu in
+//               place (kernel.h batchNormInference)
 // Add and Mul operands may come in either order. A group is fused only when each of its inner
 // values is read by the next node of the group alone (LayerNorm's centered x: by its Pow and Div;
 // not by other nodes, not a graph output);
@@ -44,13 +47,13 @@ namespace cleave::runtime {
 struct FusedGroup {
   enum class Kind : std::uint8_t {
     MatMulBias, MatMulBiasGelu, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu, ConvBatchNorm,
-    ConvBatchNormRelu, ConvTransposeBatchNorm, ConvTransposeBatchNormRelu, LayerNorm
+    ConvBatchNormRelu, ConvTransposeBatchNorm, ConvTransposeBatchNormRelu, LayerNorm, BatchNormRelu
   };
   Kind kind;
   std::vector<ir::NodeId> nodes;     // in graph order; the last one makes the group's output
   // MatMulBias, MatMulBiasGelu: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*),
   // Clip's lo and hi (ConvClip) or the normalization's scale, shift, mean and variance (*BatchNorm*);
-  // LayerNorm: x, eps, gamma, beta.
+  // LayerNorm: x, eps, gamma, beta; BatchNormRelu: the normalization's x, scale, shift, mean, variance.
   std::vector<ir::ValueId> operands;
 };
 

@@ -32,7 +32,8 @@ struct KernelCache {
   std::shared_ptr<const onednn::PackedWeight> packedWeight;
   // A convolution's weight and bias with the BatchNormalization after it folded in (a fused
   // Conv+BatchNormalization), and the tensors they were computed from: weight, bias (or none),
-  // then the normalization's scale, shift, mean and variance.
+  // then the normalization's scale, shift, mean and variance. For a BatchNormalization alone
+  // (batchNormInference): its per-channel multiplier and shift, from its four parameters.
   std::vector<at::Tensor> foldedFrom;
   at::Tensor foldedWeight, foldedBias;
 };
@@ -178,6 +179,16 @@ at::Tensor transposedConvolution(KernelContext& c, const at::Tensor& x, const at
 // A product with broadcast batch dims (attention's Q K^T and P V): one oneDNN call on the CPU in
 // float32, else at::matmul.
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
+// Inference BatchNormalization of the node's operands (x, scale, shift, mean, variance; its
+// `epsilon`), then Relu when `thenRelu` (a fused BatchNormalization+Relu, DenseNet's
+// pre-activation): x * m + s per channel, with m = scale / sqrt(variance + epsilon) and s = shift
+// - mean * m computed once while the same parameter tensors come back (kept in the node's cache),
+// in x's memory format, and Relu over that output in place. Measured on a channels-last [1, 256,
+// 28, 28]: 40 us, against 72-87 us for at::batch_norm then an in-place Relu. Autograd, other
+// dtypes or shapes: at::batch_norm (then at::relu).
+at::Tensor batchNormInference(KernelContext& c, bool thenRelu);
+// Whether `cache` holds the fold of exactly these tensors (by identity; undefined matches undefined).
+bool holdsFoldOf(const KernelCache& cache, const std::vector<at::Tensor>& from);
 // A two-operand Einsum equation that is a batched matrix product (attention's "bhid,bhjd->bhij"
 // and "bhij,bhjd->bhid"): batch letters leading both operands and the output in the same order,
 // then one contracted and one kept letter per operand, in either order; run as batchedMatmul() on

@@ -54,17 +54,6 @@ template <onednn::ConvPostOps::Activation activation, bool residual> Outputs con
                            residual ? c.input(3) : at::Tensor(), residual && c.mayOverwrite(3))};
 }
 
-// Whether `cache` holds the fold of exactly these tensors (by identity; undefined matches undefined).
-bool holdsFoldOf(const KernelCache& cache, const std::vector<at::Tensor>& from) {
-  if (cache.foldedFrom.size() != from.size())
-    return false;
-  for (std::size_t i = 0; i < from.size(); ++i)
-    if (cache.foldedFrom[i].defined() != from[i].defined() ||
-        (from[i].defined() && !cache.foldedFrom[i].is_same(from[i])))
-      return false;
-  return true;
-}
-
 // The convolution weight and bias with the BatchNormalization after it folded in:
 // w * s per output channel and (b - mean) * s + shift, s = scale / sqrt(variance + epsilon),
 // computed in double and stored in w's dtype. `from`: w, b (or undefined), scale, shift, mean,
@@ -138,6 +127,16 @@ template <bool transposed, bool relu> Outputs convBatchNorm(KernelContext& c) {
 }
 } // namespace
 
+bool holdsFoldOf(const KernelCache& cache, const std::vector<at::Tensor>& from) {
+  if (cache.foldedFrom.size() != from.size())
+    return false;
+  for (std::size_t i = 0; i < from.size(); ++i)
+    if (cache.foldedFrom[i].defined() != from[i].defined() ||
+        (from[i].defined() && !cache.foldedFrom[i].is_same(from[i])))
+      return false;
+  return true;
+}
+
 Kernel fusedKernel(FusedGroup::Kind kind) {
   switch (kind) {
   case FusedGroup::Kind::MatMulBias: return matmulBias;
@@ -155,6 +154,7 @@ Kernel fusedKernel(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConvTransposeBatchNorm: return convBatchNorm<true, false>;
   case FusedGroup::Kind::ConvTransposeBatchNormRelu: return convBatchNorm<true, true>;
   case FusedGroup::Kind::LayerNorm: return layerNorm;
+  case FusedGroup::Kind::BatchNormRelu: return [](KernelContext& c) -> Outputs { return {batchNormInference(c, true)}; };
   }
   return nullptr;
 }
@@ -176,6 +176,7 @@ const char* fusedName(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConvTransposeBatchNorm: return "ConvTranspose+BatchNormalization";
   case FusedGroup::Kind::ConvTransposeBatchNormRelu: return "ConvTranspose+BatchNormalization+Relu";
   case FusedGroup::Kind::LayerNorm: return "LayerNorm(ReduceMean,Sub,Pow,ReduceMean,Add,Sqrt,Div,Mul,Add)";
+  case FusedGroup::Kind::BatchNormRelu: return "BatchNormalization+Relu";
   }
   return "?";
 }

@@ -11,6 +11,7 @@ Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
   lraspp             torchvision lraspp_mobilenet_v3_large, opset 11
   fcn                torchvision fcn_resnet50, opset 13
   swin_t             torchvision swin_t, opset 17
+  maxvit_t           torchvision maxvit_t (MBConv with GELU, attention as Einsum), opset 17
   dcgan              DCGAN's generator (five ConvTranspose layers; batch 16), opset 13
   r3d_18             torchvision's video ResNet (3-D convolutions; 8 frames of 112x112), opset 14
   ssdlite            torchvision ssdlite320_mobilenet_v3_large (TopK, batched NonMaxSuppression in an If), opset 14
@@ -226,6 +227,12 @@ def zoo(small):
            (torch.randn(1, 3, image, image, generator=g),), ["x"])
     yield ("swin_t", 17, lambda: torchvision.models.swin_t(weights=None),
            (torch.randn(1, 3, image, image, generator=g),), ["x"])
+    # --small: the same MaxVit class at 64x64 with two one-layer blocks (same ops).
+    maxvit = (lambda: torchvision.models.maxvit.MaxVit(
+        input_size=(image, image), stem_channels=16, partition_size=2, block_channels=[16, 32], block_layers=[1, 1],
+        head_dim=8, stochastic_depth_prob=0.0, num_classes=10)) if small else \
+        (lambda: torchvision.models.maxvit_t(weights=None))
+    yield ("maxvit_t", 17, maxvit, (torch.randn(1, 3, image, image, generator=g),), ["x"])
     yield ("dcgan", 13, lambda: DcganGenerator(width=8 if small else 64),
            (torch.randn(2 if small else 16, 100, 1, 1, generator=g),), ["z"])
     yield ("r3d_18", 14, lambda: TinyVideoNet() if small else torchvision.models.video.r3d_18(weights=None),

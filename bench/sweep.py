@@ -1,0 +1,127 @@
+"""bench/sweep.py - cleave's runtime against ONNX Runtime on a sweep of torchvision's models.
+
+Where bench/runtime.sh times a few models every way (cut, unfused, ...), this times many: 18
+classification models (one per family) and 4 video models, exported from Debian's torchvision
+with random weights (tools/export_zoo.py's randomize: BatchNorm statistics random too), batch 1.
+Per model: one run each of ORT (npm onnxruntime-node, default threads) and `cleave run` on the
+same input, whose outputs must agree within 1e-4 of ORT's largest (else the row says DIFFERS);
+then ROUNDS interleaved rounds (order alternating), each timing one block per side (its median),
+blocks sized to about BUDGET ms. Printed: each side's median over the rounds and the median of
+the per-round ratios cleave / ORT with their [min, max]: a range straddling 1.0 is noise.
+
+usage: /usr/bin/python3 bench/sweep.py CLEAVE [--rounds R] [--budget-ms B] [--zoo DIR] [MODEL ...]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+ORACLE = os.path.join(ROOT, "tests", "oracle", "run_model.js")
+
+
+def models():
+    """name -> (builder, input shape, opset)."""
+    import torchvision.models as m
+    image, clip = (1, 3, 224, 224), (1, 3, 8, 112, 112)
+    return {
+        "alexnet": (m.alexnet, image, 14), "vgg11_bn": (m.vgg11_bn, image, 14),
+        "squeezenet1_0": (m.squeezenet1_0, image, 14), "densenet121": (m.densenet121, image, 14),
+        "inception_v3": (lambda: m.inception_v3(init_weights=False, aux_logits=False), (1, 3, 299, 299), 14),
+        "googlenet": (lambda: m.googlenet(init_weights=False, aux_logits=False), image, 14),
+        "shufflenet_v2_x1_0": (m.shufflenet_v2_x1_0, image, 14), "mobilenet_v2": (m.mobilenet_v2, image, 14),
+        "mobilenet_v3_small": (m.mobilenet_v3_small, image, 14), "resnet18": (m.resnet18, image, 14),
+        "resnext50_32x4d": (m.resnext50_32x4d, image, 14), "mnasnet0_5": (m.mnasnet0_5, image, 14),
+        "efficientnet_b0": (m.efficientnet_b0, image, 14), "efficientnet_v2_s": (m.efficientnet_v2_s, image, 14),
+        "regnet_y_400mf": (m.regnet_y_400mf, image, 14), "convnext_tiny": (m.convnext_tiny, image, 14),
+        "maxvit_t": (m.maxvit_t, image, 17), "vit_b_32": (m.vit_b_32, image, 14),
+        "r3d_18": (m.video.r3d_18, clip, 14), "r2plus1d_18": (m.video.r2plus1d_18, clip, 14),
+        "mc3_18": (m.video.mc3_18, clip, 14), "s3d": (m.video.s3d, (1, 3, 16, 224, 224), 14),
+    }
+
+
+def export(zoo, name, spec):
+    """ZOO/NAME.onnx and NAME.inputs.json, unless they exist."""
+    from export_zoo import randomize, spec as tensor_spec
+    path = os.path.join(zoo, f"{name}.onnx")
+    if os.path.exists(path):
+        return path, os.path.join(zoo, f"{name}.inputs.json")
+    make, shape, opset = spec
+    torch.manual_seed(0)
+    model = randomize(make()).eval()  # torchvision builders default to random weights
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(3))
+    torch.onnx.export(model, (x,), path + ".tmp", opset_version=opset, input_names=["x"], output_names=["output"])
+    with open(os.path.join(zoo, f"{name}.inputs.json"), "w") as f:
+        json.dump({"x": tensor_spec(x)}, f)
+    os.replace(path + ".tmp", path)
+    return path, os.path.join(zoo, f"{name}.inputs.json")
+
+
+def ort_block(model, inputs, outputs, repeat):
+    out = subprocess.run(["node", ORACLE, model, inputs, outputs, "--repeat", str(repeat)], capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["median_s"]
+
+
+def cleave_block(cleave, model, inputs, repeat, save=None):
+    cmd = [cleave, "run", model, "--inputs", inputs, "--repeat", str(repeat), "--json"]
+    out = subprocess.run(cmd + (["--save-outputs", save] if save else []), capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out)["timing"]["median_s"]
+
+
+def relative_error(want_path, got_path):
+    want, got = json.load(open(want_path)), json.load(open(got_path))
+    worst = 0.0
+    for name, spec in want.items():
+        a, b = np.array(spec["data"], dtype=np.float64), np.array(got[name]["data"], dtype=np.float64)
+        if a.shape != b.shape:
+            return float("inf")
+        if a.size:
+            worst = max(worst, float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-30)))
+    return worst
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cleave")
+    parser.add_argument("models", nargs="*")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--budget-ms", type=float, default=1500.0)
+    parser.add_argument("--zoo", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "cleave_sweep"))
+    args = parser.parse_args()
+    catalog = models()
+    names = args.models or list(catalog)
+    unknown = [n for n in names if n not in catalog]
+    if unknown:
+        parser.error(f"unknown model {unknown[0]} (known: {', '.join(catalog)})")
+    os.makedirs(args.zoo, exist_ok=True)
+    print(f"{'model':20} {'ort_ms':>9} {'cleave_ms':>10} {'cleave/ORT [range]':>22} {'rel_err':>9}", flush=True)
+    for name in names:
+        model, inputs = export(args.zoo, name, catalog[name])
+        ort_out, cleave_out = os.path.join(args.zoo, f"{name}.ort.json"), os.path.join(args.zoo, f"{name}.cleave.json")
+        first = ort_block(model, inputs, ort_out, 1)
+        cleave_block(args.cleave, model, inputs, 1, cleave_out)
+        error = relative_error(ort_out, cleave_out)
+        repeat = max(3, int(args.budget_ms / 1000.0 / max(first, 1e-4)))
+        times = {"ort": [], "cleave": []}
+        for round_ in range(args.rounds):
+            for side in (("ort", "cleave") if round_ % 2 == 0 else ("cleave", "ort")):
+                times[side].append(ort_block(model, inputs, ort_out, repeat) if side == "ort" else
+                                   cleave_block(args.cleave, model, inputs, repeat))
+        ratios = [c / o for c, o in zip(times["cleave"], times["ort"])]
+        verdict = "" if error <= 1e-4 else "  DIFFERS"
+        print(f"{name:20} {statistics.median(times['ort']) * 1e3:9.2f} {statistics.median(times['cleave']) * 1e3:10.2f} "
+              f"{statistics.median(ratios):8.2f}x [{min(ratios):.2f},{max(ratios):.2f}] {error:9.1e}{verdict}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
