@@ -198,6 +198,25 @@ TEST(Executor, GeluRunsInMemoryOrder) {
   }
 }
 
+// NonMaxSuppression compares only nearby kept boxes, except where that would not be exact: a
+// negative IoU threshold (IoU 0 passes it: the best box suppresses every other) and corners that
+// are not finite (compared with every kept box, never bucketed).
+TEST(Executor, NonMaxSuppressionOutsideTheBucketedCase) {
+  ir::NodeSpec nms = spec("NonMaxSuppression", {"boxes", "scores", "max", "iou"});
+  const at::Tensor boxes = at::tensor({0.0f, 0.0f, 1.0f, 1.0f, 0.0f, 5.0f, 1.0f, 6.0f, 0.0f, 0.1f, 1.0f, 1.1f,
+                                       0.0f, 9.0f, 1.0f, 10.0f}).view({1, 4, 4});
+  const at::Tensor scores = at::tensor({0.9f, 0.8f, 0.7f, 0.6f}).view({1, 1, 4});
+  auto selectedBoxes = [&](const at::Tensor& b, float iou) {
+    at::Tensor rows = runOne(nms, {{"boxes", b}, {"scores", scores}, {"max", longs({10})}, {"iou", at::tensor({iou})}});
+    return rows.select(1, 2);
+  };
+  EXPECT_TRUE(at::equal(selectedBoxes(boxes, 0.5f), longs({0, 1, 3}))); // box 2 overlaps box 0
+  EXPECT_TRUE(at::equal(selectedBoxes(boxes, -0.5f), longs({0})));
+  at::Tensor withNan = boxes.clone();
+  withNan[0][1][1] = std::numeric_limits<float>::quiet_NaN(); // NaN's IoU with anything is 0
+  EXPECT_TRUE(at::equal(selectedBoxes(withNan, 0.5f), longs({0, 1, 3})));
+}
+
 TEST(Executor, GatherTakesNegativeIndicesAndKeepsTheirShape) {
   at::Tensor x = at::arange(12, at::TensorOptions().dtype(at::kFloat)).reshape({3, 4});
   at::Tensor y = runOne(spec("Gather", {"a", "i"}, {integer("axis", 1)}), {{"a", x}, {"i", longs({-1, 0}).reshape({2, 1})}});

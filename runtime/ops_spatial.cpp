@@ -139,9 +139,11 @@ float iou(const Box& a, const Box& b) {
 // threshold >= 0. Columns are at least as wide as the widest candidate, and there are at most
 // four per candidate. torchvision's batched NMS shifts each class's boxes apart and runs one NMS
 // over them all (SSDlite: 27,000 boxes): there this is the difference between comparing with
-// every kept box and with a few.
+// every kept box and with a few. Default-constructed, it has one column: every kept box is
+// compared (for corners that are not finite, or a threshold IoU 0 passes).
 class KeptBoxes {
 public:
+  KeptBoxes() : columns_(1) {}
   KeptBoxes(float minLeft, float maxLeft, float widest, std::size_t candidates) : origin_(minLeft) {
     const double span = static_cast<double>(maxLeft) - static_cast<double>(minLeft);
     width_ = std::max({static_cast<double>(widest), span / (4.0 * static_cast<double>(candidates + 1)), 1e-6});
@@ -160,11 +162,13 @@ public:
 
 private:
   std::size_t column(double x) const {
+    if (columns_.size() == 1)
+      return 0;
     const double at = std::floor((x - static_cast<double>(origin_)) / width_);
     return static_cast<std::size_t>(std::clamp(at, 0.0, static_cast<double>(columns_.size() - 1)));
   }
 
-  float origin_;
+  float origin_ = 0.0f;
   double width_ = 1.0;
   std::vector<std::vector<Box>> columns_;
 };
@@ -187,19 +191,9 @@ void selectBoxes(const std::vector<std::int64_t>& order, const float* boxData, b
     widest = std::max(widest, box.x2 - box.x1);
     candidates.push_back(box);
   }
+  // NaN or infinite corners, or a threshold IoU 0 can pass: every kept box is compared.
+  KeptBoxes kept = finite && threshold >= 0.0f ? KeptBoxes(minLeft, maxLeft, widest, candidates.size()) : KeptBoxes();
   std::int64_t count = 0;
-  if (!finite || !(threshold >= 0.0f)) { // NaN or infinite corners, or a threshold IoU 0 can pass: every pair
-    std::vector<Box> kept;
-    for (std::size_t n = 0; n < candidates.size() && count < limit; ++n) {
-      if (std::any_of(kept.begin(), kept.end(), [&](const Box& other) { return iou(candidates[n], other) > threshold; }))
-        continue;
-      kept.push_back(candidates[n]);
-      selected.insert(selected.end(), {batch, cls, order[n]});
-      ++count;
-    }
-    return;
-  }
-  KeptBoxes kept(minLeft, maxLeft, widest, candidates.size());
   for (std::size_t n = 0; n < candidates.size() && count < limit; ++n) {
     if (kept.suppresses(candidates[n], threshold))
       continue;
