@@ -235,14 +235,7 @@ TEST(Executor, ConvWithAsymmetricPadsEqualsConvOfThePaddedInput) {
   at::Tensor expected = at::conv2d(at::constant_pad_nd(x, {1, 0, 0, 2}), w, b, {2, 1});
   EXPECT_TRUE(at::allclose(y, expected, 1e-5, 1e-6));
   // SAME_UPPER keeps the spatial size at stride 1.
-  at::Tensor same = runOne(spec("Conv", {"a", "b"}, {[] {
-                             ir::Attribute a;
-                             a.name = "auto_pad";
-                             a.kind = ir::AttrKind::String;
-                             a.text = "SAME_UPPER";
-                             return a;
-                           }()}),
-                           {{"a", x}, {"b", w}});
+  at::Tensor same = runOne(spec("Conv", {"a", "b"}, {text("auto_pad", "SAME_UPPER")}), {{"a", x}, {"b", w}});
   EXPECT_EQ(same.sizes().vec(), (std::vector<std::int64_t>{1, 3, 5, 5}));
   // An empty batch (no blocked layout for it) still has its shape.
   at::Tensor empty = runOne(spec("Conv", {"a", "b"}), {{"a", at::zeros({0, 2, 5, 5})}, {"b", w}});
