@@ -4,6 +4,7 @@
 // products and the blocked layout of convolution chains against ATen's dense ops; fused groups.
 #include "runtime/executor.h"
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
@@ -196,6 +197,30 @@ TEST(Executor, GeluRunsInMemoryOrder) {
         EXPECT_TRUE(at::allclose(y.contiguous(), want, 1e-6, 1e-7));
     }
   }
+}
+
+// The channels-last global average equals ATen's mean over the spatial dims, over more than one
+// chunk of rows with a partial last one, for 2-D and 3-D maps and two batch entries; the result
+// does not depend on the thread count; other layouts are left to the caller.
+TEST(Executor, GlobalAverageOfChannelsLastEqualsTheMean) {
+  at::manual_seed(37);
+  const int threads = at::get_num_threads();
+  for (const at::Tensor& x : {at::randn({2, 40, 23, 29}).contiguous(at::MemoryFormat::ChannelsLast),
+                              at::randn({1, 19, 3, 7, 5}).contiguous(at::MemoryFormat::ChannelsLast3d),
+                              at::randn({1, 7, 1, 1})}) {
+    const at::Tensor y = globalAverageChannelsLast(x);
+    ASSERT_TRUE(y.defined());
+    std::vector<std::int64_t> spatial;
+    for (std::int64_t d = 2; d < x.dim(); ++d)
+      spatial.push_back(d);
+    EXPECT_TRUE(at::allclose(y, x.mean(spatial, true), 1e-5, 1e-6));
+    at::set_num_threads(1);
+    EXPECT_TRUE(at::equal(globalAverageChannelsLast(x), y));
+    at::set_num_threads(threads);
+    EXPECT_TRUE(at::allclose(runOne(spec("GlobalAveragePool", {"x"}, {}, "y"), {{"x", x}}), y, 0, 0));
+  }
+  EXPECT_FALSE(globalAverageChannelsLast(at::randn({1, 4, 5, 6})).defined());
+  EXPECT_FALSE(globalAverageChannelsLast(at::randn({1, 4, 5, 6}, at::kDouble).contiguous(at::MemoryFormat::ChannelsLast)).defined());
 }
 
 // NonMaxSuppression compares only nearby kept boxes, except where that would not be exact: a

@@ -1,6 +1,8 @@
 // runtime/ops_nn.cpp - neural-network ONNX ops on ATen: Conv/ConvTranspose and pooling (auto_pad,
 // asymmetric pads applied as explicit padding, ceil_mode, count_include_pad), normalizations,
 // Gemm (transposes, alpha, beta), MatMul, Softmax/LogSoftmax (the pre-13 2-D coercion), Einsum.
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -277,6 +279,58 @@ Outputs avgPool(KernelContext& c) {
   return {sums / averagePool(mask, kernel, strides, zero, ceil, true)};
 }
 
+// sum[i] = the sum over `count` rows of rows[r * width + i], in row order. Compiled for AVX-512,
+// AVX2 and the base ISA, picked at load (the build targets the base ISA, whose 4-wide adds left
+// it slower than oneDNN's pooling).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void sumRows(const float* __restrict rows,
+                                                                          std::int64_t count, std::int64_t width,
+                                                                          float* __restrict sum) {
+  std::fill(sum, sum + width, 0.0f);
+  for (std::int64_t r = 0; r < count; ++r)
+    for (std::int64_t i = 0; i < width; ++i)
+      sum[i] += rows[r * width + i];
+}
+
+} // namespace
+
+at::Tensor globalAverageChannelsLast(const at::Tensor& x) {
+  if ((x.dim() != 4 && x.dim() != 5) || x.scalar_type() != at::kFloat || !x.device().is_cpu() || x.is_mkldnn() ||
+      x.requires_grad() || x.numel() == 0 ||
+      !x.is_contiguous(x.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast))
+    return {};
+  constexpr std::int64_t kRowsPerChunk = 256;
+  const std::int64_t batch = x.size(0), channels = x.size(1), rows = x.numel() / (batch * channels);
+  const std::int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  at::Tensor partial = at::empty({batch, chunks, channels}, x.options());
+  const float* in = x.data_ptr<float>();
+  float* sums = partial.data_ptr<float>();
+  at::parallel_for(0, batch * chunks, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t task = begin; task < end; ++task) {
+      const std::int64_t n = task / chunks, first = (task % chunks) * kRowsPerChunk;
+      const std::int64_t last = std::min(rows, first + kRowsPerChunk);
+      sumRows(in + (n * rows + first) * channels, last - first, channels, sums + task * channels);
+    }
+  });
+  std::vector<std::int64_t> outSizes{batch, channels};
+  outSizes.resize(static_cast<std::size_t>(x.dim()), 1);
+  at::Tensor out = at::empty(outSizes, x.options());
+  float* mean = out.data_ptr<float>();
+  const float count = static_cast<float>(rows);
+  for (std::int64_t n = 0; n < batch; ++n) {
+    float* dst = mean + n * channels;
+    std::copy(sums + n * chunks * channels, sums + (n * chunks + 1) * channels, dst);
+    for (std::int64_t chunk = 1; chunk < chunks; ++chunk) {
+      const float* src = sums + (n * chunks + chunk) * channels;
+      for (std::int64_t ch = 0; ch < channels; ++ch)
+        dst[ch] += src[ch];
+    }
+    for (std::int64_t ch = 0; ch < channels; ++ch)
+      dst[ch] /= count;
+  }
+  return out;
+}
+
+namespace {
 std::vector<std::int64_t> spatialDims(const at::Tensor& x) {
   std::vector<std::int64_t> dims;
   for (std::int64_t d = 2; d < x.dim(); ++d)
@@ -501,6 +555,8 @@ void registerNnKernels(KernelTable& t) {
   t.add("AveragePool", avgPool, Layouts::DenseOrBlocked);
   t.add("GlobalAveragePool", [](KernelContext& c) -> Outputs {
     const at::Tensor& x = c.input(0);
+    if (at::Tensor y = globalAverageChannelsLast(x); y.defined())
+      return {y};
     if (x.dim() == 4) { // one window over the whole plane, on oneDNN in x's layout
       at::Tensor y = onednn::pool(x, onednn::PoolKind::AverageWithoutPadding, {x.size(2), x.size(3)}, {1, 1},
                                   {0, 0}, {0, 0}, {1, 1}, false);
