@@ -21,6 +21,11 @@ share (1 - the ranks' time in actions, less their receive waits, / (ranks x the 
 schedule time)) against the simulator given each stage's measured action times (compute plus
 each action's bookkeeping and send() calls, so no separate send cost) and the same latency: the
 first counts bookkeeping as bubble and the simulator cannot, the second counts only idle time.
+The simulator takes each action's cost as fixed. Two figures say how far that holds here: how much
+slower each of two single-thread product loops in two processes runs than one alone (the cores
+slow each other), and, from the timeline, how much longer an action computes while the other rank
+computes than while it does not. And a replay: the simulator given each step's actions with their
+own measured times (`--action-costs`), against that step's idle share.
 
 usage: /usr/bin/python3 bench/train_bench.py CLEAVE BENCH_COMM [--rounds R] [--steps K] [--width W]
        [--baseline-cleave OTHER_CLEAVE]
@@ -150,6 +155,78 @@ def simulated_idle_bubble(cleave, kind, stages, ranks, timings, latency_us):
     return json.loads(out)["simulation"]["bubble_fraction"]
 
 
+def replayed_idle_bubble(cleave, kind, stages, ranks, step, latency_us):
+    """The simulator's bubble for one step with every action given its own measured time (busy_s:
+    compute plus bookkeeping) through --action-costs: a replay that keeps each action's variation,
+    where simulated_idle_bubble gives every action of a stage its median."""
+    own = ",".join(f"{a['action']}={busy_s(a) * 1e6:.3f}" for a in step["actions"])
+    out = subprocess.run([cleave, "schedule", "--kind", kind, "--stages", str(stages), "--ranks", str(ranks),
+                          "--microbatches", str(MICROBATCHES), "--simulate", "--costs", "1,2",
+                          "--action-costs", own, "--transfer-latency", f"{latency_us:.3f}", "--send-cost", "0",
+                          "--json"], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["simulation"]["bubble_fraction"]
+
+
+def compute_interval(action):
+    """An action's compute on its rank's clock: after its receive waits, for its compute time."""
+    begin = action["start_s"] + action["wait_s"]
+    return begin, begin + action["compute_s"]
+
+
+def concurrency_slowdown(timings):
+    """How much slower an action computes while the other rank computes: per stage and action kind,
+    the median compute time of actions that overlap the other rank's compute for more than 3/4 of
+    their own, over that of actions overlapping it for less than 1/4; the median over kinds with both.
+    Each rank's clock starts at its own step start (after the previous step's all-reduce), so the
+    ranks' timelines agree to about that all-reduce's skew (~0.1 ms). Returns (ratio or None, the
+    number of alone and of concurrent actions)."""
+    groups = {}
+    for step in timings:
+        for a in step["actions"]:
+            begin, end = compute_interval(a)
+            if end <= begin:
+                continue
+            other = [compute_interval(b) for b in step["actions"] if b["rank"] != a["rank"]]
+            shared = sum(max(0.0, min(end, e) - max(begin, b)) for b, e in other) / (end - begin)
+            if shared < 0.25 or shared > 0.75:
+                groups.setdefault(a["action"].rstrip("0123456789"), ([], []))[shared > 0.75].append(a["compute_s"])
+    ratios = [statistics.median(busy) / statistics.median(alone) for alone, busy in groups.values() if alone and busy]
+    alone = sum(len(g[0]) for g in groups.values())
+    busy = sum(len(g[1]) for g in groups.values())
+    return (statistics.median(ratios) if ratios else None), alone, busy
+
+
+def matmul_seconds(queue, seconds=2.0):
+    """Seconds per single-thread [64, 1024] x [1024, 1024] product over `seconds` of repeats."""
+    torch.set_num_threads(1)
+    a, w = torch.randn(64, 1024), torch.randn(1024, 1024)
+    for _ in range(5):
+        a @ w
+    start, count = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        a @ w
+        count += 1
+    queue.put((time.perf_counter() - start) / count)
+
+
+def core_sharing_slowdown():
+    """One single-thread product loop in a process alone, then two at once in two processes: how much
+    slower each runs beside the other (1.0: the two cores do not slow each other)."""
+    import multiprocessing
+    context = multiprocessing.get_context("spawn")
+    def run(processes):
+        queue = context.Queue()
+        workers = [context.Process(target=matmul_seconds, args=(queue,)) for _ in range(processes)]
+        for w in workers:
+            w.start()
+        times = [queue.get() for _ in workers]
+        for w in workers:
+            w.join()
+        return statistics.mean(times)
+    alone = run(1)
+    return run(2) / alone
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("cleave")
@@ -234,6 +311,8 @@ def main():
     latency_us, send_us = one_way_message_us(cleave, bench_comm, args.width)
     print(f"cleave one-way message of one microbatch's boundary: {latency_us:.1f} us, of which the sender's "
           f"send() call {send_us:.1f} us (bench_comm; the simulator gets both)")
+    print(f"two single-thread product loops in two processes run {core_sharing_slowdown():.2f}x slower each "
+          f"than one alone (this machine's cores slow each other; the simulator takes costs as fixed)")
     for name, stages in (("1f1b", 2), ("1f1b_bound", 2), ("zero_bubble", 2), ("interleaved", 4)):
         kind = name.removesuffix("_bound")
         measured = statistics.median(t["bubble"] for t in timings[name])
@@ -252,6 +331,14 @@ def main():
         print(f"{'':12s} idle share measured {idle:.3f}, simulator with the measured action times "
               f"{idle_predicted:.3f} (difference {abs(idle - idle_predicted) / max(idle_predicted, 1e-9) * 100:.0f}% "
               f"of the prediction)")
+        replayed = statistics.median(replayed_idle_bubble(cleave, kind, stages, 2, t, latency_us)
+                                     for t in timings[name])
+        print(f"{'':12s} idle share replayed (each step's actions with their own measured times) {replayed:.3f} "
+              f"(difference {abs(idle - replayed) / max(replayed, 1e-9) * 100:.0f}% of the replay)")
+        ratio, alone, busy = concurrency_slowdown(timings[name])
+        if ratio is not None:
+            print(f"{'':12s} an action computing while the other rank computes takes {ratio:.2f}x its time while "
+                  f"the other does not (median over action kinds; {alone} alone, {busy} concurrent actions)")
         for rank in range(2):  # where each rank's schedule time went (stage s runs on rank s % 2)
             med = lambda f: statistics.median(f(t) for t in timings[name]) * 1e3
             wall = med(lambda t: t["rank_schedule_s"][rank])

@@ -14,7 +14,7 @@ namespace cleave::cli {
 namespace {
 struct ScheduleFlags {
   pipeline::ScheduleKind kind = pipeline::ScheduleKind::OneFOneB;
-  std::string csvOut, csvIn, svgPath, costsText = "1,2,1,1";
+  std::string csvOut, csvIn, svgPath, costsText = "1,2,1,1", actionCostsText;
   std::uint32_t stages = 0, microbatches = 0, ranks = 0;
   double latency = 0.0, sendCost = 0.0;
   std::int64_t activationBytes = 1;
@@ -39,6 +39,9 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
                  "F,B or F,B,I,W time units per microbatch for --simulate: one set for every stage, or one per "
                  "stage separated by ';'")
       ->capture_default_str();
+  app.add_option("--action-costs", flags.actionCostsText,
+                 "for --simulate: single actions' own times, in place of their stage's cost (a replay of a measured "
+                 "run), as ACTION=TIME pairs separated by ',' (e.g. 0F1=2.5,1B0=13)");
   app.add_option("--transfer-latency", flags.latency, "time per cross-rank transfer for --simulate")
       ->check(CLI::Range(0.0, 1e15))
       ->capture_default_str();
@@ -67,6 +70,29 @@ Expected<std::vector<double>> parseCosts(const std::string& text) {
   }
   if (costs.size() != 2 && costs.size() != 4)
     return Error(ErrorCode::InvalidArgument) << "--costs '" << text << "': expected F,B or F,B,I,W";
+  return costs;
+}
+
+// "0F1=2.5,1B0=13" as (action, time) pairs.
+Expected<std::vector<std::pair<pipeline::Action, double>>> parseActionCosts(const std::string& text) {
+  std::vector<std::pair<pipeline::Action, double>> costs;
+  for (std::string_view item : splitString(text, ',')) {
+    const std::size_t equals = item.find('=');
+    auto bad = [&] {
+      return Error(ErrorCode::InvalidArgument) << "--action-costs '" << item << "': expected ACTION=TIME, as 0F1=2.5";
+    };
+    if (equals == std::string_view::npos)
+      return bad();
+    Expected<pipeline::Action> action = pipeline::parseAction(item.substr(0, equals));
+    if (!action)
+      return std::move(action.error().withContext("--action-costs"));
+    const std::string number(item.substr(equals + 1));
+    char* end = nullptr;
+    const double value = std::strtod(number.c_str(), &end);
+    if (number.empty() || *end != '\0' || !(value >= 0 && value <= 1e15)) // also NaN and inf
+      return bad();
+    costs.emplace_back(*action, value);
+  }
   return costs;
 }
 
@@ -99,9 +125,12 @@ Expected<pipeline::SimulationResult> simulate(const ScheduleFlags& flags, const 
   }
   options.transferLatency = flags.latency;
   options.sendCost = flags.sendCost;
+  if (!flags.actionCostsText.empty()) {
+    CLEAVE_TRY(options.actionCosts, parseActionCosts(flags.actionCostsText));
+  }
   Expected<pipeline::SimulationResult> result = pipeline::simulateSchedule(schedule, options);
   if (!result)
-    return std::move(result.error().withContext("--costs"));
+    return std::move(result.error().withContext(flags.actionCostsText.empty() ? "--costs" : "--costs / --action-costs"));
   return result;
 }
 

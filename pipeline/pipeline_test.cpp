@@ -150,6 +150,33 @@ TEST(Schedule, SendCostOccupiesTheSenderAndIsNotCompute) {
   EXPECT_DOUBLE_EQ(simulateSchedule(s, options)->makespan, 6.0);
 }
 
+// A replay: single actions take their own measured time in place of their stage's cost, and an
+// action outside the schedule, a SEND, or a negative or NaN time is refused.
+TEST(Schedule, ActionCostsReplaceTheirStagesCostForThemAlone) {
+  Schedule s = *generateSchedule(ScheduleKind::OneFOneB, 2, 2, 2);
+  SimulationOptions options;
+  options.stages = {StageCosts{}}; // F 1, B 2: makespan (M + S - 1) x (F + B) = 9
+  EXPECT_DOUBLE_EQ(simulateSchedule(s, options)->makespan, 9.0);
+  // Rank 1's first forward takes 4 instead of 1: everything after it waits 3 longer.
+  options.actionCosts = {{Action{1, ActionType::Forward, 0}, 4.0}};
+  Expected<SimulationResult> sim = simulateSchedule(s, options);
+  ASSERT_TRUE(sim) << sim.error().message();
+  EXPECT_DOUBLE_EQ(sim->makespan, 12.0);
+  EXPECT_DOUBLE_EQ(sim->busy[1], 4.0 + 1.0 + 2.0 + 2.0);
+  // The last backward on rank 0 shorter: only the end moves.
+  options.actionCosts.push_back({Action{0, ActionType::Backward, 1}, 0.5});
+  EXPECT_DOUBLE_EQ(simulateSchedule(s, options)->makespan, 10.5);
+  for (const auto& [action, cost] : std::vector<std::pair<Action, double>>{
+           {Action{2, ActionType::Forward, 0}, 1.0},
+           {Action{0, ActionType::Forward, 2}, 1.0},
+           {Action{0, ActionType::SendF, 0}, 1.0},
+           {Action{0, ActionType::Forward, 0}, -1.0},
+           {Action{0, ActionType::Forward, 0}, std::nan("")}}) {
+    options.actionCosts = {{action, cost}};
+    EXPECT_FALSE(simulateSchedule(s, options)) << formatAction(action) << " = " << cost;
+  }
+}
+
 TEST(Schedule, ActionsAndCsvRoundTrip) {
   for (const char* text : {"1F0", "2I1", "0W3", "0B3", "2SEND_B2", "1RECV_F1", "13SEND_F127"}) {
     Expected<Action> action = parseAction(text);

@@ -1,6 +1,7 @@
 #include "pipeline/schedule_sim.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
@@ -69,7 +70,10 @@ public:
   Player(const Schedule& s, const SimulationOptions* options, SendSemantics sends = SendSemantics::Buffered)
       : s_(s), options_(options), explicitComm_(s.hasCommunication()), latency_(options ? options->transferLatency : 0.0),
         rendezvous_(sends == SendSemantics::Rendezvous && explicitComm_), ledger_(s.stages, s.microbatches),
-        live_(s.ranks, 0), clock_(s.ranks, 0.0), next_(s.ranks, 0) {
+        actionCost_(s.stages, s.microbatches), live_(s.ranks, 0), clock_(s.ranks, 0.0), next_(s.ranks, 0) {
+    if (options) // checked by simulateSchedule: in range, compute actions, finite and >= 0
+      for (const auto& [action, cost] : options->actionCosts)
+        actionCost_.at(action.stage, action.microbatch, action.type) = cost;
     result_.busy.assign(s.ranks, 0.0);
     result_.peakActivationBytes.assign(s.ranks, 0);
     if (rendezvous_)
@@ -153,7 +157,9 @@ private:
     return options_->stages.size() == 1 ? options_->stages[0] : options_->stages[a.stage];
   }
 
-  double durationOf(const Action& a) const {
+  double durationOf(const Action& a) {
+    if (double own = actionCost_.at(a.stage, a.microbatch, a.type); own >= 0)
+      return own;
     const StageCosts& c = costOf(a);
     switch (a.type) {
     case A::Forward: return c.forward;
@@ -259,6 +265,7 @@ private:
   std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::size_t>> receiveAt_; // RECV -> (rank, index)
   std::vector<std::vector<double>> reachedAt_; // when each rank reached each of its actions (rendezvous)
   Ledger ledger_;
+  Ledger actionCost_; // options' actionCosts by (stage, microbatch, type); < 0: the stage's cost
   SimulationResult result_;
   std::vector<std::int64_t> live_;
   std::vector<double> clock_;
@@ -342,6 +349,17 @@ Expected<SimulationResult> simulateSchedule(const Schedule& schedule, const Simu
   if (!options.stages.empty() && options.stages.size() != 1 && options.stages.size() != schedule.stages)
     return Error(ErrorCode::InvalidArgument) << options.stages.size() << " stage costs for " << schedule.stages
                                              << " stages";
+  for (const auto& [action, cost] : options.actionCosts) {
+    const bool compute = action.type == A::Forward || action.type == A::Backward || action.type == A::BackwardInput ||
+                         action.type == A::BackwardWeight;
+    if (!compute || action.stage >= schedule.stages || action.microbatch >= schedule.microbatches)
+      return Error(ErrorCode::InvalidArgument) << "a cost for " << formatAction(action) << ", which is not an F, B, I or W of "
+                                               << schedule.stages << " stages and " << schedule.microbatches
+                                               << " microbatches";
+    if (!std::isfinite(cost) || cost < 0)
+      return Error(ErrorCode::InvalidArgument) << "the cost of " << formatAction(action) << " is " << cost
+                                               << ", not a non-negative number";
+  }
   return play(schedule, &options);
 }
 

@@ -20,7 +20,9 @@
 // message to another rank can also cost its sender time (`sendCost`: a transport that writes the
 // socket on the caller's thread, as Gloo's TCP one does): the sending rank is occupied that long
 // after the action that produced the message (or for its SEND action), and the message leaves
-// after it. That time is not compute. It reports the makespan, the bubble fraction
+// after it. That time is not compute. Particular actions can be given their own duration
+// (`actionCosts`, a replay of a measured run whose actions' times vary), which replaces their
+// stage's cost for them alone. It reports the makespan, the bubble fraction
 // (1 - compute time / (ranks x makespan)) and each rank's
 // peak activation memory (microbatches forwarded and not yet fully backwarded, in bytes of
 // their stages' activations), plus the timeline.
@@ -58,6 +60,9 @@ struct SimulationOptions {
   std::vector<StageCosts> stages; // one per stage, or one for all (empty: defaults)
   double transferLatency = 0.0;   // per cross-rank dependency
   double sendCost = 0.0;          // the sending rank's own time per cross-rank message
+  // Durations of single actions (F, B, I or W of a stage and microbatch), each in place of its
+  // stage's cost; an action named twice takes the last.
+  std::vector<std::pair<Action, double>> actionCosts;
 };
 
 struct TimedAction {
@@ -74,7 +79,8 @@ struct SimulationResult {
   std::vector<TimedAction> timeline;          // in execution order
 };
 
-// Fails like validateSchedule (a schedule that deadlocks cannot be timed).
+// Fails like validateSchedule (a schedule that deadlocks cannot be timed), and for an action cost
+// outside the schedule's stages and microbatches, of a SEND/RECV, or negative or not finite.
 Expected<SimulationResult> simulateSchedule(const Schedule& schedule, const SimulationOptions& options = {});
 
 } // namespace cleave::pipeline

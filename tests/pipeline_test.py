@@ -244,6 +244,22 @@ class ScheduleCli(TempDirTest):
         self.assertEqual(code, 2, err)
         self.assertIn("--send-cost", err)
 
+    def test_action_costs_replay_single_actions(self):
+        def simulate(*extra):
+            return run("schedule", "--kind", "1f1b", "--stages", "2", "--microbatches", "2", "--simulate",
+                       "--costs", "1,2", *extra, "--json")
+        code, out, err = simulate("--action-costs", "1F0=4,0B1=0.5")
+        self.assertEqual(code, 0, err)
+        self.assertAlmostEqual(json.loads(out)["simulation"]["makespan"], 10.5)  # 9, +3 for 1F0, -1.5 for 0B1
+        for bad, named in (("1F0", "ACTION=TIME"), ("1F0=-2", "ACTION=TIME"), ("1F0=nan", "ACTION=TIME"),
+                           ("1X0=1", "not an action"), ("3F0=1", "not an F, B, I or W"),
+                           ("0SEND_F0=1", "not an F, B, I or W")):
+            code, out, err = simulate("--action-costs", bad)
+            self.assertEqual(code, 1, bad)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertIn(named, err)
+            self.assertEqual(out, "")
+
     def test_a_deadlocking_csv_is_refused(self):
         with open(self.path("bad.csv"), "w") as f:
             f.write("0F0,0B0\n1B0,1F0\n")
