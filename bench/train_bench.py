@@ -311,8 +311,8 @@ def main():
     latency_us, send_us = one_way_message_us(cleave, bench_comm, args.width)
     print(f"cleave one-way message of one microbatch's boundary: {latency_us:.1f} us, of which the sender's "
           f"send() call {send_us:.1f} us (bench_comm; the simulator gets both)")
-    print(f"two single-thread product loops in two processes run {core_sharing_slowdown():.2f}x slower each "
-          f"than one alone (this machine's cores slow each other; the simulator takes costs as fixed)")
+    print(f"two single-thread product loops side by side in two processes take {core_sharing_slowdown():.2f}x "
+          f"the time of one alone (1.00: the cores do not slow each other; the simulator takes costs as fixed)")
     for name, stages in (("1f1b", 2), ("1f1b_bound", 2), ("zero_bubble", 2), ("interleaved", 4)):
         kind = name.removesuffix("_bound")
         measured = statistics.median(t["bubble"] for t in timings[name])
