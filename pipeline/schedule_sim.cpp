@@ -20,6 +20,9 @@ public:
   double& at(std::uint32_t stage, std::uint32_t microbatch, A type) {
     return times_[(static_cast<std::size_t>(stage) * microbatches_ + microbatch) * kActionTypes + static_cast<int>(type)];
   }
+  double at(std::uint32_t stage, std::uint32_t microbatch, A type) const {
+    return times_[(static_cast<std::size_t>(stage) * microbatches_ + microbatch) * kActionTypes + static_cast<int>(type)];
+  }
   bool done(std::uint32_t stage, std::uint32_t microbatch, A type) { return at(stage, microbatch, type) >= 0; }
 
 private:
@@ -157,7 +160,7 @@ private:
     return options_->stages.size() == 1 ? options_->stages[0] : options_->stages[a.stage];
   }
 
-  double durationOf(const Action& a) {
+  double durationOf(const Action& a) const {
     if (double own = actionCost_.at(a.stage, a.microbatch, a.type); own >= 0)
       return own;
     const StageCosts& c = costOf(a);
