@@ -59,6 +59,7 @@ void describe(CLI::App& app, RunFlags& flags) {
 struct RunMeasurements {
   runtime::TensorMap outputs;
   std::vector<double> seconds; // per run, sorted
+  double lastRunSeconds = 0.0; // the run whose stats are kept
   std::vector<runtime::SubmoduleTiming> timings; // per submodule: the fastest run
   runtime::RunStats stats; // of the last run
 };
@@ -87,7 +88,8 @@ Expected<RunMeasurements> runRepeatedly(const RunFlags& flags, runtime::Runnable
     measured.stats.profileOps = flags.profile;
     auto start = std::chrono::steady_clock::now();
     CLEAVE_TRY(measured.outputs, runOnce(flags, runnable, inputs, these, measured.stats));
-    measured.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    measured.lastRunSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    measured.seconds.push_back(measured.lastRunSeconds);
     if (measured.timings.empty())
       measured.timings = these;
     else
@@ -96,6 +98,15 @@ Expected<RunMeasurements> runRepeatedly(const RunFlags& flags, runtime::Runnable
   }
   std::sort(measured.seconds.begin(), measured.seconds.end());
   return measured;
+}
+
+// The last run's time outside its kernels: the executor's own work between them, moving inputs
+// and outputs, and the timing itself (with --profile).
+double outsideKernelsSeconds(const RunMeasurements& measured) {
+  double kernels = 0.0;
+  for (const auto& [op, seconds] : measured.stats.secondsByOp)
+    kernels += seconds;
+  return measured.lastRunSeconds - kernels;
 }
 
 // Entries by time, largest first (ties by name), at most `limit`.
@@ -133,6 +144,8 @@ Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const Run
         summary["slowest_nodes"].push_back({{"node", node}, {"seconds", s}});
       summary["node_seconds"].push_back({{"node", node}, {"seconds", s}});
     }
+    summary["last_run_s"] = measured.lastRunSeconds;
+    summary["outside_kernels_s"] = outsideKernelsSeconds(measured);
     summary["peak_activation_bytes"] = measured.stats.peakActivationBytes;
     summary["peak_resident_bytes"] = peakResidentBytes();
   }
@@ -150,6 +163,8 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
     text << "kernel time by op (last run):\n";
     for (const auto& [op, s] : slowestFirst(measured.stats.secondsByOp, SIZE_MAX))
       text << "  " << op << ": " << s * 1e3 << " ms\n";
+    text << "outside kernels (last run: the executor between them, inputs and outputs, the timing): "
+         << outsideKernelsSeconds(measured) * 1e3 << " ms of " << measured.lastRunSeconds * 1e3 << " ms\n";
     text << "peak live activations (last run" << (measured.timings.size() > 1 ? ", largest submodel" : "")
          << "): " << measured.stats.peakActivationBytes << " bytes\n";
     text << "peak resident set of the process (loading and every run, libraries included): "

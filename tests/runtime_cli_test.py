@@ -78,6 +78,11 @@ class RuntimeCli(TempDirTest):
         self.assertEqual(every[:len(nodes)], nodes)
         self.assertLessEqual({n["node"] for n in every}, names)
         self.assertAlmostEqual(sum(n["seconds"] for n in every), sum(p["seconds"] for p in summary["profile"]), places=9)
+        # The last run is its kernels plus the time outside them.
+        kernels = sum(p["seconds"] for p in summary["profile"])
+        self.assertGreater(summary["outside_kernels_s"], 0)
+        self.assertAlmostEqual(kernels + summary["outside_kernels_s"], summary["last_run_s"], places=9)
+        self.assertGreaterEqual(summary["last_run_s"], summary["timing"]["min_s"])
         # Peak live activations: at least the largest value a node makes (it is live when made), at
         # most all of them (float32 values, sizes from onnx's shape inference).
         inferred = onnx.shape_inference.infer_shapes(onnx.load(CNN)).graph
@@ -91,6 +96,7 @@ class RuntimeCli(TempDirTest):
         code, text, err = run("run", CNN, "--seed", "3", "--profile")
         self.assertEqual(code, 0, err)
         self.assertIn("slowest nodes (last run):", text)
+        self.assertRegex(text, r"outside kernels \(last run: [^)]*\): [\d.e-]+ ms of [\d.e-]+ ms")
         self.assertIn(f"peak live activations (last run): {summary['peak_activation_bytes']} bytes", text)
         self.assertRegex(text, r"peak resident set of the process \(loading and every run, libraries included\): \d+ MiB")
 
