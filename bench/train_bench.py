@@ -25,7 +25,9 @@ The simulator takes each action's cost as fixed. Two figures say how far that ho
 slower each of two single-thread product loops in two processes runs than one alone (the cores
 slow each other), and, from the timeline, how much longer an action computes while the other rank
 computes than while it does not. And a replay: the simulator given each step's actions with their
-own measured times (`--action-costs`), against that step's idle share.
+own measured times (`--action-costs`), against that step's idle share; and the simulator with the
+stage medians and the measured spread of action times (`--cost-spread`, the median coefficient of
+variation over action kinds), a prediction that keeps the variation but not which action varied.
 
 usage: /usr/bin/python3 bench/train_bench.py CLEAVE BENCH_COMM [--rounds R] [--steps K] [--width W]
        [--baseline-cleave OTHER_CLEAVE]
@@ -137,9 +139,23 @@ def idle_bubble(step, ranks):
     return 1.0 - busy / (ranks * max(step["rank_schedule_s"]))
 
 
-def simulated_idle_bubble(cleave, kind, stages, ranks, timings, latency_us):
+def busy_spread(timings):
+    """The median over action kinds (stage and F, B, I or W) of the coefficient of variation of
+    their measured busy times: how much one kind's actions vary from step to step and microbatch to
+    microbatch."""
+    kinds = {}
+    for t in timings:
+        for a in t["actions"]:
+            kinds.setdefault(a["action"].rstrip("0123456789"), []).append(busy_s(a))
+    spreads = [statistics.pstdev(v) / statistics.mean(v) for v in kinds.values() if len(v) > 1 and statistics.mean(v) > 0]
+    return statistics.median(spreads) if spreads else 0.0
+
+
+def simulated_idle_bubble(cleave, kind, stages, ranks, timings, latency_us, spread=0.0):
     """The simulator's bubble for `kind` with each stage's measured action times (action_busy_us;
-    they include the send() calls, so the simulator's send cost is 0) and each message's latency."""
+    they include the send() calls, so the simulator's send cost is 0) and each message's latency;
+    with `spread`, the mean over 200 plays whose action times vary by that coefficient of
+    variation (--cost-spread)."""
     costs = []
     for i in range(stages):
         f, b = action_busy_us(timings, i, "F"), action_busy_us(timings, i, "B")
@@ -150,9 +166,11 @@ def simulated_idle_bubble(cleave, kind, stages, ranks, timings, latency_us):
             costs.append(f"{f:.3f},{b:.3f}")
     out = subprocess.run([cleave, "schedule", "--kind", kind, "--stages", str(stages), "--ranks", str(ranks),
                           "--microbatches", str(MICROBATCHES), "--simulate", "--costs", ";".join(costs),
-                          "--transfer-latency", f"{latency_us:.3f}", "--send-cost", "0", "--json"],
+                          "--transfer-latency", f"{latency_us:.3f}", "--send-cost", "0", "--json",
+                          *(["--cost-spread", f"{spread:.4f}", "--samples", "200"] if spread > 0 else [])],
                          capture_output=True, text=True, check=True).stdout
-    return json.loads(out)["simulation"]["bubble_fraction"]
+    simulation = json.loads(out)["simulation"]
+    return simulation["spread"]["mean_bubble_fraction"] if spread > 0 else simulation["bubble_fraction"]
 
 
 def replayed_idle_bubble(cleave, kind, stages, ranks, step, latency_us):
@@ -330,6 +348,11 @@ def main():
         idle_predicted = simulated_idle_bubble(cleave, kind, stages, 2, timings[name], latency_us)
         print(f"{'':12s} idle share measured {idle:.3f}, simulator with the measured action times "
               f"{idle_predicted:.3f} (difference {abs(idle - idle_predicted) / max(idle_predicted, 1e-9) * 100:.0f}% "
+              f"of the prediction)")
+        spread = busy_spread(timings[name])
+        with_spread = simulated_idle_bubble(cleave, kind, stages, 2, timings[name], latency_us, spread)
+        print(f"{'':12s} idle share simulated with the measured spread of action times (coefficient of variation "
+              f"{spread:.2f}, 200 plays) {with_spread:.3f} (difference {abs(idle - with_spread) / max(with_spread, 1e-9) * 100:.0f}% "
               f"of the prediction)")
         replayed = statistics.median(replayed_idle_bubble(cleave, kind, stages, 2, t, latency_us)
                                      for t in timings[name])

@@ -16,7 +16,8 @@ struct ScheduleFlags {
   pipeline::ScheduleKind kind = pipeline::ScheduleKind::OneFOneB;
   std::string csvOut, csvIn, svgPath, costsText = "1,2,1,1", actionCostsText;
   std::uint32_t stages = 0, microbatches = 0, ranks = 0;
-  double latency = 0.0, sendCost = 0.0;
+  double latency = 0.0, sendCost = 0.0, costSpread = 0.0;
+  std::uint32_t samples = 200;
   std::int64_t activationBytes = 1;
   bool simulate = false, comm = false, json = false;
 };
@@ -42,6 +43,14 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
   app.add_option("--action-costs", flags.actionCostsText,
                  "for --simulate: single actions' own times, in place of their stage's cost (a replay of a measured "
                  "run), as ACTION=TIME pairs separated by ',' (e.g. 0F1=2.5,1B0=13)");
+  app.add_option("--cost-spread", flags.costSpread,
+                 "for --simulate: actions' times vary around their cost (a lognormal factor with median 1 and this "
+                 "coefficient of variation, per action); reports the mean and range of the bubble over --samples plays")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  app.add_option("--samples", flags.samples, "plays averaged with --cost-spread (seeds 1..N)")
+      ->check(CLI::Range(1u, 100000u))
+      ->capture_default_str();
   app.add_option("--transfer-latency", flags.latency, "time per cross-rank transfer for --simulate")
       ->check(CLI::Range(0.0, 1e15))
       ->capture_default_str();
@@ -128,7 +137,10 @@ Expected<pipeline::SimulationResult> simulate(const ScheduleFlags& flags, const 
   if (!flags.actionCostsText.empty()) {
     CLEAVE_TRY(options.actionCosts, parseActionCosts(flags.actionCostsText));
   }
-  Expected<pipeline::SimulationResult> result = pipeline::simulateSchedule(schedule, options);
+  options.costSpread = flags.costSpread;
+  Expected<pipeline::SimulationResult> result = flags.costSpread > 0
+                                                    ? pipeline::simulateWithSpread(schedule, options, flags.samples)
+                                                    : pipeline::simulateSchedule(schedule, options);
   if (!result)
     return std::move(result.error().withContext(flags.actionCostsText.empty() ? "--costs" : "--costs / --action-costs"));
   return result;

@@ -177,6 +177,37 @@ TEST(Schedule, ActionCostsReplaceTheirStagesCostForThemAlone) {
   }
 }
 
+// Actions whose times vary: a spread of 0 is the fixed-cost play; a seed gives the same plays
+// every time, another seed others; the mean bubble over plays is above the fixed-cost one (a rank
+// waits for its slowest input); a negative spread or no samples is refused.
+TEST(Schedule, CostSpreadPlaysAreSeededAndLengthenTheSchedule) {
+  Schedule s = *generateSchedule(ScheduleKind::Interleaved1F1B, 4, 4, 2);
+  SimulationOptions options;
+  options.stages = {StageCosts{}};
+  const SimulationResult fixed = *simulateSchedule(s, options);
+  options.costSpread = 0.3;
+  Expected<SimulationResult> spread = simulateWithSpread(s, options, 300);
+  ASSERT_TRUE(spread) << spread.error().message();
+  ASSERT_TRUE(spread->spread);
+  EXPECT_EQ(spread->spread->samples, 300u);
+  EXPECT_GT(spread->spread->meanBubble, fixed.bubbleFraction);
+  EXPECT_GT(spread->spread->meanMakespan, fixed.makespan);
+  EXPECT_LE(spread->spread->minBubble, spread->spread->meanBubble);
+  EXPECT_GE(spread->spread->maxBubble, spread->spread->meanBubble);
+  EXPECT_LT(spread->spread->minBubble, spread->spread->maxBubble);
+  Expected<SimulationResult> again = simulateWithSpread(s, options, 300);
+  EXPECT_EQ(again->spread->meanBubble, spread->spread->meanBubble);
+  EXPECT_EQ(again->makespan, spread->makespan);
+  options.spreadSeed = 2;
+  EXPECT_NE(simulateSchedule(s, options)->makespan, spread->makespan); // the first play is seed 1
+  options.costSpread = 0.0;
+  EXPECT_EQ(simulateWithSpread(s, options, 5)->spread->meanBubble, fixed.bubbleFraction);
+  options.costSpread = -0.1;
+  EXPECT_FALSE(simulateSchedule(s, options));
+  options.costSpread = 0.3;
+  EXPECT_FALSE(simulateWithSpread(s, options, 0));
+}
+
 TEST(Schedule, ActionsAndCsvRoundTrip) {
   for (const char* text : {"1F0", "2I1", "0W3", "0B3", "2SEND_B2", "1RECV_F1", "13SEND_F127"}) {
     Expected<Action> action = parseAction(text);

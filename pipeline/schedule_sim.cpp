@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numbers>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -29,6 +30,25 @@ private:
   std::uint32_t microbatches_;
   std::vector<double> times_;
 };
+
+// splitmix64's finalizer: a well-mixed 64-bit value of x.
+std::uint64_t mixBits(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// A lognormal factor with median 1 and coefficient of variation `spread` for one action under
+// `seed`: a standard normal from two uniforms (Box-Muller) hashed from (seed, action), so it does
+// not depend on the order actions are played in.
+double spreadFactor(double spread, std::uint64_t seed, const Action& a) {
+  const std::uint64_t key =
+      mixBits(seed ^ mixBits((std::uint64_t{a.stage} << 40) ^ (std::uint64_t{a.microbatch} << 8) ^ static_cast<std::uint64_t>(a.type)));
+  auto uniform = [](std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }; // (0, 1)
+  const double normal = std::sqrt(-2.0 * std::log(uniform(mixBits(key)))) * std::cos(2.0 * std::numbers::pi * uniform(mixBits(key + 1)));
+  return std::exp(std::sqrt(std::log1p(spread * spread)) * normal);
+}
 
 Status checkActions(const Schedule& s) {
   if (s.ranks == 0 || s.perRank.size() != s.ranks || s.stages == 0 || s.microbatches == 0)
@@ -161,6 +181,16 @@ private:
   }
 
   double durationOf(const Action& a) const {
+    const bool compute = a.type == A::Forward || a.type == A::Backward || a.type == A::BackwardInput ||
+                         a.type == A::BackwardWeight;
+    if (!compute)
+      return a.type == A::SendF || a.type == A::SendB ? options_->sendCost : 0.0;
+    const double cost = computeCostOf(a);
+    return options_->costSpread > 0 ? cost * spreadFactor(options_->costSpread, options_->spreadSeed, a) : cost;
+  }
+
+  // An F, B, I or W's cost: its own (actionCosts), else its stage's.
+  double computeCostOf(const Action& a) const {
     if (double own = actionCost_.at(a.stage, a.microbatch, a.type); own >= 0)
       return own;
     const StageCosts& c = costOf(a);
@@ -168,10 +198,7 @@ private:
     case A::Forward: return c.forward;
     case A::Backward: return c.backward;
     case A::BackwardInput: return c.backwardInput;
-    case A::BackwardWeight: return c.backwardWeight;
-    case A::SendF:
-    case A::SendB: return options_->sendCost;
-    default: return 0.0;
+    default: return c.backwardWeight;
     }
   }
 
@@ -363,7 +390,31 @@ Expected<SimulationResult> simulateSchedule(const Schedule& schedule, const Simu
       return Error(ErrorCode::InvalidArgument) << "the cost of " << formatAction(action) << " is " << cost
                                                << ", not a non-negative number";
   }
+  if (!std::isfinite(options.costSpread) || options.costSpread < 0)
+    return Error(ErrorCode::InvalidArgument) << "a cost spread of " << options.costSpread
+                                             << ", not a non-negative number";
   return play(schedule, &options);
+}
+
+Expected<SimulationResult> simulateWithSpread(const Schedule& schedule, SimulationOptions options,
+                                              std::uint32_t samples) {
+  if (samples == 0)
+    return Error(ErrorCode::InvalidArgument) << "a spread simulation needs at least one sample";
+  SpreadSummary spread;
+  std::optional<SimulationResult> first;
+  for (std::uint32_t k = 1; k <= samples; ++k) {
+    options.spreadSeed = k;
+    CLEAVE_TRY(SimulationResult played, simulateSchedule(schedule, options));
+    spread.meanMakespan += played.makespan / samples;
+    spread.meanBubble += played.bubbleFraction / samples;
+    spread.minBubble = k == 1 ? played.bubbleFraction : std::min(spread.minBubble, played.bubbleFraction);
+    spread.maxBubble = k == 1 ? played.bubbleFraction : std::max(spread.maxBubble, played.bubbleFraction);
+    if (!first)
+      first = std::move(played);
+  }
+  spread.samples = samples;
+  first->spread = spread;
+  return std::move(*first);
 }
 
 } // namespace cleave::pipeline

@@ -22,13 +22,18 @@
 // after the action that produced the message (or for its SEND action), and the message leaves
 // after it. That time is not compute. Particular actions can be given their own duration
 // (`actionCosts`, a replay of a measured run whose actions' times vary), which replaces their
-// stage's cost for them alone. It reports the makespan, the bubble fraction
+// stage's cost for them alone. With `costSpread`, each F, B, I and W lasts its cost times a random
+// factor (lognormal, median 1, that coefficient of variation), and simulateWithSpread averages
+// plays over seeds: actions whose times vary lengthen a schedule (a rank waits for its slowest
+// input), which one cost per stage leaves out. It reports the makespan, the bubble fraction
 // (1 - compute time / (ranks x makespan)) and each rank's
 // peak activation memory (microbatches forwarded and not yet fully backwarded, in bytes of
 // their stages' activations), plus the timeline.
 // Complexity: O(A + P x R) for A actions and P passes over the R ranks (P <= A); the channel
 // order check O(A log A).
 #pragma once
+
+#include <optional>
 
 #include "pipeline/schedule.h"
 
@@ -63,6 +68,17 @@ struct SimulationOptions {
   // Durations of single actions (F, B, I or W of a stage and microbatch), each in place of its
   // stage's cost; an action named twice takes the last.
   std::vector<std::pair<Action, double>> actionCosts;
+  // > 0: each F, B, I or W (its stage's cost or its own) times a lognormal factor with median 1
+  // and this coefficient of variation, drawn per action from `spreadSeed` by a counter-based
+  // generator (the same seed gives the same factors whatever the order of play).
+  double costSpread = 0.0;
+  std::uint64_t spreadSeed = 1;
+};
+
+// simulateWithSpread's plays: their number, mean makespan and bubble, and the bubble's range.
+struct SpreadSummary {
+  std::uint32_t samples = 0;
+  double meanMakespan = 0.0, meanBubble = 0.0, minBubble = 0.0, maxBubble = 0.0;
 };
 
 struct TimedAction {
@@ -77,10 +93,16 @@ struct SimulationResult {
   std::vector<double> busy;                   // compute time per rank (not sends)
   std::vector<std::int64_t> peakActivationBytes; // per rank
   std::vector<TimedAction> timeline;          // in execution order
+  std::optional<SpreadSummary> spread;        // simulateWithSpread only
 };
 
-// Fails like validateSchedule (a schedule that deadlocks cannot be timed), and for an action cost
-// outside the schedule's stages and microbatches, of a SEND/RECV, or negative or not finite.
+// Fails like validateSchedule (a schedule that deadlocks cannot be timed), for an action cost
+// outside the schedule's stages and microbatches, of a SEND/RECV, or negative or not finite, and
+// for a cost spread that is negative or not finite.
 Expected<SimulationResult> simulateSchedule(const Schedule& schedule, const SimulationOptions& options = {});
+// The schedule played `samples` (>= 1) times with options.costSpread and seeds 1..samples: the
+// first play's result, with `spread` summarizing all of them. O(samples x simulateSchedule).
+Expected<SimulationResult> simulateWithSpread(const Schedule& schedule, SimulationOptions options,
+                                              std::uint32_t samples);
 
 } // namespace cleave::pipeline

@@ -38,6 +38,11 @@ Json scheduleReportJson(const pipeline::Schedule& schedule, const std::optional<
                              {"bubble_fraction", simulation->bubbleFraction},
                              {"busy", simulation->busy},
                              {"peak_activation_bytes", simulation->peakActivationBytes}};
+  if (simulation && simulation->spread) // the plays with varying action times
+    summary["simulation"]["spread"] = {{"samples", simulation->spread->samples},
+                                       {"mean_makespan", simulation->spread->meanMakespan},
+                                       {"mean_bubble_fraction", simulation->spread->meanBubble},
+                                       {"bubble_fraction_range", {simulation->spread->minBubble, simulation->spread->maxBubble}}};
   if (transports) // "ok", or why not
     summary["transports"] = {{"buffered", "ok"},
                              {"rendezvous", transports->rendezvous.empty() ? "ok" : transports->rendezvous},
@@ -65,7 +70,12 @@ std::string scheduleReportText(const pipeline::Schedule& schedule,
   }
   if (!simulation)
     return text.str();
-  text << "makespan " << simulation->makespan << ", bubble fraction " << simulation->bubbleFraction << "\n";
+  text << "makespan " << simulation->makespan << ", bubble fraction " << simulation->bubbleFraction
+       << (simulation->spread ? " (the first of the plays below)" : "") << "\n";
+  if (const auto& spread = simulation->spread)
+    text << "with varying action times, over " << spread->samples << " plays: mean makespan " << spread->meanMakespan
+         << ", mean bubble fraction " << spread->meanBubble << " [" << spread->minBubble << ", " << spread->maxBubble
+         << "]\n";
   for (std::uint32_t r = 0; r < schedule.ranks; ++r)
     text << "  rank " << r << ": busy " << simulation->busy[r] << ", peak activations "
          << simulation->peakActivationBytes[r] << " bytes\n";

@@ -260,6 +260,30 @@ class ScheduleCli(TempDirTest):
             self.assertIn(named, err)
             self.assertEqual(out, "")
 
+    def test_cost_spread_averages_seeded_plays(self):
+        args = ("schedule", "--kind", "interleaved", "--stages", "4", "--ranks", "2", "--microbatches", "4",
+                "--simulate", "--costs", "1,2", "--json")
+        code, out, err = run(*args)
+        self.assertEqual(code, 0, err)
+        fixed = json.loads(out)["simulation"]
+        self.assertNotIn("spread", fixed)
+        code, out, err = run(*args, "--cost-spread", "0.3", "--samples", "50")
+        self.assertEqual(code, 0, err)
+        spread = json.loads(out)["simulation"]["spread"]
+        self.assertEqual(spread["samples"], 50)
+        low, high = spread["bubble_fraction_range"]
+        self.assertTrue(low <= spread["mean_bubble_fraction"] <= high, spread)
+        self.assertGreater(spread["mean_bubble_fraction"], fixed["bubble_fraction"])
+        self.assertEqual(run(*args, "--cost-spread", "0.3", "--samples", "50")[1], out)  # seeded: the same bytes
+        code, text, err = run(*args[:-1], "--cost-spread", "0.3", "--samples", "50")
+        self.assertEqual(code, 0, err)
+        self.assertIn("with varying action times, over 50 plays: mean makespan", text)
+        for bad in (("--cost-spread", "-1"), ("--cost-spread", "0.3", "--samples", "0")):
+            code, out, err = run(*args, *bad)
+            self.assertEqual(code, 2, err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertEqual(out, "")
+
     def test_a_deadlocking_csv_is_refused(self):
         with open(self.path("bad.csv"), "w") as f:
             f.write("0F0,0B0\n1B0,1F0\n")
