@@ -147,7 +147,8 @@ def busy_spread(timings):
     for t in timings:
         for a in t["actions"]:
             kinds.setdefault(a["action"].rstrip("0123456789"), []).append(busy_s(a))
-    spreads = [statistics.pstdev(v) / statistics.mean(v) for v in kinds.values() if len(v) > 1 and statistics.mean(v) > 0]
+    spreads = [statistics.pstdev(v) / statistics.mean(v)
+               for v in kinds.values() if len(v) > 1 and statistics.mean(v) > 0]
     return statistics.median(spreads) if spreads else 0.0
 
 
@@ -351,9 +352,9 @@ def main():
               f"of the prediction)")
         spread = busy_spread(timings[name])
         with_spread = simulated_idle_bubble(cleave, kind, stages, 2, timings[name], latency_us, spread)
+        off = abs(idle - with_spread) / max(with_spread, 1e-9) * 100
         print(f"{'':12s} idle share simulated with the measured spread of action times (coefficient of variation "
-              f"{spread:.2f}, 200 plays) {with_spread:.3f} (difference {abs(idle - with_spread) / max(with_spread, 1e-9) * 100:.0f}% "
-              f"of the prediction)")
+              f"{spread:.2f}, 200 plays) {with_spread:.3f} (difference {off:.0f}% of the prediction)")
         replayed = statistics.median(replayed_idle_bubble(cleave, kind, stages, 2, t, latency_us)
                                      for t in timings[name])
         print(f"{'':12s} idle share replayed (each step's actions with their own measured times) {replayed:.3f} "

@@ -142,7 +142,8 @@ Expected<pipeline::SimulationResult> simulate(const ScheduleFlags& flags, const 
                                                     ? pipeline::simulateWithSpread(schedule, options, flags.samples)
                                                     : pipeline::simulateSchedule(schedule, options);
   if (!result)
-    return std::move(result.error().withContext(flags.actionCostsText.empty() ? "--costs" : "--costs / --action-costs"));
+    return std::move(
+        result.error().withContext(flags.actionCostsText.empty() ? "--costs" : "--costs / --action-costs"));
   return result;
 }
 

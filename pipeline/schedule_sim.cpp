@@ -18,15 +18,16 @@ class Ledger {
 public:
   Ledger(std::uint32_t stages, std::uint32_t microbatches)
       : microbatches_(microbatches), times_(static_cast<std::size_t>(stages) * microbatches * kActionTypes, -1.0) {}
-  double& at(std::uint32_t stage, std::uint32_t microbatch, A type) {
-    return times_[(static_cast<std::size_t>(stage) * microbatches_ + microbatch) * kActionTypes + static_cast<int>(type)];
-  }
+  double& at(std::uint32_t stage, std::uint32_t microbatch, A type) { return times_[index(stage, microbatch, type)]; }
   double at(std::uint32_t stage, std::uint32_t microbatch, A type) const {
-    return times_[(static_cast<std::size_t>(stage) * microbatches_ + microbatch) * kActionTypes + static_cast<int>(type)];
+    return times_[index(stage, microbatch, type)];
   }
   bool done(std::uint32_t stage, std::uint32_t microbatch, A type) { return at(stage, microbatch, type) >= 0; }
 
 private:
+  std::size_t index(std::uint32_t stage, std::uint32_t microbatch, A type) const {
+    return (static_cast<std::size_t>(stage) * microbatches_ + microbatch) * kActionTypes + static_cast<int>(type);
+  }
   std::uint32_t microbatches_;
   std::vector<double> times_;
 };
@@ -43,11 +44,13 @@ std::uint64_t mixBits(std::uint64_t x) {
 // `seed`: a standard normal from two uniforms (Box-Muller) hashed from (seed, action), so it does
 // not depend on the order actions are played in.
 double spreadFactor(double spread, std::uint64_t seed, const Action& a) {
-  const std::uint64_t key =
-      mixBits(seed ^ mixBits((std::uint64_t{a.stage} << 40) ^ (std::uint64_t{a.microbatch} << 8) ^ static_cast<std::uint64_t>(a.type)));
+  const std::uint64_t action =
+      (std::uint64_t{a.stage} << 40) ^ (std::uint64_t{a.microbatch} << 8) ^ static_cast<std::uint64_t>(a.type);
+  const std::uint64_t key = mixBits(seed ^ mixBits(action));
   auto uniform = [](std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }; // (0, 1)
-  const double normal = std::sqrt(-2.0 * std::log(uniform(mixBits(key)))) * std::cos(2.0 * std::numbers::pi * uniform(mixBits(key + 1)));
-  return std::exp(std::sqrt(std::log1p(spread * spread)) * normal);
+  const double radius = std::sqrt(-2.0 * std::log(uniform(mixBits(key))));
+  const double normal = radius * std::cos(2.0 * std::numbers::pi * uniform(mixBits(key + 1)));
+  return std::exp(std::sqrt(std::log1p(spread * spread)) * normal); // sigma of the log from the variation
 }
 
 Status checkActions(const Schedule& s) {
@@ -383,9 +386,9 @@ Expected<SimulationResult> simulateSchedule(const Schedule& schedule, const Simu
     const bool compute = action.type == A::Forward || action.type == A::Backward || action.type == A::BackwardInput ||
                          action.type == A::BackwardWeight;
     if (!compute || action.stage >= schedule.stages || action.microbatch >= schedule.microbatches)
-      return Error(ErrorCode::InvalidArgument) << "a cost for " << formatAction(action) << ", which is not an F, B, I or W of "
-                                               << schedule.stages << " stages and " << schedule.microbatches
-                                               << " microbatches";
+      return Error(ErrorCode::InvalidArgument) << "a cost for " << formatAction(action)
+                                               << ", which is not an F, B, I or W of " << schedule.stages
+                                               << " stages and " << schedule.microbatches << " microbatches";
     if (!std::isfinite(cost) || cost < 0)
       return Error(ErrorCode::InvalidArgument) << "the cost of " << formatAction(action) << " is " << cost
                                                << ", not a non-negative number";

@@ -38,11 +38,13 @@ Json scheduleReportJson(const pipeline::Schedule& schedule, const std::optional<
                              {"bubble_fraction", simulation->bubbleFraction},
                              {"busy", simulation->busy},
                              {"peak_activation_bytes", simulation->peakActivationBytes}};
-  if (simulation && simulation->spread) // the plays with varying action times
-    summary["simulation"]["spread"] = {{"samples", simulation->spread->samples},
-                                       {"mean_makespan", simulation->spread->meanMakespan},
-                                       {"mean_bubble_fraction", simulation->spread->meanBubble},
-                                       {"bubble_fraction_range", {simulation->spread->minBubble, simulation->spread->maxBubble}}};
+  if (simulation && simulation->spread) { // the plays with varying action times
+    const pipeline::SpreadSummary& spread = *simulation->spread;
+    summary["simulation"]["spread"] = {{"samples", spread.samples},
+                                       {"mean_makespan", spread.meanMakespan},
+                                       {"mean_bubble_fraction", spread.meanBubble},
+                                       {"bubble_fraction_range", {spread.minBubble, spread.maxBubble}}};
+  }
   if (transports) // "ok", or why not
     summary["transports"] = {{"buffered", "ok"},
                              {"rendezvous", transports->rendezvous.empty() ? "ok" : transports->rendezvous},
