@@ -26,14 +26,15 @@ slower each of two single-thread product loops in two processes runs than one al
 slow each other), and, from the timeline, how much longer an action computes while the other rank
 computes than while it does not. And a replay: the simulator given each step's actions with their
 own measured times (`--action-costs`), against that step's idle share; and the simulator with the
-stage medians and the measured spread of action times (`--cost-spread`, the median coefficient of
-variation over action kinds), a prediction that keeps the variation but not which action varied.
+stage medians and the measured spread of action times within a step (`--cost-spread`, see
+busy_spread), a prediction that keeps the variation but not which action varied.
 
 usage: /usr/bin/python3 bench/train_bench.py CLEAVE BENCH_COMM [--rounds R] [--steps K] [--width W]
        [--baseline-cleave OTHER_CLEAVE]
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -140,16 +141,26 @@ def idle_bubble(step, ranks):
 
 
 def busy_spread(timings):
-    """The median over action kinds (stage and F, B, I or W) of the coefficient of variation of
-    their measured busy times: how much one kind's actions vary from step to step and microbatch to
-    microbatch."""
-    kinds = {}
+    """The spread of action times within a step, as --cost-spread takes it (the coefficient of
+    variation of a lognormal factor): each action's log busy time less the median of its kind
+    (stage and F, B, I or W) in its step, pooled over steps; sigma = 1.4826 x their median absolute
+    value (robust to the few very slow actions); CV = sqrt(exp(sigma^2) - 1). Within a step, so a
+    step that is slow as a whole (the machine) does not count: it slows every action alike and
+    leaves no bubble."""
+    deviations = []
     for t in timings:
+        kinds = {}
         for a in t["actions"]:
-            kinds.setdefault(a["action"].rstrip("0123456789"), []).append(busy_s(a))
-    spreads = [statistics.pstdev(v) / statistics.mean(v)
-               for v in kinds.values() if len(v) > 1 and statistics.mean(v) > 0]
-    return statistics.median(spreads) if spreads else 0.0
+            if busy_s(a) > 0:
+                kinds.setdefault(a["action"].rstrip("0123456789"), []).append(math.log(busy_s(a)))
+        for logs in kinds.values():
+            if len(logs) > 1:
+                centre = statistics.median(logs)
+                deviations += [abs(x - centre) for x in logs]
+    if not deviations:
+        return 0.0
+    sigma = 1.4826 * statistics.median(deviations)
+    return math.sqrt(math.exp(sigma * sigma) - 1.0)
 
 
 def simulated_idle_bubble(cleave, kind, stages, ranks, timings, latency_us, spread=0.0):
@@ -353,7 +364,7 @@ def main():
         spread = busy_spread(timings[name])
         with_spread = simulated_idle_bubble(cleave, kind, stages, 2, timings[name], latency_us, spread)
         off = abs(idle - with_spread) / max(with_spread, 1e-9) * 100
-        print(f"{'':12s} idle share simulated with the measured spread of action times (coefficient of variation "
+        print(f"{'':12s} idle share simulated with the measured spread of action times within a step (coefficient of variation "
               f"{spread:.2f}, 200 plays) {with_spread:.3f} (difference {off:.0f}% of the prediction)")
         replayed = statistics.median(replayed_idle_bubble(cleave, kind, stages, 2, t, latency_us)
                                      for t in timings[name])
