@@ -104,6 +104,22 @@ def stage_cost_us(timings, field, stage):
     return statistics.median(t[field][stage] for t in timings) / MICROBATCHES * 1e6
 
 
+def simulate(cleave, kind, stages, ranks, costs, latency_us, send_us, *extra):
+    """`cleave schedule --simulate --json` of `kind` with per-stage `costs` ("F,B[,I,W]" each),
+    each message's latency and the sender's time per message, plus `extra` flags: its
+    "simulation" object."""
+    out = subprocess.run([cleave, "schedule", "--kind", kind, "--stages", str(stages), "--ranks", str(ranks),
+                          "--microbatches", str(MICROBATCHES), "--simulate", "--costs", ";".join(costs),
+                          "--transfer-latency", f"{latency_us:.3f}", "--send-cost", f"{send_us:.3f}", "--json",
+                          *extra], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["simulation"]
+
+
+def action_kind(action):
+    """An action's stage and type without its microbatch: "1B" for "1B3"."""
+    return action["action"].rstrip("0123456789")
+
+
 def simulated_bubble(cleave, kind, stages, ranks, timings, latency_us, send_us):
     """The simulator's bubble for `kind` with the measured per-stage F, B and (when split) I and W,
     each message's latency, and the sender's time per message."""
@@ -112,11 +128,7 @@ def simulated_bubble(cleave, kind, stages, ranks, timings, latency_us, send_us):
         f, b = stage_cost_us(timings, "stage_forward_s", i), stage_cost_us(timings, "stage_backward_s", i)
         w = stage_cost_us(timings, "stage_weight_s", i)
         costs.append(f"{f:.3f},{b:.3f}" + (f",{b - w:.3f},{w:.3f}" if w > 0 else ""))
-    out = subprocess.run([cleave, "schedule", "--kind", kind, "--stages", str(stages), "--ranks", str(ranks),
-                          "--microbatches", str(MICROBATCHES), "--simulate", "--costs", ";".join(costs),
-                          "--transfer-latency", f"{latency_us:.3f}", "--send-cost", f"{send_us:.3f}", "--json"],
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)["simulation"]["bubble_fraction"]
+    return simulate(cleave, kind, stages, ranks, costs, latency_us, send_us)["bubble_fraction"]
 
 
 def busy_s(action):
@@ -129,7 +141,7 @@ def action_busy_us(timings, stage, kinds):
     whole time on the rank less their receive waits (the compute plus the action's bookkeeping:
     gathering inputs, send() calls, loss, freeing), in microseconds."""
     times = [busy_s(a) for t in timings for a in t["actions"]
-             if int(a["action"].rstrip("0123456789")[:-1]) == stage and a["action"].rstrip("0123456789")[-1] in kinds]
+             if int(action_kind(a)[:-1]) == stage and action_kind(a)[-1] in kinds]
     return statistics.median(times) * 1e6 if times else 0.0
 
 
@@ -152,7 +164,7 @@ def busy_spread(timings):
         kinds = {}
         for a in t["actions"]:
             if busy_s(a) > 0:
-                kinds.setdefault(a["action"].rstrip("0123456789"), []).append(math.log(busy_s(a)))
+                kinds.setdefault(action_kind(a), []).append(math.log(busy_s(a)))
         for logs in kinds.values():
             if len(logs) > 1:
                 centre = statistics.median(logs)
@@ -176,12 +188,8 @@ def simulated_idle_bubble(cleave, kind, stages, ranks, timings, latency_us, spre
             costs.append(f"{f:.3f},{inputs + weights:.3f},{inputs:.3f},{weights:.3f}")
         else:
             costs.append(f"{f:.3f},{b:.3f}")
-    out = subprocess.run([cleave, "schedule", "--kind", kind, "--stages", str(stages), "--ranks", str(ranks),
-                          "--microbatches", str(MICROBATCHES), "--simulate", "--costs", ";".join(costs),
-                          "--transfer-latency", f"{latency_us:.3f}", "--send-cost", "0", "--json",
-                          *(["--cost-spread", f"{spread:.4f}", "--samples", "200"] if spread > 0 else [])],
-                         capture_output=True, text=True, check=True).stdout
-    simulation = json.loads(out)["simulation"]
+    simulation = simulate(cleave, kind, stages, ranks, costs, latency_us, 0.0,
+                          *(["--cost-spread", f"{spread:.4f}", "--samples", "200"] if spread > 0 else []))
     return simulation["spread"]["mean_bubble_fraction"] if spread > 0 else simulation["bubble_fraction"]
 
 
@@ -190,11 +198,7 @@ def replayed_idle_bubble(cleave, kind, stages, ranks, step, latency_us):
     compute plus bookkeeping) through --action-costs: a replay that keeps each action's variation,
     where simulated_idle_bubble gives every action of a stage its median."""
     own = ",".join(f"{a['action']}={busy_s(a) * 1e6:.3f}" for a in step["actions"])
-    out = subprocess.run([cleave, "schedule", "--kind", kind, "--stages", str(stages), "--ranks", str(ranks),
-                          "--microbatches", str(MICROBATCHES), "--simulate", "--costs", "1,2",
-                          "--action-costs", own, "--transfer-latency", f"{latency_us:.3f}", "--send-cost", "0",
-                          "--json"], capture_output=True, text=True, check=True).stdout
-    return json.loads(out)["simulation"]["bubble_fraction"]
+    return simulate(cleave, kind, stages, ranks, ["1,2"], latency_us, 0.0, "--action-costs", own)["bubble_fraction"]
 
 
 def compute_interval(action):
@@ -219,7 +223,7 @@ def concurrency_slowdown(timings):
             other = [compute_interval(b) for b in step["actions"] if b["rank"] != a["rank"]]
             shared = sum(max(0.0, min(end, e) - max(begin, b)) for b, e in other) / (end - begin)
             if shared < 0.25 or shared > 0.75:
-                groups.setdefault(a["action"].rstrip("0123456789"), ([], []))[shared > 0.75].append(a["compute_s"])
+                groups.setdefault(action_kind(a), ([], []))[shared > 0.75].append(a["compute_s"])
     ratios = [statistics.median(busy) / statistics.median(alone) for alone, busy in groups.values() if alone and busy]
     alone = sum(len(g[0]) for g in groups.values())
     busy = sum(len(g[1]) for g in groups.values())
@@ -352,7 +356,7 @@ def main():
         kinds = {}  # each action kind's bookkeeping: its time less its wait and compute
         for t in timings[name]:
             for a in t["actions"]:
-                kinds.setdefault(a["action"].rstrip("0123456789"), []).append(
+                kinds.setdefault(action_kind(a), []).append(
                     (busy_s(a) - a["compute_s"]) * 1e6)
         print(f"{'':12s} bookkeeping per action, median [90th percentile] us: " + ", ".join(
             f"{k} {statistics.median(v):.0f} [{sorted(v)[int(0.9 * len(v))]:.0f}]" for k, v in sorted(kinds.items())))

@@ -218,8 +218,7 @@ std::vector<Action> rankComputeActions(const Schedule* schedule, std::uint32_t s
   std::vector<Action> actions;
   if (schedule) {
     for (const Action& action : schedule->perRank[rank])
-      if (action.type == A::Forward ||
-          (backward && (action.type == A::Backward || action.type == A::BackwardInput || action.type == A::BackwardWeight)))
+      if (action.type == A::Forward || (backward && isCompute(action.type)))
         actions.push_back(action);
     return actions;
   }

@@ -31,6 +31,11 @@ namespace cleave::pipeline {
 
 enum class ActionType : std::uint8_t { Forward, Backward, BackwardInput, BackwardWeight, SendF, RecvF, SendB, RecvB };
 inline constexpr int kActionTypes = 8;
+// F, B, I or W: an action that computes (the rest move messages).
+inline constexpr bool isCompute(ActionType type) {
+  return type == ActionType::Forward || type == ActionType::Backward || type == ActionType::BackwardInput ||
+         type == ActionType::BackwardWeight;
+}
 
 struct Action {
   std::uint32_t stage = 0;

@@ -184,9 +184,7 @@ private:
   }
 
   double durationOf(const Action& a) const {
-    const bool compute = a.type == A::Forward || a.type == A::Backward || a.type == A::BackwardInput ||
-                         a.type == A::BackwardWeight;
-    if (!compute)
+    if (!isCompute(a.type))
       return a.type == A::SendF || a.type == A::SendB ? options_->sendCost : 0.0;
     const double cost = computeCostOf(a);
     return options_->costSpread > 0 ? cost * spreadFactor(options_->costSpread, options_->spreadSeed, a) : cost;
@@ -383,9 +381,7 @@ Expected<SimulationResult> simulateSchedule(const Schedule& schedule, const Simu
     return Error(ErrorCode::InvalidArgument) << options.stages.size() << " stage costs for " << schedule.stages
                                              << " stages";
   for (const auto& [action, cost] : options.actionCosts) {
-    const bool compute = action.type == A::Forward || action.type == A::Backward || action.type == A::BackwardInput ||
-                         action.type == A::BackwardWeight;
-    if (!compute || action.stage >= schedule.stages || action.microbatch >= schedule.microbatches)
+    if (!isCompute(action.type) || action.stage >= schedule.stages || action.microbatch >= schedule.microbatches)
       return Error(ErrorCode::InvalidArgument) << "a cost for " << formatAction(action)
                                                << ", which is not an F, B, I or W of " << schedule.stages
                                                << " stages and " << schedule.microbatches << " microbatches";
