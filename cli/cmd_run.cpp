@@ -52,8 +52,7 @@ void describe(CLI::App& app, RunFlags& flags) {
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app.add_flag("--profile", flags.profile,
-               "time every kernel; report seconds per op type, the slowest nodes, the time outside kernels and peak live "
-               "activations (last run)");
+               "time every kernel; report seconds per op type, the slowest nodes and peak live activations (last run)");
   addJsonFlag(app, flags.json);
 }
 
