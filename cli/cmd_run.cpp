@@ -52,7 +52,8 @@ void describe(CLI::App& app, RunFlags& flags) {
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app.add_flag("--profile", flags.profile,
-               "time every kernel; report seconds per op type, the slowest nodes and peak live activations (last run)");
+               "time every kernel; report seconds per op type, the slowest nodes, the time outside kernels and peak "
+               "memory (last run)");
   addJsonFlag(app, flags.json);
 }
 
@@ -62,6 +63,7 @@ struct RunMeasurements {
   double lastRunSeconds = 0.0; // the run whose stats are kept
   std::vector<runtime::SubmoduleTiming> timings; // per submodule: the fastest run
   runtime::RunStats stats; // of the last run
+  std::int64_t peakTensorBytes = 0; // ATen's bytes in use at the last run's peak (runtime/host_memory.h)
 };
 
 // One run: the whole input, or (--pipeline) microbatch by microbatch through the stages.
@@ -86,9 +88,12 @@ Expected<RunMeasurements> runRepeatedly(const RunFlags& flags, runtime::Runnable
     std::vector<runtime::SubmoduleTiming> these;
     measured.stats = runtime::RunStats();
     measured.stats.profileOps = flags.profile;
+    measured.outputs.clear(); // the previous run's outputs are not this run's memory
+    runtime::resetHostMemoryPeak();
     auto start = std::chrono::steady_clock::now();
     CLEAVE_TRY(measured.outputs, runOnce(flags, runnable, inputs, these, measured.stats));
     measured.lastRunSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    measured.peakTensorBytes = runtime::hostMemoryStats().peakBytesInUse;
     measured.seconds.push_back(measured.lastRunSeconds);
     if (measured.timings.empty())
       measured.timings = these;
@@ -147,6 +152,7 @@ Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const Run
     summary["last_run_s"] = measured.lastRunSeconds;
     summary["outside_kernels_s"] = outsideKernelsSeconds(measured);
     summary["peak_activation_bytes"] = measured.stats.peakActivationBytes;
+    summary["peak_tensor_bytes"] = measured.peakTensorBytes;
     summary["peak_resident_bytes"] = peakResidentBytes();
   }
   return summary;
@@ -167,6 +173,8 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
          << outsideKernelsSeconds(measured) * 1e3 << " ms of " << measured.lastRunSeconds * 1e3 << " ms\n";
     text << "peak live activations (last run" << (measured.timings.size() > 1 ? ", largest submodel" : "")
          << "): " << measured.stats.peakActivationBytes << " bytes\n";
+    text << "peak tensor memory (last run: parameters, inputs, activations and ATen's workspaces): "
+         << measured.peakTensorBytes << " bytes\n";
     text << "peak resident set of the process (loading and every run, libraries included): "
          << peakResidentBytes() / (1024 * 1024) << " MiB\n";
     text << "slowest nodes (last run):\n";

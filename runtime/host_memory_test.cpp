@@ -1,9 +1,12 @@
 #include "runtime/host_memory.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <cstdint>
+#include <thread>
 #include <vector>
 
 namespace cleave::runtime {
@@ -23,20 +26,98 @@ void stepLikeAllocations() {
     gradients.push_back(at::ones({1024, 1024})); // 4 MiB each
 }
 
-TEST(HostMemory, FreedStepMemoryIsReusedWithoutFaults) {
-  if (!keepFreedHostMemory())
-    GTEST_SKIP() << "the C library takes no mallopt settings here (not glibc, or a sanitizer's allocator)";
-  // The heap grows over the first steps, until the freed blocks' places fit the next step's
-  // allocations (measured: the fourth step faults 1,024 pages, the fifth none).
-  for (int step = 0; step < 6; ++step)
-    stepLikeAllocations();
+class HostMemory : public ::testing::Test {
+protected:
+  void SetUp() override { ASSERT_TRUE(keepFreedHostMemory()); }
+};
+
+TEST_F(HostMemory, FreedStepMemoryIsReusedWithoutFaults) {
+  stepLikeAllocations();
+  const HostMemoryStats warm = hostMemoryStats();
   const long before = minorFaults();
   for (int step = 0; step < 10; ++step)
     stepLikeAllocations();
   // glibc's defaults trim the 32 MiB freed at each step's end and fault it back in: about 7,000
-  // faults a step, every step (measured). Kept, the later steps fault nothing.
+  // faults a step, every step (measured). Kept, the later steps fault nothing and map nothing.
   EXPECT_LT(minorFaults() - before, 200);
+  const HostMemoryStats after = hostMemoryStats();
+  EXPECT_EQ(after.largeMaps, warm.largeMaps);
+  EXPECT_EQ(after.largeReuses - warm.largeReuses, 80);
+  EXPECT_EQ(after.largeBytesMapped, warm.largeBytesMapped);
   EXPECT_TRUE(keepFreedHostMemory()); // idempotent
+}
+
+TEST_F(HostMemory, AFreedBlockServesTheNextRequestOfItsSize) {
+  void* first = nullptr;
+  {
+    at::Tensor block = at::empty({300 << 10}, at::kByte);
+    first = block.data_ptr();
+  }
+  const HostMemoryStats before = hostMemoryStats();
+  at::Tensor again = at::empty({300 << 10}, at::kByte);
+  EXPECT_EQ(again.data_ptr(), first);
+  EXPECT_EQ(hostMemoryStats().largeReuses, before.largeReuses + 1);
+  EXPECT_EQ(hostMemoryStats().largeBytesKept, before.largeBytesKept - (300 << 10) - 4096);
+  // A request much smaller than every kept block maps its own rather than waste one.
+  at::Tensor smaller = at::empty({150 << 10}, at::kByte);
+  EXPECT_EQ(hostMemoryStats().largeReuses, before.largeReuses + 1);
+}
+
+TEST_F(HostMemory, CountsBytesInUseAndThePeakOfARun) {
+  const HostMemoryStats start = hostMemoryStats();
+  resetHostMemoryPeak();
+  {
+    at::Tensor small = at::empty({100}, at::kFloat);
+    at::Tensor large = at::empty({1 << 20}, at::kFloat);
+    EXPECT_EQ(hostMemoryStats().bytesInUse - start.bytesInUse, 400 + (4 << 20));
+  }
+  const HostMemoryStats end = hostMemoryStats();
+  EXPECT_EQ(end.bytesInUse, start.bytesInUse);
+  EXPECT_EQ(end.peakBytesInUse, start.bytesInUse + 400 + (4 << 20));
+  resetHostMemoryPeak();
+  EXPECT_EQ(hostMemoryStats().peakBytesInUse, end.bytesInUse);
+}
+
+TEST_F(HostMemory, KeptBlocksStayWithinTwiceThePeakInUse) {
+  // Ever larger sizes, one at a time: none fits a kept block, so the oldest are unmapped rather
+  // than kept without bound.
+  for (int megabytes = 1; megabytes <= 40; ++megabytes)
+    at::Tensor once = at::empty({megabytes << 20}, at::kByte);
+  const HostMemoryStats stats = hostMemoryStats();
+  EXPECT_GT(stats.largeUnmaps, 0);
+  // Kept without bound: 1 + 2 + ... + 40 MiB = 820 MiB. The bound is twice the process's largest
+  // use (40 MiB here; this binary's other tests hold less at once).
+  EXPECT_LE(stats.largeBytesMapped, 200 << 20);
+}
+
+TEST_F(HostMemory, BlocksAreAlignedAndRawAllocationsRoundTrip) {
+  c10::Allocator* allocator = c10::GetCPUAllocator();
+  for (std::size_t bytes : {1ul, 63ul, 4096ul, (128ul << 10) - 64, 128ul << 10, 5ul << 20}) {
+    void* raw = allocator->raw_allocate(bytes);
+    ASSERT_NE(raw, nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(raw) % 64, 0u) << bytes;
+    static_cast<char*>(raw)[bytes - 1] = 1; // the whole request is writable
+    allocator->raw_deallocate(raw);
+  }
+  EXPECT_EQ(allocator->allocate(0).get(), nullptr);
+}
+
+TEST_F(HostMemory, ThreadsAllocatingAndFreeingTogetherLeaveTheCountsBalanced) {
+  const HostMemoryStats start = hostMemoryStats();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([t] {
+      for (int i = 0; i < 200; ++i) {
+        at::Tensor large = at::empty({(256 << 10) * (1 + (i + t) % 3)}, at::kByte);
+        at::Tensor small = at::empty({16 + i}, at::kFloat);
+        large.fill_(1);
+      }
+    });
+  for (std::thread& thread : threads)
+    thread.join();
+  const HostMemoryStats end = hostMemoryStats();
+  EXPECT_EQ(end.bytesInUse, start.bytesInUse);
+  EXPECT_EQ(end.largeBytesMapped, end.largeBytesKept + (start.largeBytesMapped - start.largeBytesKept));
 }
 
 } // namespace
