@@ -1251,6 +1251,100 @@ TEST(Fusion, BatchNormalizationThenReluRunsAsOnePass) {
   }
 }
 
+// DenseNet's layer input: Concat -> BatchNormalization -> Relu runs as one group that never makes
+// the concatenation, for channels-last and contiguous pieces alike; it equals ATen's cat, batch_norm
+// and relu, and keeps the pieces' layout. A Concat whose output is also read elsewhere is not fused.
+TEST(Fusion, ConcatThenBatchNormalizationThenReluRunsAsOnePass) {
+  at::manual_seed(41);
+  const std::vector<std::int64_t> widths{16, 3, 17}; // 36 channels: vector widths and remainders
+  const std::int64_t channels = 36;
+  const std::map<std::string, at::Tensor> p{{"scale", at::randn({channels})}, {"shift", at::randn({channels})},
+                                            {"mean", at::randn({channels})}, {"var", at::rand({channels}) + 0.5}};
+  auto graphFor = [&](bool concatAlsoOutput) {
+    NodeChain chain({"a", "b", "c"});
+    for (const auto& [name, value] : p)
+      addFloatParameter(chain.builder, name, value);
+    chain.add(spec("Concat", {"a", "b", "c"}, {integer("axis", 1)}, "cat"), "joined");
+    chain.add(spec("BatchNormalization", {"joined", "scale", "shift", "mean", "var"}, {real("epsilon", 1e-3)}, "norm"), "n");
+    chain.add(spec("Relu", {"n"}, {}, "relu"), "y");
+    std::vector<std::string> outputs{"y"};
+    if (concatAlsoOutput)
+      outputs.push_back("joined");
+    return std::move(chain).finish(outputs);
+  };
+  Expected<ir::Graph> graph = graphFor(false), shared = graphFor(true);
+  ASSERT_TRUE(graph && shared);
+  const FusionPlan plan = planFusions(*graph);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  EXPECT_EQ(plan.groups[0].kind, FusedGroup::Kind::ConcatBatchNormRelu);
+  EXPECT_EQ(plan.groups[0].operands.size(), 7u); // the normalization's four parameters, then the pieces
+  for (const FusedGroup& group : planFusions(*shared).groups)
+    EXPECT_NE(group.kind, FusedGroup::Kind::ConcatBatchNormRelu);
+  auto executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)));
+  ASSERT_TRUE(executor);
+  auto reference = [&](const std::vector<at::Tensor>& pieces) {
+    return at::relu(at::batch_norm(at::cat(pieces, 1).contiguous(), p.at("scale"), p.at("shift"), p.at("mean"),
+                                   p.at("var"), false, 0.0, 1e-3, false));
+  };
+  for (int layout = 0; layout < 3; ++layout) { // channels-last, contiguous, mixed (the nodes one by one)
+    std::vector<at::Tensor> pieces;
+    for (std::size_t i = 0; i < widths.size(); ++i) {
+      at::Tensor piece = at::randn({2, widths[i], 5, 7});
+      const bool channelsLast = layout == 0 || (layout == 2 && i == 1);
+      pieces.push_back(channelsLast ? piece.contiguous(at::MemoryFormat::ChannelsLast) : piece);
+    }
+    pieces[0][1][4][2][3] = std::numeric_limits<float>::quiet_NaN(); // Relu keeps NaN, as ATen's does
+    RunStats stats;
+    stats.profileOps = true;
+    Expected<TensorMap> out = (*executor)->run({{"a", pieces[0]}, {"b", pieces[1]}, {"c", pieces[2]}}, &stats);
+    ASSERT_TRUE(out) << out.error().message();
+    const at::Tensor& y = out->at("y");
+    EXPECT_TRUE(at::allclose(y, reference(pieces), 1e-5, 1e-5, /*equal_nan=*/true)) << layout;
+    EXPECT_TRUE(std::isnan(y[1][4][2][3].item<float>())) << layout;
+    if (layout == 0)
+      EXPECT_TRUE(y.is_contiguous(at::MemoryFormat::ChannelsLast));
+    EXPECT_EQ(stats.secondsByOp.count("Concat+BatchNormalization+Relu"), 1u);
+    EXPECT_EQ(stats.secondsByOp.count("Concat"), 0u);
+  }
+}
+
+// The one-pass kernel itself: any rank from 2 (channels-last for every rank: [N, spatial..., C] in
+// memory), with and without the Relu; pieces it cannot read in one pass give an undefined result.
+TEST(Kernels, ScaleShiftOfAConcatenationEqualsTheNodesOneByOne) {
+  at::manual_seed(43);
+  for (const std::vector<std::int64_t>& spatial : std::vector<std::vector<std::int64_t>>{{}, {9}, {4, 5}, {2, 3, 4}}) {
+    std::vector<at::Tensor> planes, lastChannel;
+    for (std::int64_t width : {5, 32, 1}) {
+      std::vector<std::int64_t> stored{3};
+      stored.insert(stored.end(), spatial.begin(), spatial.end());
+      stored.push_back(width);
+      std::vector<std::int64_t> order{0, static_cast<std::int64_t>(stored.size()) - 1};
+      for (std::size_t d = 1; d + 1 < stored.size(); ++d)
+        order.push_back(static_cast<std::int64_t>(d));
+      lastChannel.push_back(at::randn(stored).permute(order)); // [N, C, spatial...] over channels-last memory
+      planes.push_back(lastChannel.back().contiguous());
+    }
+    const at::Tensor m = at::randn({38}), s = at::randn({38});
+    std::vector<std::int64_t> perChannel(spatial.size() + 2, 1);
+    perChannel[1] = 38;
+    const at::Tensor want = at::cat(planes, 1) * m.view(perChannel) + s.view(perChannel);
+    for (bool relu : {false, true})
+      for (const auto* pieces : {&planes, &lastChannel}) {
+        at::Tensor y = scaleShiftConcatenation(*pieces, m, s, relu);
+        ASSERT_TRUE(y.defined()) << spatial.size();
+        EXPECT_TRUE(at::allclose(y, relu ? at::relu(want) : want, 1e-5, 1e-5)) << spatial.size() << relu;
+        if (pieces == &planes)
+          EXPECT_TRUE(y.is_contiguous()); // the pieces' layout
+        else
+          EXPECT_EQ(y.stride(1), 1); // channels innermost
+      }
+    if (!spatial.empty())
+      EXPECT_FALSE(scaleShiftConcatenation({planes[0], lastChannel[1]}, m.narrow(0, 0, 37), s.narrow(0, 0, 37), true).defined());
+  }
+  EXPECT_FALSE(scaleShiftConcatenation({at::ones({2, 3}, at::kDouble)}, at::ones({3}), at::ones({3}), true).defined());
+  EXPECT_FALSE(scaleShiftConcatenation({at::ones({2, 3})}, at::ones({4}), at::ones({4}), true).defined());
+}
+
 TEST(Tensors, FilesRoundTripAndRandomInputsAreSeededPerName) {
   TensorMap tensors{{"f", at::tensor({1.5f, -2.f})},
                     {"i", longs({1, 1LL << 60})},

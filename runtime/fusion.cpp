@@ -276,6 +276,21 @@ std::optional<FusedGroup> matchBatchNormRelu(const ir::Graph& g, NodeId norm) {
   const auto& in = g.inputs(norm);
   return FusedGroup{FusedGroup::Kind::BatchNormRelu, {norm, *relu}, {in.begin(), in.end()}};
 }
+
+// Concat, then an inference BatchNormalization that alone reads the concatenation, then Relu.
+std::optional<FusedGroup> matchConcatBatchNormRelu(const ir::Graph& g, NodeId concat) {
+  if (!isOp(g, concat, "Concat") || g.inputs(concat).empty() || g.outputs(concat).size() != 1)
+    return std::nullopt;
+  std::optional<NodeId> norm = soleReaderOf(g, g.outputs(concat)[0], "BatchNormalization", 5);
+  if (!norm || g.inputs(*norm)[0] != g.outputs(concat)[0])
+    return std::nullopt;
+  std::optional<FusedGroup> normRelu = matchBatchNormRelu(g, *norm);
+  if (!normRelu)
+    return std::nullopt;
+  std::vector<ValueId> operands(g.inputs(*norm).begin() + 1, g.inputs(*norm).end());
+  operands.insert(operands.end(), g.inputs(concat).begin(), g.inputs(concat).end());
+  return FusedGroup{FusedGroup::Kind::ConcatBatchNormRelu, {concat, *norm, normRelu->nodes[1]}, operands};
+}
 } // namespace
 
 FusionPlan planFusions(const ir::Graph& g) {
@@ -296,6 +311,8 @@ FusionPlan planFusions(const ir::Graph& g) {
       group = matchConv(g, node);
     if (!group)
       group = matchLayerNorm(g, node);
+    if (!group)
+      group = matchConcatBatchNormRelu(g, node);
     if (!group)
       group = matchBatchNormRelu(g, node);
     if (!group)

@@ -24,6 +24,9 @@
 //   BatchNormRelu  BatchNormalization (inference, one output) -> Relu, the normalization not after
 //               a convolution (DenseNet's pre-activation): one pass x * m + s per channel, Relu in
 //               place (kernel.h batchNormInference)
+//   ConcatBatchNormRelu  Concat -> BatchNormalization (inference, of the concatenation) -> Relu
+//               (every DenseNet layer's input): one pass from the pieces to the normalized output,
+//               the concatenation never made (kernel.h scaleShiftConcatenation)
 // Add and Mul operands may come in either order. A group is fused only when each of its inner
 // values is read by the next node of the group alone (LayerNorm's centered x: by its Pow and Div;
 // not by other nodes, not a graph output);
@@ -47,13 +50,14 @@ namespace cleave::runtime {
 struct FusedGroup {
   enum class Kind : std::uint8_t {
     MatMulBias, MatMulBiasGelu, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu, ConvBatchNorm,
-    ConvBatchNormRelu, ConvTransposeBatchNorm, ConvTransposeBatchNormRelu, LayerNorm, BatchNormRelu
+    ConvBatchNormRelu, ConvTransposeBatchNorm, ConvTransposeBatchNormRelu, LayerNorm, BatchNormRelu, ConcatBatchNormRelu
   };
   Kind kind;
   std::vector<ir::NodeId> nodes;     // in graph order; the last one makes the group's output
   // MatMulBias, MatMulBiasGelu: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*),
   // Clip's lo and hi (ConvClip) or the normalization's scale, shift, mean and variance (*BatchNorm*);
-  // LayerNorm: x, eps, gamma, beta; BatchNormRelu: the normalization's x, scale, shift, mean, variance.
+  // LayerNorm: x, eps, gamma, beta; BatchNormRelu: the normalization's x, scale, shift, mean, variance;
+  // ConcatBatchNormRelu: the normalization's scale, shift, mean, variance, then the Concat's pieces.
   std::vector<ir::ValueId> operands;
 };
 

@@ -179,14 +179,25 @@ at::Tensor transposedConvolution(KernelContext& c, const at::Tensor& x, const at
 // A product with broadcast batch dims (attention's Q K^T and P V): one oneDNN call on the CPU in
 // float32, else at::matmul.
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
-// Inference BatchNormalization of the node's operands (x, scale, shift, mean, variance; its
-// `epsilon`), then Relu when `thenRelu` (a fused BatchNormalization+Relu, DenseNet's
-// pre-activation): x * m + s per channel, with m = scale / sqrt(variance + epsilon) and s = shift
-// - mean * m computed once while the same parameter tensors come back (kept in the node's cache),
-// in x's memory format, and Relu over that output in place. Measured on a channels-last [1, 256,
-// 28, 28]: 40 us, against 72-87 us for at::batch_norm then an in-place Relu. Autograd, other
-// dtypes or shapes: at::batch_norm (then at::relu).
-at::Tensor batchNormInference(KernelContext& c, bool thenRelu);
+// Inference BatchNormalization (parameters `from`: scale, shift, mean, variance; `epsilon`) of the
+// concatenation of `pieces` along dim 1, then Relu when `thenRelu`: x * m + s per channel with
+// m = scale / sqrt(variance + epsilon) and s = shift - mean * m, computed once while the same
+// parameter tensors come back (kept in the node's cache). One piece: a BatchNormalization
+// (+Relu, DenseNet's pre-activation after a convolution's block); several: DenseNet's Concat ->
+// BatchNormalization -> Relu, whose concatenation is never made (scaleShiftConcatenation).
+// Measured on a channels-last [1, 256, 28, 28]: 40 us as addcmul and an in-place Relu, against
+// 72-87 us for at::batch_norm then Relu. Autograd, other dtypes, layouts or shapes: at::cat,
+// at::batch_norm, at::relu.
+at::Tensor batchNormInference(KernelContext& c, const std::vector<at::Tensor>& pieces, const std::vector<at::Tensor>& from,
+                              double epsilon, bool thenRelu);
+// y = x * multiplier + shift per channel (dim 1) over the concatenation of `pieces` along dim 1,
+// then max(y, 0) when `relu` (NaN stays NaN), in one pass: each piece read once, the output
+// written once. Pieces: float32 CPU tensors equal but for dim 1, all channels-last dense or all
+// contiguous (the output takes that layout); multiplier and shift: contiguous float32 of the
+// output's channels. Undefined for anything else (the caller falls back). Inner loops built for
+// AVX-512, AVX2 and the base ISA on x86-64; O(output) work, parallel over rows or planes.
+at::Tensor scaleShiftConcatenation(const std::vector<at::Tensor>& pieces, const at::Tensor& multiplier,
+                                   const at::Tensor& shift, bool relu);
 // Whether `cache` holds the fold of exactly these tensors (by identity; undefined matches undefined).
 bool holdsFoldOf(const KernelCache& cache, const std::vector<at::Tensor>& from);
 // A two-operand Einsum equation that is a batched matrix product (attention's "bhid,bhjd->bhij"

@@ -125,6 +125,25 @@ template <bool transposed, bool relu> Outputs convBatchNorm(KernelContext& c) {
     return {transposedConvolution(c, x, weight, foldedBias, relu)};
   return {fusedConvolution(c, x, weight, foldedBias, onednn::ConvPostOps{false, relu ? A::Relu : A::None}, at::Tensor())};
 }
+
+Outputs batchNormRelu(KernelContext& c) {
+  return {batchNormInference(c, {c.input(0)}, {c.input(1), c.input(2), c.input(3), c.input(4)},
+                             c.floatAttr("epsilon", 1e-5f), true)};
+}
+
+// Operands: the normalization's scale, shift, mean and variance, then the Concat's pieces.
+Outputs concatBatchNormRelu(KernelContext& c) {
+  std::vector<at::Tensor> pieces;
+  for (std::size_t i = 4; i < c.numInputs(); ++i)
+    pieces.push_back(c.input(i));
+  const ir::Graph& g = c.graph();
+  const ir::Attribute* epsilonAttr = g.findAttribute(g.users(g.outputs(c.node())[0])[0], "epsilon");
+  const double epsilon = epsilonAttr ? epsilonAttr->floatValue : 1e-5;
+  const std::vector<at::Tensor> from{c.input(0), c.input(1), c.input(2), c.input(3)};
+  if (normalizeAxis(c.intAttr("axis", 0), pieces.front().dim()) != 1) // not over channels: concatenated first
+    pieces = {at::cat(pieces, normalizeAxis(c.intAttr("axis", 0), pieces.front().dim()))};
+  return {batchNormInference(c, pieces, from, epsilon, true)};
+}
 } // namespace
 
 bool holdsFoldOf(const KernelCache& cache, const std::vector<at::Tensor>& from) {
@@ -154,7 +173,8 @@ Kernel fusedKernel(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConvTransposeBatchNorm: return convBatchNorm<true, false>;
   case FusedGroup::Kind::ConvTransposeBatchNormRelu: return convBatchNorm<true, true>;
   case FusedGroup::Kind::LayerNorm: return layerNorm;
-  case FusedGroup::Kind::BatchNormRelu: return [](KernelContext& c) -> Outputs { return {batchNormInference(c, true)}; };
+  case FusedGroup::Kind::BatchNormRelu: return batchNormRelu;
+  case FusedGroup::Kind::ConcatBatchNormRelu: return concatBatchNormRelu;
   }
   return nullptr;
 }
@@ -177,6 +197,7 @@ const char* fusedName(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConvTransposeBatchNormRelu: return "ConvTranspose+BatchNormalization+Relu";
   case FusedGroup::Kind::LayerNorm: return "LayerNorm(ReduceMean,Sub,Pow,ReduceMean,Add,Sqrt,Div,Mul,Add)";
   case FusedGroup::Kind::BatchNormRelu: return "BatchNormalization+Relu";
+  case FusedGroup::Kind::ConcatBatchNormRelu: return "Concat+BatchNormalization+Relu";
   }
   return "?";
 }
