@@ -2,6 +2,7 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -68,7 +69,8 @@ public:
     }
     std::lock_guard lock(mutex_);
     largeInUse_ -= header->mappedBytes;
-    kept_.emplace(header->mappedBytes, header);
+    // Before the blocks of its size: the most recently freed is reused first, while still in cache.
+    kept_.emplace_hint(kept_.lower_bound(header->mappedBytes), header->mappedBytes, header);
     keptBytes_ += header->mappedBytes;
   }
 
@@ -84,6 +86,11 @@ public:
     stats.largeUnmaps = unmaps_;
     return stats;
   }
+
+  // Held across fork() (base/isolated_call.h, the launcher): the child gets the kept blocks in a
+  // consistent state, never a mutex that a thread which does not exist there was holding.
+  void lockForFork() { mutex_.lock(); }
+  void unlockAfterFork() { mutex_.unlock(); }
 
   void resetPeak() { peakBytesInUse_.store(bytesInUse_.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
@@ -190,6 +197,8 @@ void keepCLibraryHeap() {
 bool keepFreedHostMemory() {
   static KeepingCpuAllocator* const allocator = [] {
     keepCLibraryHeap();
+    pthread_atfork([] { hostMemory().lockForFork(); }, [] { hostMemory().unlockAfterFork(); },
+                   [] { hostMemory().unlockAfterFork(); });
     auto* installed = new KeepingCpuAllocator;
     c10::SetCPUAllocator(installed, kAllocatorPriority);
     return installed;

@@ -4,6 +4,10 @@
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 
 #include <cstdint>
 #include <thread>
@@ -118,6 +122,30 @@ TEST_F(HostMemory, ThreadsAllocatingAndFreeingTogetherLeaveTheCountsBalanced) {
   const HostMemoryStats end = hostMemoryStats();
   EXPECT_EQ(end.bytesInUse, start.bytesInUse);
   EXPECT_EQ(end.largeBytesMapped, end.largeBytesKept + (start.largeBytesMapped - start.largeBytesKept));
+}
+
+// A child forked while another thread allocates large blocks finds the allocator usable (a mutex
+// held at the fork would hang it: each child has 10 s before SIGALRM ends it with a failure).
+TEST_F(HostMemory, AChildForkedDuringAllocationsCanAllocate) {
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop)
+      at::Tensor block = at::empty({1 << 20}, at::kFloat);
+  });
+  for (int child = 0; child < 20; ++child) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      alarm(10);
+      at::Tensor block = at::ones({1 << 20}, at::kFloat);
+      _exit(block.sum().item<float>() == float(1 << 20) ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child " << child << " status " << status;
+  }
+  stop = true;
+  busy.join();
 }
 
 } // namespace
