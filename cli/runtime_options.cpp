@@ -19,6 +19,9 @@ void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
   app.add_flag("!--no-packed-weights", options.optimizations.packedWeights,
                "keep a weight that only MatMuls read as [N, K] rows read in place, not in oneDNN's own product "
                "layout (the packed copy is otherwise the only one)");
+  app.add_flag("!--no-shape-memo", options.optimizations.rememberShapeArithmetic,
+               "compute shape arithmetic again every run (by default a small pure op, such as a Gather of a Shape, "
+               "reuses its last results while its operands are the same)");
   app.add_flag("!--no-join", options.optimizations.joinSeams,
                "a cut model: run each submodule as its own module (timed one by one, no fusion across seams); by "
                "default neighbouring submodules on the same backend run as one graph");

@@ -61,6 +61,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
       if (value != ir::kNoValue)
         ++executor->uses_[index(value)];
   executor->fusion_ = planFusions(g);
+  if (executor->options_.optimizations.rememberShapeArithmetic)
+    executor->memo_ = SmallOpMemo(g);
   executor->shareWeightCaches();
   executor->blockedReaders_.assign(g.numValues(), BlockedReaders::No);
   for (std::uint32_t v = 0; v < g.numValues(); ++v) {
@@ -344,7 +346,7 @@ Status Executor::runOp(NodeId node, RunState& state) {
     if (kernel.layouts == Layouts::Dense) // no-op: values stay blocked only for readers taking them
       operands.back() = toDense(operands.back());
   }
-  CLEAVE_TRY(std::vector<at::Tensor> results, callKernel(node, group, kernel, std::move(operands), state.stats));
+  CLEAVE_TRY(std::vector<at::Tensor> results, computeOrRecall(node, group, kernel, std::move(operands), state.stats));
   CLEAVE_CHECK(storeResults(node, std::move(results), state));
   state.live -= handedOverBytes; // after storeResults counted the peak with them still live
   releaseDeadValues(members, node, state);
@@ -363,6 +365,20 @@ bool Executor::handsOver(ir::ValueId value, std::span<const NodeId> members, std
   for (NodeId member : members)
     readsHere += static_cast<std::uint32_t>(std::count(g.inputs(member).begin(), g.inputs(member).end(), value));
   return state.remaining[index(value)] == readsHere;
+}
+
+// The kernel's results, or those it gave for equal operands on the last run (small_op_memo.h).
+Expected<std::vector<at::Tensor>> Executor::computeOrRecall(NodeId node, const FusedGroup* group,
+                                                            const KernelEntry& kernel, std::vector<at::Tensor> operands,
+                                                            RunStats* stats) {
+  if (group || !memo_.applies(node, operands))
+    return callKernel(node, group, kernel, std::move(operands), stats);
+  if (const std::vector<at::Tensor>* remembered = memo_.recall(node, operands))
+    return *remembered;
+  std::vector<at::Tensor> kept = operands; // handles, for remember()
+  CLEAVE_TRY(std::vector<at::Tensor> results, callKernel(node, group, kernel, std::move(operands), stats));
+  memo_.remember(node, kept, results);
+  return results;
 }
 
 // Any exception a kernel throws becomes one line naming the node, its op and the opset.

@@ -21,6 +21,7 @@
 #include "ir/graph.h"
 #include "runtime/fusion.h"
 #include "runtime/kernel.h"
+#include "runtime/small_op_memo.h"
 #include "runtime/tensors.h"
 
 namespace cleave::runtime {
@@ -34,6 +35,9 @@ struct Optimizations {
   // Hold a float32 weight that only MatMuls read (as their right operand) in oneDNN's own product
   // layout, as the only copy (onednn::PackedWeight; cleave run --no-packed-weights).
   bool packedWeights = true;
+  // Reuse the results of small pure ops (shape arithmetic) whose operands repeat from the last run
+  // (small_op_memo.h; cleave run --no-shape-memo).
+  bool rememberShapeArithmetic = true;
   // Not the executor's: a cut model's neighbouring submodules on one backend run as one joined
   // graph, fusing across their seams (cut_model.h).
   bool joinSeams = true;
@@ -104,6 +108,8 @@ private:
   Status runOp(ir::NodeId node, RunState& state);
   void shareWeightCaches();
   std::vector<bool> productWeights() const;
+  Expected<std::vector<at::Tensor>> computeOrRecall(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
+                                                    std::vector<at::Tensor> operands, RunStats* stats);
   Expected<std::vector<at::Tensor>> callKernel(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
                                                std::vector<at::Tensor> operands, RunStats* stats);
   Status storeResults(ir::NodeId node, std::vector<at::Tensor> results, RunState& state) const;
@@ -124,6 +130,7 @@ private:
   IdVector<ir::NodeId, ir::NodeId> cacheSlot_;  // per node: whose cache it uses (shareWeightCaches)
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)
   FusionPlan fusion_;                            // node groups run as one kernel (unobserved runs)
+  SmallOpMemo memo_;                             // shape arithmetic's results from the last run
   // Per value: whether it may stay in the blocked layout: every reader is a kernel taking it, or
   // the graph's output (then only when the run's outputs may be blocked).
   enum class BlockedReaders : std::uint8_t { No, Yes, IfOutputsMay };

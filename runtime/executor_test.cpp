@@ -1345,6 +1345,134 @@ TEST(Kernels, ScaleShiftOfAConcatenationEqualsTheNodesOneByOne) {
   EXPECT_FALSE(scaleShiftConcatenation({at::ones({2, 3})}, at::ones({4}), at::ones({4}), true).defined());
 }
 
+// A Constant node's int64 vector (a reshape target, gather indices).
+ir::Attribute int64Tensor(const std::vector<std::int64_t>& values, bool scalar = false) {
+  onnx::TensorProto proto;
+  proto.set_data_type(onnx::TensorProto::INT64);
+  if (!scalar)
+    proto.add_dims(static_cast<std::int64_t>(values.size()));
+  for (std::int64_t v : values)
+    proto.add_int64_data(v);
+  ir::Attribute a;
+  a.name = "value";
+  a.kind = ir::AttrKind::Tensor;
+  a.text = proto.SerializeAsString();
+  return a;
+}
+
+// ShuffleNet's channel shuffle after the Concat of its branches: Concat -> Reshape [N, g, C/g, H, W]
+// -> Transpose(0, 2, 1, 3, 4) -> Reshape [N, C, H, W] runs as one group from the pieces, for
+// channels-last pieces, channel slices of a channels-last tensor, contiguous pieces, and pieces
+// that do not line up with the groups (the nodes' semantics on ATen). All equal ATen's.
+TEST(Fusion, ChannelShuffleRunsAsOneGroup) {
+  at::manual_seed(47);
+  auto graphFor = [](std::int64_t groups, std::int64_t channels, bool withConcat) {
+    NodeChain chain({"a", "b"});
+    chain.add(spec("Constant", {}, {int64Tensor({0, groups, channels / groups, 4, 5})}, "split"), "split");
+    chain.add(spec("Constant", {}, {int64Tensor({0, -1, 4, 5})}, "merged"), "merged");
+    if (withConcat)
+      chain.add(spec("Concat", {"a", "b"}, {integer("axis", 1)}, "cat"), "x");
+    chain.add(spec("Reshape", {withConcat ? "x" : "a", "split"}, {}, "reshape"), "r");
+    chain.add(spec("Transpose", {"r"}, {ints("perm", {0, 2, 1, 3, 4})}, "transpose"), "t");
+    chain.add(spec("Reshape", {"t", "merged"}, {}, "back"), "y");
+    return std::move(chain).finish({"y"});
+  };
+  auto reference = [](const at::Tensor& x, std::int64_t groups) {
+    return x.reshape({x.size(0), groups, x.size(1) / groups, 4, 5}).transpose(1, 2).reshape(x.sizes());
+  };
+  const at::Tensor whole = at::randn({2, 12, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast);
+  struct Case {
+    const char* name;
+    at::Tensor a, b;
+    std::int64_t groups;
+  };
+  const std::vector<Case> cases{
+      {"channels-last", at::randn({2, 6, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast),
+       at::randn({2, 6, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast), 2},
+      {"channel slices", whole.narrow(1, 0, 6), whole.narrow(1, 6, 6), 2},
+      {"contiguous", at::randn({2, 6, 4, 5}), at::randn({2, 6, 4, 5}), 3},
+      {"groups across pieces", at::randn({2, 4, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast),
+       at::randn({2, 8, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast), 3}};
+  for (const Case& test : cases) {
+    Expected<ir::Graph> graph = graphFor(test.groups, 12, true);
+    ASSERT_TRUE(graph) << graph.error().message();
+    const FusionPlan plan = planFusions(*graph);
+    ASSERT_EQ(plan.groups.size(), 1u);
+    EXPECT_EQ(plan.groups[0].kind, FusedGroup::Kind::ConcatChannelShuffle);
+    auto executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)));
+    ASSERT_TRUE(executor);
+    RunStats stats;
+    stats.profileOps = true;
+    Expected<TensorMap> out = (*executor)->run({{"a", test.a}, {"b", test.b}}, &stats);
+    ASSERT_TRUE(out) << test.name << ": " << out.error().message();
+    EXPECT_TRUE(at::equal(out->at("y"), reference(at::cat({test.a, test.b}, 1), test.groups))) << test.name;
+    EXPECT_EQ(stats.secondsByOp.count("Concat+Reshape+Transpose+Reshape"), 1u) << test.name;
+    EXPECT_EQ(stats.secondsByOp.count("Concat"), 0u) << test.name;
+  }
+  // Without a Concat: the shuffle of one tensor.
+  Expected<ir::Graph> alone = graphFor(4, 12, false);
+  ASSERT_TRUE(alone);
+  EXPECT_EQ(planFusions(*alone).groups.at(0).kind, FusedGroup::Kind::ChannelShuffle);
+  auto executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*alone)));
+  ASSERT_TRUE(executor);
+  Expected<TensorMap> out = (*executor)->run({{"a", whole}, {"b", whole}});
+  ASSERT_TRUE(out) << out.error().message();
+  EXPECT_TRUE(at::equal(out->at("y"), reference(whole, 4)));
+  EXPECT_TRUE(out->at("y").is_contiguous(at::MemoryFormat::ChannelsLast));
+}
+
+// Rows of channels: channels-last for any rank and channel slices of it have a row stride; other
+// layouts have none.
+TEST(Kernels, ChannelRowStrideOfLayouts) {
+  const at::Tensor last = at::zeros({2, 12, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast);
+  EXPECT_EQ(channelRowStride(last), 12);
+  EXPECT_EQ(channelRowStride(last.narrow(1, 6, 6)), 12);
+  EXPECT_EQ(channelRowStride(at::zeros({2, 12, 4, 5})), 0);
+  EXPECT_EQ(channelRowStride(at::zeros({3, 7})), 7);
+  EXPECT_EQ(channelRowStride(at::zeros({1, 7, 1, 1})), 7);
+  EXPECT_EQ(channelRowStride(at::zeros({2, 5, 3}).permute({0, 2, 1})), 3); // [2, 3, 5] over [2, 5, 3]: rows of 3
+  EXPECT_EQ(channelRowStride(last.narrow(2, 0, 2)), 0);                   // rows of the batch no longer nest
+  EXPECT_EQ(channelRowStride(at::zeros({5})), 0);
+}
+
+// Shape arithmetic (Shape -> Gather -> Mul -> Concat -> Reshape) is computed on the first run and
+// reused while the operands repeat; a new input shape computes it again, and --no-shape-memo
+// computes it every run. Results are the same either way.
+TEST(Executor, ShapeArithmeticIsReusedWhileItsOperandsRepeat) {
+  NodeChain chain({"x"});
+  chain.add(spec("Shape", {"x"}, {}, "shape"), "s");
+  chain.add(spec("Constant", {}, {int64Tensor({1}, true)}, "one"), "one");
+  chain.add(spec("Gather", {"s", "one"}, {integer("axis", 0)}, "gather"), "rows");
+  chain.add(spec("Constant", {}, {int64Tensor({2})}, "two"), "two");
+  chain.add(spec("Constant", {}, {int64Tensor({0})}, "zero"), "zero");
+  chain.add(spec("Unsqueeze", {"rows", "zero"}, {}, "unsqueeze"), "rows1");
+  chain.add(spec("Mul", {"rows1", "two"}, {}, "mul"), "doubled");
+  chain.add(spec("Constant", {}, {int64Tensor({-1})}, "minus"), "minus");
+  chain.add(spec("Concat", {"minus", "doubled"}, {integer("axis", 0)}, "target"), "target");
+  chain.add(spec("Reshape", {"x", "target"}, {}, "reshape"), "y");
+  Expected<ir::Graph> graph = std::move(chain).finish({"y"});
+  ASSERT_TRUE(graph) << graph.error().message();
+  auto shared = std::make_shared<const ir::Graph>(std::move(*graph));
+  ExecutorOptions everyRun;
+  everyRun.optimizations.rememberShapeArithmetic = false;
+  auto remembering = Executor::create(shared), computing = Executor::create(shared, everyRun);
+  ASSERT_TRUE(remembering && computing);
+  for (const auto& [shape, run] : std::vector<std::pair<std::vector<std::int64_t>, int>>{
+           {{4, 6}, 0}, {{4, 6}, 1}, {{4, 6}, 2}, {{6, 10}, 0}, {{6, 10}, 1}}) {
+    const at::Tensor x = at::arange(shape[0] * shape[1], at::kFloat).reshape(shape);
+    RunStats stats, everyStats;
+    stats.profileOps = everyStats.profileOps = true;
+    Expected<TensorMap> y = (*remembering)->run({{"x", x}}, &stats), z = (*computing)->run({{"x", x}}, &everyStats);
+    ASSERT_TRUE(y && z) << (y ? z.error().message() : y.error().message());
+    EXPECT_TRUE(at::equal(y->at("y"), x.reshape({-1, 2 * shape[1]})));
+    EXPECT_TRUE(at::equal(z->at("y"), y->at("y")));
+    // The first run of a shape computes the arithmetic; later runs of it reuse it.
+    EXPECT_EQ(stats.secondsByOp.count("Gather"), run == 0 ? 1u : 0u) << shape[1] << " run " << run;
+    EXPECT_EQ(stats.secondsByOp.count("Concat"), run == 0 ? 1u : 0u) << shape[1] << " run " << run;
+    EXPECT_EQ(everyStats.secondsByOp.count("Gather"), 1u);
+  }
+}
+
 TEST(Tensors, FilesRoundTripAndRandomInputsAreSeededPerName) {
   TensorMap tensors{{"f", at::tensor({1.5f, -2.f})},
                     {"i", longs({1, 1LL << 60})},

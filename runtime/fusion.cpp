@@ -277,6 +277,46 @@ std::optional<FusedGroup> matchBatchNormRelu(const ir::Graph& g, NodeId norm) {
   return FusedGroup{FusedGroup::Kind::BatchNormRelu, {norm, *relu}, {in.begin(), in.end()}};
 }
 
+// Whether `transpose` swaps dims 1 and 2 and keeps every other dim in place.
+bool swapsDimsOneAndTwo(const ir::Graph& g, NodeId transpose) {
+  const ir::Attribute* perm = g.findAttribute(transpose, "perm");
+  if (!perm || perm->ints.size() < 3 || perm->ints[0] != 0 || perm->ints[1] != 2 || perm->ints[2] != 1)
+    return false;
+  for (std::size_t d = 3; d < perm->ints.size(); ++d)
+    if (perm->ints[d] != static_cast<std::int64_t>(d))
+      return false;
+  return true;
+}
+
+// [Concat ->] Reshape -> Transpose swapping dims 1 and 2 -> Reshape, each inner value read by the
+// next node alone (a channel shuffle; its shapes are checked when it runs).
+std::optional<FusedGroup> matchChannelShuffle(const ir::Graph& g, NodeId first) {
+  std::optional<NodeId> concat, reshape;
+  if (isOp(g, first, "Concat") && !g.inputs(first).empty() && g.outputs(first).size() == 1) {
+    concat = first;
+    reshape = soleReaderOf(g, g.outputs(first)[0], "Reshape", 2);
+    if (!reshape || g.inputs(*reshape)[0] != g.outputs(first)[0])
+      return std::nullopt;
+  } else if (isOp(g, first, "Reshape") && g.inputs(first).size() == 2 && g.outputs(first).size() == 1) {
+    reshape = first;
+  } else {
+    return std::nullopt;
+  }
+  std::optional<NodeId> transpose = soleReaderOf(g, g.outputs(*reshape)[0], "Transpose", 1);
+  if (!transpose || !swapsDimsOneAndTwo(g, *transpose))
+    return std::nullopt;
+  std::optional<NodeId> back = soleReaderOf(g, g.outputs(*transpose)[0], "Reshape", 2);
+  if (!back || g.inputs(*back)[0] != g.outputs(*transpose)[0])
+    return std::nullopt;
+  std::vector<ValueId> operands{g.inputs(*reshape)[1], g.inputs(*back)[1]};
+  if (concat) {
+    operands.insert(operands.end(), g.inputs(*concat).begin(), g.inputs(*concat).end());
+    return FusedGroup{FusedGroup::Kind::ConcatChannelShuffle, {*concat, *reshape, *transpose, *back}, operands};
+  }
+  operands.push_back(g.inputs(*reshape)[0]);
+  return FusedGroup{FusedGroup::Kind::ChannelShuffle, {*reshape, *transpose, *back}, operands};
+}
+
 // Concat, then an inference BatchNormalization that alone reads the concatenation, then Relu.
 std::optional<FusedGroup> matchConcatBatchNormRelu(const ir::Graph& g, NodeId concat) {
   if (!isOp(g, concat, "Concat") || g.inputs(concat).empty() || g.outputs(concat).size() != 1)
@@ -313,6 +353,8 @@ FusionPlan planFusions(const ir::Graph& g) {
       group = matchLayerNorm(g, node);
     if (!group)
       group = matchConcatBatchNormRelu(g, node);
+    if (!group)
+      group = matchChannelShuffle(g, node);
     if (!group)
       group = matchBatchNormRelu(g, node);
     if (!group)

@@ -27,6 +27,11 @@
 //   ConcatBatchNormRelu  Concat -> BatchNormalization (inference, of the concatenation) -> Relu
 //               (every DenseNet layer's input): one pass from the pieces to the normalized output,
 //               the concatenation never made (kernel.h scaleShiftConcatenation)
+//   ChannelShuffle, ConcatChannelShuffle  [Concat ->] Reshape -> Transpose (perm swapping dims 1
+//               and 2, the rest in place) -> Reshape (ShuffleNet's channel shuffle, after the
+//               Concat of its two branches): one pass from the pieces (kernel.h shuffleChannels)
+//               when the shapes turn out to be [N, g, C/g, spatial...] and back; otherwise the
+//               nodes' own reshapes and permutation
 // Add and Mul operands may come in either order. A group is fused only when each of its inner
 // values is read by the next node of the group alone (LayerNorm's centered x: by its Pow and Div;
 // not by other nodes, not a graph output);
@@ -50,14 +55,17 @@ namespace cleave::runtime {
 struct FusedGroup {
   enum class Kind : std::uint8_t {
     MatMulBias, MatMulBiasGelu, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu, ConvBatchNorm,
-    ConvBatchNormRelu, ConvTransposeBatchNorm, ConvTransposeBatchNormRelu, LayerNorm, BatchNormRelu, ConcatBatchNormRelu
+    ConvBatchNormRelu, ConvTransposeBatchNorm, ConvTransposeBatchNormRelu, LayerNorm, BatchNormRelu, ConcatBatchNormRelu,
+    ChannelShuffle, ConcatChannelShuffle
   };
   Kind kind;
   std::vector<ir::NodeId> nodes;     // in graph order; the last one makes the group's output
   // MatMulBias, MatMulBiasGelu: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*),
   // Clip's lo and hi (ConvClip) or the normalization's scale, shift, mean and variance (*BatchNorm*);
   // LayerNorm: x, eps, gamma, beta; BatchNormRelu: the normalization's x, scale, shift, mean, variance;
-  // ConcatBatchNormRelu: the normalization's scale, shift, mean, variance, then the Concat's pieces.
+  // ConcatBatchNormRelu: the normalization's scale, shift, mean, variance, then the Concat's pieces;
+  // ChannelShuffle, ConcatChannelShuffle: both Reshapes' shapes, then the Concat's pieces (or the
+  // first Reshape's data).
   std::vector<ir::ValueId> operands;
 };
 

@@ -233,6 +233,29 @@ at::Tensor toDense(const at::Tensor& t) { return t.defined() && t.is_mkldnn() ? 
 
 at::Tensor toBlocked(const at::Tensor& t) { return t.is_mkldnn() ? t : t.to_mkldnn(); }
 
+std::int64_t channelRowStride(const at::Tensor& t) {
+  if (t.dim() < 2 || t.is_mkldnn() || t.is_sparse() || (t.size(1) > 1 && t.stride(1) != 1))
+    return 0;
+  // Rows nest from the last spatial dim outwards to the batch dim; dims of size 1 have no say.
+  std::vector<std::int64_t> outwards;
+  for (std::int64_t d = t.dim() - 1; d >= 2; --d)
+    outwards.push_back(d);
+  outwards.push_back(0);
+  std::int64_t rowStride = 0, expected = 0;
+  for (std::int64_t d : outwards) {
+    if (t.size(d) == 1)
+      continue;
+    if (rowStride == 0)
+      rowStride = expected = t.stride(d);
+    if (t.stride(d) != expected)
+      return 0;
+    expected *= t.size(d);
+  }
+  if (rowStride == 0)
+    rowStride = t.size(1); // a single row
+  return rowStride >= t.size(1) ? rowStride : 0;
+}
+
 at::Tensor reversedTimeIndex(const at::Tensor& lengths, std::int64_t steps) {
   at::Tensor t = at::arange(steps, lengths.options()).unsqueeze(1);
   at::Tensor len = lengths.unsqueeze(0);

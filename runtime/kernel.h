@@ -192,9 +192,10 @@ at::Tensor batchNormInference(KernelContext& c, const std::vector<at::Tensor>& p
                               double epsilon, bool thenRelu);
 // y = x * multiplier + shift per channel (dim 1) over the concatenation of `pieces` along dim 1,
 // then max(y, 0) when `relu` (NaN stays NaN), in one pass: each piece read once, the output
-// written once. Pieces: float32 CPU tensors equal but for dim 1, all channels-last dense or all
-// contiguous (the output takes that layout); multiplier and shift: contiguous float32 of the
-// output's channels. Undefined for anything else (the caller falls back). Inner loops built for
+// written once. Pieces: float32 CPU tensors equal but for dim 1, all rows of channels
+// (channelRowStride: channels-last, or channel slices of it; the output is channels-last dense)
+// or all contiguous (so is the output); multiplier and shift: contiguous float32 of the output's
+// channels. Undefined for anything else (the caller falls back). Inner loops built for
 // AVX-512, AVX2 and the base ISA on x86-64; O(output) work, parallel over rows or planes.
 at::Tensor scaleShiftConcatenation(const std::vector<at::Tensor>& pieces, const at::Tensor& multiplier,
                                    const at::Tensor& shift, bool relu);
@@ -235,6 +236,23 @@ at::Tensor flattenTo2d(const at::Tensor& x, std::int64_t axis);
 // result has x's strides. ATen 1.13 takes another, slower kernel for channels-last tensors: 13.3
 // against 4.4 ms on [1, 256, 112, 112] (MaxViT's first block).
 at::Tensor geluInMemoryOrder(const at::Tensor& x, c10::string_view approximate = "none");
+// ONNX's channel shuffle of the concatenation x of `pieces` along dim 1 (Reshape to [N, groups,
+// C / groups, spatial...], Transpose of dims 1 and 2, Reshape back): output channel j * groups + i
+// is x's channel i * (C / groups) + j. One pass from the pieces (the concatenation is never made).
+// Pieces: float32 CPU tensors equal but for dim 1, all rows of channels (channelRowStride; then
+// each group's channels must lie within one piece, and the output is channels-last dense) or all
+// contiguous (so is the output). Undefined for anything else, or C not divisible by `groups`.
+// O(output); two groups (ShuffleNet's) interleave rows in a vectorized loop.
+at::Tensor shuffleChannels(const std::vector<at::Tensor>& pieces, std::int64_t groups);
+// ONNX Reshape's target for `sizes`: a 0 entry copies the input's dim there unless `allowZero`,
+// and one -1 is inferred. Throws KernelError when it does not fit.
+std::vector<std::int64_t> reshapeTarget(at::IntArrayRef sizes, std::vector<std::int64_t> shape, bool allowZero);
+// The distance between consecutive rows when `t` ([N, C, spatial...], rank >= 2) is rows of its C
+// channels, channels innermost: stride(1) == 1 and the batch and spatial dims nest over rows of
+// that stride, at least C (ATen's channels-last for any rank, or a channel slice of such a
+// tensor); 0 when it is not. A 2-D tensor or one with a single row qualifies when its channels
+// are contiguous (its row stride is then C).
+std::int64_t channelRowStride(const at::Tensor& t);
 // GlobalAveragePool of a float32 CPU tensor [N, C, spatial...] (4-D or 5-D) stored channels-last:
 // per batch entry, the spatial rows summed in fixed chunks of 256 (vectorized adds over the C
 // contiguous channels, chunks in parallel), the chunk sums added in order, divided by the row

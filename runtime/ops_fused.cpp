@@ -1,6 +1,7 @@
 // runtime/ops_fused.cpp - the kernels of fused node groups (runtime/fusion.h).
 #include "runtime/fusion.h"
 
+#include <numeric>
 #include <optional>
 #include <tuple>
 
@@ -144,6 +145,46 @@ Outputs concatBatchNormRelu(KernelContext& c) {
     pieces = {at::cat(pieces, normalizeAxis(c.intAttr("axis", 0), pieces.front().dim()))};
   return {batchNormInference(c, pieces, from, epsilon, true)};
 }
+
+// Operands: the two Reshapes' shapes, then the pieces (the Concat's, or the first Reshape's data).
+// One pass when the first shape splits the channels into [N, g, C/g, spatial...] and the second
+// restores x's shape; otherwise the nodes' own semantics on ATen views and copies.
+template <bool withConcat>
+Outputs channelShuffle(KernelContext& c) {
+  const ir::Graph& g = c.graph();
+  std::vector<at::Tensor> pieces;
+  for (std::size_t i = 2; i < c.numInputs(); ++i)
+    pieces.push_back(c.input(i));
+  const std::int64_t axis = withConcat ? normalizeAxis(c.intAttr("axis", 0), pieces.front().dim()) : 1;
+  const ir::NodeId reshape = withConcat ? g.users(g.outputs(c.node())[0])[0] : c.node();
+  const ir::NodeId transpose = g.users(g.outputs(reshape)[0])[0];
+  const ir::NodeId back = g.users(g.outputs(transpose)[0])[0];
+  auto allowZero = [&](ir::NodeId node) {
+    const ir::Attribute* attr = g.findAttribute(node, "allowzero");
+    return attr && attr->intValue != 0;
+  };
+  std::vector<std::int64_t> sizes = pieces.front().sizes().vec();
+  if (withConcat && axis < static_cast<std::int64_t>(sizes.size()))
+    for (std::size_t i = 1; i < pieces.size(); ++i)
+      sizes[static_cast<std::size_t>(axis)] += pieces[i].dim() > axis ? pieces[i].size(axis) : 0;
+  const std::vector<std::int64_t> split = reshapeTarget(sizes, c.ints(0), allowZero(reshape));
+  if (split.size() < 3)
+    throw KernelError("the Transpose swaps dims 1 and 2 of a rank " + std::to_string(split.size()) + " tensor");
+  std::vector<std::int64_t> swapped = split;
+  std::swap(swapped[1], swapped[2]);
+  const std::vector<std::int64_t> restored = reshapeTarget(swapped, c.ints(1), allowZero(back));
+  const bool shuffles = axis == 1 && sizes.size() >= 2 && split.size() == sizes.size() + 1 && split[0] == sizes[0] &&
+                        split[1] * split[2] == sizes[1] &&
+                        std::equal(sizes.begin() + 2, sizes.end(), split.begin() + 3) && restored == sizes;
+  if (shuffles)
+    if (at::Tensor y = shuffleChannels(pieces, split[1]); y.defined())
+      return {y};
+  at::Tensor x = withConcat ? at::cat(pieces, axis) : pieces.front();
+  std::vector<std::int64_t> perm(split.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[1], perm[2]);
+  return {x.reshape(split).permute(perm).reshape(restored)};
+}
 } // namespace
 
 bool holdsFoldOf(const KernelCache& cache, const std::vector<at::Tensor>& from) {
@@ -175,6 +216,8 @@ Kernel fusedKernel(FusedGroup::Kind kind) {
   case FusedGroup::Kind::LayerNorm: return layerNorm;
   case FusedGroup::Kind::BatchNormRelu: return batchNormRelu;
   case FusedGroup::Kind::ConcatBatchNormRelu: return concatBatchNormRelu;
+  case FusedGroup::Kind::ChannelShuffle: return channelShuffle<false>;
+  case FusedGroup::Kind::ConcatChannelShuffle: return channelShuffle<true>;
   }
   return nullptr;
 }
@@ -198,6 +241,8 @@ const char* fusedName(FusedGroup::Kind kind) {
   case FusedGroup::Kind::LayerNorm: return "LayerNorm(ReduceMean,Sub,Pow,ReduceMean,Add,Sqrt,Div,Mul,Add)";
   case FusedGroup::Kind::BatchNormRelu: return "BatchNormalization+Relu";
   case FusedGroup::Kind::ConcatBatchNormRelu: return "Concat+BatchNormalization+Relu";
+  case FusedGroup::Kind::ChannelShuffle: return "Reshape+Transpose+Reshape";
+  case FusedGroup::Kind::ConcatChannelShuffle: return "Concat+Reshape+Transpose+Reshape";
   }
   return "?";
 }

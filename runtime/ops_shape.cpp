@@ -3,6 +3,8 @@
 // attribute before opset 13, an operand from 13), Concat, Split, Slice (negative steps, clamped
 // bounds), Gather/GatherElements (negative indices), Expand (bidirectional broadcast), Tile,
 // Pad, Range, Trilu, ConstantOfShape, NonZero.
+#include <ATen/InferSize.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -26,15 +28,7 @@ std::vector<std::int64_t> axesOf(KernelContext& c, std::size_t operand, std::int
 
 Outputs reshape(KernelContext& c) {
   const at::Tensor& data = c.input(0);
-  std::vector<std::int64_t> shape = c.ints(1);
-  bool allowZero = c.intAttr("allowzero", 0) != 0;
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    if (shape[i] == 0 && !allowZero) {
-      if (static_cast<std::int64_t>(i) >= data.dim())
-        throw KernelError("shape entry " + std::to_string(i) + " is 0 but the input has rank " + std::to_string(data.dim()));
-      shape[i] = data.size(static_cast<std::int64_t>(i));
-    }
-  return {data.reshape(shape)};
+  return {data.reshape(reshapeTarget(data.sizes(), c.ints(1), c.intAttr("allowzero", 0) != 0))};
 }
 
 Outputs slice(KernelContext& c) {
@@ -289,6 +283,16 @@ void registerShapeKernels(KernelTable& t) {
     return {at::full(c.ints(0), value.flatten()[0].item(), at::TensorOptions().dtype(value.scalar_type()))};
   });
   t.add("NonZero", [](KernelContext& c) -> Outputs { return {at::nonzero(c.input(0)).t().contiguous()}; });
+}
+
+std::vector<std::int64_t> reshapeTarget(at::IntArrayRef sizes, std::vector<std::int64_t> shape, bool allowZero) {
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] == 0 && !allowZero) {
+      if (i >= sizes.size())
+        throw KernelError("shape entry " + std::to_string(i) + " is 0 but the input has rank " + std::to_string(sizes.size()));
+      shape[i] = sizes[i];
+    }
+  return at::infer_size(shape, c10::multiply_integers(sizes));
 }
 
 } // namespace cleave::runtime
