@@ -12,7 +12,7 @@ void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
   app.add_option("--seed", options.seed, "seed of the random inputs used without --inputs")->capture_default_str();
   app.add_flag("--random", options.random, "use random inputs (the default without --inputs)");
   app.add_option("--dim", options.dims, "NAME=SIZE for a symbolic input dim (repeatable; others are 1)");
-  app.add_flag("!--no-fusion", options.optimizations.fusion, "run every node alone (no fused MatMul+Add[+GELU], GELU, LayerNorm, Conv+Relu/Clip/HardSwish/HardSigmoid/SiLU/Add, Conv/ConvTranspose+BatchNormalization[+Relu] folded, [Concat+]BatchNormalization+Relu)");
+  app.add_flag("!--no-fusion", options.optimizations.fusion, "run every node alone (no fused MatMul+Add[+GELU], GELU, LayerNorm, Conv+Relu/Clip/HardSwish/HardSigmoid/SiLU/Add, Conv/ConvTranspose+BatchNormalization[+Relu] folded, [Concat+]BatchNormalization+Relu, [Concat+]channel shuffle)");
   app.add_flag("!--no-blocked-layout", options.optimizations.blockedLayout,
                "built without libdnnl: make convolution outputs dense after each op (no ATen blocked layout between "
                "ops); with it, convolutions write channels-last tensors either way");

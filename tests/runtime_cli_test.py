@@ -103,6 +103,7 @@ class RuntimeCli(TempDirTest):
         self.assertIn("slowest nodes (last run):", text)
         self.assertRegex(text, r"outside kernels \(last run: [^)]*\): [\d.e-]+ ms of [\d.e-]+ ms")
         self.assertIn(f"peak live activations (last run): {summary['peak_activation_bytes']} bytes", text)
+        self.assertRegex(text, r"peak tensor memory \(last run: [^)]*\): \d+ bytes")
         self.assertRegex(text, r"peak resident set of the process \(loading and every run, libraries included\): \d+ MiB")
 
     def test_optimizations_can_be_turned_off_with_the_same_results(self):
@@ -118,8 +119,10 @@ class RuntimeCli(TempDirTest):
         # MatMul weights held packed (the default) or as read in place: the same results.
         transformer = os.path.join(EXAMPLES, "transformer.onnx")
         results = []
-        for flags in ((), ("--no-packed-weights",), ("--no-fusion",)):
-            code, _, err = run("run", transformer, "--seed", "3", "--save-outputs", self.path("t.json"), *flags)
+        # Three runs: the later ones reuse the remembered shape arithmetic (not with --no-shape-memo).
+        for flags in ((), ("--no-packed-weights",), ("--no-fusion",), ("--no-shape-memo",)):
+            code, _, err = run("run", transformer, "--seed", "3", "--repeat", "3", "--save-outputs", self.path("t.json"),
+                               *flags)
             self.assertEqual(code, 0, err)
             results.append(json.load(open(self.path("t.json")))["y"]["data"])
         scale = max(map(abs, results[0]))
