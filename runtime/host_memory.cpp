@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
+#include <tuple>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -25,20 +27,118 @@ namespace {
 constexpr std::size_t kAlignment = 64;
 struct BlockHeader {
   std::size_t requestedBytes; // the tensor's bytes
-  std::size_t mappedBytes;    // the whole mapping for a large block; 0 for a block from malloc
+  std::size_t blockBytes;     // a large block's whole extent in its segment; 0 for a block from malloc
 };
 static_assert(sizeof(BlockHeader) <= kAlignment);
 
-// glibc's default mmap threshold: blocks from here up are mapped by this allocator.
+// glibc's default mmap threshold: blocks from here up are carved from this allocator's segments.
 constexpr std::size_t kLargeBlock = 128 << 10;
 constexpr std::size_t kPage = 4096;
-// A kept block serves a request up to this share larger than the request (1/8): runs repeat sizes
-// exactly, and a much larger block would waste what it holds while in use.
-constexpr std::size_t kReuseSlackDivisor = 8;
+// Mapped at a time (or the request, when larger): a model's activations usually fit one.
+constexpr std::size_t kSegmentBytes = 32 << 20;
 
 std::size_t roundUpToPage(std::size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
 
 BlockHeader* headerOf(void* data) { return reinterpret_cast<BlockHeader*>(static_cast<char*>(data) - kAlignment); }
+
+// Large blocks carved from mapped segments, as a heap carves them but apart from glibc's: the best
+// fitting free range is taken (split when the rest is large enough to serve another block), and a
+// freed block merges with the free ranges beside it in its segment. Segments stay mapped, so what
+// a run frees is resident for the next; only segments that are wholly free are unmapped, when a
+// request fits no free range. Not thread-safe (HostMemory's mutex guards it). O(log R) per
+// operation in the R free ranges, O(S) to look for free segments on a miss.
+class Segments {
+public:
+  // A block of at least `bytes` (a multiple of kPage) and its extent; {nullptr, 0} when no memory.
+  std::pair<char*, std::size_t> take(std::size_t bytes) {
+    auto fit = freeBySize_.lower_bound({bytes, nullptr});
+    if (fit == freeBySize_.end()) {
+      unmapFreeSegments(); // they cannot serve this request: give them back before mapping more
+      if (!mapSegment(std::max(kSegmentBytes, bytes)))
+        return {nullptr, 0};
+      fit = freeBySize_.lower_bound({bytes, nullptr});
+    } else {
+      ++reuses_;
+    }
+    auto [extent, start] = *fit;
+    removeFree(start);
+    if (extent - bytes >= kLargeBlock) { // the rest can serve another block
+      addFree(start + bytes, extent - bytes);
+      extent = bytes;
+    }
+    return {start, extent};
+  }
+
+  void give(char* block, std::size_t extent) {
+    const auto segment = std::prev(segments_.upper_bound(block));
+    char* const segmentEnd = segment->first + segment->second;
+    if (auto next = freeByAddress_.find(block + extent); next != freeByAddress_.end() && next->first < segmentEnd) {
+      extent += next->second;
+      removeFree(next->first);
+    }
+    if (auto after = freeByAddress_.lower_bound(block); after != freeByAddress_.begin()) {
+      auto before = std::prev(after);
+      if (before->first >= segment->first && before->first + before->second == block) {
+        block = before->first;
+        extent += before->second;
+        removeFree(before->first);
+      }
+    }
+    addFree(block, extent);
+  }
+
+  std::size_t mappedBytes() const { return mappedBytes_; }
+  std::size_t freeBytes() const { return freeBytes_; }
+  std::int64_t reuses() const { return reuses_; }
+  std::int64_t maps() const { return maps_; }
+  std::int64_t unmaps() const { return unmaps_; }
+
+private:
+  bool mapSegment(std::size_t bytes) {
+    void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+      return false;
+    segments_.emplace(static_cast<char*>(base), bytes);
+    mappedBytes_ += bytes;
+    ++maps_;
+    addFree(static_cast<char*>(base), bytes);
+    return true;
+  }
+
+  void unmapFreeSegments() {
+    for (auto segment = segments_.begin(); segment != segments_.end();) {
+      auto free = freeByAddress_.find(segment->first);
+      if (free == freeByAddress_.end() || free->second != segment->second) {
+        ++segment;
+        continue;
+      }
+      removeFree(segment->first);
+      munmap(segment->first, segment->second);
+      mappedBytes_ -= segment->second;
+      ++unmaps_;
+      segment = segments_.erase(segment);
+    }
+  }
+
+  void addFree(char* start, std::size_t extent) {
+    freeByAddress_.emplace(start, extent);
+    freeBySize_.emplace(extent, start);
+    freeBytes_ += extent;
+  }
+
+  void removeFree(char* start) {
+    auto found = freeByAddress_.find(start);
+    freeBySize_.erase({found->second, start});
+    freeBytes_ -= found->second;
+    freeByAddress_.erase(found);
+  }
+
+  std::map<char*, std::size_t> segments_;      // base -> extent
+  std::map<char*, std::size_t> freeByAddress_; // free range start -> extent
+  std::set<std::pair<std::size_t, char*>> freeBySize_;
+  std::size_t mappedBytes_ = 0, freeBytes_ = 0;
+  std::int64_t reuses_ = 0, maps_ = 0, unmaps_ = 0;
+};
 
 // The state every allocation shares; leaked on purpose, since tensors may be freed while static
 // objects are destroyed at exit.
@@ -49,11 +149,18 @@ public:
       return nullptr;
     TORCH_CHECK(bytes <= SIZE_MAX - kPage - kAlignment, "cleave's CPU allocator: ", bytes, " bytes is too large");
     const std::size_t withHeader = bytes + kAlignment;
-    void* block = withHeader >= kLargeBlock ? takeLargeBlock(roundUpToPage(withHeader)) : takeSmallBlock(withHeader);
+    std::size_t blockBytes = 0;
+    void* block = nullptr;
+    if (withHeader >= kLargeBlock) {
+      std::lock_guard lock(mutex_);
+      std::tie(block, blockBytes) = segments_.take(roundUpToPage(withHeader));
+    } else {
+      block = takeSmallBlock(withHeader);
+    }
     TORCH_CHECK(block != nullptr, "cleave's CPU allocator: out of memory allocating ", bytes, " bytes");
     auto* header = static_cast<BlockHeader*>(block);
     header->requestedBytes = bytes;
-    header->mappedBytes = withHeader >= kLargeBlock ? roundUpToPage(withHeader) : 0;
+    header->blockBytes = blockBytes;
     countInUse(static_cast<std::int64_t>(bytes));
     return static_cast<char*>(block) + kAlignment;
   }
@@ -63,15 +170,12 @@ public:
       return;
     BlockHeader* header = headerOf(data);
     countInUse(-static_cast<std::int64_t>(header->requestedBytes));
-    if (header->mappedBytes == 0) {
+    if (header->blockBytes == 0) {
       std::free(header);
       return;
     }
     std::lock_guard lock(mutex_);
-    largeInUse_ -= header->mappedBytes;
-    // Before the blocks of its size: the most recently freed is reused first, while still in cache.
-    kept_.emplace_hint(kept_.lower_bound(header->mappedBytes), header->mappedBytes, header);
-    keptBytes_ += header->mappedBytes;
+    segments_.give(reinterpret_cast<char*>(header), header->blockBytes);
   }
 
   HostMemoryStats stats() {
@@ -79,11 +183,11 @@ public:
     stats.bytesInUse = bytesInUse_.load(std::memory_order_relaxed);
     stats.peakBytesInUse = peakBytesInUse_.load(std::memory_order_relaxed);
     std::lock_guard lock(mutex_);
-    stats.largeBytesMapped = static_cast<std::int64_t>(largeInUse_ + keptBytes_);
-    stats.largeBytesKept = static_cast<std::int64_t>(keptBytes_);
-    stats.largeReuses = reuses_;
-    stats.largeMaps = maps_;
-    stats.largeUnmaps = unmaps_;
+    stats.largeBytesMapped = static_cast<std::int64_t>(segments_.mappedBytes());
+    stats.largeBytesKept = static_cast<std::int64_t>(segments_.freeBytes());
+    stats.largeReuses = segments_.reuses();
+    stats.largeMaps = segments_.maps();
+    stats.largeUnmaps = segments_.unmaps();
     return stats;
   }
 
@@ -100,49 +204,6 @@ private:
     return posix_memalign(&block, kAlignment, bytes) == 0 ? block : nullptr;
   }
 
-  void* takeLargeBlock(std::size_t bytes) {
-    std::lock_guard lock(mutex_);
-    if (void* block = reuseKept(bytes))
-      return block;
-    unmapKeptToFit(bytes);
-    void* block = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (block == MAP_FAILED)
-      return nullptr;
-    ++maps_;
-    markLargeInUse(bytes);
-    return block;
-  }
-
-  // The smallest kept block that holds `bytes` without wasting more than the slack.
-  void* reuseKept(std::size_t bytes) {
-    auto fit = kept_.lower_bound(bytes);
-    if (fit == kept_.end() || fit->first > bytes + bytes / kReuseSlackDivisor)
-      return nullptr;
-    void* block = fit->second;
-    keptBytes_ -= fit->first;
-    markLargeInUse(fit->first);
-    kept_.erase(fit);
-    ++reuses_;
-    return block;
-  }
-
-  // Mapped bytes stay within twice the largest in use: unmap kept blocks, largest first.
-  void unmapKeptToFit(std::size_t bytes) {
-    const std::size_t bound = 2 * std::max(peakLargeInUse_, largeInUse_ + bytes);
-    while (!kept_.empty() && largeInUse_ + keptBytes_ + bytes > bound) {
-      auto largest = std::prev(kept_.end());
-      munmap(largest->second, largest->first);
-      keptBytes_ -= largest->first;
-      kept_.erase(largest);
-      ++unmaps_;
-    }
-  }
-
-  void markLargeInUse(std::size_t bytes) {
-    largeInUse_ += bytes;
-    peakLargeInUse_ = std::max(peakLargeInUse_, largeInUse_);
-  }
-
   void countInUse(std::int64_t delta) {
     const std::int64_t now = bytesInUse_.fetch_add(delta, std::memory_order_relaxed) + delta;
     std::int64_t peak = peakBytesInUse_.load(std::memory_order_relaxed);
@@ -152,12 +213,8 @@ private:
 
   std::atomic<std::int64_t> bytesInUse_{0};
   std::atomic<std::int64_t> peakBytesInUse_{0};
-  std::mutex mutex_; // guards everything below
-  std::multimap<std::size_t, void*> kept_; // freed large blocks by mapped size
-  std::size_t keptBytes_ = 0;
-  std::size_t largeInUse_ = 0;
-  std::size_t peakLargeInUse_ = 0;
-  std::int64_t reuses_ = 0, maps_ = 0, unmaps_ = 0;
+  std::mutex mutex_; // guards segments_
+  Segments segments_;
 };
 
 HostMemory& hostMemory() {
