@@ -915,15 +915,20 @@ TEST(OneDnn, PoolingEqualsAten) {
   EXPECT_FALSE(onednn::pool(x, K::Max, {3, 3}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, false).defined()); // ranks differ
 }
 
-ir::Attribute scalarTensor(float value) {
-  onnx::TensorProto proto;
-  proto.set_data_type(onnx::TensorProto::FLOAT);
-  proto.add_float_data(value);
+// A Constant node's `value` attribute holding `proto`.
+ir::Attribute constantValue(const onnx::TensorProto& proto) {
   ir::Attribute a;
   a.name = "value";
   a.kind = ir::AttrKind::Tensor;
   a.text = proto.SerializeAsString();
   return a;
+}
+
+ir::Attribute scalarTensor(float value) {
+  onnx::TensorProto proto;
+  proto.set_data_type(onnx::TensorProto::FLOAT);
+  proto.add_float_data(value);
+  return constantValue(proto);
 }
 
 // x -> MatMul(x, w) + b -> GELU as torch exports it (Div by sqrt 2, Erf, Add 1, Mul x, Mul 0.5).
@@ -1353,11 +1358,7 @@ ir::Attribute int64Tensor(const std::vector<std::int64_t>& values, bool scalar =
     proto.add_dims(static_cast<std::int64_t>(values.size()));
   for (std::int64_t v : values)
     proto.add_int64_data(v);
-  ir::Attribute a;
-  a.name = "value";
-  a.kind = ir::AttrKind::Tensor;
-  a.text = proto.SerializeAsString();
-  return a;
+  return constantValue(proto);
 }
 
 // ShuffleNet's channel shuffle after the Concat of its branches: Concat -> Reshape [N, g, C/g, H, W]

@@ -185,9 +185,9 @@ at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
 // parameter tensors come back (kept in the node's cache). One piece: a BatchNormalization
 // (+Relu, DenseNet's pre-activation after a convolution's block); several: DenseNet's Concat ->
 // BatchNormalization -> Relu, whose concatenation is never made (scaleShiftConcatenation).
-// Measured on a channels-last [1, 256, 28, 28]: 40 us as addcmul and an in-place Relu, against
-// 72-87 us for at::batch_norm then Relu. Autograd, other dtypes, layouts or shapes: at::cat,
-// at::batch_norm, at::relu.
+// Measured on a channels-last [1, 224, 56, 56]: 200 us in one pass, against 306 us for ATen's
+// addcmul then an in-place Relu (the form before) and more for at::batch_norm then Relu.
+// Autograd, other dtypes, layouts or shapes: at::cat, at::batch_norm, at::relu.
 at::Tensor batchNormInference(KernelContext& c, const std::vector<at::Tensor>& pieces, const std::vector<at::Tensor>& from,
                               double epsilon, bool thenRelu);
 // y = x * multiplier + shift per channel (dim 1) over the concatenation of `pieces` along dim 1,

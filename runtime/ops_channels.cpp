@@ -85,22 +85,31 @@ void scaleShiftChannelsLast(const std::vector<at::Tensor>& pieces, const float* 
   });
 }
 
+// Where channel `channel` of the concatenation lies: its piece and its channel there.
+struct PieceChannel {
+  std::size_t piece;
+  std::int64_t channel;
+};
+std::vector<PieceChannel> channelSources(const std::vector<at::Tensor>& pieces) {
+  std::vector<PieceChannel> sources;
+  for (std::size_t p = 0; p < pieces.size(); ++p)
+    for (std::int64_t k = 0; k < pieces[p].size(1); ++k)
+      sources.push_back({p, k});
+  return sources;
+}
+
 void scaleShiftPlanes(const std::vector<at::Tensor>& pieces, const float* m, const float* s, float floor,
                       at::Tensor& out) {
   const std::int64_t batch = out.size(0), channels = out.size(1), plane = out.numel() / std::max<std::int64_t>(1, batch * channels);
-  // Each output channel's piece and its channel within the piece.
-  std::vector<std::pair<const at::Tensor*, std::int64_t>> source;
-  source.reserve(static_cast<std::size_t>(channels));
-  for (const at::Tensor& piece : pieces)
-    for (std::int64_t k = 0; k < piece.size(1); ++k)
-      source.emplace_back(&piece, k);
+  const std::vector<PieceChannel> sources = channelSources(pieces);
   float* dst = out.data_ptr<float>();
   at::parallel_for(0, batch * channels, std::max<std::int64_t>(1, kElementsPerTask / std::max<std::int64_t>(1, plane)),
                    [&](std::int64_t begin, std::int64_t end) {
                      for (std::int64_t task = begin; task < end; ++task) {
                        const std::int64_t n = task / channels, channel = task % channels;
-                       const auto& [piece, k] = source[static_cast<std::size_t>(channel)];
-                       const float* src = piece->data_ptr<float>() + (n * piece->size(1) + k) * plane;
+                       const PieceChannel& from = sources[static_cast<std::size_t>(channel)];
+                       const at::Tensor& piece = pieces[from.piece];
+                       const float* src = piece.data_ptr<float>() + (n * piece.size(1) + from.channel) * plane;
                        scaleShiftPlane(src, plane, m[channel], s[channel], floor, dst + task * plane);
                      }
                    });
@@ -132,19 +141,6 @@ void interleaveGroups(const float* const* sources, const std::int64_t* strides, 
       for (std::int64_t i = 0; i < groups; ++i)
         out[j * groups + i] = sources[i][r * strides[i] + j];
   }
-}
-
-// Where channel `channel` of the concatenation lies: its piece and its channel there.
-struct PieceChannel {
-  std::size_t piece;
-  std::int64_t channel;
-};
-std::vector<PieceChannel> channelSources(const std::vector<at::Tensor>& pieces) {
-  std::vector<PieceChannel> sources;
-  for (std::size_t p = 0; p < pieces.size(); ++p)
-    for (std::int64_t k = 0; k < pieces[p].size(1); ++k)
-      sources.push_back({p, k});
-  return sources;
 }
 
 // [N, C, spatial...] with `sizes`, channels-last dense (for any rank) or contiguous.

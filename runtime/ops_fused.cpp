@@ -93,6 +93,14 @@ std::optional<std::pair<at::Tensor, at::Tensor>> foldBatchNorm(const std::vector
   return std::make_pair(weight.to(w.scalar_type()).contiguous(), bias.contiguous());
 }
 
+// The epsilon of the BatchNormalization that alone reads the group's first node's output (the
+// context is that first node's: a Conv or a Concat).
+double epsilonOfNextNormalization(const KernelContext& c) {
+  const ir::Graph& g = c.graph();
+  const ir::Attribute* epsilon = g.findAttribute(g.users(g.outputs(c.node())[0])[0], "epsilon");
+  return epsilon ? epsilon->floatValue : 1e-5;
+}
+
 // Conv or ConvTranspose, then BatchNormalization (inference) [, then Relu]: the normalization
 // folded into the convolution's weight and bias once per weight (kept in the node's cache).
 // The context is the convolution's; epsilon is the normalization node's.
@@ -100,9 +108,7 @@ template <bool transposed, bool relu> Outputs convBatchNorm(KernelContext& c) {
   const at::Tensor& x = c.input(0);
   const at::Tensor bias = c.has(2) ? c.input(2) : at::Tensor();
   std::vector<at::Tensor> from{c.input(1), bias, c.input(3), c.input(4), c.input(5), c.input(6)};
-  const ir::Graph& g = c.graph();
-  const ir::Attribute* epsilonAttr = g.findAttribute(g.users(g.outputs(c.node())[0])[0], "epsilon");
-  const double epsilon = epsilonAttr ? epsilonAttr->floatValue : 1e-5;
+  const double epsilon = epsilonOfNextNormalization(c);
   const std::int64_t groups = c.intAttr("group", 1);
   at::Tensor weight, foldedBias;
   if (c.cache() && holdsFoldOf(*c.cache(), from)) {
@@ -137,13 +143,10 @@ Outputs concatBatchNormRelu(KernelContext& c) {
   std::vector<at::Tensor> pieces;
   for (std::size_t i = 4; i < c.numInputs(); ++i)
     pieces.push_back(c.input(i));
-  const ir::Graph& g = c.graph();
-  const ir::Attribute* epsilonAttr = g.findAttribute(g.users(g.outputs(c.node())[0])[0], "epsilon");
-  const double epsilon = epsilonAttr ? epsilonAttr->floatValue : 1e-5;
   const std::vector<at::Tensor> from{c.input(0), c.input(1), c.input(2), c.input(3)};
-  if (normalizeAxis(c.intAttr("axis", 0), pieces.front().dim()) != 1) // not over channels: concatenated first
-    pieces = {at::cat(pieces, normalizeAxis(c.intAttr("axis", 0), pieces.front().dim()))};
-  return {batchNormInference(c, pieces, from, epsilon, true)};
+  if (const std::int64_t axis = normalizeAxis(c.intAttr("axis", 0), pieces.front().dim()); axis != 1)
+    pieces = {at::cat(pieces, axis)}; // not over channels: concatenated first
+  return {batchNormInference(c, pieces, from, epsilonOfNextNormalization(c), true)};
 }
 
 // Operands: the two Reshapes' shapes, then the pieces (the Concat's, or the first Reshape's data).
