@@ -1315,6 +1315,22 @@ TEST(Fusion, ConcatThenBatchNormalizationThenReluRunsAsOnePass) {
 
 // The one-pass kernel itself: any rank from 2 (channels-last for every rank: [N, spatial..., C] in
 // memory), with and without the Relu; pieces it cannot read in one pass give an undefined result.
+TEST(Kernels, ChannelsLastDenseInterleavesAnImagesPlanes) {
+  for (const std::vector<std::int64_t>& sizes :
+       std::vector<std::vector<std::int64_t>>{{1, 1, 5, 7}, {2, 2, 3, 4}, {1, 3, 224, 224}, {3, 3, 17, 1}, {2, 4, 9, 11},
+                                              {1, 3, 4, 5, 6}, {1, 5, 6, 7}}) {
+    const at::Tensor x = at::randn(sizes);
+    const at::MemoryFormat channelsLast = x.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+    const at::Tensor got = channelsLastDense(x);
+    EXPECT_TRUE(got.is_contiguous(channelsLast)) << c10::IntArrayRef(sizes);
+    EXPECT_TRUE(at::equal(got, x)) << c10::IntArrayRef(sizes);
+    EXPECT_TRUE(channelsLastDense(got).is_same(got)); // already channels-last: itself
+  }
+  const at::Tensor doubles = at::randn({1, 3, 4, 5}, at::kDouble); // other dtypes: ATen's copy, same values
+  EXPECT_TRUE(at::equal(channelsLastDense(doubles), doubles));
+  EXPECT_TRUE(channelsLastDense(doubles).is_contiguous(at::MemoryFormat::ChannelsLast));
+}
+
 TEST(Kernels, ScaleShiftOfAConcatenationEqualsTheNodesOneByOne) {
   at::manual_seed(43);
   for (const std::vector<std::int64_t>& spatial : std::vector<std::vector<std::int64_t>>{{}, {9}, {4, 5}, {2, 3, 4}}) {

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <tuple>
+#include <vector>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -38,6 +40,33 @@ constexpr std::size_t kPage = 4096;
 constexpr std::size_t kSegmentBytes = 32 << 20;
 
 std::size_t roundUpToPage(std::size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
+
+// Small blocks (header included, under kLargeBlock) are kept by size class for reuse: 64-byte
+// steps up to 1 KiB, then eight classes per doubling (at most 1/8 more than asked).
+constexpr std::size_t kFineClassLimit = 1024;
+constexpr std::size_t kClassesPerDoubling = 8;
+constexpr std::size_t kFineClasses = kFineClassLimit / kAlignment;
+constexpr std::size_t kSmallClasses = kFineClasses + kClassesPerDoubling * 7; // doublings from 1 KiB to 128 KiB
+
+struct SizeClass {
+  std::size_t index;
+  std::size_t bytes;
+};
+
+// The class of a small block of `bytes` (0 < bytes < kLargeBlock). O(1).
+SizeClass sizeClassOf(std::size_t bytes) {
+  if (bytes <= kFineClassLimit) {
+    const std::size_t steps = (bytes + kAlignment - 1) / kAlignment;
+    return {steps - 1, steps * kAlignment};
+  }
+  // 2^e < bytes <= 2^(e + 1), in steps of 2^e / kClassesPerDoubling: kClassesPerDoubling < units
+  // <= 2 * kClassesPerDoubling.
+  const auto e = static_cast<std::size_t>(63 - __builtin_clzll(static_cast<unsigned long long>(bytes - 1)));
+  const std::size_t step = (std::size_t{1} << e) / kClassesPerDoubling;
+  const std::size_t units = (bytes + step - 1) / step;
+  const std::size_t first = kFineClasses + (e - 10) * kClassesPerDoubling; // 2^10 = kFineClassLimit
+  return {first + units - kClassesPerDoubling - 1, units * step};
+}
 
 BlockHeader* headerOf(void* data) { return reinterpret_cast<BlockHeader*>(static_cast<char*>(data) - kAlignment); }
 
@@ -170,11 +199,13 @@ public:
       return;
     BlockHeader* header = headerOf(data);
     countInUse(-static_cast<std::int64_t>(header->requestedBytes));
+    std::lock_guard lock(mutex_);
     if (header->blockBytes == 0) {
-      std::free(header);
+      const SizeClass size = sizeClassOf(header->requestedBytes + kAlignment);
+      freeSmall_[size.index].push_back(header);
+      smallBytesKept_ += size.bytes;
       return;
     }
-    std::lock_guard lock(mutex_);
     segments_.give(reinterpret_cast<char*>(header), header->blockBytes);
   }
 
@@ -188,6 +219,8 @@ public:
     stats.largeReuses = segments_.reuses();
     stats.largeMaps = segments_.maps();
     stats.largeUnmaps = segments_.unmaps();
+    stats.smallBytesKept = static_cast<std::int64_t>(smallBytesKept_);
+    stats.smallReuses = smallReuses_;
     return stats;
   }
 
@@ -199,9 +232,22 @@ public:
   void resetPeak() { peakBytesInUse_.store(bytesInUse_.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
 private:
-  static void* takeSmallBlock(std::size_t bytes) {
+  // A kept block of the size's class, else a new one from the C library (kept once freed).
+  void* takeSmallBlock(std::size_t bytes) {
+    const SizeClass size = sizeClassOf(bytes);
+    {
+      std::lock_guard lock(mutex_);
+      std::vector<void*>& kept = freeSmall_[size.index];
+      if (!kept.empty()) {
+        void* block = kept.back();
+        kept.pop_back();
+        smallBytesKept_ -= size.bytes;
+        ++smallReuses_;
+        return block;
+      }
+    }
     void* block = nullptr;
-    return posix_memalign(&block, kAlignment, bytes) == 0 ? block : nullptr;
+    return posix_memalign(&block, kAlignment, size.bytes) == 0 ? block : nullptr;
   }
 
   void countInUse(std::int64_t delta) {
@@ -213,8 +259,11 @@ private:
 
   std::atomic<std::int64_t> bytesInUse_{0};
   std::atomic<std::int64_t> peakBytesInUse_{0};
-  std::mutex mutex_; // guards segments_
+  std::mutex mutex_; // guards segments_ and the small blocks kept
   Segments segments_;
+  std::array<std::vector<void*>, kSmallClasses> freeSmall_; // by size class, the last freed on top
+  std::size_t smallBytesKept_ = 0;
+  std::int64_t smallReuses_ = 0;
 };
 
 HostMemory& hostMemory() {

@@ -9,8 +9,9 @@
 // cache pins small chunks between the freed large blocks, and the same ten runs of a 4 MiB chain
 // then faulted 2 to 4,113 pages depending only on the heap's layout (the model path's length).
 // So blocks of 128 KiB and more are carved here from segments of their own (32 MiB, or the block),
-// which stay mapped; smaller ones come from the C library, whose heap is never trimmed (kept for
-// the next run too). A first version kept freed large blocks by size, each reused only for a size
+// which stay mapped. Smaller ones come from the C library once and are then kept here by size
+// class: glibc's aligned allocation cost more than the kernels of a small model's small tensors
+// (posix_memalign, its free and malloc_consolidate were 8% of MobileNetV3-Small's main thread). A first version kept freed large blocks by size, each reused only for a size
 // within 1/8 of its own, within twice the peak in use: DenseNet-121 with --no-fusion, whose sizes
 // are many and change every layer, then unmapped and mapped blocks every run (8,200 faults a run;
 // 1.46x the run time of the build before).
@@ -23,8 +24,11 @@
 // - Every block is 64-byte aligned (ATen's and oneDNN's requirement); the allocator is thread-safe
 //   (one mutex around the segments; counters are atomic) and fork-safe (the mutex is held across
 //   fork).
+// - A small request (under 128 KiB with the header) takes a kept block of its size class (64-byte
+//   steps to 1 KiB, then 8 classes per doubling: at most 1/8 over), else a new one from the C
+//   library. Small blocks are never given back: what is kept is at most the peak of each class.
 // Cost: an allocation or free of a large block is O(log R) in the R free ranges (O(S) more in the S
-// segments when it maps one); small ones add two atomic adds to the C library's malloc.
+// segments when it maps one); of a small one O(1) under the mutex (the C library's malloc on a miss).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +48,8 @@ struct HostMemoryStats {
   std::int64_t largeReuses = 0;      // large allocations served from free ranges
   std::int64_t largeMaps = 0;        // segments mapped
   std::int64_t largeUnmaps = 0;      // wholly free segments given back to the kernel
+  std::int64_t smallBytesKept = 0;   // small blocks freed and kept for reuse (their classes' bytes)
+  std::int64_t smallReuses = 0;      // small allocations served from kept blocks
 };
 
 // Counters since installation (zero before it).

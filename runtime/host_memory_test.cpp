@@ -83,6 +83,30 @@ TEST_F(HostMemory, CountsBytesInUseAndThePeakOfARun) {
   EXPECT_EQ(hostMemoryStats().peakBytesInUse, end.bytesInUse);
 }
 
+TEST_F(HostMemory, FreedSmallBlocksServeLaterRequestsOfTheirSizeClass) {
+  // Every class boundary region: the fine 64-byte steps, the first doubling, the largest class.
+  for (std::int64_t bytes : {1l, 64l, 900l, 1000l, 1100l, 3000l, 70000l, (128l << 10) - 65}) {
+    void* first = nullptr;
+    {
+      at::Tensor block = at::empty({bytes}, at::kByte);
+      first = block.data_ptr();
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % 64, 0u) << bytes;
+      std::fill_n(static_cast<char*>(first), bytes, 1); // the whole request is writable
+    }
+    const HostMemoryStats before = hostMemoryStats();
+    {
+      at::Tensor again = at::empty({bytes}, at::kByte); // the same class: the block just freed
+      EXPECT_EQ(again.data_ptr(), first) << bytes;
+      const HostMemoryStats after = hostMemoryStats();
+      EXPECT_EQ(after.smallReuses, before.smallReuses + 1) << bytes;
+      EXPECT_LT(after.smallBytesKept, before.smallBytesKept) << bytes;
+    }
+    // Freed again; a size more than 1/8 larger is of another class and does not take it.
+    at::Tensor larger = at::empty({bytes + bytes / 4 + 64}, at::kByte);
+    EXPECT_NE(larger.data_ptr(), first) << bytes;
+  }
+}
+
 TEST_F(HostMemory, WhollyFreeSegmentsAreUnmappedWhenNoFreeRangeFits) {
   // Ever larger sizes, one at a time, past the 32 MiB segment: each fits no free range, so the
   // wholly free segments before it are unmapped rather than kept without bound.

@@ -67,6 +67,9 @@ PieceLayout sharedLayout(const std::vector<at::Tensor>& pieces) {
 // About this many output elements per parallel task.
 constexpr std::int64_t kElementsPerTask = 16384;
 
+// channelsLastDense interleaves planes itself up to this many channels (an image's).
+constexpr std::int64_t kPlanesInterleaved = 4;
+
 void scaleShiftChannelsLast(const std::vector<at::Tensor>& pieces, const float* m, const float* s, float floor,
                             at::Tensor& out) {
   const std::int64_t channels = out.size(1), rows = out.numel() / channels;
@@ -115,25 +118,36 @@ void scaleShiftPlanes(const std::vector<at::Tensor>& pieces, const float* m, con
                    });
 }
 
+// interleaveGroups for a group count known when compiling (inlined into each ISA's clone), whose
+// inner loops the compiler vectorizes.
+template <int kGroups>
+inline __attribute__((always_inline)) void interleaveFixedGroups(const float* const* sources, const std::int64_t* strides,
+                                                                 std::int64_t perGroup, std::int64_t rows,
+                                                                 float* __restrict dst, std::int64_t dstStride) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* __restrict from[kGroups];
+    for (int i = 0; i < kGroups; ++i)
+      from[i] = sources[i] + r * strides[i];
+    float* __restrict out = dst + r * dstStride;
+    for (std::int64_t j = 0; j < perGroup; ++j)
+      for (int i = 0; i < kGroups; ++i)
+        out[j * kGroups + i] = from[i][j];
+  }
+}
+
 // out[r * dstStride + j * groups + i] = sources[i][r * strides[i] + j] for rows r, groups i and
-// j < perGroup: each row's groups interleaved. Built per ISA like scaleShiftRows; two groups
-// (ShuffleNet's) have their own loop, which the compiler vectorizes.
+// j < perGroup: each row's groups interleaved. Built per ISA like scaleShiftRows; two to four groups
+// (ShuffleNet's two; an image's three or four planes) take loops the compiler vectorizes.
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 void interleaveGroups(const float* const* sources, const std::int64_t* strides, std::int64_t groups,
                       std::int64_t perGroup, std::int64_t rows, float* __restrict dst, std::int64_t dstStride) {
-  if (groups == 2) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float* __restrict first = sources[0] + r * strides[0];
-      const float* __restrict second = sources[1] + r * strides[1];
-      float* __restrict out = dst + r * dstStride;
-      for (std::int64_t j = 0; j < perGroup; ++j) {
-        out[2 * j] = first[j];
-        out[2 * j + 1] = second[j];
-      }
-    }
-    return;
+  switch (groups) {
+  case 2: return interleaveFixedGroups<2>(sources, strides, perGroup, rows, dst, dstStride);
+  case 3: return interleaveFixedGroups<3>(sources, strides, perGroup, rows, dst, dstStride);
+  case 4: return interleaveFixedGroups<4>(sources, strides, perGroup, rows, dst, dstStride);
+  default: break;
   }
   for (std::int64_t r = 0; r < rows; ++r) {
     float* out = dst + r * dstStride;
@@ -238,6 +252,37 @@ at::Tensor shuffleChannels(const std::vector<at::Tensor>& pieces, std::int64_t g
                      interleaveGroups(starts.data(), groupStrides.data(), groups, perGroup, end - begin,
                                       dst + begin * channels, channels);
                    });
+  return out;
+}
+
+at::Tensor channelsLastDense(const at::Tensor& x) {
+  const at::MemoryFormat channelsLast = x.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+  if (x.is_contiguous(channelsLast))
+    return x;
+  const std::int64_t channels = x.size(1);
+  if (channels > kPlanesInterleaved || x.scalar_type() != at::kFloat || !x.device().is_cpu() || x.is_mkldnn() ||
+      !x.is_contiguous() || x.requires_grad())
+    return x.contiguous(channelsLast);
+  at::Tensor out = emptyInLayout(x.sizes().vec(), x.options(), true);
+  const std::int64_t batch = x.size(0), plane = x.numel() / std::max<std::int64_t>(1, batch * channels);
+  const float* src = x.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  const std::int64_t noStride[kPlanesInterleaved] = {};
+  // Tasks are spans of one batch entry's positions: each writes a contiguous span of the output.
+  const std::int64_t spansPerEntry = std::max<std::int64_t>(1, plane * channels / kElementsPerTask);
+  const std::int64_t span = (plane + spansPerEntry - 1) / spansPerEntry;
+  at::parallel_for(0, batch * spansPerEntry, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t task = begin; task < end; ++task) {
+      const std::int64_t n = task / spansPerEntry, from = (task % spansPerEntry) * span;
+      const std::int64_t count = std::min(span, plane - from);
+      if (count <= 0)
+        continue;
+      const float* planes[kPlanesInterleaved];
+      for (std::int64_t c = 0; c < channels; ++c)
+        planes[c] = src + (n * channels + c) * plane + from;
+      interleaveGroups(planes, noStride, channels, count, 1, dst + (n * plane + from) * channels, 0);
+    }
+  });
   return out;
 }
 
