@@ -397,6 +397,14 @@ struct PackedConvolution {
   dnnl::memory::desc blockedSrc, blockedDst;
   dnnl::primitive toBlocked, fromBlocked;
   dnnl::memory::desc scratchpad; // the primitive's, passed on each call (user scratchpad mode)
+  // The primitives' arguments (runConvolution points them at each call's tensors), made on the
+  // first call. So one packed convolution is never run by two threads at once (a node's cache
+  // is not).
+  struct Arguments {
+    bool made = false;
+    dnnl::memory src, dst, bias, scratchpad, blockedSrc, blockedDst;
+    std::unordered_map<int, dnnl::memory> primitive, toBlocked, fromBlocked;
+  } arguments;
 };
 
 namespace {
@@ -436,39 +444,65 @@ void keepReorderedWeight(PackedConvolution& packed, const at::Tensor& w, const D
   packed.outputDims = std::move(outputDims);
 }
 
+// The argument maps of `packed`'s primitives, over memory objects made once without data (each
+// call points them at its tensors: making them costs an allocation each, and a small model's
+// convolutions made about 200 a run).
+void bindArguments(PackedConvolution& packed) {
+  auto unbound = [](const dnnl::memory::desc& desc) { return dnnl::memory(desc, cpuEngine(), DNNL_MEMORY_NONE); };
+  PackedConvolution::Arguments& bound = packed.arguments;
+  bound.src = unbound(packed.src);
+  bound.dst = unbound(packed.dst);
+  bound.bias = unbound(dnnl::memory::desc({packed.outputDims[1]}, DataType::f32, Tag::a));
+  bound.scratchpad = unbound(packed.scratchpad);
+  bound.primitive = {{DNNL_ARG_WEIGHTS, packed.weight}};
+  if (packed.winograd) {
+    bound.blockedSrc = unbound(packed.blockedSrc);
+    bound.blockedDst = unbound(packed.blockedDst);
+    bound.primitive.emplace(DNNL_ARG_SRC, bound.blockedSrc);
+    bound.primitive.emplace(DNNL_ARG_DST, bound.blockedDst);
+    bound.toBlocked = {{DNNL_ARG_FROM, bound.src}, {DNNL_ARG_TO, bound.blockedSrc}};
+    bound.fromBlocked = {{DNNL_ARG_FROM, bound.blockedDst}, {DNNL_ARG_TO, bound.dst}};
+  } else {
+    bound.primitive.emplace(DNNL_ARG_SRC, bound.src);
+    bound.primitive.emplace(DNNL_ARG_DST, bound.dst);
+  }
+  if (packed.scratchpad.get_size() > 0)
+    bound.primitive.emplace(DNNL_ARG_SCRATCHPAD, bound.scratchpad);
+  if (packed.withBias && !packed.transposed) // a deconvolution's bias is added after it (epilogue)
+    bound.primitive.emplace(DNNL_ARG_BIAS, bound.bias);
+  bound.made = true;
+}
+
 // `packed`'s primitive on x (read channels-last) into `out` (channels-last, its dims), plus the bias.
-void runConvolution(const PackedConvolution& packed, const at::Tensor& x, const at::Tensor& bias,
-                    const at::Tensor& out) {
-  at::Tensor src = x.contiguous(channelsLast(x.dim()));
-  dnnl::memory srcMemory = view(packed.src, src), dstMemory = view(packed.dst, out);
+void runConvolution(PackedConvolution& packed, const at::Tensor& x, const at::Tensor& bias, const at::Tensor& out) {
+  if (!packed.arguments.made)
+    bindArguments(packed);
+  PackedConvolution::Arguments& bound = packed.arguments;
+  const at::Tensor src = x.contiguous(channelsLast(x.dim()));
+  bound.src.set_data_handle(src.data_ptr());
+  bound.dst.set_data_handle(out.data_ptr());
   // Scratch memory (the primitive's scratchpad; a Winograd convolution's blocked operands), from
   // ATen's allocator, which keeps freed memory for reuse.
-  auto scratch = [&](const dnnl::memory::desc& desc) {
-    return at::empty({static_cast<std::int64_t>((desc.get_size() + sizeof(float) - 1) / sizeof(float))},
-                     x.options());
+  auto scratch = [&](const dnnl::memory::desc& desc, dnnl::memory& memory) {
+    at::Tensor bytes = at::empty({static_cast<std::int64_t>((desc.get_size() + sizeof(float) - 1) / sizeof(float))},
+                                 x.options());
+    memory.set_data_handle(bytes.data_ptr());
+    return bytes;
   };
-  at::Tensor blockedSrc, blockedDst;
+  at::Tensor blockedSrc, blockedDst, scratchpad;
   if (packed.winograd) {
-    blockedSrc = scratch(packed.blockedSrc);
-    blockedDst = scratch(packed.blockedDst);
-    dnnl::memory blocked = view(packed.blockedSrc, blockedSrc);
-    execute(packed.toBlocked, {{DNNL_ARG_FROM, srcMemory}, {DNNL_ARG_TO, blocked}});
-    srcMemory = blocked;
-    dstMemory = view(packed.blockedDst, blockedDst);
+    blockedSrc = scratch(packed.blockedSrc, bound.blockedSrc);
+    blockedDst = scratch(packed.blockedDst, bound.blockedDst);
+    execute(packed.toBlocked, bound.toBlocked);
   }
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, srcMemory}, {DNNL_ARG_WEIGHTS, packed.weight}, {DNNL_ARG_DST, dstMemory}};
-  at::Tensor scratchpad;
-  if (packed.scratchpad.get_size() > 0) {
-    scratchpad = scratch(packed.scratchpad);
-    args.emplace(DNNL_ARG_SCRATCHPAD, view(packed.scratchpad, scratchpad));
-  }
-  const at::Tensor denseBias = bias.defined() ? bias.contiguous() : at::Tensor(); // [OC] (no view: ATen's cost more)
+  if (packed.scratchpad.get_size() > 0)
+    scratchpad = scratch(packed.scratchpad, bound.scratchpad);
+  const at::Tensor denseBias = bias.defined() ? bias.contiguous() : at::Tensor(); // [OC]
   if (denseBias.defined())
-    args.emplace(DNNL_ARG_BIAS, view(dnnl::memory::desc({out.size(1)}, DataType::f32, Tag::a), denseBias));
-  execute(packed.primitive, args);
+    bound.bias.set_data_handle(denseBias.data_ptr());
+  execute(packed.primitive, bound.primitive);
   if (packed.winograd)
-    execute(packed.fromBlocked, {{DNNL_ARG_FROM, dstMemory}, {DNNL_ARG_TO, view(packed.dst, out)}});
+    execute(packed.fromBlocked, bound.fromBlocked);
 }
 
 // [N, OC, (OD,) OH, OW] of a convolution of x by w.
