@@ -37,6 +37,10 @@ if(CLEAVE_TORCH_DIR)
   list(PREPEND CMAKE_PREFIX_PATH ${CLEAVE_TORCH_DIR})
 endif()
 cleave_require(Torch libtorch-dev)
+# OpenMP, the threads of Debian's libtorch: ATen's at::parallel_for is an inline template whose
+# `#pragma omp parallel` is compiled into the caller, so cleave's own kernels run in parallel only
+# when cleave is compiled with OpenMP too (without it, every one of them ran on one thread).
+cleave_require(OpenMP libgcc-12-dev COMPONENTS CXX)
 
 # Gloo's headers, for c10d's ProcessGroupGloo (runtime/distributed/communicator.cpp; the library
 # itself is inside libtorch). A header only, so looked for as a path.
