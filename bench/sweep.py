@@ -1,7 +1,8 @@
 """bench/sweep.py - cleave's runtime against ONNX Runtime on a sweep of torchvision's models.
 
-Where bench/runtime.sh times a few models every way (cut, unfused, ...), this times many: 18
-classification models (one per family) and 4 video models, exported from Debian's torchvision
+Where bench/runtime.sh times a few models every way (cut, unfused, ...), this times many: 21
+classification models (one per family), 4 video models, 3 segmentation models (their "out" at
+520x520) and RAFT's small optical flow (4 updates, 128x128), exported from Debian's torchvision
 with random weights (tools/export_zoo.py's randomize: BatchNorm statistics random too), batch 1.
 Per model: one run each of ORT (npm onnxruntime-node, default threads) and `cleave run` on the
 same input, whose outputs must agree within 1e-4 of ORT's largest (else the row says DIFFERS);
@@ -44,7 +45,33 @@ def models():
         "maxvit_t": (m.maxvit_t, image, 17), "vit_b_32": (m.vit_b_32, image, 14),
         "r3d_18": (m.video.r3d_18, clip, 14), "r2plus1d_18": (m.video.r2plus1d_18, clip, 14),
         "mc3_18": (m.video.mc3_18, clip, 14), "s3d": (m.video.s3d, (1, 3, 16, 224, 224), 14),
+        "swin_t": (m.swin_t, image, 17),  # swin_v2_t: Debian's exporter lacks aten::zero; mvit_v2_s: the export takes over 24 GiB
+        "lraspp": (lambda: Out(m.segmentation.lraspp_mobilenet_v3_large(weights_backbone=None)), (1, 3, 520, 520), 14),
+        "deeplabv3_mbv3": (lambda: Out(m.segmentation.deeplabv3_mobilenet_v3_large(weights_backbone=None)), (1, 3, 520, 520), 14),
+        "fcn_resnet50": (lambda: Out(m.segmentation.fcn_resnet50(weights_backbone=None)), (1, 3, 520, 520), 14),
+        "raft_small": (lambda: Flow(m.optical_flow.raft_small()), (2, 3, 128, 128), 16),
+        "wide_resnet50_2": (m.wide_resnet50_2, image, 14), "regnet_x_1_6gf": (m.regnet_x_1_6gf, image, 14),
     }
+
+
+class Out(torch.nn.Module):
+    """A segmentation model's "out" only (torchvision returns a dict)."""
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x)["out"]
+
+
+class Flow(torch.nn.Module):
+    """RAFT on a pair of frames stacked along the batch; its last flow estimate."""
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x[0:1], x[1:2], num_flow_updates=4)[-1]
 
 
 def export(zoo, name, spec):

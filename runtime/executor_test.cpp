@@ -223,6 +223,50 @@ TEST(Executor, GlobalAverageOfChannelsLastEqualsTheMean) {
   EXPECT_FALSE(globalAverageChannelsLast(at::randn({1, 4, 5, 6}, at::kDouble).contiguous(at::MemoryFormat::ChannelsLast)).defined());
 }
 
+// Linear Resize of float32 images and volumes runs as ATen's upsampling; doubles take the
+// reference path (taps gathered in double). Both must agree for every coordinate mode the fast
+// path takes, up and down, from scales or sizes, and where it must decline (pytorch_half_pixel
+// to a length of 1, align_corners with a fractional length).
+TEST(Executor, LinearResizeOnAtenEqualsTheReferencePath) {
+  at::manual_seed(41);
+  struct Case {
+    at::Tensor x;
+    const char* transform;
+    std::vector<double> scales;      // per dimension, or empty
+    std::vector<std::int64_t> sizes; // per dimension, or empty
+  };
+  const std::vector<Case> cases = {
+      {at::randn({1, 5, 7, 9}).contiguous(at::MemoryFormat::ChannelsLast), "half_pixel", {1, 1, 8, 8}, {}},
+      {at::randn({2, 3, 13, 6}), "pytorch_half_pixel", {}, {2, 3, 40, 5}},
+      {at::randn({1, 4, 6, 6}), "align_corners", {1, 1, 2, 3}, {}},
+      {at::randn({1, 4, 5, 5}), "align_corners", {1, 1, 0.6, 0.6}, {}},  // length 3.0 vs 3
+      {at::randn({1, 4, 4, 5}), "align_corners", {1, 1, 0.7, 1.3}, {}},  // fractional: declines
+      {at::randn({1, 2, 9, 9}), "pytorch_half_pixel", {}, {1, 2, 1, 4}}, // length 1: declines
+      {at::randn({1, 3, 11}), "half_pixel", {1, 1, 0.5}, {}},
+      {at::randn({1, 3, 4, 5, 6}).contiguous(at::MemoryFormat::ChannelsLast3d), "half_pixel", {}, {1, 3, 8, 3, 12}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.transform) + " " + std::to_string(c.x.dim()) + "-D");
+    std::vector<std::string> inputs = {"x", "", c.scales.empty() ? "" : "scales"};
+    TensorMap given;
+    if (c.scales.empty()) {
+      inputs.push_back("sizes");
+      given["sizes"] = longs(c.sizes);
+    } else {
+      given["scales"] = at::tensor(std::vector<float>(c.scales.begin(), c.scales.end()));
+    }
+    ir::NodeSpec node = spec("Resize", inputs, {text("mode", "linear"), text("coordinate_transformation_mode", c.transform)});
+    given["x"] = c.x;
+    const at::Tensor fast = runOne(node, given);
+    given["x"] = c.x.to(at::kDouble);
+    const at::Tensor reference = runOne(node, given);
+    ASSERT_TRUE(fast.defined() && reference.defined());
+    EXPECT_EQ(fast.scalar_type(), at::kFloat);
+    EXPECT_EQ(fast.sizes(), reference.sizes());
+    EXPECT_TRUE(at::allclose(fast, reference.to(at::kFloat), 1e-5, 1e-6));
+  }
+}
+
 // NonMaxSuppression compares only nearby kept boxes, except where that would not be exact: a
 // negative IoU threshold (IoU 0 passes it: the best box suppresses every other) and corners that
 // are not finite (compared with every kept box, never bucketed).
