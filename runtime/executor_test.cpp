@@ -151,6 +151,18 @@ TEST(Executor, TopKOrdersTiesByIndex) {
   at::Tensor sevens = at::arange(3000, at::kLong).remainder(7).to(at::kFloat);
   EXPECT_TRUE(at::equal(topIndices(sevens, 5, 1), longs({6, 13, 20, 27, 34})));
   EXPECT_TRUE(at::equal(topIndices(at::tensor({0.5f, 2.0f, -1.0f, 4.0f}), 2, 1), longs({3, 1})));
+  // Many ties, along every axis, against a stable sort of the whole axis.
+  at::manual_seed(43);
+  const at::Tensor few = at::randint(0, 5, {6, 40, 7}).to(at::kFloat);
+  for (std::int64_t axis = 0; axis < 3; ++axis)
+    for (std::int64_t largest = 0; largest < 2; ++largest)
+      for (std::int64_t k : {1L, 3L, few.size(axis)}) {
+        ir::NodeSpec node = spec("TopK", {"a", "k"}, {integer("largest", largest), integer("axis", axis)});
+        node.outputs = {{"values", ir::ValueType()}, {"y", ir::ValueType()}};
+        auto [sorted, order] = at::sort(few, /*stable=*/true, axis, /*descending=*/largest != 0);
+        EXPECT_TRUE(at::equal(runOne(node, {{"a", few}, {"k", longs({k})}}), order.narrow(axis, 0, k)))
+            << "axis " << axis << " largest " << largest << " k " << k;
+      }
 }
 
 // Einsums that are batched matrix products run as one (either operand's letters in either order,
@@ -668,6 +680,48 @@ TEST(OneDnn, ThreeDimensionalConvolutionsEqualAten) {
   EXPECT_FALSE(onednn::convolution(at::randn({1, 4, 3, 5, 5}), at::randn({4, 4, 3, 3, 3}), {}, {1, 1}, {1, 1},
                                    {1, 1}, {1, 1}, 1, {}, {}, false, packed)
                    .defined());
+}
+
+// One cache shared by nodes that run one weight at several input shapes (a detector's head over
+// its pyramid levels) keeps a primitive per shape: later runs rebuild none, results equal ATen's,
+// shapes whose primitives want one weight layout share the reordered copy, and a shape past
+// kMaxShapes replaces the oldest.
+TEST(OneDnn, ConvolutionCacheKeepsAPrimitivePerShape) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  at::manual_seed(47);
+  const at::Tensor w = at::randn({32, 16, 3, 3}), bias = at::randn({32});
+  const onednn::ConvPostOps relu{false, onednn::ConvPostOps::Activation::Relu};
+  std::vector<at::Tensor> levels;
+  for (std::int64_t side : {20, 10, 5, 3})
+    levels.push_back(at::randn({1, 16, side, side}).contiguous(at::MemoryFormat::ChannelsLast));
+  onednn::ConvolutionCache cache;
+  auto run = [&](const at::Tensor& x) {
+    std::shared_ptr<onednn::PackedConvolution>& entry = onednn::cacheEntryFor(cache, x.sizes());
+    at::Tensor y = onednn::convolution(x, w, bias, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, relu, {}, false, entry, &cache);
+    return std::make_pair(y, static_cast<const onednn::PackedConvolution*>(entry.get()));
+  };
+  std::vector<const onednn::PackedConvolution*> first;
+  for (int pass = 0; pass < 3; ++pass)
+    for (std::size_t i = 0; i < levels.size(); ++i) {
+      auto [y, packed] = run(levels[i]);
+      ASSERT_TRUE(y.defined());
+      EXPECT_TRUE(at::allclose(y, at::relu(at::conv2d(levels[i].contiguous(), w, bias, 1, 1)), 1e-4, 1e-4));
+      if (pass == 0)
+        first.push_back(packed);
+      else
+        EXPECT_EQ(packed, first[i]) << "level " << i << " rebuilt on pass " << pass;
+    }
+  ASSERT_EQ(cache.byShape.size(), levels.size());
+  std::size_t shared = 0;
+  for (std::size_t i = 0; i < first.size(); ++i)
+    for (std::size_t j = i + 1; j < first.size(); ++j)
+      shared += onednn::shareReorderedWeight(*first[i], *first[j]) ? 1 : 0;
+  EXPECT_GT(shared, 0u); // 10x10, 5x5 and 3x3 run the same direct kernel, on one weight layout
+  for (std::int64_t side = 30; cache.byShape.size() < onednn::ConvolutionCache::kMaxShapes || side < 40; ++side)
+    ASSERT_TRUE(run(at::randn({1, 16, side, 4})).first.defined());
+  EXPECT_EQ(cache.byShape.size(), onednn::ConvolutionCache::kMaxShapes);
+  EXPECT_FALSE(onednn::cacheEntryFor(cache, levels[0].sizes())); // the oldest shape was dropped
 }
 
 // A 3x3 stride-1 convolution with channels in multiples of 16 runs as Winograd's (where this CPU

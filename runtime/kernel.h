@@ -26,7 +26,7 @@ class Executor;
 struct KernelCache {
   at::Tensor source, derived;
   std::shared_ptr<onednn::PackedProduct> product;
-  std::shared_ptr<onednn::PackedConvolution> convolution;
+  onednn::ConvolutionCache convolutions; // per input shape (nodes sharing a weight run at several)
   // A product's right operand when the executor holds that weight only packed (its operand is
   // then undefined; productWeight() and matmul() read it from here).
   std::shared_ptr<const onednn::PackedWeight> packedWeight;

@@ -433,11 +433,20 @@ dnnl::primitive_attr postOpsAttr(const ConvPostOps& post) {
 // the layout the primitive picked, and records what `packed` is keyed by.
 void keepReorderedWeight(PackedConvolution& packed, const at::Tensor& w, const Dims& weightDims, Tag plainTag,
                          const dnnl::memory::desc& wanted, const at::Tensor& x, bool withBias,
-                         std::vector<std::int64_t> outputDims) {
-  at::Tensor plainWeight = w.contiguous();
-  dnnl::memory given(dnnl::memory::desc(weightDims, DataType::f32, plainTag), cpuEngine(), plainWeight.data_ptr());
-  packed.weight = dnnl::memory(wanted, cpuEngine());
-  execute(dnnl::reorder(given, packed.weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, packed.weight}});
+                         std::vector<std::int64_t> outputDims, const ConvolutionCache* siblings) {
+  const PackedConvolution* same = nullptr;
+  if (siblings)
+    for (const std::shared_ptr<PackedConvolution>& other : siblings->byShape)
+      if (other && other.get() != &packed && other->source.is_same(w) && other->weight.get_desc() == wanted)
+        same = other.get();
+  if (same) {
+    packed.weight = same->weight; // one buffer, shared
+  } else {
+    at::Tensor plainWeight = w.contiguous();
+    dnnl::memory given(dnnl::memory::desc(weightDims, DataType::f32, plainTag), cpuEngine(), plainWeight.data_ptr());
+    packed.weight = dnnl::memory(wanted, cpuEngine());
+    execute(dnnl::reorder(given, packed.weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, packed.weight}});
+  }
   packed.source = w;
   packed.inputDims = x.sizes().vec();
   packed.withBias = withBias;
@@ -540,7 +549,7 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
                                                    const std::vector<std::int64_t>& padBegin,
                                                    const std::vector<std::int64_t>& padEnd,
                                                    const std::vector<std::int64_t>& dilations, std::int64_t groups,
-                                                   const ConvPostOps& post) {
+                                                   const ConvPostOps& post, const ConvolutionCache* siblings) {
   auto packed = std::make_shared<PackedConvolution>();
   const std::int64_t oc = w.size(0);
   const std::vector<std::int64_t> out = convolutionOutputDims(x, w, strides, padBegin, padEnd, dilations);
@@ -596,7 +605,7 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
                                                                        packed->dst));
   }
   const Tag plainWeight = x.dim() == 5 ? (groups > 1 ? Tag::goidhw : Tag::oidhw) : (groups > 1 ? Tag::goihw : Tag::oihw);
-  keepReorderedWeight(*packed, w, weightDims, plainWeight, pd.weights_desc(), x, withBias, out);
+  keepReorderedWeight(*packed, w, weightDims, plainWeight, pd.weights_desc(), x, withBias, out, siblings);
   packed->primitive = dnnl::convolution_forward(pd);
   packed->post = post;
   return packed;
@@ -607,7 +616,8 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
                        const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
                        const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                        std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
-                       bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed) {
+                       bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed,
+                       const ConvolutionCache* siblings) {
   if (!eligible(x) || !eligible(w) || (x.dim() != 4 && x.dim() != 5) || w.dim() != x.dim())
     return {};
   const std::size_t spatial = static_cast<std::size_t>(x.dim()) - 2;
@@ -622,7 +632,7 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   try {
     if (!packed || packed->transposed || !packed->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
         packed->withBias != bias.defined() || !(packed->post == post))
-      packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post);
+      packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post, siblings);
     at::Tensor out;
     if (post.addResidual && residualIsScratch && residual.is_contiguous(channelsLast(x.dim()))) {
       out = residual; // the sum post-op accumulates onto it: no copy
@@ -640,6 +650,25 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 }
 
 bool usesWinograd(const PackedConvolution& packed) { return packed.winograd; }
+
+bool shareReorderedWeight(const PackedConvolution& a, const PackedConvolution& b) {
+  return a.weight.get_data_handle() == b.weight.get_data_handle();
+}
+
+std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef inputDims) {
+  std::shared_ptr<PackedConvolution>* empty = nullptr;
+  for (std::shared_ptr<PackedConvolution>& entry : cache.byShape) {
+    if (entry && inputDims.equals(entry->inputDims))
+      return entry;
+    if (!entry && !empty)
+      empty = &entry;
+  }
+  if (empty)
+    return *empty;
+  if (cache.byShape.size() >= ConvolutionCache::kMaxShapes)
+    cache.byShape.erase(cache.byShape.begin());
+  return cache.byShape.emplace_back();
+}
 
 namespace {
 // [N, OC, OH, OW] of a 2-D transposed convolution of x by w [IC, OC / groups, KH, KW] (ONNX's
@@ -664,7 +693,7 @@ std::shared_ptr<PackedConvolution> packTransposedConvolution(
     const at::Tensor& x, const at::Tensor& w, bool withBias, const std::vector<std::int64_t>& strides,
     const std::vector<std::int64_t>& padBegin, const std::vector<std::int64_t>& padEnd,
     const std::vector<std::int64_t>& dilations, const std::vector<std::int64_t>& outputPadding, std::int64_t groups,
-    const ConvPostOps& post) {
+    const ConvPostOps& post, const ConvolutionCache* siblings) {
   auto packed = std::make_shared<PackedConvolution>();
   const std::int64_t ic = w.size(0), oc = w.size(1) * groups;
   const std::vector<std::int64_t> out =
@@ -684,7 +713,7 @@ std::shared_ptr<PackedConvolution> packTransposedConvolution(
                                                        packed->dst, stride, dilates, left, right),
                                    cpuEngine());
   keepReorderedWeight(*packed, w, weightDims, groups > 1 ? Tag::giohw : Tag::iohw, pd.weights_desc(), x, withBias,
-                      out);
+                      out, siblings);
   packed->primitive = Deconvolution(pd);
   packed->post = post;
   if (withBias) { // output += bias per channel, then the activation, in place
@@ -702,7 +731,8 @@ at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, con
                                    const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
                                    const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                                    const std::vector<std::int64_t>& outputPadding, std::int64_t groups,
-                                   bool thenRelu, std::shared_ptr<PackedConvolution>& packed) {
+                                   bool thenRelu, std::shared_ptr<PackedConvolution>& packed,
+                                   const ConvolutionCache* siblings) {
   if (!eligible(x) || !eligible(w) || x.dim() != 4 || w.dim() != 4 || x.numel() == 0 || w.numel() == 0 ||
       groups < 1 || x.size(1) != w.size(0) || w.size(0) % groups != 0 || strides.size() != 2 ||
       padBegin.size() != 2 || padEnd.size() != 2 || dilations.size() != 2 || outputPadding.size() != 2 ||
@@ -720,7 +750,7 @@ at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, con
     if (!packed || !packed->transposed || !packed->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
         packed->outputDims != out || packed->withBias != bias.defined() || !(packed->post == post))
       packed = packTransposedConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, outputPadding,
-                                         groups, post);
+                                         groups, post, siblings);
     at::Tensor result = at::empty(packed->outputDims, x.options().memory_format(at::MemoryFormat::ChannelsLast));
     runConvolution(*packed, x, at::Tensor(), result);
     if (bias.defined()) {
@@ -774,17 +804,24 @@ at::Tensor softmax(const at::Tensor&, std::int64_t, bool, bool) { return {}; }
 at::Tensor convolution(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<std::int64_t>&,
                        const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
                        const std::vector<std::int64_t>&, std::int64_t, const ConvPostOps&, const at::Tensor&, bool,
-                       std::shared_ptr<PackedConvolution>&) {
+                       std::shared_ptr<PackedConvolution>&, const ConvolutionCache*) {
   return {};
 }
 
 bool usesWinograd(const PackedConvolution&) { return false; }
+bool shareReorderedWeight(const PackedConvolution&, const PackedConvolution&) { return false; }
+
+std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef) {
+  if (cache.byShape.empty())
+    cache.byShape.emplace_back();
+  return cache.byShape.front();
+}
 
 at::Tensor transposedConvolution2d(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                    const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
                                    const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
                                    const std::vector<std::int64_t>&, std::int64_t, bool,
-                                   std::shared_ptr<PackedConvolution>&) {
+                                   std::shared_ptr<PackedConvolution>&, const ConvolutionCache*) {
   return {};
 }
 

@@ -92,13 +92,31 @@ struct ConvPostOps {
 // A convolution's reordered weight with its primitive, for one input shape (opaque to callers).
 struct PackedConvolution;
 
+// What a convolution node keeps between runs: a packed convolution (primitive and reordered
+// weight) per input shape it has run at. Nodes that read one stored weight through the same fused
+// kind share one cache (Executor::shareWeightCaches): a detector's head runs one weight over every
+// pyramid level, and with a single entry each level rebuilt the others' primitive and reordered
+// the weight again every run (RetinaNet: 16 Winograd weight reorders of 27 ms each per run).
+// Entries whose primitives want the same weight layout share one reordered copy. At most
+// kMaxShapes entries; a new shape past that replaces the oldest (inputs whose shape changes every
+// run keep rebuilding, as they would anyway).
+struct ConvolutionCache {
+  static constexpr std::size_t kMaxShapes = 8;
+  std::vector<std::shared_ptr<PackedConvolution>> byShape;
+};
+
+// The entry of `cache` for an input of `inputDims`: the one packed for them, else an empty one
+// (the oldest dropped past kMaxShapes) that convolution() or transposedConvolution2d() fills.
+std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef inputDims);
+
 // A 2-D or 3-D float32 convolution of x [N, C, (D,) H, W] by w [OC, C / groups, (KD,) KH, KW] plus
 // an optional bias [OC], with per-dim strides, dilations and (possibly asymmetric) pads, then
 // `post` (`residual` when post.addResidual). The input is read channels-last (in place when it is
 // already; one copy when not) and the output is a channels-last ATen tensor (ChannelsLast3d for
 // 3-D), which ATen's elementwise ops, pooling and the next convolution read as it is. `packed`
 // keeps the reordered weight and the primitive; it is rebuilt when the weight (by identity), the
-// input's dims, the bias's presence or the post-ops change. The residual is added by accumulating
+// input's dims, the bias's presence or the post-ops change (`siblings`, the cache it belongs to:
+// a rebuilt entry takes their reordered weight when it wants the same layout). The residual is added by accumulating
 // onto it: into a copy of it, or, when `residualIsScratch` (the caller's to overwrite) and it is
 // channels-last already, into the residual itself, which is then the result.
 // 3-D matters because ATen 1.13's at::convolution picks oneDNN for a 3-D convolution only above a
@@ -108,7 +126,8 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
                        const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
                        const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                        std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
-                       bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed);
+                       bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed,
+                       const ConvolutionCache* siblings = nullptr);
 
 // Whether `packed` runs Winograd's F(2x2, 3x3) (oneDNN's jit_fp32_wino_2x3) instead of the
 // direct kernel. convolution() picks it for a 3x3, stride-1, undilated, ungrouped convolution of
@@ -117,6 +136,9 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 // on ResNet-50's 3x3 convolutions, reorders included. Its sums round differently from the direct
 // kernel's.
 bool usesWinograd(const PackedConvolution& packed);
+
+// Whether two packed convolutions read one reordered weight buffer (ConvolutionCache's sharing).
+bool shareReorderedWeight(const PackedConvolution& a, const PackedConvolution& b);
 
 // A 2-D float32 transposed convolution (ONNX ConvTranspose) of x [N, IC, H, W] by w [IC, OC /
 // groups, KH, KW] plus an optional bias [OC], then Relu when `thenRelu`: per-dim strides,
@@ -132,6 +154,7 @@ at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, con
                                    const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
                                    const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                                    const std::vector<std::int64_t>& outputPadding, std::int64_t groups,
-                                   bool thenRelu, std::shared_ptr<PackedConvolution>& packed);
+                                   bool thenRelu, std::shared_ptr<PackedConvolution>& packed,
+                                   const ConvolutionCache* siblings = nullptr);
 
 } // namespace cleave::runtime::onednn

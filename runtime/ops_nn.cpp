@@ -126,9 +126,10 @@ at::Tensor transposedConvolution(KernelContext& c, const at::Tensor& x, const at
   std::int64_t groups = c.intAttr("group", 1);
   if (n == 2 && onednn::available()) { // oneDNN's deconvolution, the weight reordered once
     std::vector<std::int64_t> padBegin{pads[0].first, pads[1].first}, padEnd{pads[0].second, pads[1].second};
-    std::shared_ptr<onednn::PackedConvolution> uncached;
+    onednn::ConvolutionCache uncached;
+    onednn::ConvolutionCache& cache = c.cache() ? c.cache()->convolutions : uncached;
     at::Tensor y = onednn::transposedConvolution2d(x, w, bias, strides, padBegin, padEnd, dilations, extra, groups, thenRelu,
-                                                   c.cache() ? c.cache()->convolution : uncached);
+                                                   onednn::cacheEntryFor(cache, x.sizes()), &cache);
     if (y.defined())
       return y;
   }
@@ -410,14 +411,15 @@ at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Te
                              bool residualIsScratch) {
   if ((w.dim() != 4 && w.dim() != 5) || !onednn::available())
     return {};
-  std::shared_ptr<onednn::PackedConvolution> uncached;
-  std::shared_ptr<onednn::PackedConvolution>& packed = c.cache() ? c.cache()->convolution : uncached;
+  onednn::ConvolutionCache uncached;
+  onednn::ConvolutionCache& cache = c.cache() ? c.cache()->convolutions : uncached;
   // The input in the layout the primitive reads (an image's planes interleaved here, faster than
   // the copy onednn::convolution would make).
   const bool denseFloat = x.scalar_type() == at::kFloat && x.device().is_cpu() && !x.is_mkldnn() && !x.requires_grad() &&
                           x.dim() == w.dim();
   return onednn::convolution(denseFloat ? channelsLastDense(x) : x, w, bias, window.strides, window.pads.begin,
-                             window.pads.end, window.dilations, window.groups, post, residual, residualIsScratch, packed);
+                             window.pads.end, window.dilations, window.groups, post, residual, residualIsScratch,
+                             onednn::cacheEntryFor(cache, x.sizes()), &cache);
 }
 
 // The convolution on ATen: in its blocked layout (2-D float32 on the CPU, weight prepacked once),

@@ -59,14 +59,12 @@ template <bool Max> Outputs argExtreme(KernelContext& c) {
   }
   return {Max ? x.argmax(axis, keep) : x.argmin(axis, keep)};
 }
-// Whether at::topk's answer may break ONNX's tie rule: two selected values are equal, a value left
-// out equals the k-th, or a NaN is present (they compare unequal to everything). O(n) over x.
+// Whether at::topk's answer may break ONNX's tie rule: two selected values are equal or a value
+// left out equals the k-th. O(n) over x; x holds no NaN.
 bool topKHasTies(const at::Tensor& x, const at::Tensor& values, std::int64_t axis, bool largest) {
   const std::int64_t k = values.size(axis);
   if (k == 0)
     return false;
-  if (x.is_floating_point() && x.isnan().any().item<bool>())
-    return true;
   if (k > 1 && values.narrow(axis, 1, k - 1).eq(values.narrow(axis, 0, k - 1)).any().item<bool>())
     return true;
   // Every value strictly past the k-th is selected, so more than k at or past it means a tie left out.
@@ -75,19 +73,45 @@ bool topKHasTies(const at::Tensor& x, const at::Tensor& values, std::int64_t axi
   return atOrPast.sum(axis).gt(k).any().item<bool>();
 }
 
+// TopK with ONNX's tie rule, given at::topk's `values` (right as values, not as indices): per row
+// the entries strictly past the k-th value, then the first entries equal to it (index order) to
+// make k, then a stable sort of those k. O(n) over x plus O(k log k) per row.
+std::pair<at::Tensor, at::Tensor> topKWithTiesByIndex(const at::Tensor& x, const at::Tensor& values,
+                                                      std::int64_t axis, bool largest) {
+  const std::int64_t k = values.size(axis), n = x.size(axis);
+  const at::Tensor rows = x.movedim(axis, -1).contiguous();
+  const at::Tensor kth = values.narrow(axis, k - 1, 1).movedim(axis, -1);
+  const at::Tensor past = largest ? rows.gt(kth) : rows.lt(kth);
+  const at::Tensor equal = rows.eq(kth);
+  const at::Tensor stillNeeded = k - past.sum(-1, true);
+  const at::Tensor chosen = past.logical_or(equal.logical_and(equal.cumsum(-1).le(stillNeeded)));
+  std::vector<std::int64_t> shape = rows.sizes().vec();
+  shape.back() = k;
+  const at::Tensor candidates = rows.masked_select(chosen).view(shape);
+  const at::Tensor candidateIndices =
+      at::arange(n, x.options().dtype(at::kLong)).expand_as(rows).masked_select(chosen).view(shape);
+  auto [sorted, order] = at::sort(candidates, /*stable=*/true, -1, /*descending=*/largest);
+  return {sorted.movedim(-1, axis).contiguous(), candidateIndices.gather(-1, order).movedim(-1, axis).contiguous()};
+}
+
 // ONNX's TopK: the k largest (or smallest) along `axis`, sorted, equal values in index order
-// (lower first). at::topk orders ties arbitrarily, so where there are ties the stable sort of
-// the whole axis answers instead: O(n log k) without ties, O(n log n) with them.
+// (lower first). at::topk orders ties arbitrarily, so where there are ties they are chosen and
+// ordered by index (topKWithTiesByIndex); with a NaN (unequal to everything) the stable sort of
+// the whole axis answers. O(n log k) without ties, O(n + k log k) with them.
 Outputs topK(KernelContext& c) {
   const at::Tensor& x = c.input(0);
   const std::int64_t k = c.opset() >= 10 ? c.ints(1).at(0) : c.intAttr("k", 1);
   const std::int64_t axis = normalizeAxis(c.intAttr("axis", -1), x.dim());
   const bool largest = c.intAttr("largest", 1) != 0;
+  if (x.is_floating_point() && x.isnan().any().item<bool>()) {
+    auto [sorted, order] = at::sort(x, /*stable=*/true, axis, /*descending=*/largest);
+    return {sorted.narrow(axis, 0, k), order.narrow(axis, 0, k)};
+  }
   auto [values, indices] = at::topk(x, k, axis, largest, true);
   if (!topKHasTies(x, values, axis, largest))
     return {values, indices};
-  auto [sorted, order] = at::sort(x, /*stable=*/true, axis, /*descending=*/largest);
-  return {sorted.narrow(axis, 0, k), order.narrow(axis, 0, k)};
+  auto [tiedValues, tiedIndices] = topKWithTiesByIndex(x, values, axis, largest);
+  return {tiedValues, tiedIndices};
 }
 } // namespace
 
