@@ -17,6 +17,8 @@ Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
   ssdlite            torchvision ssdlite320_mobilenet_v3_large (TopK, batched NonMaxSuppression in an If), opset 14
   fasterrcnn         torchvision fasterrcnn_mobilenet_v3_large_320_fpn (RoiAlign, NonMaxSuppression; every
                      score kept, so its 100 detections are compared), opset 14
+  retinanet          torchvision retinanet_resnet50_fpn at 320x320 (one head's weights run over five pyramid
+                     levels; every score kept, 50 detections), opset 16
   bert_base          a BERT-base-sized encoder (12 x 768, 12 heads), opset 17 (benchmarks)
 --small shrinks the encoder/decoder sizes and image sizes for fast tests (same op sets; r3d_18's
 small form is TinyVideoNet below, 3-D like it, with a MaxPool3d added; the detectors resize every
@@ -244,6 +246,10 @@ def zoo(small):
         weights=None, weights_backbone=None, box_score_thresh=0.0)), (torch.rand(3, 320, 320, generator=g),), ["image"])
     yield ("bert_base", 17, lambda: Encoder(768, 12, 12, 3072, activation="gelu"),
            (torch.randn(1, 128, 768, generator=g),), ["x"])
+    # Last, so the inputs drawn before it stay as they were.
+    yield ("retinanet", 16, lambda: Detector(detection.retinanet_resnet50_fpn(
+        weights=None, weights_backbone=None, min_size=320, max_size=320, score_thresh=0.0, detections_per_img=50)),
+        (torch.rand(3, 320, 320, generator=g),), ["image"])
 
 
 def main():
