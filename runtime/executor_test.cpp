@@ -515,6 +515,38 @@ TEST(Executor, BlockedConvolutionChainEqualsDenseAten) {
   EXPECT_TRUE(at::allclose(toDense(blocked->at("s")), sum, 1e-4, 1e-4));
 }
 
+// 1-D convolutions run on oneDNN as 2-D ones over a single row (the output's channels innermost,
+// as a 2-D convolution's are channels-last): strides, asymmetric pads, dilation, groups, a fused
+// Relu and a fused residual Add all equal ATen's conv1d, on two runs (the second reuses the
+// primitives through the cached 4-D view of each weight).
+TEST(Executor, OneDimensionalConvolutionsRunAsRowsOfTwoDimensionalOnes) {
+  NodeChain chain({"x", "w1", "b1", "w2", "w3"});
+  chain.add(spec("Conv", {"x", "w1", "b1"}, {ints("pads", {1, 3}), ints("strides", {2})}, "c1"), "c1");
+  chain.add(spec("Relu", {"c1"}, {}, "r1"), "r1");
+  chain.add(spec("Conv", {"r1", "w2"}, {ints("pads", {2, 2}), ints("dilations", {2}), integer("group", 2)}, "c2"), "c2");
+  chain.add(spec("Add", {"c2", "r1"}, {}, "a"), "s");
+  chain.add(spec("Conv", {"s", "w3"}, {}, "c3"), "y");
+  Expected<ir::Graph> graph = std::move(chain).finish({"y", "s"});
+  ASSERT_TRUE(graph) << graph.error().message();
+  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)));
+  ASSERT_TRUE(executor) << executor.error().message();
+  at::manual_seed(53);
+  TensorMap inputs{{"x", at::randn({2, 6, 30})}, {"w1", at::randn({8, 6, 5})}, {"b1", at::randn({8})},
+                   {"w2", at::randn({8, 4, 3})}, {"w3", at::randn({5, 8, 1})}};
+  const at::Tensor r1 = at::relu(at::conv1d(at::constant_pad_nd(inputs.at("x"), {1, 3}), inputs.at("w1"),
+                                            inputs.at("b1"), 2));
+  const at::Tensor sum = at::conv1d(r1, inputs.at("w2"), {}, 1, 2, 2, 2) + r1;
+  const at::Tensor y = at::conv1d(sum, inputs.at("w3"));
+  for (int run = 0; run < 2; ++run) {
+    Expected<TensorMap> out = (*executor)->run(inputs);
+    ASSERT_TRUE(out) << out.error().message();
+    EXPECT_TRUE(at::allclose(out->at("s"), sum, 1e-4, 1e-4));
+    EXPECT_TRUE(at::allclose(out->at("y"), y, 1e-4, 1e-4));
+    if (onednn::available())
+      EXPECT_EQ(out->at("y").stride(1), 1); // oneDNN's channels-innermost output, not ATen's
+  }
+}
+
 // A fused Conv+Add accumulates onto its residual in place only when the residual is the op's to
 // overwrite (KernelContext::mayOverwrite): not when a later node still reads it, not when it is
 // the caller's input tensor. Every case computes what ATen's dense ops do, and the input is left

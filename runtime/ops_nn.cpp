@@ -404,11 +404,47 @@ ConvWindow convWindow(KernelContext& c, const at::Tensor& x, const at::Tensor& w
   return window;
 }
 
+at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                             const ConvWindow& window, const onednn::ConvPostOps& post, const at::Tensor& residual,
+                             bool residualIsScratch);
+
+// A 1-D convolution as a 2-D one over a single row ([N, C, L] read as [N, C, 1, L]): oneDNN has
+// no 1-D primitive, and ATen 1.13's 1-D convolution was 1.29x ONNX Runtime's time on a
+// wav2letter-like stack. The output is [N, OC, L'] with the channels innermost, as a 2-D
+// convolution's is channels-last; elementwise ops and the next convolution read it as it is. The
+// weight's 4-D view is kept in the node's cache (source: the weight), so its packed primitive,
+// which checks the weight's identity, is not rebuilt every run; the ATen path never reads that
+// slot for a 1-D convolution.
+at::Tensor convolutionOfOneRow(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                               const ConvWindow& window, const onednn::ConvPostOps& post, const at::Tensor& residual,
+                               bool residualIsScratch) {
+  KernelCache* cache = c.cache();
+  at::Tensor rowWeight;
+  if (cache && cache->source.is_same(w) && cache->derived.defined() && cache->derived.dim() == 4) {
+    rowWeight = cache->derived;
+  } else {
+    rowWeight = w.unsqueeze(2);
+    if (cache) {
+      cache->source = w;
+      cache->derived = rowWeight;
+    }
+  }
+  const ConvWindow rows{{1, window.strides[0]},
+                        {1, window.dilations[0]},
+                        window.groups,
+                        {{0, window.pads.begin[0]}, {0, window.pads.end[0]}}};
+  const at::Tensor y = directConvolution(c, x.unsqueeze(2), rowWeight, bias, rows, post,
+                                         residual.defined() ? residual.unsqueeze(2) : residual, residualIsScratch);
+  return y.defined() ? y.squeeze(2) : y;
+}
+
 // oneDNN directly (channels-last, the weight reordered once, kept in the node's cache), or
 // undefined where it does not take the operands.
 at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                              const ConvWindow& window, const onednn::ConvPostOps& post, const at::Tensor& residual,
                              bool residualIsScratch) {
+  if (w.dim() == 3 && x.dim() == 3 && onednn::available() && (!residual.defined() || residual.dim() == 3))
+    return convolutionOfOneRow(c, x, w, bias, window, post, residual, residualIsScratch);
   if ((w.dim() != 4 && w.dim() != 5) || !onednn::available())
     return {};
   onednn::ConvolutionCache uncached;
