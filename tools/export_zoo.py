@@ -19,6 +19,7 @@ Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
                      score kept, so its 100 detections are compared), opset 14
   retinanet          torchvision retinanet_resnet50_fpn at 320x320 (one head's weights run over five pyramid
                      levels; every score kept, 50 detections), opset 16
+  wav2letter         1-D convolutions after wav2letter (80 mel features, 1000 steps; BatchNorm1d), opset 14
   bert_base          a BERT-base-sized encoder (12 x 768, 12 heads), opset 17 (benchmarks)
 --small shrinks the encoder/decoder sizes and image sizes for fast tests (same op sets; r3d_18's
 small form is TinyVideoNet below, 3-D like it, with a MaxPool3d added; the detectors resize every
@@ -122,6 +123,30 @@ class DcganGenerator(nn.Module):
         return self.net(z)
 
 
+class Wav2LetterLike(nn.Module):
+    """A speech model of 1-D convolutions after wav2letter: mel features [B, 80, T] through a
+    strided stem, a stack of width-11 convolutions with BatchNorm and ReLU (one with a residual),
+    a dilated wide convolution and 1x1 layers to 29 characters per step."""
+
+    def __init__(self, features=80, width=256, wide=512, stack=6):
+        super().__init__()
+
+        def unit(cin, cout, kernel, stride=1, dilation=1):
+            return nn.Sequential(nn.Conv1d(cin, cout, kernel, stride, dilation * (kernel // 2), dilation),
+                                 nn.BatchNorm1d(cout), nn.ReLU())
+
+        self.stem = unit(features, width, 11, stride=2)
+        self.stack = nn.ModuleList(unit(width, width, 11) for _ in range(stack))
+        self.head = nn.Sequential(unit(width, wide, 29, dilation=2), nn.Conv1d(wide, wide, 1), nn.ReLU(),
+                                  nn.Conv1d(wide, 29, 1))
+
+    def forward(self, x):
+        x = self.stem(x)
+        for k, layer in enumerate(self.stack):
+            x = layer(x) + x if k == 2 else layer(x)
+        return self.head(x)
+
+
 class TinyVideoNet(nn.Module):
     """r3d_18's ops at a test's size: a 3-D convolution stem with BatchNorm and ReLU, a MaxPool3d
     (S3D's), a residual block, a strided block with a 1x1x1 shortcut, global pooling and a head."""
@@ -182,7 +207,7 @@ def randomize(model, seed=1):
             if p.dim() >= 2 and float(p.abs().max()) == 0.0:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.02)
         for m in model.modules():
-            if isinstance(m, (torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)):
+            if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)):
                 m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=g) * 0.1)
                 m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
                 m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)
@@ -250,6 +275,8 @@ def zoo(small):
     yield ("retinanet", 16, lambda: Detector(detection.retinanet_resnet50_fpn(
         weights=None, weights_backbone=None, min_size=320, max_size=320, score_thresh=0.0, detections_per_img=50)),
         (torch.rand(3, 320, 320, generator=g),), ["image"])
+    yield ("wav2letter", 14, lambda: Wav2LetterLike(16, 32, 48, 4) if small else Wav2LetterLike(),
+           (torch.randn(1, 16 if small else 80, 64 if small else 1000, generator=g),), ["x"])
 
 
 def main():
