@@ -235,17 +235,19 @@ TEST(Executor, GlobalAverageOfChannelsLastEqualsTheMean) {
   EXPECT_FALSE(globalAverageChannelsLast(at::randn({1, 4, 5, 6}, at::kDouble).contiguous(at::MemoryFormat::ChannelsLast)).defined());
 }
 
-// Linear Resize of float32 images and volumes runs as ATen's upsampling; doubles take the
-// reference path (taps gathered in double). Both must agree for every coordinate mode the fast
-// path takes, up and down, from scales or sizes, and where it must decline (pytorch_half_pixel
-// to a length of 1, align_corners with a fractional length).
-TEST(Executor, LinearResizeOnAtenEqualsTheReferencePath) {
+// Linear Resize of float32 images and volumes runs as ATen's upsampling, and so does nearest
+// enlarging by powers of two with asymmetric, floor coordinates; doubles take the reference path
+// (taps gathered in double). Both must agree for every coordinate mode the fast path takes, up and
+// down, from scales or sizes, and where it must decline (pytorch_half_pixel to a length of 1,
+// align_corners with a fractional length, nearest by 3 or by a scale the sizes do not equal).
+TEST(Executor, ResizeOnAtenEqualsTheReferencePath) {
   at::manual_seed(41);
   struct Case {
     at::Tensor x;
     const char* transform;
     std::vector<double> scales;      // per dimension, or empty
     std::vector<std::int64_t> sizes; // per dimension, or empty
+    const char* mode = "linear";
   };
   const std::vector<Case> cases = {
       {at::randn({1, 5, 7, 9}).contiguous(at::MemoryFormat::ChannelsLast), "half_pixel", {1, 1, 8, 8}, {}},
@@ -256,9 +258,15 @@ TEST(Executor, LinearResizeOnAtenEqualsTheReferencePath) {
       {at::randn({1, 2, 9, 9}), "pytorch_half_pixel", {}, {1, 2, 1, 4}}, // length 1: declines
       {at::randn({1, 3, 11}), "half_pixel", {1, 1, 0.5}, {}},
       {at::randn({1, 3, 4, 5, 6}).contiguous(at::MemoryFormat::ChannelsLast3d), "half_pixel", {}, {1, 3, 8, 3, 12}},
+      {at::randn({1, 6, 5, 7}).contiguous(at::MemoryFormat::ChannelsLast), "asymmetric", {}, {1, 6, 10, 28}, "nearest"},
+      {at::randn({2, 3, 4, 5}), "asymmetric", {1, 1, 2, 1}, {}, "nearest"},
+      {at::randn({1, 2, 9}), "asymmetric", {1, 1, 8}, {}, "nearest"},
+      {at::randn({1, 2, 3, 4, 5}), "asymmetric", {}, {1, 2, 6, 4, 20}, "nearest"},
+      {at::randn({1, 3, 5, 5}), "asymmetric", {}, {1, 3, 15, 10}, "nearest"},   // by 3: declines
+      {at::randn({1, 3, 10, 10}), "asymmetric", {1, 1, 2.05, 2}, {}, "nearest"}, // 20 rows, scale 2.05: declines
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(std::string(c.transform) + " " + std::to_string(c.x.dim()) + "-D");
+    SCOPED_TRACE(std::string(c.mode) + " " + c.transform + " " + std::to_string(c.x.dim()) + "-D");
     std::vector<std::string> inputs = {"x", "", c.scales.empty() ? "" : "scales"};
     TensorMap given;
     if (c.scales.empty()) {
@@ -267,7 +275,8 @@ TEST(Executor, LinearResizeOnAtenEqualsTheReferencePath) {
     } else {
       given["scales"] = at::tensor(std::vector<float>(c.scales.begin(), c.scales.end()));
     }
-    ir::NodeSpec node = spec("Resize", inputs, {text("mode", "linear"), text("coordinate_transformation_mode", c.transform)});
+    ir::NodeSpec node = spec("Resize", inputs, {text("mode", c.mode), text("coordinate_transformation_mode", c.transform),
+                                                text("nearest_mode", "floor")});
     given["x"] = c.x;
     const at::Tensor fast = runOne(node, given);
     given["x"] = c.x.to(at::kDouble);

@@ -15,7 +15,9 @@
 // resized with half_pixel, pytorch_half_pixel or align_corners coordinates, as PyTorch exports
 // interpolate) runs instead as ATen's upsample_{linear1d,bilinear2d,trilinear3d}: same
 // coordinates and taps, float arithmetic, vectorized over channels-last values and threaded.
-// Nearest mode computes in the input's own dtype (one tap of weight 1: exact either way).
+// Nearest mode computes in the input's own dtype (one tap of weight 1: exact either way), and
+// enlarging by powers of two with asymmetric, floor coordinates (FPN's top-down path) runs as
+// ATen's upsample_nearest.
 #include <cmath>
 
 #include "runtime/kernel.h"
@@ -151,6 +153,34 @@ bool upsamplesLikeAten(const at::Tensor& x, const ResizeSettings& s, const std::
   return true;
 }
 
+// Nearest mode with asymmetric coordinates and floor rounding (PyTorch's export of nearest
+// interpolate, FPN's top-down path) picks input floor(x * in / out). ATen's upsample_nearest picks
+// the same where that ratio is exact in float: each spatial axis kept or enlarged by a power of
+// two (ATen computes the ratio in float; 1/3 would round).
+bool upsamplesNearestLikeAten(const at::Tensor& x, const ResizeSettings& s, const std::vector<std::int64_t>& sizes,
+                              const std::vector<double>& scales) {
+  if (s.mode != "nearest" || s.transform != "asymmetric" || s.nearest != "floor" || x.dim() < 3 || x.dim() > 5 ||
+      x.scalar_type() != at::kFloat || x.is_mkldnn())
+    return false;
+  for (std::size_t d = 0; d < sizes.size(); ++d) {
+    const std::int64_t in = x.size(static_cast<std::int64_t>(d)), out = sizes[d];
+    const bool powerOfTwo = in > 0 && out % in == 0 && ((out / in) & (out / in - 1)) == 0;
+    if ((d < 2 && (out != in || scales[d] != 1.0)) || !powerOfTwo ||
+        scales[d] != static_cast<double>(out) / static_cast<double>(in))
+      return false;
+  }
+  return true;
+}
+
+at::Tensor upsampleNearestWithAten(const at::Tensor& x, const std::vector<std::int64_t>& sizes) {
+  at::IntArrayRef spatial(sizes.data() + 2, sizes.size() - 2);
+  if (x.dim() == 3)
+    return at::upsample_nearest1d(x, spatial);
+  if (x.dim() == 4)
+    return at::upsample_nearest2d(x, spatial);
+  return at::upsample_nearest3d(x, spatial);
+}
+
 // `sizes`, `scales`: one per dimension of `x` (batch and channels unchanged).
 at::Tensor upsampleWithAten(const at::Tensor& x, const ResizeSettings& s, const std::vector<std::int64_t>& sizes,
                             const std::vector<double>& scales) {
@@ -235,6 +265,8 @@ Outputs resize(KernelContext& c) {
   }
   if (upsamplesLikeAten(x, s, allSizes, allScales, allLengths))
     return {upsampleWithAten(x, s, allSizes, allScales)};
+  if (upsamplesNearestLikeAten(x, s, allSizes, allScales))
+    return {upsampleNearestWithAten(x, allSizes)};
   at::Tensor result = x;
   for (std::size_t i = 0; i < n; ++i) {
     if (sizes[i] == x.size(axes[i]) && scales[i] == 1.0 && s.transform != "tf_crop_and_resize")
