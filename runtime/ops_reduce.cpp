@@ -87,9 +87,9 @@ std::pair<at::Tensor, at::Tensor> topKWithTiesByIndex(const at::Tensor& x, const
   const at::Tensor chosen = past.logical_or(equal.logical_and(equal.cumsum(-1).le(stillNeeded)));
   std::vector<std::int64_t> shape = rows.sizes().vec();
   shape.back() = k;
-  const at::Tensor candidates = rows.masked_select(chosen).view(shape);
-  const at::Tensor candidateIndices =
-      at::arange(n, x.options().dtype(at::kLong)).expand_as(rows).masked_select(chosen).view(shape);
+  // Exactly k chosen per row; nonzero lists them row by row, in index order.
+  const at::Tensor candidateIndices = chosen.reshape({-1, n}).nonzero().select(1, 1).reshape(shape);
+  const at::Tensor candidates = rows.gather(-1, candidateIndices);
   auto [sorted, order] = at::sort(candidates, /*stable=*/true, -1, /*descending=*/largest);
   return {sorted.movedim(-1, axis).contiguous(), candidateIndices.gather(-1, order).movedim(-1, axis).contiguous()};
 }
