@@ -6,7 +6,7 @@
 # BERT-base-sized torch.nn.TransformerEncoder (12 layers, 768 wide, 12 heads, sequence 128); with
 # MODELS="mobilenet_v3_large vit_b_16 dcgan" also those (torchvision, 224x224; DCGAN's generator,
 # batch 16: five ConvTranspose layers), and any other model tools/export_zoo.py writes (r3d_18:
-# 3-D convolutions; ssdlite, fasterrcnn and retinanet: detectors with TopK, NonMaxSuppression, RoiAlign).
+# 3-D convolutions; ssdlite, fasterrcnn, retinanet, fcos, ssd300 and maskrcnn: detectors with TopK, NonMaxSuppression, RoiAlign, Loop).
 #   1. latency: ORT (npm onnxruntime-node, default threads, all graph optimizations) vs
 #      `cleave run --repeat N` (median of N; the first run included), ratio cleave / ORT;
 #   2. cut overhead: the model split by a profile that leaves Relu/Softmax/Erf on the CPU, run

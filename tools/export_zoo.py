@@ -19,6 +19,10 @@ Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
                      score kept, so its 100 detections are compared), opset 14
   retinanet          torchvision retinanet_resnet50_fpn at 320x320 (one head's weights run over five pyramid
                      levels; every score kept, 50 detections), opset 16
+  maskrcnn           torchvision maskrcnn_resnet50_fpn at 320x320 (20 detections with their masks: a Loop
+                     pastes each), opset 16
+  fcos               torchvision fcos_resnet50_fpn at 320x320 (GroupNorm heads shared by five levels), opset 16
+  ssd300             torchvision ssd300_vgg16 (300x300; 50 detections), opset 16
   wav2letter         1-D convolutions after wav2letter (80 mel features, 1000 steps; BatchNorm1d), opset 14
   bert_base          a BERT-base-sized encoder (12 x 768, 12 heads), opset 17 (benchmarks)
 --small shrinks the encoder/decoder sizes and image sizes for fast tests (same op sets; r3d_18's
@@ -172,15 +176,17 @@ class TinyVideoNet(nn.Module):
 
 
 class Detector(nn.Module):
-    """A torchvision detector on one image [3, H, W], returning its boxes, scores and labels."""
+    """A torchvision detector on one image [3, H, W], returning its boxes, scores and labels (and
+    any other of its outputs named in `extra`, such as Mask R-CNN's masks)."""
 
-    def __init__(self, model):
+    def __init__(self, model, extra=()):
         super().__init__()
         self.model = model
+        self.keys = ("boxes", "scores", "labels", *extra)
 
     def forward(self, image):
         found = self.model([image])[0]
-        return found["boxes"], found["scores"], found["labels"]
+        return tuple(found[key] for key in self.keys)
 
 
 class Recurrent(nn.Module):
@@ -277,6 +283,15 @@ def zoo(small):
         (torch.rand(3, 320, 320, generator=g),), ["image"])
     yield ("wav2letter", 14, lambda: Wav2LetterLike(16, 32, 48, 4) if small else Wav2LetterLike(),
            (torch.randn(1, 16 if small else 80, 64 if small else 1000, generator=g),), ["x"])
+    at320 = dict(weights=None, weights_backbone=None, min_size=320, max_size=320)
+    yield ("maskrcnn", 16, lambda: Detector(detection.maskrcnn_resnet50_fpn(
+        box_score_thresh=0.0, box_detections_per_img=20, **at320), extra=("masks",)),
+        (torch.rand(3, 320, 320, generator=g),), ["image"])
+    yield ("fcos", 16, lambda: Detector(detection.fcos_resnet50_fpn(score_thresh=0.0, detections_per_img=50, **at320)),
+           (torch.rand(3, 320, 320, generator=g),), ["image"])
+    yield ("ssd300", 16, lambda: Detector(detection.ssd300_vgg16(weights=None, weights_backbone=None, score_thresh=0.0,
+                                                                 detections_per_img=50)),
+           (torch.rand(3, 300, 300, generator=g),), ["image"])
 
 
 def main():
