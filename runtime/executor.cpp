@@ -79,11 +79,13 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
   return executor;
 }
 
-// Products (MatMul, fused MatMul+Add) reading one stored weight share one kernel cache, so its
-// reordered copy is made once, not once per node: an exporter's deduplicated layers (a BERT
-// encoder's twelve identical layers read one set of weights through aliases) would otherwise
-// hold a copy per layer. Shared only among nodes of one kind, whose products have the same form
-// (linear() rebuilds a cache whose row count or bias presence differs). O(nodes log nodes).
+// Products (MatMul, fused MatMul+Add) and fused convolutions reading one stored weight share one
+// kernel cache, so its reordered copy is made once, not once per node: an exporter's deduplicated
+// layers (a BERT encoder's twelve identical layers read one set of weights through aliases) would
+// otherwise hold a copy per layer. Shared only among nodes of one kind, whose products have the
+// same form (linear() rebuilds a cache whose row count or bias presence differs); a convolution
+// cache keeps an entry per input shape (a detector's head runs one weight over every pyramid
+// level: onednn::ConvolutionCache). O(nodes log nodes).
 void Executor::shareWeightCaches() {
   const ir::Graph& g = *graph_;
   cacheSlot_ = IdVector<NodeId, NodeId>(g.numNodes());

@@ -116,9 +116,9 @@ std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::I
 // 3-D), which ATen's elementwise ops, pooling and the next convolution read as it is. `packed`
 // keeps the reordered weight and the primitive; it is rebuilt when the weight (by identity), the
 // input's dims, the bias's presence or the post-ops change (`siblings`, the cache it belongs to:
-// a rebuilt entry takes their reordered weight when it wants the same layout). The residual is added by accumulating
-// onto it: into a copy of it, or, when `residualIsScratch` (the caller's to overwrite) and it is
-// channels-last already, into the residual itself, which is then the result.
+// a rebuilt entry takes their reordered weight when it wants the same layout). The residual is
+// added by accumulating onto it: into a copy of it, or, when `residualIsScratch` (the caller's to
+// overwrite) and it is channels-last already, into the residual itself, which is then the result.
 // 3-D matters because ATen 1.13's at::convolution picks oneDNN for a 3-D convolution only above a
 // size heuristic (N * C * D * H > 20480) and otherwise runs slow_conv3d: r3d_18's 128- and
 // 256-channel layers ran at 31-56 GFLOP/s there, its 64-channel ones on oneDNN at about 200.
