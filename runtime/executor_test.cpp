@@ -264,6 +264,8 @@ TEST(Executor, ResizeOnAtenEqualsTheReferencePath) {
       {at::randn({1, 2, 3, 4, 5}), "asymmetric", {}, {1, 2, 6, 4, 20}, "nearest"},
       {at::randn({1, 3, 5, 5}), "asymmetric", {}, {1, 3, 15, 10}, "nearest"},   // by 3: declines
       {at::randn({1, 3, 10, 10}), "asymmetric", {1, 1, 2.05, 2}, {}, "nearest"}, // 20 rows, scale 2.05: declines
+      {at::randn({0, 3, 4, 4}), "half_pixel", {}, {0, 3, 8, 8}},               // empty: declines
+      {at::randn({1, 3, 4, 4}), "asymmetric", {}, {1, 3, 0, 8}, "nearest"},   // to nothing: declines
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.mode) + " " + c.transform + " " + std::to_string(c.x.dim()) + "-D");

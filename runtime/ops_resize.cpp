@@ -18,6 +18,7 @@
 // Nearest mode computes in the input's own dtype (one tap of weight 1: exact either way), and
 // enlarging by powers of two with asymmetric, floor coordinates (FPN's top-down path) runs as
 // ATen's upsample_nearest.
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/kernel.h"
@@ -131,13 +132,20 @@ at::Tensor resizeAxis(const at::Tensor& x, std::int64_t axis, std::int64_t out, 
   return result;
 }
 
+// Whether input and output both have elements (ATen's upsampling refuses empty ones; the
+// reference path returns them).
+bool hasElements(const at::Tensor& x, const std::vector<std::int64_t>& sizes) {
+  return x.numel() > 0 && std::all_of(sizes.begin(), sizes.end(), [](std::int64_t size) { return size > 0; });
+}
+
 // ATen's upsampling computes what ONNX's linear mode does for these coordinates: source
 // coordinate (x + 0.5) / scale - 0.5 clamped at 0 (ONNX clamps the taps, which gives the same
 // value), or x * (in - 1) / (out - 1) for align_corners. pytorch_half_pixel differs only at an
 // output length of 1, and align_corners only where scales leave a fractional length.
 bool upsamplesLikeAten(const at::Tensor& x, const ResizeSettings& s, const std::vector<std::int64_t>& sizes,
                        const std::vector<double>& scales, const std::vector<double>& lengths) {
-  if (s.mode != "linear" || x.scalar_type() != at::kFloat || x.dim() < 3 || x.dim() > 5 || x.is_mkldnn())
+  if (s.mode != "linear" || x.scalar_type() != at::kFloat || x.dim() < 3 || x.dim() > 5 || x.is_mkldnn() ||
+      !hasElements(x, sizes))
     return false;
   if (s.transform != "half_pixel" && s.transform != "pytorch_half_pixel" && s.transform != "align_corners")
     return false;
@@ -160,7 +168,7 @@ bool upsamplesLikeAten(const at::Tensor& x, const ResizeSettings& s, const std::
 bool upsamplesNearestLikeAten(const at::Tensor& x, const ResizeSettings& s, const std::vector<std::int64_t>& sizes,
                               const std::vector<double>& scales) {
   if (s.mode != "nearest" || s.transform != "asymmetric" || s.nearest != "floor" || x.dim() < 3 || x.dim() > 5 ||
-      x.scalar_type() != at::kFloat || x.is_mkldnn())
+      x.scalar_type() != at::kFloat || x.is_mkldnn() || !hasElements(x, sizes))
     return false;
   for (std::size_t d = 0; d < sizes.size(); ++d) {
     const std::int64_t in = x.size(static_cast<std::int64_t>(d)), out = sizes[d];
