@@ -1238,6 +1238,35 @@ TEST(Fusion, ConvolutionsWithSiluAndHardSigmoidRunFused) {
   }
 }
 
+// HardSwish as exported before opset 14 (Conv -> HardSigmoid(1/6, 0.5) -> Mul(conv, that)) runs
+// as one Conv+HardSwish; a HardSigmoid with other constants beside a Mul is left alone.
+TEST(Fusion, DecomposedHardSwishRunsAsTheConvolutionsPostOp) {
+  NodeChain chain({"x", "w1", "w2"});
+  chain.add(spec("Conv", {"x", "w1"}, {ints("pads", {1, 1, 1, 1})}, "c1"), "c1");
+  chain.add(spec("HardSigmoid", {"c1"}, {real("alpha", 1.0f / 6.0f), real("beta", 0.5)}, "gate1"), "g1");
+  chain.add(spec("Mul", {"c1", "g1"}, {}, "swish"), "h");
+  chain.add(spec("Conv", {"h", "w2"}, {}, "c2"), "c2");
+  chain.add(spec("HardSigmoid", {"c2"}, {real("alpha", 0.2)}, "gate2"), "g2");
+  chain.add(spec("Mul", {"g2", "c2"}, {}, "gated"), "y");
+  Expected<ir::Graph> graph = std::move(chain).finish({"y"});
+  ASSERT_TRUE(graph) << graph.error().message();
+  FusionPlan plan = planFusions(*graph);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  EXPECT_EQ(plan.groups[0].kind, FusedGroup::Kind::ConvHardSwish);
+  EXPECT_EQ(plan.groups[0].nodes.size(), 3u);
+  at::manual_seed(59);
+  TensorMap inputs{{"x", at::randn({1, 4, 9, 9})}, {"w1", at::randn({8, 4, 3, 3})}, {"w2", at::randn({6, 8, 1, 1})}};
+  const at::Tensor c1 = at::conv2d(inputs.at("x"), inputs.at("w1"), {}, 1, 1);
+  const at::Tensor c2 = at::conv2d(c1 * at::clamp(c1 / 6.0 + 0.5, 0.0, 1.0), inputs.at("w2"));
+  const at::Tensor expected = at::clamp(c2 * 0.2 + 0.5, 0.0, 1.0) * c2;
+  FusedAndObserved runs = runFusedAndObserved(std::move(*graph), inputs);
+  ASSERT_TRUE(runs.fused.count("y"));
+  EXPECT_TRUE(at::allclose(runs.fused.at("y"), expected, 1e-4, 1e-5));
+  EXPECT_TRUE(at::allclose(runs.observed.at("y"), expected, 1e-4, 1e-5));
+  if (onednn::available())
+    EXPECT_EQ(runs.stats.secondsByOp.count("Conv+HardSwish"), 1u);
+}
+
 // Conv -> BatchNormalization -> Relu, then ConvTranspose (groups 2, bias) -> BatchNormalization
 // -> Relu, then ConvTranspose -> BatchNormalization read twice: three groups, each normalization
 // folded into its convolution's weight and bias, equal to ATen's nodes one by one; a trainable

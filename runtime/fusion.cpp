@@ -123,20 +123,37 @@ std::optional<NodeId> soleReaderOf(const ir::Graph& g, ValueId value, std::strin
   return users[0];
 }
 
-// Sigmoid(x) and Mul(x, that) as the only readers of x (SiLU): the two nodes, in graph order.
-std::optional<std::pair<NodeId, NodeId>> matchSilu(const ir::Graph& g, ValueId x) {
+// gate(x) and Mul(x, that) as the only readers of x, the gate a one-operand op that `isGate`
+// accepts: the two nodes, in graph order.
+template <class IsGate>
+std::optional<std::pair<NodeId, NodeId>> matchSelfGated(const ir::Graph& g, ValueId x, IsGate isGate) {
   auto users = g.users(x);
   if (users.size() != 2)
     return std::nullopt;
   for (int first = 0; first < 2; ++first) {
-    NodeId sigmoid = users[first], mul = users[1 - first];
-    if (!isOp(g, sigmoid, "Sigmoid") || g.inputs(sigmoid).size() != 1 || g.outputs(sigmoid).size() != 1)
+    NodeId gate = users[first], mul = users[1 - first];
+    if (!isGate(gate) || g.inputs(gate).size() != 1 || g.outputs(gate).size() != 1)
       continue;
-    std::optional<NodeId> reader = soleReader(g, g.outputs(sigmoid)[0], "Mul");
-    if (reader && *reader == mul && otherOperand(g, mul, g.outputs(sigmoid)[0]) == x)
-      return std::make_pair(sigmoid, mul);
+    std::optional<NodeId> reader = soleReader(g, g.outputs(gate)[0], "Mul");
+    if (reader && *reader == mul && otherOperand(g, mul, g.outputs(gate)[0]) == x)
+      return std::make_pair(gate, mul);
   }
   return std::nullopt;
+}
+
+// Sigmoid(x) and Mul(x, that) (SiLU).
+std::optional<std::pair<NodeId, NodeId>> matchSilu(const ir::Graph& g, ValueId x) {
+  return matchSelfGated(g, x, [&g](NodeId node) { return isOp(g, node, "Sigmoid"); });
+}
+
+// HardSigmoid(x) with alpha 1/6 and beta 0.5, and Mul(x, that): HardSwish as PyTorch exports it
+// before opset 14, which has no HardSwish op (MobileNetV3 and DeepLabV3 at opsets 11-13).
+std::optional<std::pair<NodeId, NodeId>> matchDecomposedHardSwish(const ir::Graph& g, ValueId x) {
+  return matchSelfGated(g, x, [&g](NodeId node) {
+    const ir::Attribute* alpha = isOp(g, node, "HardSigmoid") ? g.findAttribute(node, "alpha") : nullptr;
+    const ir::Attribute* beta = alpha ? g.findAttribute(node, "beta") : nullptr;
+    return alpha && near(alpha->floatValue, 1.0 / 6.0) && (!beta || near(beta->floatValue, 0.5));
+  });
 }
 
 // A ReduceMean over x's last axis only, keeping dims (its axes as an attribute: opsets 11-17).
@@ -215,6 +232,8 @@ std::optional<FusedGroup> matchConv(const ir::Graph& g, NodeId conv) {
     return FusedGroup{K::ConvHardSigmoid, {conv, *hard}, operands};
   if (auto silu = matchSilu(g, out))
     return FusedGroup{K::ConvSilu, {conv, silu->first, silu->second}, operands};
+  if (auto swish = matchDecomposedHardSwish(g, out))
+    return FusedGroup{K::ConvHardSwish, {conv, swish->first, swish->second}, operands};
   if (auto clip = soleReaderOf(g, out, "Clip", 3)) {
     ValueId low = g.inputs(*clip)[1], high = g.inputs(*clip)[2];
     if (!scalarConstant(g, low) || !scalarConstant(g, high))

@@ -8,6 +8,8 @@
 //   ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid
 //               Conv -> Relu | Clip(., lo, hi) | HardSwish | HardSigmoid
 //   ConvSilu    Conv -> Sigmoid -> Mul(conv, sigmoid)   (SiLU / swish)
+//   ConvHardSwish also from Conv -> HardSigmoid(alpha 1/6, beta 0.5) -> Mul(conv, that): HardSwish
+//               as exported before opset 14
 //   ConvAdd, ConvAddRelu                Conv -> Add(., residual) [-> Relu]
 //               one oneDNN convolution with post-ops (kernel.h fusedConvolution); Clip's bounds
 //               must be single-element constants
