@@ -132,27 +132,15 @@ at::Tensor resizeAxis(const at::Tensor& x, std::int64_t axis, std::int64_t out, 
   return result;
 }
 
-// Whether input and output both have elements (ATen's upsampling refuses empty ones; the
-// reference path returns them).
-bool hasElements(const at::Tensor& x, const std::vector<std::int64_t>& sizes) {
-  return x.numel() > 0 && std::all_of(sizes.begin(), sizes.end(), [](std::int64_t size) { return size > 0; });
-}
-
 // ATen's upsampling computes what ONNX's linear mode does for these coordinates: source
 // coordinate (x + 0.5) / scale - 0.5 clamped at 0 (ONNX clamps the taps, which gives the same
 // value), or x * (in - 1) / (out - 1) for align_corners. pytorch_half_pixel differs only at an
 // output length of 1, and align_corners only where scales leave a fractional length.
-bool upsamplesLikeAten(const at::Tensor& x, const ResizeSettings& s, const std::vector<std::int64_t>& sizes,
-                       const std::vector<double>& scales, const std::vector<double>& lengths) {
-  if (s.mode != "linear" || x.scalar_type() != at::kFloat || x.dim() < 3 || x.dim() > 5 || x.is_mkldnn() ||
-      !hasElements(x, sizes))
-    return false;
+bool linearMatchesAten(const ResizeSettings& s, const std::vector<std::int64_t>& sizes,
+                       const std::vector<double>& lengths) {
   if (s.transform != "half_pixel" && s.transform != "pytorch_half_pixel" && s.transform != "align_corners")
     return false;
   for (std::size_t d = 0; d < sizes.size(); ++d) {
-    bool unchanged = sizes[d] == x.size(static_cast<std::int64_t>(d)) && scales[d] == 1.0;
-    if (d < 2 && !unchanged)
-      return false;
     if (s.transform == "pytorch_half_pixel" && lengths[d] <= 1)
       return false;
     if (s.transform == "align_corners" && lengths[d] != static_cast<double>(sizes[d]))
@@ -163,37 +151,47 @@ bool upsamplesLikeAten(const at::Tensor& x, const ResizeSettings& s, const std::
 
 // Nearest mode with asymmetric coordinates and floor rounding (PyTorch's export of nearest
 // interpolate, FPN's top-down path) picks input floor(x * in / out). ATen's upsample_nearest picks
-// the same where that ratio is exact in float: each spatial axis kept or enlarged by a power of
-// two (ATen computes the ratio in float; 1/3 would round).
-bool upsamplesNearestLikeAten(const at::Tensor& x, const ResizeSettings& s, const std::vector<std::int64_t>& sizes,
-                              const std::vector<double>& scales) {
-  if (s.mode != "nearest" || s.transform != "asymmetric" || s.nearest != "floor" || x.dim() < 3 || x.dim() > 5 ||
-      x.scalar_type() != at::kFloat || x.is_mkldnn() || !hasElements(x, sizes))
+// the same where that ratio is exact in float: each axis kept or enlarged by a power of two
+// (ATen computes the ratio in float; 1/3 would round), at exactly that scale.
+bool nearestMatchesAten(const at::Tensor& x, const ResizeSettings& s, const std::vector<std::int64_t>& sizes,
+                        const std::vector<double>& scales) {
+  if (s.transform != "asymmetric" || s.nearest != "floor")
     return false;
   for (std::size_t d = 0; d < sizes.size(); ++d) {
     const std::int64_t in = x.size(static_cast<std::int64_t>(d)), out = sizes[d];
-    const bool powerOfTwo = in > 0 && out % in == 0 && ((out / in) & (out / in - 1)) == 0;
-    if ((d < 2 && (out != in || scales[d] != 1.0)) || !powerOfTwo ||
-        scales[d] != static_cast<double>(out) / static_cast<double>(in))
+    const bool powerOfTwo = out % in == 0 && ((out / in) & (out / in - 1)) == 0;
+    if (!powerOfTwo || scales[d] != static_cast<double>(out) / static_cast<double>(in))
       return false;
   }
   return true;
 }
 
-at::Tensor upsampleNearestWithAten(const at::Tensor& x, const std::vector<std::int64_t>& sizes) {
-  at::IntArrayRef spatial(sizes.data() + 2, sizes.size() - 2);
-  if (x.dim() == 3)
-    return at::upsample_nearest1d(x, spatial);
-  if (x.dim() == 4)
-    return at::upsample_nearest2d(x, spatial);
-  return at::upsample_nearest3d(x, spatial);
+// Whether ATen's upsample_* computes this Resize: a float32 tensor of rank 3 to 5 whose batch and
+// channels stay, input and output not empty (ATen refuses empty ones; the reference path returns
+// them), in linear or nearest mode with coordinates ATen shares. `sizes`, `scales`, `lengths`:
+// one per dimension of `x`.
+bool upsamplesLikeAten(const at::Tensor& x, const ResizeSettings& s, const std::vector<std::int64_t>& sizes,
+                       const std::vector<double>& scales, const std::vector<double>& lengths) {
+  if (x.scalar_type() != at::kFloat || x.dim() < 3 || x.dim() > 5 || x.is_mkldnn() || x.numel() == 0 ||
+      std::any_of(sizes.begin(), sizes.end(), [](std::int64_t size) { return size <= 0; }))
+    return false;
+  for (std::size_t d = 0; d < 2; ++d)
+    if (sizes[d] != x.size(static_cast<std::int64_t>(d)) || scales[d] != 1.0)
+      return false;
+  if (s.mode == "linear")
+    return linearMatchesAten(s, sizes, lengths);
+  return s.mode == "nearest" && nearestMatchesAten(x, s, sizes, scales);
 }
 
-// `sizes`, `scales`: one per dimension of `x` (batch and channels unchanged).
+// The Resize upsamplesLikeAten accepts, on ATen.
 at::Tensor upsampleWithAten(const at::Tensor& x, const ResizeSettings& s, const std::vector<std::int64_t>& sizes,
                             const std::vector<double>& scales) {
-  bool alignCorners = s.transform == "align_corners";
   at::IntArrayRef spatial(sizes.data() + 2, sizes.size() - 2);
+  if (s.mode == "nearest") // by powers of two: ATen's own ratio in / out is exact
+    return x.dim() == 3 ? at::upsample_nearest1d(x, spatial)
+           : x.dim() == 4 ? at::upsample_nearest2d(x, spatial)
+                          : at::upsample_nearest3d(x, spatial);
+  const bool alignCorners = s.transform == "align_corners";
   auto scale = [&scales](std::size_t d) { return c10::optional<double>(scales[d]); };
   if (x.dim() == 3)
     return at::upsample_linear1d(x, spatial, alignCorners, scale(2));
@@ -273,8 +271,6 @@ Outputs resize(KernelContext& c) {
   }
   if (upsamplesLikeAten(x, s, allSizes, allScales, allLengths))
     return {upsampleWithAten(x, s, allSizes, allScales)};
-  if (upsamplesNearestLikeAten(x, s, allSizes, allScales))
-    return {upsampleNearestWithAten(x, allSizes)};
   at::Tensor result = x;
   for (std::size_t i = 0; i < n; ++i) {
     if (sizes[i] == x.size(axes[i]) && scales[i] == 1.0 && s.transform != "tf_crop_and_resize")
