@@ -85,9 +85,15 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
 // otherwise hold a copy per layer. Shared only among nodes of one kind, whose products have the
 // same form (linear() rebuilds a cache whose row count or bias presence differs); a convolution
 // cache keeps an entry per input shape (a detector's head runs one weight over every pyramid
-// level: onednn::ConvolutionCache). O(nodes log nodes).
+// level: onednn::ConvolutionCache). Every other convolution takes its reordered weight from one
+// pool of the executor's (onednn::ReorderedWeights): unfused Conv nodes reading one weight at
+// several shapes (FCOS's head, followed by GroupNorm) hold one copy per layout, not per node.
+// O(nodes log nodes).
 void Executor::shareWeightCaches() {
   const ir::Graph& g = *graph_;
+  const auto convolutionWeights = std::make_shared<onednn::ReorderedWeights>();
+  for (KernelCache& cache : caches_)
+    cache.convolutions.weights = convolutionWeights;
   cacheSlot_ = IdVector<NodeId, NodeId>(g.numNodes());
   std::map<std::pair<std::string_view, ir::ParamId>, NodeId> firstReader;
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {

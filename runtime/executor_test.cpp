@@ -779,8 +779,8 @@ TEST(OneDnn, WinogradConvolutionsEqualAten) {
     onednn::ConvPostOps post;
   };
   const Case cases[] = {{1, 64, 64, 14, 14, {false, Activation::Relu}},
-                        {2, 16, 48, 20, 17, {}},
-                        {1, 128, 32, 28, 15, {false, Activation::Relu}}};
+                        {2, 16, 64, 20, 17, {}},
+                        {1, 128, 64, 28, 15, {false, Activation::Relu}}};
   at::manual_seed(5);
   bool anyWinograd = false;
   for (const Case& k : cases) {
@@ -818,6 +818,68 @@ TEST(OneDnn, WinogradConvolutionsEqualAten) {
                                   at::randn({1, 64, 14, 14}), false, packed)
                   .defined());
   EXPECT_FALSE(onednn::usesWinograd(*packed));
+  // Fewer than 64 outputs (SSD300's 512-to-16 box head ran 3.5x slower as Winograd's).
+  ASSERT_TRUE(onednn::convolution(x, w.narrow(0, 0, 16), {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false, packed)
+                  .defined());
+  EXPECT_FALSE(onednn::usesWinograd(*packed));
+}
+
+// Winograd's transformed weight costs at most 16 times the output's bytes beyond the plain
+// weight's: a 512x512 layer at 19x19 (F(4x4, 3x3) on AVX-512: 28 MiB more for a 0.7 MiB output)
+// stays on the direct kernel; at 38x38 it may take Winograd's.
+TEST(OneDnn, WinogradOnlyWhereItsWeightCopyIsAffordable) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  at::manual_seed(6);
+  const at::Tensor w = at::randn({512, 512, 3, 3});
+  bool anyWinograd = false;
+  for (std::int64_t side : {19, 38}) {
+    const at::Tensor x = at::randn({1, 512, side, side}).contiguous(at::MemoryFormat::ChannelsLast);
+    std::shared_ptr<onednn::PackedConvolution> packed;
+    ASSERT_TRUE(onednn::convolution(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false, packed).defined());
+    const std::size_t plain = static_cast<std::size_t>(w.numel()) * sizeof(float);
+    const std::size_t output = static_cast<std::size_t>(512 * side * side) * sizeof(float);
+    const std::size_t copy = onednn::reorderedWeightBytes(*packed);
+    if (onednn::usesWinograd(*packed)) {
+      anyWinograd = true;
+      EXPECT_LE(copy, plain + 16 * output) << side << "x" << side;
+    }
+  }
+  if (!anyWinograd)
+    GTEST_SKIP() << "this CPU has no oneDNN Winograd kernel for 512 channels";
+}
+
+// Convolution caches given one pool of reordered weights (an executor's nodes) share a copy per
+// layout of one weight across caches; caches with pools of their own do not; the pool holds its
+// copies weakly, so they are freed with the last packed convolution using them.
+TEST(OneDnn, ReorderedWeightsAreSharedAcrossCachesOfOnePool) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  at::manual_seed(48);
+  const at::Tensor w = at::randn({32, 16, 3, 3});
+  const auto pool = std::make_shared<onednn::ReorderedWeights>();
+  onednn::ConvolutionCache first, second, apart;
+  first.weights = second.weights = pool;
+  auto pack = [&](onednn::ConvolutionCache& cache, std::int64_t side) {
+    const at::Tensor x = at::randn({1, 16, side, side}).contiguous(at::MemoryFormat::ChannelsLast);
+    std::shared_ptr<onednn::PackedConvolution>& entry = onednn::cacheEntryFor(cache, x.sizes());
+    at::Tensor y = onednn::convolution(x, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false, entry, &cache);
+    EXPECT_TRUE(y.defined());
+    EXPECT_TRUE(at::allclose(y, at::conv2d(x.contiguous(), w, {}, 1, 1), 1e-4, 1e-4));
+    return entry;
+  };
+  // 10x10 and 5x5 run the same direct kernel, on one weight layout.
+  std::shared_ptr<onednn::PackedConvolution> a = pack(first, 10), b = pack(second, 5), c = pack(apart, 5);
+  EXPECT_TRUE(onednn::shareReorderedWeight(*a, *b));
+  EXPECT_FALSE(onednn::shareReorderedWeight(*b, *c));
+  const auto& copies = pool->byWeight.at(w.unsafeGetTensorImpl());
+  ASSERT_EQ(copies.size(), 1u);
+  first.byShape.clear();
+  second.byShape.clear();
+  a.reset();
+  EXPECT_FALSE(copies[0].expired()); // b still reads it
+  b.reset();
+  EXPECT_TRUE(copies[0].expired());
 }
 
 // A packed weight (oneDNN's own product layout) computes what the plain weight does at every row

@@ -4,6 +4,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <numeric>
 #include <optional>
 #include <unordered_map>
 #endif
@@ -378,8 +379,16 @@ at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64
   }
 }
 
-struct PackedConvolution {
+struct ReorderedWeight {
   at::Tensor source; // the weight it was reordered from; kept referenced, so its identity stays unique
+  // oneDNN's own allocation (from the C library's heap). Tried: ATen's allocator, to count these
+  // copies in --profile's tensor bytes; the copies made during the first run then sat among its
+  // activations' blocks and peak resident memory grew 28-51 MiB on SSD300, RetinaNet, Mask R-CNN.
+  dnnl::memory memory;
+};
+
+struct PackedConvolution {
+  std::shared_ptr<const ReorderedWeight> weight;
   std::vector<std::int64_t> inputDims;
   bool withBias = false;
   bool transposed = false; // a deconvolution (ConvTranspose)
@@ -388,7 +397,6 @@ struct PackedConvolution {
   // A deconvolution's bias [+ Relu], one pass over its output after it (oneDNN 2.6 runs a
   // deconvolution's own bias and post-ops in slow loops); empty without a bias.
   dnnl::primitive epilogue;
-  dnnl::memory weight;
   dnnl::memory::desc src, dst;
   std::vector<std::int64_t> outputDims;
   // A Winograd convolution reads and writes oneDNN's blocked layout: the channels-last input is
@@ -431,23 +439,35 @@ dnnl::primitive_attr postOpsAttr(const ConvPostOps& post) {
 
 // Reorders `w` (its dims `weightDims`, stored in oneDNN's `plainTag` order) once into `wanted`,
 // the layout the primitive picked, and records what `packed` is keyed by.
+// w (plain, `plainTag` over `weightDims`) in the layout `wanted`: the pool's copy when it holds
+// one, else a copy reordered now (and kept in the pool, weakly).
+std::shared_ptr<const ReorderedWeight> reorderedWeight(ReorderedWeights* pool, const at::Tensor& w,
+                                                       const Dims& weightDims, Tag plainTag,
+                                                       const dnnl::memory::desc& wanted) {
+  std::vector<std::weak_ptr<const ReorderedWeight>>* copies =
+      pool ? &pool->byWeight[w.unsafeGetTensorImpl()] : nullptr;
+  if (copies) {
+    std::erase_if(*copies, [](const std::weak_ptr<const ReorderedWeight>& copy) { return copy.expired(); });
+    for (const std::weak_ptr<const ReorderedWeight>& copy : *copies)
+      if (std::shared_ptr<const ReorderedWeight> held = copy.lock();
+          held && held->source.is_same(w) && held->memory.get_desc() == wanted)
+        return held;
+  }
+  auto fresh = std::make_shared<ReorderedWeight>();
+  fresh->source = w;
+  fresh->memory = dnnl::memory(wanted, cpuEngine());
+  at::Tensor plainWeight = w.contiguous();
+  dnnl::memory given(dnnl::memory::desc(weightDims, DataType::f32, plainTag), cpuEngine(), plainWeight.data_ptr());
+  execute(dnnl::reorder(given, fresh->memory), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, fresh->memory}});
+  if (copies)
+    copies->push_back(fresh);
+  return fresh;
+}
+
 void keepReorderedWeight(PackedConvolution& packed, const at::Tensor& w, const Dims& weightDims, Tag plainTag,
                          const dnnl::memory::desc& wanted, const at::Tensor& x, bool withBias,
-                         std::vector<std::int64_t> outputDims, const ConvolutionCache* siblings) {
-  const PackedConvolution* same = nullptr;
-  if (siblings)
-    for (const std::shared_ptr<PackedConvolution>& other : siblings->byShape)
-      if (other && other.get() != &packed && other->source.is_same(w) && other->weight.get_desc() == wanted)
-        same = other.get();
-  if (same) {
-    packed.weight = same->weight; // one buffer, shared
-  } else {
-    at::Tensor plainWeight = w.contiguous();
-    dnnl::memory given(dnnl::memory::desc(weightDims, DataType::f32, plainTag), cpuEngine(), plainWeight.data_ptr());
-    packed.weight = dnnl::memory(wanted, cpuEngine());
-    execute(dnnl::reorder(given, packed.weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, packed.weight}});
-  }
-  packed.source = w;
+                         std::vector<std::int64_t> outputDims, const ConvolutionCache* cache) {
+  packed.weight = reorderedWeight(cache ? cache->weights.get() : nullptr, w, weightDims, plainTag, wanted);
   packed.inputDims = x.sizes().vec();
   packed.withBias = withBias;
   packed.outputDims = std::move(outputDims);
@@ -463,7 +483,7 @@ void bindArguments(PackedConvolution& packed) {
   bound.dst = unbound(packed.dst);
   bound.bias = unbound(dnnl::memory::desc({packed.outputDims[1]}, DataType::f32, Tag::a));
   bound.scratchpad = unbound(packed.scratchpad);
-  bound.primitive = {{DNNL_ARG_WEIGHTS, packed.weight}};
+  bound.primitive = {{DNNL_ARG_WEIGHTS, packed.weight->memory}};
   if (packed.winograd) {
     bound.blockedSrc = unbound(packed.blockedSrc);
     bound.blockedDst = unbound(packed.blockedDst);
@@ -528,18 +548,36 @@ std::vector<std::int64_t> convolutionOutputDims(const at::Tensor& x, const at::T
   return out;
 }
 
-// Whether a convolution runs faster as Winograd's F(2x2, 3x3) (oneDNN's jit_fp32_wino_2x3) in
-// oneDNN's blocked layout, with the reorders from and to channels-last around it, than as the
-// direct channels-last kernel: 3x3, stride 1, undilated, ungrouped, channels in multiples of 16, at
-// least 14x14, no residual. Measured on ResNet-50's 3x3 convolutions (bench_conv_layout, AVX-512,
-// 2 threads, two runs), reorders included: 11-12% faster at 56x56x64, 13-23% at 28x28x128, 24-29%
-// at 14x14x256, and 0-5% slower at 7x7x512. Its results differ from the direct kernel's by
-// rounding (the tile transforms).
+// Whether a convolution may run as Winograd's (oneDNN's jit_fp32_wino_2x3, F(2x2, 3x3), or
+// jit_wino_4x3, F(4x4, 3x3), whichever oneDNN picks) in oneDNN's blocked layout, with the reorders
+// from and to channels-last around it, rather than the direct channels-last kernel: 3x3, stride 1,
+// undilated, ungrouped, channels in multiples of 16 and at least 64 out, at least 14x14, no
+// residual. Measured on ResNet-50's 3x3 convolutions (bench_conv_layout, AVX-512, 2 threads, two
+// runs), reorders included: 11-12% faster at 56x56x64, 13-23% at 28x28x128, 24-29% at 14x14x256,
+// and 0-5% slower at 7x7x512; SSD300's 512-to-16 box head at 38x38 took 2.9 ms against the direct
+// kernel's 0.8. Its results differ from the direct kernel's by rounding (the tile transforms).
 bool winogradPays(const at::Tensor& x, const at::Tensor& w, const std::vector<std::int64_t>& strides,
                   const std::vector<std::int64_t>& dilations, std::int64_t groups, const ConvPostOps& post) {
   return w.dim() == 4 && w.size(2) == 3 && w.size(3) == 3 && strides[0] == 1 && strides[1] == 1 && dilations[0] == 1 &&
-         dilations[1] == 1 && groups == 1 && x.size(1) % 16 == 0 && w.size(0) % 16 == 0 && x.size(2) >= 14 &&
-         x.size(3) >= 14 && !post.addResidual;
+         dilations[1] == 1 && groups == 1 && x.size(1) % 16 == 0 && w.size(0) % 16 == 0 && w.size(0) >= 64 &&
+         x.size(2) >= 14 && x.size(3) >= 14 && !post.addResidual;
+}
+
+// Whether Winograd's transformed weight is worth its memory: its bytes beyond the plain weight's
+// at most kWinogradExtraPerOutputByte times the output's. The saving grows with the output's
+// pixels and the extra memory does not (F(4x4, 3x3) holds 36 values per 9 of the weight, F(2x2,
+// 3x3) 16), so this keeps Winograd where its work is large for the memory. SSD300 (VGG's 512x512
+// weights, F(4x4, 3x3)): at 19x19 (ratio 38) three layers saved 6.5 ms a run for 85 MiB of copies;
+// at 38x38 (ratio 9.6) two saved 19 ms for 57 MiB; at 75x75 (1.2) two saved 22 ms for 14 MiB.
+// ResNet-50's F(2x2, 3x3) layers are at most 9.2 (14x14x256).
+constexpr std::size_t kWinogradExtraPerOutputByte = 16;
+bool winogradWeightAffordable(const dnnl::convolution_forward::primitive_desc& winograd, const at::Tensor& w,
+                              const std::vector<std::int64_t>& outputDims) {
+  const std::size_t plain = static_cast<std::size_t>(w.numel()) * sizeof(float);
+  const std::size_t transformed = winograd.weights_desc().get_size();
+  const std::size_t output = static_cast<std::size_t>(
+      std::accumulate(outputDims.begin(), outputDims.end(), std::int64_t{1}, std::multiplies<>()) * sizeof(float));
+  return transformed <= plain || transformed - plain <= kWinogradExtraPerOutputByte * output;
 }
 
 // The convolution for x's dims: the primitive (oneDNN picks the weight layout), the weight
@@ -549,7 +587,7 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
                                                    const std::vector<std::int64_t>& padBegin,
                                                    const std::vector<std::int64_t>& padEnd,
                                                    const std::vector<std::int64_t>& dilations, std::int64_t groups,
-                                                   const ConvPostOps& post, const ConvolutionCache* siblings) {
+                                                   const ConvPostOps& post, const ConvolutionCache* cache) {
   auto packed = std::make_shared<PackedConvolution>();
   const std::int64_t oc = w.size(0);
   const std::vector<std::int64_t> out = convolutionOutputDims(x, w, strides, padBegin, padEnd, dilations);
@@ -590,6 +628,8 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
     } catch (const dnnl::error&) {
       // this CPU or oneDNN has no Winograd kernel for it: the direct one below
     }
+    if (winograd && !winogradWeightAffordable(*winograd, w, out))
+      winograd.reset();
   }
   const dnnl::convolution_forward::primitive_desc pd =
       winograd ? *winograd
@@ -605,7 +645,7 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
                                                                        packed->dst));
   }
   const Tag plainWeight = x.dim() == 5 ? (groups > 1 ? Tag::goidhw : Tag::oidhw) : (groups > 1 ? Tag::goihw : Tag::oihw);
-  keepReorderedWeight(*packed, w, weightDims, plainWeight, pd.weights_desc(), x, withBias, out, siblings);
+  keepReorderedWeight(*packed, w, weightDims, plainWeight, pd.weights_desc(), x, withBias, out, cache);
   packed->primitive = dnnl::convolution_forward(pd);
   packed->post = post;
   return packed;
@@ -617,7 +657,7 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
                        const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                        std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
                        bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed,
-                       const ConvolutionCache* siblings) {
+                       const ConvolutionCache* cache) {
   if (!eligible(x) || !eligible(w) || (x.dim() != 4 && x.dim() != 5) || w.dim() != x.dim())
     return {};
   const std::size_t spatial = static_cast<std::size_t>(x.dim()) - 2;
@@ -630,9 +670,9 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   if (post.addResidual && residual.sizes().vec() != convolutionOutputDims(x, w, strides, padBegin, padEnd, dilations))
     return {};
   try {
-    if (!packed || packed->transposed || !packed->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
+    if (!packed || packed->transposed || !packed->weight->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
         packed->withBias != bias.defined() || !(packed->post == post))
-      packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post, siblings);
+      packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post, cache);
     at::Tensor out;
     if (post.addResidual && residualIsScratch && residual.is_contiguous(channelsLast(x.dim()))) {
       out = residual; // the sum post-op accumulates onto it: no copy
@@ -651,8 +691,10 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 
 bool usesWinograd(const PackedConvolution& packed) { return packed.winograd; }
 
+std::size_t reorderedWeightBytes(const PackedConvolution& packed) { return packed.weight->memory.get_desc().get_size(); }
+
 bool shareReorderedWeight(const PackedConvolution& a, const PackedConvolution& b) {
-  return a.weight.get_data_handle() == b.weight.get_data_handle();
+  return a.weight == b.weight;
 }
 
 std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef inputDims) {
@@ -693,7 +735,7 @@ std::shared_ptr<PackedConvolution> packTransposedConvolution(
     const at::Tensor& x, const at::Tensor& w, bool withBias, const std::vector<std::int64_t>& strides,
     const std::vector<std::int64_t>& padBegin, const std::vector<std::int64_t>& padEnd,
     const std::vector<std::int64_t>& dilations, const std::vector<std::int64_t>& outputPadding, std::int64_t groups,
-    const ConvPostOps& post, const ConvolutionCache* siblings) {
+    const ConvPostOps& post, const ConvolutionCache* cache) {
   auto packed = std::make_shared<PackedConvolution>();
   const std::int64_t ic = w.size(0), oc = w.size(1) * groups;
   const std::vector<std::int64_t> out =
@@ -713,7 +755,7 @@ std::shared_ptr<PackedConvolution> packTransposedConvolution(
                                                        packed->dst, stride, dilates, left, right),
                                    cpuEngine());
   keepReorderedWeight(*packed, w, weightDims, groups > 1 ? Tag::giohw : Tag::iohw, pd.weights_desc(), x, withBias,
-                      out, siblings);
+                      out, cache);
   packed->primitive = Deconvolution(pd);
   packed->post = post;
   if (withBias) { // output += bias per channel, then the activation, in place
@@ -732,7 +774,7 @@ at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, con
                                    const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                                    const std::vector<std::int64_t>& outputPadding, std::int64_t groups,
                                    bool thenRelu, std::shared_ptr<PackedConvolution>& packed,
-                                   const ConvolutionCache* siblings) {
+                                   const ConvolutionCache* cache) {
   if (!eligible(x) || !eligible(w) || x.dim() != 4 || w.dim() != 4 || x.numel() == 0 || w.numel() == 0 ||
       groups < 1 || x.size(1) != w.size(0) || w.size(0) % groups != 0 || strides.size() != 2 ||
       padBegin.size() != 2 || padEnd.size() != 2 || dilations.size() != 2 || outputPadding.size() != 2 ||
@@ -747,10 +789,10 @@ at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, con
     return {};
   try {
     const ConvPostOps post{false, thenRelu ? ConvPostOps::Activation::Relu : ConvPostOps::Activation::None};
-    if (!packed || !packed->transposed || !packed->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
+    if (!packed || !packed->transposed || !packed->weight->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
         packed->outputDims != out || packed->withBias != bias.defined() || !(packed->post == post))
       packed = packTransposedConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, outputPadding,
-                                         groups, post, siblings);
+                                         groups, post, cache);
     at::Tensor result = at::empty(packed->outputDims, x.options().memory_format(at::MemoryFormat::ChannelsLast));
     runConvolution(*packed, x, at::Tensor(), result);
     if (bias.defined()) {
@@ -809,6 +851,7 @@ at::Tensor convolution(const at::Tensor&, const at::Tensor&, const at::Tensor&, 
 }
 
 bool usesWinograd(const PackedConvolution&) { return false; }
+std::size_t reorderedWeightBytes(const PackedConvolution&) { return 0; }
 bool shareReorderedWeight(const PackedConvolution&, const PackedConvolution&) { return false; }
 
 std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef) {

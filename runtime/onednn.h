@@ -17,6 +17,7 @@
 
 #include <array>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 namespace cleave::runtime::onednn {
@@ -92,17 +93,32 @@ struct ConvPostOps {
 // A convolution's reordered weight with its primitive, for one input shape (opaque to callers).
 struct PackedConvolution;
 
+// A stored weight reordered into one layout a convolution primitive wants (opaque to callers).
+struct ReorderedWeight;
+
+// The reordered weights of the convolutions that share it, by source weight (identity) and
+// layout: each layout of each weight is made once, whichever nodes and input shapes want it.
+// FCOS runs each of its head's eight 256x256x3x3 weights through five unfused Conv nodes, one
+// per pyramid level; with a copy per node it held 51 reordered copies of them (163 MiB, more than
+// the model's 124 MiB of weights). Holds its copies weakly: a copy lives while a packed
+// convolution uses it, so a cache's evicted shapes free theirs. Lookup: O(layouts of the weight).
+struct ReorderedWeights {
+  std::unordered_map<const void*, std::vector<std::weak_ptr<const ReorderedWeight>>> byWeight;
+};
+
 // What a convolution node keeps between runs: a packed convolution (primitive and reordered
 // weight) per input shape it has run at. Nodes that read one stored weight through the same fused
 // kind share one cache (Executor::shareWeightCaches): a detector's head runs one weight over every
 // pyramid level, and with a single entry each level rebuilt the others' primitive and reordered
 // the weight again every run (RetinaNet: 16 Winograd weight reorders of 27 ms each per run).
-// Entries whose primitives want the same weight layout share one reordered copy. At most
-// kMaxShapes entries; a new shape past that replaces the oldest (inputs whose shape changes every
-// run keep rebuilding, as they would anyway).
+// At most kMaxShapes entries; a new shape past that replaces the oldest (inputs whose shape
+// changes every run keep rebuilding, as they would anyway).
 struct ConvolutionCache {
   static constexpr std::size_t kMaxShapes = 8;
   std::vector<std::shared_ptr<PackedConvolution>> byShape;
+  // Where its entries' reordered weights come from: the cache's own, or one the executor gives
+  // every node (Executor::create), so that all its convolutions share copies.
+  std::shared_ptr<ReorderedWeights> weights = std::make_shared<ReorderedWeights>();
 };
 
 // The entry of `cache` for an input of `inputDims`: the one packed for them, else an empty one
@@ -114,9 +130,9 @@ std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::I
 // `post` (`residual` when post.addResidual). The input is read channels-last (in place when it is
 // already; one copy when not) and the output is a channels-last ATen tensor (ChannelsLast3d for
 // 3-D), which ATen's elementwise ops, pooling and the next convolution read as it is. `packed`
-// keeps the reordered weight and the primitive; it is rebuilt when the weight (by identity), the
-// input's dims, the bias's presence or the post-ops change (`siblings`, the cache it belongs to:
-// a rebuilt entry takes their reordered weight when it wants the same layout). The residual is
+// keeps the primitive and its reordered weight; it is rebuilt when the weight (by identity), the
+// input's dims, the bias's presence or the post-ops change (`cache`, the cache it belongs to: the
+// reordered weight comes from its pool, made there only when no copy in that layout exists). The residual is
 // added by accumulating onto it: into a copy of it, or, when `residualIsScratch` (the caller's to
 // overwrite) and it is channels-last already, into the residual itself, which is then the result.
 // 3-D matters because ATen 1.13's at::convolution picks oneDNN for a 3-D convolution only above a
@@ -127,7 +143,7 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
                        const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                        std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
                        bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed,
-                       const ConvolutionCache* siblings = nullptr);
+                       const ConvolutionCache* cache = nullptr);
 
 // Whether `packed` runs Winograd's F(2x2, 3x3) (oneDNN's jit_fp32_wino_2x3) instead of the
 // direct kernel. convolution() picks it for a 3x3, stride-1, undilated, ungrouped convolution of
@@ -137,7 +153,10 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 // kernel's.
 bool usesWinograd(const PackedConvolution& packed);
 
-// Whether two packed convolutions read one reordered weight buffer (ConvolutionCache's sharing).
+// The bytes of `packed`'s reordered weight (shared with others reading the same copy).
+std::size_t reorderedWeightBytes(const PackedConvolution& packed);
+
+// Whether two packed convolutions read one reordered weight buffer (ReorderedWeights' sharing).
 bool shareReorderedWeight(const PackedConvolution& a, const PackedConvolution& b);
 
 // A 2-D float32 transposed convolution (ONNX ConvTranspose) of x [N, IC, H, W] by w [IC, OC /
@@ -155,6 +174,6 @@ at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, con
                                    const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                                    const std::vector<std::int64_t>& outputPadding, std::int64_t groups,
                                    bool thenRelu, std::shared_ptr<PackedConvolution>& packed,
-                                   const ConvolutionCache* siblings = nullptr);
+                                   const ConvolutionCache* cache = nullptr);
 
 } // namespace cleave::runtime::onednn
