@@ -9,7 +9,10 @@
 namespace cleave {
 
 namespace {
-constexpr std::size_t kChunkBytes = 1 << 20;
+// Chunks double from 4 KiB to 1 MiB: a small graph's names take a few KiB (a cut model loads one
+// graph per submodel; SSD300 cut 49 ways held 49 MiB of chunks that were made 1 MiB and zeroed),
+// a large one's still come in few allocations.
+constexpr std::size_t kFirstChunkBytes = 4 << 10, kLargestChunkBytes = 1 << 20;
 } // namespace
 
 StringTable::StringTable() {
@@ -37,8 +40,9 @@ std::string_view StringTable::store(std::string_view text) {
   if (text.empty())
     return {};
   if (chunks_.empty() || chunkUsed_ + text.size() > chunkSize_) {
-    chunkSize_ = std::max(kChunkBytes, text.size());
-    chunks_.push_back(std::make_unique<char[]>(chunkSize_));
+    chunkSize_ = std::max(chunks_.empty() ? kFirstChunkBytes : std::min(2 * chunkSize_, kLargestChunkBytes), text.size());
+    chunks_.push_back(std::make_unique_for_overwrite<char[]>(chunkSize_));
+    arenaBytes_ += chunkSize_;
     chunkUsed_ = 0;
   }
   char* at = chunks_.back().get() + chunkUsed_;

@@ -12,8 +12,9 @@ namespace cleave {
 // Interns strings to dense uint32 ids; id 0 is always the empty string.
 // A flat open-addressing table (linear probing, power-of-two size, load <= 1/2) whose slots keep
 // part of the hash, so a probe touches the string bytes only on a likely match. Characters live
-// in a chunked arena: a view stays valid for the table's lifetime. Complexity: expected O(length)
-// per intern or find; about 24 bytes per distinct string plus its characters.
+// in a chunked arena (chunks doubling from 4 KiB to 1 MiB): a view stays valid for the table's
+// lifetime. Complexity: expected O(length) per intern or find; about 24 bytes per distinct string
+// plus its characters.
 class StringTable {
 public:
   StringTable();
@@ -26,6 +27,8 @@ public:
   std::string_view str(std::uint32_t id) const { return views_[id]; }
   std::size_t size() const { return views_.size(); }
   void reserve(std::size_t count);
+  // Bytes the arena holds for characters (used or not).
+  std::size_t arenaBytes() const { return arenaBytes_; }
 
 private:
   struct Slot {
@@ -39,7 +42,7 @@ private:
   std::vector<Slot> slots_;
   std::vector<std::string_view> views_;
   std::vector<std::unique_ptr<char[]>> chunks_;
-  std::size_t chunkUsed_ = 0, chunkSize_ = 0;
+  std::size_t chunkUsed_ = 0, chunkSize_ = 0, arenaBytes_ = 0;
 };
 
 // "1.5 KiB", "3.0 MiB": binary units with one decimal; plain bytes below 1 KiB.

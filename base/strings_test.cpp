@@ -33,6 +33,26 @@ TEST(StringTable, ViewsStayValidAcrossGrowth) {
     EXPECT_EQ(table.str(table.find("value_" + std::to_string(i))), "value_" + std::to_string(i));
 }
 
+// A small table's characters take a few KiB, not a large fixed chunk (a cut model holds one
+// table per submodel); a name longer than any chunk gets one of its own; views stay valid.
+TEST(StringTable, ArenaGrowsWithItsStrings) {
+  StringTable small;
+  for (int i = 0; i < 100; ++i)
+    small.intern("node_" + std::to_string(i));
+  EXPECT_LE(small.arenaBytes(), 4096u);
+  StringTable large;
+  const std::string huge(3 << 20, 'x');
+  std::uint32_t first = large.intern("first");
+  std::size_t names = 0;
+  for (int i = 0; i < 100000; ++i)
+    names += large.str(large.intern("value_" + std::to_string(i))).size();
+  std::uint32_t hugeId = large.intern(huge);
+  EXPECT_EQ(large.str(hugeId), huge);
+  EXPECT_EQ(large.str(first), "first");
+  EXPECT_GE(large.arenaBytes(), names + huge.size());
+  EXPECT_LE(large.arenaBytes(), 2 * names + huge.size() + (1u << 20));
+}
+
 TEST(StringTable, DistinguishesPrefixesAndEmbeddedZeros) {
   StringTable table;
   std::uint32_t a = table.intern(std::string_view("ab\0c", 4));
