@@ -459,8 +459,15 @@ std::shared_ptr<const ReorderedWeight> reorderedWeight(ReorderedWeights* pool, c
   at::Tensor plainWeight = w.contiguous();
   dnnl::memory given(dnnl::memory::desc(weightDims, DataType::f32, plainTag), cpuEngine(), plainWeight.data_ptr());
   execute(dnnl::reorder(given, fresh->memory), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, fresh->memory}});
-  if (copies)
+  if (copies) {
     copies->push_back(fresh);
+    if (pool->byWeight.size() > pool->sweepAbove) {
+      std::erase_if(pool->byWeight, [](const auto& entry) {
+        return std::all_of(entry.second.begin(), entry.second.end(), [](const auto& copy) { return copy.expired(); });
+      });
+      pool->sweepAbove = std::max<std::size_t>(64, 2 * pool->byWeight.size());
+    }
+  }
   return fresh;
 }
 

@@ -101,9 +101,12 @@ struct ReorderedWeight;
 // FCOS runs each of its head's eight 256x256x3x3 weights through five unfused Conv nodes, one
 // per pyramid level; with a copy per node it held 51 reordered copies of them (163 MiB, more than
 // the model's 124 MiB of weights). Holds its copies weakly: a copy lives while a packed
-// convolution uses it, so a cache's evicted shapes free theirs. Lookup: O(layouts of the weight).
+// convolution uses it, so a cache's evicted shapes free theirs; weights whose copies have all
+// gone leave the map when it has doubled since the last sweep (a weight made anew every run, an
+// op's result, would otherwise leave a key per run). Lookup: O(layouts of the weight), amortized.
 struct ReorderedWeights {
   std::unordered_map<const void*, std::vector<std::weak_ptr<const ReorderedWeight>>> byWeight;
+  std::size_t sweepAbove = 64; // map size that triggers the next sweep
 };
 
 // What a convolution node keeps between runs: a packed convolution (primitive and reordered
