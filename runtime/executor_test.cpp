@@ -880,9 +880,11 @@ TEST(OneDnn, ReorderedWeightsAreSharedAcrossCachesOfOnePool) {
   EXPECT_FALSE(copies[0].expired()); // b still reads it
   b.reset();
   EXPECT_TRUE(copies[0].expired());
-  // A weight made anew for every call (an op's result) leaves no key behind once its copies die.
+  // A weight made anew for every call (an op's result) leaves no key behind once its copies die
+  // (the weights are kept, so no later one takes an earlier one's address and its key).
+  std::vector<at::Tensor> madeAnew;
   for (int call = 0; call < 300; ++call) {
-    const at::Tensor fresh = w.clone();
+    const at::Tensor fresh = madeAnew.emplace_back(w.clone());
     const at::Tensor x = at::randn({1, 16, 5, 5}).contiguous(at::MemoryFormat::ChannelsLast);
     std::shared_ptr<onednn::PackedConvolution>& entry = onednn::cacheEntryFor(first, x.sizes());
     ASSERT_TRUE(onednn::convolution(x, fresh, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false, entry, &first)
