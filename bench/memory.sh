@@ -9,7 +9,8 @@
 # Relu on [1, 1]) so each runtime's own libraries can be subtracted: "model" = peak - baseline.
 # Rounds (ROUNDS, default 3) alternate the order; printed are the medians over rounds and the
 # ratio cleave / ORT of both, with cleave's own peak of live activations and of all ATen tensor
-# memory in its last run (parameters included; `--profile`'s peak_tensor_bytes).
+# memory in its last run (parameters included; `--profile`'s peak_tensor_bytes), and the weight
+# copies it holds for oneDNN beside them (packed and reordered; onednn_weight_bytes).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/zoo_models.sh" # root, zoo
 /usr/bin/python3 - "$root" "$zoo" "${ROUNDS:-3}" "${REPEAT:-3}" "$models" <<'PY'
@@ -51,7 +52,7 @@ base = {s: statistics.median(side(s, tiny, os.path.join(tmp, "tiny.inputs.json")
         for s in ("ort", "cleave")}
 print(f"baseline (a one-op model): ORT {base['ort'] / 1024:.0f} MiB, cleave {base['cleave'] / 1024:.0f} MiB")
 print(f"{'model':18s} {'ort_MiB':>8s} {'cleave_MiB':>10s} {'ratio':>6s} {'ort-base':>9s} {'cleave-base':>11s} "
-      f"{'ratio':>6s} {'cleave_activations_MiB':>22s} {'cleave_tensors_MiB':>18s}")
+      f"{'ratio':>6s} {'cleave_activations_MiB':>22s} {'cleave_tensors_MiB':>18s} {'cleave_onednn_weights_MiB':>25s}")
 for model in models:
     onnx_path, inputs = os.path.join(zoo, model + ".onnx"), os.path.join(zoo, model + ".inputs.json")
     peaks = {"ort": [], "cleave": []}
@@ -62,7 +63,8 @@ for model in models:
     profile = json.loads(subprocess.run([cleave, "run", onnx_path, "--inputs", inputs, "--profile", "--json"],
                                         capture_output=True, text=True, check=True).stdout)
     activations, tensors = profile["peak_activation_bytes"], profile["peak_tensor_bytes"]
+    onednn_weights = profile["onednn_weight_bytes"]
     print(f"{model:18s} {ort / 1024:8.0f} {ours / 1024:10.0f} {ours / ort:6.2f} {(ort - base['ort']) / 1024:9.0f} "
           f"{(ours - base['cleave']) / 1024:11.0f} {(ours - base['cleave']) / (ort - base['ort']):6.2f} "
-          f"{activations / 2**20:22.1f} {tensors / 2**20:18.1f}")
+          f"{activations / 2**20:22.1f} {tensors / 2**20:18.1f} {onednn_weights / 2**20:25.1f}")
 PY

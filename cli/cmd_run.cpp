@@ -13,6 +13,7 @@
 #include "runtime/distributed/environment.h"
 #include "runtime/host_memory.h"
 #include "runtime/microbatch.h"
+#include "runtime/onednn.h"
 #include "runtime/tensor_files.h"
 
 namespace cleave::cli {
@@ -64,6 +65,7 @@ struct RunMeasurements {
   std::vector<runtime::SubmoduleTiming> timings; // per submodule: the fastest run
   runtime::RunStats stats; // of the last run
   std::int64_t peakTensorBytes = 0; // ATen's bytes in use at the last run's peak (runtime/host_memory.h)
+  std::size_t heldWeightBytes = 0;   // oneDNN's weight copies after the last run (runtime/onednn.h)
 };
 
 // One run: the whole input, or (--pipeline) microbatch by microbatch through the stages.
@@ -94,6 +96,7 @@ Expected<RunMeasurements> runRepeatedly(const RunFlags& flags, runtime::Runnable
     CLEAVE_TRY(measured.outputs, runOnce(flags, runnable, inputs, these, measured.stats));
     measured.lastRunSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     measured.peakTensorBytes = runtime::hostMemoryStats().peakBytesInUse;
+    measured.heldWeightBytes = runtime::onednn::heldWeightBytes();
     measured.seconds.push_back(measured.lastRunSeconds);
     if (measured.timings.empty())
       measured.timings = these;
@@ -153,6 +156,7 @@ Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const Run
     summary["outside_kernels_s"] = outsideKernelsSeconds(measured);
     summary["peak_activation_bytes"] = measured.stats.peakActivationBytes;
     summary["peak_tensor_bytes"] = measured.peakTensorBytes;
+    summary["onednn_weight_bytes"] = measured.heldWeightBytes;
     summary["peak_resident_bytes"] = peakResidentBytes();
   }
   return summary;
@@ -175,6 +179,8 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
          << "): " << measured.stats.peakActivationBytes << " bytes\n";
     text << "peak tensor memory (last run: parameters, inputs, activations and ATen's workspaces): "
          << measured.peakTensorBytes << " bytes\n";
+    text << "weights held for oneDNN (packed or reordered copies, beside the tensors above): "
+         << measured.heldWeightBytes << " bytes\n";
     text << "peak resident set of the process (loading and every run, libraries included): "
          << peakResidentBytes() / (1024 * 1024) << " MiB\n";
     text << "slowest nodes (last run):\n";

@@ -4,6 +4,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <numeric>
 #include <optional>
 #include <unordered_map>
@@ -44,13 +46,39 @@ void execute(const dnnl::primitive& primitive, const std::unordered_map<int, dnn
   primitive.execute(stream, args);
   stream.wait();
 }
+
+std::atomic<std::size_t> heldBytes{0};
+
+// A weight copy: oneDNN memory of `desc` over a buffer of its own (64-byte aligned, from the C
+// library as oneDNN's own allocation would be), counted in heldWeightBytes() until the last
+// holder of `owner` lets it go.
+struct HeldWeight {
+  std::shared_ptr<void> owner;
+  dnnl::memory memory;
+};
+HeldWeight holdWeight(const dnnl::memory::desc& desc) {
+  constexpr std::size_t kAlignment = 64;
+  const std::size_t bytes = std::max(kAlignment, (desc.get_size() + kAlignment - 1) / kAlignment * kAlignment);
+  void* data = std::aligned_alloc(kAlignment, bytes);
+  if (!data)
+    throw std::bad_alloc();
+  heldBytes += bytes;
+  std::shared_ptr<void> owner(data, [bytes](void* freed) {
+    heldBytes -= bytes;
+    std::free(freed);
+  });
+  return {owner, dnnl::memory(desc, cpuEngine(), data)};
+}
 } // namespace
+
+std::size_t heldWeightBytes() { return heldBytes.load(); }
 
 bool available() { return true; }
 
 struct PackedWeight {
   std::int64_t k = 0, n = 0;
-  dnnl::memory memory; // [K, N] in the layout the matmul primitive picks for this CPU (owns its buffer)
+  std::shared_ptr<void> owner; // memory's buffer
+  dnnl::memory memory;         // [K, N] in the layout the matmul primitive picks for this CPU
 };
 
 struct PackedProduct {
@@ -60,7 +88,8 @@ struct PackedProduct {
   bool withBias = false;
   bool thenGelu = false;
   dnnl::matmul primitive;
-  dnnl::memory weight; // [K, N] stored as [N, K] rows: a copy, or the source's own bytes
+  std::shared_ptr<void> weightOwner; // weight's buffer when it is a copy
+  dnnl::memory weight;               // [K, N] stored as [N, K] rows: a copy, or the source's own bytes
 };
 
 namespace {
@@ -128,7 +157,9 @@ std::shared_ptr<PackedProduct> makeProduct(const dnnl::matmul::primitive_desc& p
   if (given.get_desc() == pd.weights_desc()) {
     fresh->weight = given;
   } else {
-    fresh->weight = dnnl::memory(pd.weights_desc(), cpuEngine());
+    HeldWeight copy = holdWeight(pd.weights_desc());
+    fresh->weightOwner = std::move(copy.owner);
+    fresh->weight = copy.memory;
     execute(dnnl::reorder(given, fresh->weight), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, fresh->weight}});
   }
   fresh->primitive = dnnl::matmul(pd);
@@ -203,7 +234,9 @@ std::shared_ptr<PackedWeight> packWeight(const at::Tensor& kn) {
     auto packed = std::make_shared<PackedWeight>();
     packed->k = k;
     packed->n = n;
-    packed->memory = dnnl::memory(pd.weights_desc(), cpuEngine());
+    HeldWeight copy = holdWeight(pd.weights_desc());
+    packed->owner = std::move(copy.owner);
+    packed->memory = copy.memory;
     dnnl::memory given = view(describe(kn), kn);
     execute(dnnl::reorder(given, packed->memory), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, packed->memory}});
     return packed;
@@ -381,9 +414,10 @@ at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64
 
 struct ReorderedWeight {
   at::Tensor source; // the weight it was reordered from; kept referenced, so its identity stays unique
-  // oneDNN's own allocation (from the C library's heap). Tried: ATen's allocator, to count these
-  // copies in --profile's tensor bytes; the copies made during the first run then sat among its
+  // From the C library's heap (holdWeight). Tried: ATen's allocator, to count these copies in
+  // --profile's tensor bytes; the copies made during the first run then sat among its
   // activations' blocks and peak resident memory grew 28-51 MiB on SSD300, RetinaNet, Mask R-CNN.
+  std::shared_ptr<void> owner;
   dnnl::memory memory;
 };
 
@@ -455,7 +489,9 @@ std::shared_ptr<const ReorderedWeight> reorderedWeight(ReorderedWeights* pool, c
   }
   auto fresh = std::make_shared<ReorderedWeight>();
   fresh->source = w;
-  fresh->memory = dnnl::memory(wanted, cpuEngine());
+  HeldWeight copy = holdWeight(wanted);
+  fresh->owner = std::move(copy.owner);
+  fresh->memory = copy.memory;
   at::Tensor plainWeight = w.contiguous();
   dnnl::memory given(dnnl::memory::desc(weightDims, DataType::f32, plainTag), cpuEngine(), plainWeight.data_ptr());
   execute(dnnl::reorder(given, fresh->memory), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, fresh->memory}});
@@ -859,6 +895,7 @@ at::Tensor convolution(const at::Tensor&, const at::Tensor&, const at::Tensor&, 
 
 bool usesWinograd(const PackedConvolution&) { return false; }
 std::size_t reorderedWeightBytes(const PackedConvolution&) { return 0; }
+std::size_t heldWeightBytes() { return 0; }
 bool shareReorderedWeight(const PackedConvolution&, const PackedConvolution&) { return false; }
 
 std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef) {

@@ -25,6 +25,10 @@ namespace cleave::runtime::onednn {
 // Whether this build calls oneDNN (CMake found libdnnl-dev).
 bool available();
 
+// Bytes of weight copies this process holds for oneDNN now: packed product weights, products'
+// and convolutions' reordered weights (not ATen tensors, so not in hostMemoryStats()).
+std::size_t heldWeightBytes();
+
 // A weight reordered once for one product shape, with its primitive (opaque to callers).
 struct PackedProduct;
 
