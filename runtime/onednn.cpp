@@ -594,15 +594,16 @@ std::vector<std::int64_t> convolutionOutputDims(const at::Tensor& x, const at::T
 // Whether a convolution may run as Winograd's (oneDNN's jit_fp32_wino_2x3, F(2x2, 3x3), or
 // jit_wino_4x3, F(4x4, 3x3), whichever oneDNN picks) in oneDNN's blocked layout, with the reorders
 // from and to channels-last around it, rather than the direct channels-last kernel: 3x3, stride 1,
-// undilated, ungrouped, channels in multiples of 16 and at least 64 out, at least 14x14, no
+// undilated, ungrouped, channels in multiples of 16 and more than 16 out, at least 14x14, no
 // residual. Measured on ResNet-50's 3x3 convolutions (bench_conv_layout, AVX-512, 2 threads, two
 // runs), reorders included: 11-12% faster at 56x56x64, 13-23% at 28x28x128, 24-29% at 14x14x256,
 // and 0-5% slower at 7x7x512; SSD300's 512-to-16 box head at 38x38 took 2.9 ms against the direct
-// kernel's 0.8. Its results differ from the direct kernel's by rounding (the tile transforms).
+// kernel's 0.8 (32 outputs were mixed: DenseNet's 128-to-32 layers 9-20% faster at 14x14 and
+// 28x28, Inception-v3's 32-to-32 at 147x147 41% slower; left on Winograd). Its results differ from the direct kernel's by rounding (the tile transforms).
 bool winogradPays(const at::Tensor& x, const at::Tensor& w, const std::vector<std::int64_t>& strides,
                   const std::vector<std::int64_t>& dilations, std::int64_t groups, const ConvPostOps& post) {
   return w.dim() == 4 && w.size(2) == 3 && w.size(3) == 3 && strides[0] == 1 && strides[1] == 1 && dilations[0] == 1 &&
-         dilations[1] == 1 && groups == 1 && x.size(1) % 16 == 0 && w.size(0) % 16 == 0 && w.size(0) >= 64 &&
+         dilations[1] == 1 && groups == 1 && x.size(1) % 16 == 0 && w.size(0) % 16 == 0 && w.size(0) > 16 &&
          x.size(2) >= 14 && x.size(3) >= 14 && !post.addResidual;
 }
 
@@ -612,8 +613,10 @@ bool winogradPays(const at::Tensor& x, const at::Tensor& w, const std::vector<st
 // 3x3) 16), so this keeps Winograd where its work is large for the memory. SSD300 (VGG's 512x512
 // weights, F(4x4, 3x3)): at 19x19 (ratio 38) three layers saved 6.5 ms a run for 85 MiB of copies;
 // at 38x38 (ratio 9.6) two saved 19 ms for 57 MiB; at 75x75 (1.2) two saved 22 ms for 14 MiB.
-// ResNet-50's F(2x2, 3x3) layers are at most 9.2 (14x14x256).
-constexpr std::size_t kWinogradExtraPerOutputByte = 16;
+// VGG-11's 512x512 layers (ratios 17.7 at 28x28, F(4x4, 3x3), and 18.3 at 14x14, F(2x2, 3x3))
+// ran 3.3x and 3.7x slower on the direct kernel: a limit of 16 cost VGG-11 a third of its speed,
+// so the limit is 32. ResNet-50's F(2x2, 3x3) layers are at most 9.2 (14x14x256).
+constexpr std::size_t kWinogradExtraPerOutputByte = 32;
 bool winogradWeightAffordable(const dnnl::convolution_forward::primitive_desc& winograd, const at::Tensor& w,
                               const std::vector<std::int64_t>& outputDims) {
   const std::size_t plain = static_cast<std::size_t>(w.numel()) * sizeof(float);
