@@ -22,6 +22,9 @@ void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
   app.add_flag("!--no-shape-memo", options.optimizations.rememberShapeArithmetic,
                "compute shape arithmetic again every run (by default a small pure op, such as a Gather of a Shape, "
                "reuses its last results while its operands are the same)");
+  app.add_flag("!--no-winograd", options.optimizations.winograd,
+               "run 3x3 convolutions on oneDNN's direct kernel only: less memory (Winograd's weights are 1.8-4x "
+               "the plain ones), usually slower");
   app.add_flag("!--no-join", options.optimizations.joinSeams,
                "a cut model: run each submodule as its own module (timed one by one, no fusion across seams); by "
                "default neighbouring submodules on the same backend run as one graph");

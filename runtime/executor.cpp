@@ -92,8 +92,10 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
 void Executor::shareWeightCaches() {
   const ir::Graph& g = *graph_;
   const auto convolutionWeights = std::make_shared<onednn::ReorderedWeights>();
-  for (KernelCache& cache : caches_)
+  for (KernelCache& cache : caches_) {
     cache.convolutions.weights = convolutionWeights;
+    cache.convolutions.allowWinograd = options_.optimizations.winograd;
+  }
   cacheSlot_ = IdVector<NodeId, NodeId>(g.numNodes());
   std::map<std::pair<std::string_view, ir::ParamId>, NodeId> firstReader;
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {

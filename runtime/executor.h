@@ -38,6 +38,9 @@ struct Optimizations {
   // Reuse the results of small pure ops (shape arithmetic) whose operands repeat from the last run
   // (small_op_memo.h; cleave run --no-shape-memo).
   bool rememberShapeArithmetic = true;
+  // Let 3x3 convolutions run as Winograd's where it pays (onednn::usesWinograd): faster, but its
+  // weights are 1.8-4x the plain ones (cleave run --no-winograd: less memory, slower).
+  bool winograd = true;
   // Not the executor's: a cut model's neighbouring submodules on one backend run as one joined
   // graph, fusing across their seams (cut_model.h).
   bool joinSeams = true;

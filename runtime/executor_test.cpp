@@ -818,6 +818,14 @@ TEST(OneDnn, WinogradConvolutionsEqualAten) {
                                   at::randn({1, 64, 14, 14}), false, packed)
                   .defined());
   EXPECT_FALSE(onednn::usesWinograd(*packed));
+  // Not where the cache forbids it (cleave run --no-winograd).
+  onednn::ConvolutionCache directOnly;
+  directOnly.allowWinograd = false;
+  const at::Tensor wide = at::randn({1, 64, 28, 28}).contiguous(at::MemoryFormat::ChannelsLast);
+  ASSERT_TRUE(onednn::convolution(wide, w, {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false,
+                                  onednn::cacheEntryFor(directOnly, wide.sizes()), &directOnly)
+                  .defined());
+  EXPECT_FALSE(onednn::usesWinograd(*onednn::cacheEntryFor(directOnly, wide.sizes())));
   // 16 outputs (SSD300's 512-to-16 box head ran 3.5x slower as Winograd's).
   ASSERT_TRUE(onednn::convolution(x, w.narrow(0, 0, 16), {}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false, packed)
                   .defined());

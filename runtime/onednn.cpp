@@ -664,7 +664,7 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
   dnnl::primitive_attr attr = postOpsAttr(post);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   std::optional<dnnl::convolution_forward::primitive_desc> winograd;
-  if (winogradPays(x, w, strides, dilations, groups, post)) {
+  if ((!cache || cache->allowWinograd) && winogradPays(x, w, strides, dilations, groups, post)) {
     packed->blockedSrc = dnnl::memory::desc(packed->src.dims(), DataType::f32, Tag::nChw16c);
     packed->blockedDst = dnnl::memory::desc(packed->dst.dims(), DataType::f32, Tag::nChw16c);
     try {

@@ -126,6 +126,7 @@ struct ConvolutionCache {
   // Where its entries' reordered weights come from: the cache's own, or one the executor gives
   // every node (Executor::create), so that all its convolutions share copies.
   std::shared_ptr<ReorderedWeights> weights = std::make_shared<ReorderedWeights>();
+  bool allowWinograd = true; // Optimizations::winograd, set with `weights` by the executor
 };
 
 // The entry of `cache` for an input of `inputDims`: the one packed for them, else an empty one

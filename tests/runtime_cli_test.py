@@ -117,7 +117,8 @@ class RuntimeCli(TempDirTest):
 
     def test_optimizations_can_be_turned_off_with_the_same_results(self):
         outputs = {}
-        for flags in ((), ("--no-fusion",), ("--no-blocked-layout",), ("--no-fusion", "--no-blocked-layout")):
+        for flags in ((), ("--no-fusion",), ("--no-blocked-layout",), ("--no-fusion", "--no-blocked-layout"),
+                      ("--no-winograd",)):
             code, _, err = run("run", CNN, "--seed", "3", "--save-outputs", self.path("o.json"), *flags)
             self.assertEqual(code, 0, err)
             outputs[flags] = json.load(open(self.path("o.json")))["logits"]["data"]
