@@ -471,8 +471,6 @@ dnnl::primitive_attr postOpsAttr(const ConvPostOps& post) {
   return attr;
 }
 
-// Reorders `w` (its dims `weightDims`, stored in oneDNN's `plainTag` order) once into `wanted`,
-// the layout the primitive picked, and records what `packed` is keyed by.
 // w (plain, `plainTag` over `weightDims`) in the layout `wanted`: the pool's copy when it holds
 // one, else a copy reordered now (and kept in the pool, weakly).
 std::shared_ptr<const ReorderedWeight> reorderedWeight(ReorderedWeights* pool, const at::Tensor& w,
@@ -507,6 +505,8 @@ std::shared_ptr<const ReorderedWeight> reorderedWeight(ReorderedWeights* pool, c
   return fresh;
 }
 
+// Gives `packed` w in `wanted`, the layout the primitive picked (from `cache`'s pool), and records
+// what `packed` is keyed by.
 void keepReorderedWeight(PackedConvolution& packed, const at::Tensor& w, const Dims& weightDims, Tag plainTag,
                          const dnnl::memory::desc& wanted, const at::Tensor& x, bool withBias,
                          std::vector<std::int64_t> outputDims, const ConvolutionCache* cache) {
@@ -599,7 +599,8 @@ std::vector<std::int64_t> convolutionOutputDims(const at::Tensor& x, const at::T
 // runs), reorders included: 11-12% faster at 56x56x64, 13-23% at 28x28x128, 24-29% at 14x14x256,
 // and 0-5% slower at 7x7x512; SSD300's 512-to-16 box head at 38x38 took 2.9 ms against the direct
 // kernel's 0.8 (32 outputs were mixed: DenseNet's 128-to-32 layers 9-20% faster at 14x14 and
-// 28x28, Inception-v3's 32-to-32 at 147x147 41% slower; left on Winograd). Its results differ from the direct kernel's by rounding (the tile transforms).
+// 28x28, Inception-v3's 32-to-32 at 147x147 41% slower; left on Winograd). Its results differ
+// from the direct kernel's by rounding (the tile transforms).
 bool winogradPays(const at::Tensor& x, const at::Tensor& w, const std::vector<std::int64_t>& strides,
                   const std::vector<std::int64_t>& dilations, std::int64_t groups, const ConvPostOps& post) {
   return w.dim() == 4 && w.size(2) == 3 && w.size(3) == 3 && strides[0] == 1 && strides[1] == 1 && dilations[0] == 1 &&
