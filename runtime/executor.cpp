@@ -37,7 +37,9 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
   executor->kernels_ = IdVector<NodeId, KernelEntry>(g.numNodes());
   executor->parameters_ = IdVector<NodeId, at::Tensor>(g.numNodes());
   executor->caches_ = IdVector<NodeId, KernelCache>(g.numNodes());
+  executor->fusion_ = planFusions(g);
   const std::vector<bool> storeAsRows = executor->productWeights(); // per parameter
+  const std::vector<bool> convolutionOnly = executor->convolutionWeights();
   const KernelTable& table = kernelTable();
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
     NodeId node{n};
@@ -48,7 +50,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
                                              << "', opset " << executor->opset_ << ")";
       executor->kernels_[node] = *kernel;
     } else if (g.kind(node) == ir::NodeKind::Parameter) {
-      CLEAVE_TRY(executor->parameters_[node], executor->parameterTensor(g.parameters(node)[0], storeAsRows));
+      CLEAVE_TRY(executor->parameters_[node],
+                 executor->parameterTensor(g.parameters(node)[0], storeAsRows, convolutionOnly));
     } else if (g.kind(node) == ir::NodeKind::ModuleCall || g.kind(node) == ir::NodeKind::MethodCall) {
       return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' is a module or method call";
     }
@@ -60,7 +63,6 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
     for (ir::ValueId value : g.inputs(NodeId{n}))
       if (value != ir::kNoValue)
         ++executor->uses_[index(value)];
-  executor->fusion_ = planFusions(g);
   if (executor->options_.optimizations.rememberShapeArithmetic)
     executor->memo_ = SmallOpMemo(g);
   executor->shareWeightCaches();
@@ -91,9 +93,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
 // O(nodes log nodes).
 void Executor::shareWeightCaches() {
   const ir::Graph& g = *graph_;
-  const auto convolutionWeights = std::make_shared<onednn::ReorderedWeights>();
   for (KernelCache& cache : caches_) {
-    cache.convolutions.weights = convolutionWeights;
+    cache.convolutions.weights = convolutionWeights_;
     cache.convolutions.allowWinograd = options_.optimizations.winograd;
   }
   cacheSlot_ = IdVector<NodeId, NodeId>(g.numNodes());
@@ -156,10 +157,51 @@ std::vector<bool> Executor::productWeights() const {
   return storeAsRows;
 }
 
+// A float32 parameter of rank 4 or 5 that only Conv nodes read, as their weight, and not through a
+// fused Conv+BatchNormalization (whose kernel reads it to fold the normalization in): held only
+// in the convolutions' layouts (onednn::holdOnlyReordered). Decided before the parameters load,
+// under the same conditions as productWeights(). O(nodes + operands).
+std::vector<bool> Executor::convolutionWeights() const {
+  const ir::Graph& g = *graph_;
+  std::vector<bool> convolutionOnly(g.numParameters(), false);
+  if (!onednn::available() || options_.trainable || !options_.device.is_cpu() || options_.floatType ||
+      !options_.optimizations.packedWeights)
+    return convolutionOnly;
+  enum : std::uint8_t { Unread, ConvolutionWeight, Other };
+  std::vector<std::uint8_t> readAs(g.numParameters(), Unread); // per storage owner
+  auto foldsNormalization = [&](NodeId user) {
+    const std::int32_t group = fusion_.groupOf[user];
+    if (group < 0)
+      return false;
+    const FusedGroup::Kind kind = fusion_.groups[group].kind;
+    return kind == FusedGroup::Kind::ConvBatchNorm || kind == FusedGroup::Kind::ConvBatchNormRelu;
+  };
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    if (g.kind(NodeId{n}) != ir::NodeKind::Parameter)
+      continue;
+    const std::uint32_t owner = index(g.storageOf(g.parameters(NodeId{n})[0]));
+    const ir::ValueId value = g.outputs(NodeId{n})[0];
+    for (NodeId user : g.users(value)) {
+      auto operands = g.inputs(user);
+      const bool weightOnly = g.kind(user) == ir::NodeKind::Op && g.opType(user) == "Conv" && g.opDomain(user).empty() &&
+                              operands.size() >= 2 && operands[1] == value &&
+                              std::count(operands.begin(), operands.end(), value) == 1 && !foldsNormalization(user);
+      readAs[owner] = weightOnly && readAs[owner] != Other ? ConvolutionWeight : Other;
+    }
+  }
+  for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
+    const ir::Parameter& parameter = g.parameter(ir::ParamId{p});
+    convolutionOnly[p] = readAs[p] == ConvolutionWeight && parameter.dtype == ir::DType::F32 &&
+                         (parameter.dims.size() == 4 || parameter.dims.size() == 5);
+  }
+  return convolutionOnly;
+}
+
 // A parameter's tensor on the device, loaded once per storage: aliases (ONNX's Identity of an
 // initializer, an exporter's deduplicated copies) share their owner's tensor; with `trainable`,
 // trained tensors are autograd leaves.
-Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param, const std::vector<bool>& storeAsRows) {
+Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param, const std::vector<bool>& storeAsRows,
+                                               const std::vector<bool>& convolutionOnly) {
   const ir::Graph& g = *graph_;
   ir::ParamId owner = g.storageOf(param);
   if (storageTensors_.empty()) {
@@ -169,7 +211,9 @@ Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param, const std::vec
   if (storageTensors_[index(owner)].defined() || packedStorage_[index(owner)])
     return storageTensors_[index(owner)];
   const bool packable = storeAsRows[index(owner)] && options_.optimizations.packedWeights;
-  CLEAVE_TRY(at::Tensor tensor, loadParameter(g, owner, storeAsRows[index(owner)] && !packable));
+  // A weight held only reordered later has memory of its own, unmapped when it goes.
+  const bool heldReordered = convolutionOnly[index(owner)];
+  CLEAVE_TRY(at::Tensor tensor, loadParameter(g, owner, storeAsRows[index(owner)] && !packable, heldReordered));
   // Copied out: its bytes need not stay resident (else the peak holds the model file as well as
   // the tensors while the rest load).
   const ir::ParameterData& data = g.parameter(owner).data;
@@ -185,6 +229,9 @@ Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param, const std::vec
   tensor = tensor.to(options_.device);
   if (options_.trainable && at::isFloatingType(tensor.scalar_type()) && !g.parameter(owner).isBuffer)
     tensor.requires_grad_(true);
+  if (heldReordered) // its stand-in; the tensor lives on in the pool until a copy converts back
+    if (at::Tensor standIn = onednn::holdOnlyReordered(*convolutionWeights_, tensor); standIn.defined())
+      tensor = standIn;
   storageTensors_[index(owner)] = tensor;
   return tensor;
 }
@@ -193,6 +240,8 @@ std::size_t Executor::packedWeightCount() const {
   return static_cast<std::size_t>(std::count_if(packedStorage_.begin(), packedStorage_.end(),
                                                 [](const auto& packed) { return packed != nullptr; }));
 }
+
+std::size_t Executor::reorderedOnlyWeightCount() const { return onednn::releasedPlainWeights(*convolutionWeights_); }
 
 std::vector<std::pair<std::string, at::Tensor>> Executor::trainableParameters() const {
   std::vector<std::pair<std::string, at::Tensor>> trained;
@@ -307,11 +356,17 @@ Status Executor::bindInput(NodeId node, const TensorMap& inputs, RunState& state
 void Executor::bindParameter(NodeId node, RunState& state) const {
   ir::ValueId value = graph_->outputs(node)[0];
   state.values[index(value)] = parameters_[node];
-  if (!parameters_[node].defined() && state.observe) {
+  if (!state.observe)
+    return;
+  if (!parameters_[node].defined()) {
     // Held packed: an observer sees (and this run's unfused products read) a dense copy.
     const ir::ParamId owner = graph_->storageOf(graph_->parameters(node)[0]);
     if (const auto& packed = packedStorage_.empty() ? nullptr : packedStorage_[index(owner)])
       state.values[index(value)] = onednn::unpackWeight(*packed);
+  } else if (parameters_[node].is_meta()) {
+    // Held only reordered: the observer sees the plain weight; the convolutions read the stand-in.
+    state.observed(value, onednn::plainWeight(*convolutionWeights_, parameters_[node]));
+    return;
   }
   state.observed(value, state.values[index(value)]);
 }

@@ -33,7 +33,9 @@ struct Optimizations {
   bool fusion = true;        // run fused node groups (fusion.h) as one kernel each
   bool blockedLayout = true; // keep convolution activations in oneDNN's blocked layout between ops
   // Hold a float32 weight that only MatMuls read (as their right operand) in oneDNN's own product
-  // layout, as the only copy (onednn::PackedWeight; cleave run --no-packed-weights).
+  // layout, as the only copy (onednn::PackedWeight), and one that only convolutions read in the
+  // layouts their primitives want, without the plain one once a copy converts back
+  // (onednn::holdOnlyReordered; cleave run --no-packed-weights: both kept plain).
   bool packedWeights = true;
   // Reuse the results of small pure ops (shape arithmetic) whose operands repeat from the last run
   // (small_op_memo.h; cleave run --no-shape-memo).
@@ -95,12 +97,16 @@ public:
   std::int64_t opset() const { return opset_; }
   // How many parameters (by storage) it holds only packed (Optimizations::packedWeights).
   std::size_t packedWeightCount() const;
+  // How many convolution weights (by storage) it holds only reordered now: their plain tensor let
+  // go after the first run made a copy that converts back (Optimizations::packedWeights).
+  std::size_t reorderedOnlyWeightCount() const;
 
 private:
   friend class KernelContext; // builds subgraph executors through subgraph()
   Executor() = default;
   Executor& subgraph(ir::NodeId node, std::string_view attribute);
-  Expected<at::Tensor> parameterTensor(ir::ParamId param, const std::vector<bool>& storeAsRows);
+  Expected<at::Tensor> parameterTensor(ir::ParamId param, const std::vector<bool>& storeAsRows,
+                                       const std::vector<bool>& convolutionOnly);
 
   // One run's values in flight: by value id, the uses still to come, live and peak bytes.
   struct RunState;
@@ -111,6 +117,7 @@ private:
   Status runOp(ir::NodeId node, RunState& state);
   void shareWeightCaches();
   std::vector<bool> productWeights() const;
+  std::vector<bool> convolutionWeights() const;
   Expected<std::vector<at::Tensor>> computeOrRecall(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
                                                     std::vector<at::Tensor> operands, RunStats* stats);
   Expected<std::vector<at::Tensor>> callKernel(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
@@ -129,6 +136,8 @@ private:
   // Per storage-owning parameter held only packed (Optimizations::packedWeights): its Parameter
   // nodes bind an undefined tensor, and its readers' caches hold this.
   std::vector<std::shared_ptr<const onednn::PackedWeight>> packedStorage_;
+  // Every convolution's reordered weights (shareWeightCaches), and the weights held only so.
+  std::shared_ptr<onednn::ReorderedWeights> convolutionWeights_ = std::make_shared<onednn::ReorderedWeights>();
   IdVector<ir::NodeId, KernelCache> caches_;    // per op node: what its kernel keeps (packed weights)
   IdVector<ir::NodeId, ir::NodeId> cacheSlot_;  // per node: whose cache it uses (shareWeightCaches)
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)

@@ -901,6 +901,51 @@ TEST(OneDnn, ReorderedWeightsAreSharedAcrossCachesOfOnePool) {
   EXPECT_LE(pool->byWeight.size(), 129u);
 }
 
+// A weight held only reordered: its stand-in carries the dims, not the data; convolutions through
+// the pool equal ATen's; a Winograd copy (which does not convert back) keeps the plain tensor, the
+// first direct-kernel copy lets it go; shapes wanted later, and plainWeight(), get it back from
+// that copy bit for bit.
+TEST(OneDnn, ConvolutionWeightsHeldOnlyReorderedEqualTheirPlainOnes) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  at::manual_seed(49);
+  at::Tensor w = at::randn({32, 16, 3, 3});
+  const at::Tensor original = w.clone();
+  const auto pool = std::make_shared<onednn::ReorderedWeights>();
+  onednn::ConvolutionCache cache;
+  cache.weights = pool;
+  const at::Tensor standIn = onednn::holdOnlyReordered(*pool, w);
+  ASSERT_TRUE(standIn.defined());
+  EXPECT_TRUE(standIn.is_meta());
+  EXPECT_EQ(standIn.sizes(), w.sizes());
+  EXPECT_EQ(w.use_count(), 2); // the test's and the pool's
+  auto convolve = [&](std::int64_t side) {
+    const at::Tensor x = at::randn({1, 16, side, side});
+    std::shared_ptr<onednn::PackedConvolution>& entry = onednn::cacheEntryFor(cache, x.sizes());
+    const at::Tensor y = onednn::convolution(x.contiguous(at::MemoryFormat::ChannelsLast), standIn, {}, {1, 1},
+                                             {1, 1}, {1, 1}, {1, 1}, 1, {}, {}, false, entry, &cache);
+    EXPECT_TRUE(y.defined());
+    if (y.defined())
+      EXPECT_TRUE(at::allclose(y, at::conv2d(x, original, {}, 1, 1), 1e-4, 1e-4)) << side;
+    return entry;
+  };
+  const auto winograd = convolve(28); // Winograd's copy: the plain tensor stays
+  ASSERT_TRUE(onednn::usesWinograd(*winograd));
+  EXPECT_EQ(onednn::releasedPlainWeights(*pool), 0u);
+  EXPECT_EQ(w.use_count(), 2);
+  const auto direct = convolve(8); // the direct kernel's blocked copy converts back: the plain one goes
+  ASSERT_FALSE(onednn::usesWinograd(*direct));
+  EXPECT_EQ(onednn::releasedPlainWeights(*pool), 1u);
+  EXPECT_EQ(w.use_count(), 1);
+  EXPECT_TRUE(at::equal(onednn::plainWeight(*pool, standIn), original));
+  cache.byShape.clear(); // every cached primitive gone: the kept copy still holds the weight
+  convolve(20);
+  convolve(6);
+  EXPECT_TRUE(at::equal(onednn::plainWeight(*pool, standIn), original));
+  EXPECT_FALSE(onednn::plainWeight(*pool, at::empty({32, 16, 3, 3}, at::kMeta)).defined()); // not the pool's
+  EXPECT_FALSE(onednn::holdOnlyReordered(*pool, at::randn({4, 4})).defined()); // not a convolution weight
+}
+
 // A packed weight (oneDNN's own product layout) computes what the plain weight does at every row
 // count, with and without bias and GELU; it unpacks to the same values; the second call reuses
 // the primitive; operands it does not take it refuses.
@@ -1000,6 +1045,77 @@ TEST(Executor, ProductOnlyWeightsArePackedOnce) {
   EXPECT_TRUE(at::equal(seen.at("w"), w)); // the observer sees the values, unpacked
   EXPECT_TRUE(at::equal(seen.at("w_alias"), w));
   EXPECT_TRUE(at::equal(seen.at("v"), v));
+}
+
+// The executor holds a weight that only Conv nodes read (w, and its alias) only reordered after
+// its first run: results equal --no-packed-weights bit for bit, an observer sees the plain values,
+// an empty batch (which oneDNN refuses) runs on ATen with the weight reordered back, and a weight
+// read otherwise too (v, also a graph output) stays plain.
+TEST(Executor, ConvolutionOnlyWeightsAreHeldOnlyReordered) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  at::manual_seed(50);
+  const at::Tensor w = at::randn({8, 8, 3, 3}), v = at::randn({8, 8, 1, 1});
+  auto build = [&] {
+    ir::GraphBuilder builder(ir::SourceFormat::Onnx);
+    builder.modelInfo().opsetImports = {{"", 17}};
+    builder.addInput("x", ir::ValueType::tensor(ir::DType::F32, {-1, 8, 6, 6}));
+    addFloatParameter(builder, "w", w);
+    addFloatParameter(builder, "v", v);
+    EXPECT_TRUE(builder.addParameterAlias("w_alias", "w", "w_identity"));
+    auto node = [&](std::string op, std::vector<std::string> inputs, std::string out,
+                    std::vector<ir::Attribute> attributes = {}) {
+      ir::NodeSpec spec;
+      spec.opType = std::move(op);
+      spec.name = out;
+      spec.inputs = std::move(inputs);
+      spec.attributes = std::move(attributes);
+      spec.outputs.push_back({std::move(out), ir::ValueType()});
+      builder.addNode(spec);
+    };
+    node("Conv", {"x", "w"}, "c1", {ints("pads", {1, 1, 1, 1})});
+    node("Relu", {"c1"}, "r1"); // fused with c1
+    node("Conv", {"r1", "w_alias"}, "c2", {ints("pads", {1, 1, 1, 1})});
+    node("Conv", {"c2", "v"}, "y");
+    builder.setOutputs({"y", "v"}); // v is read as an output too
+    Expected<ir::Graph> graph = std::move(builder).finish();
+    EXPECT_TRUE(graph) << (graph ? "" : graph.error().message());
+    return std::make_shared<const ir::Graph>(std::move(*graph));
+  };
+  auto want = [&](const at::Tensor& x) {
+    const at::Tensor c2 = at::conv2d(at::relu(at::conv2d(x, w, {}, 1, 1)), w, {}, 1, 1);
+    return at::conv2d(c2, v);
+  };
+  ExecutorOptions plainOptions;
+  plainOptions.optimizations.packedWeights = false;
+  auto held = Executor::create(build());
+  auto plain = Executor::create(build(), plainOptions);
+  ASSERT_TRUE(held && plain);
+  EXPECT_EQ((*held)->reorderedOnlyWeightCount(), 0u); // plain until a copy is made
+  const at::Tensor x = at::randn({2, 8, 6, 6});
+  for (int run = 0; run < 2; ++run) {
+    Expected<TensorMap> a = (*held)->run({{"x", x}}), c = (*plain)->run({{"x", x}});
+    ASSERT_TRUE(a && c) << (a ? c.error().message() : a.error().message());
+    EXPECT_TRUE(at::allclose(a->at("y"), want(x), 1e-4, 1e-4));
+    EXPECT_TRUE(at::equal(a->at("y"), c->at("y")));
+    EXPECT_EQ((*held)->reorderedOnlyWeightCount(), 1u); // w (and its alias); not v
+  }
+  EXPECT_EQ((*plain)->reorderedOnlyWeightCount(), 0u);
+  std::map<std::string, at::Tensor> seen;
+  Executor::Observer observe = [&](ir::ValueId value, const at::Tensor& t) {
+    seen[std::string((*held)->graph().valueName(value))] = t;
+  };
+  Expected<TensorMap> observed = (*held)->run({{"x", x}}, nullptr, &observe);
+  ASSERT_TRUE(observed) << observed.error().message();
+  EXPECT_TRUE(at::equal(observed->at("y"), (*plain)->run({{"x", x}})->at("y")));
+  ASSERT_TRUE(seen.count("w") && seen.count("w_alias") && seen.count("v"));
+  EXPECT_TRUE(at::equal(seen.at("w"), w));
+  EXPECT_TRUE(at::equal(seen.at("w_alias"), w));
+  EXPECT_TRUE(at::equal(seen.at("v"), v));
+  const at::Tensor none = at::randn({0, 8, 6, 6}); // oneDNN takes no empty batch: ATen, on w reordered back
+  Expected<TensorMap> empty = (*held)->run({{"x", none}});
+  ASSERT_TRUE(empty) << empty.error().message();
+  EXPECT_EQ(empty->at("y").sizes(), want(none).sizes());
 }
 
 // oneDNN's deconvolution against ATen's conv_transpose2d (cropped by the end pads as ONNX does):

@@ -314,6 +314,18 @@ bool keepFreedHostMemory() {
 
 HostMemoryStats hostMemoryStats() { return hostMemory().stats(); }
 
+at::Tensor emptyInOwnMapping(const std::vector<std::int64_t>& dims, at::ScalarType type) {
+  const std::int64_t elements = c10::multiply_integers(dims);
+  const std::size_t bytes = static_cast<std::size_t>(elements) * c10::elementSize(type);
+  if (bytes == 0)
+    return at::empty(dims, at::TensorOptions().dtype(type));
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED)
+    throw std::bad_alloc();
+  return at::from_blob(base, dims, [bytes](void* mapped) { munmap(mapped, bytes); },
+                       at::TensorOptions().dtype(type));
+}
+
 void resetHostMemoryPeak() { hostMemory().resetPeak(); }
 
 } // namespace cleave::runtime

@@ -31,7 +31,10 @@
 // segments when it maps one); of a small one O(1) under the mutex (the C library's malloc on a miss).
 #pragma once
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
+#include <vector>
 
 namespace cleave::runtime {
 
@@ -57,5 +60,12 @@ HostMemoryStats hostMemoryStats();
 
 // Starts a new peak at the bytes in use now: the peak of one run.
 void resetHostMemoryPeak();
+
+// An uninitialized tensor in a mapping of its own, unmapped when it is freed: for a tensor made
+// once and let go for good, whose pages should leave the process then (a convolution weight's
+// plain copy, released once a reordered copy holds it: onednn::holdOnlyReordered). From the kept
+// segments its block would stay resident, and from the C library's heap too (keepCLibraryHeap:
+// never trimmed). Not counted in hostMemoryStats(). Throws std::bad_alloc when mapping fails.
+at::Tensor emptyInOwnMapping(const std::vector<std::int64_t>& dims, at::ScalarType type);
 
 } // namespace cleave::runtime

@@ -419,6 +419,13 @@ struct ReorderedWeight {
   // activations' blocks and peak resident memory grew 28-51 MiB on SSD300, RetinaNet, Mask R-CNN.
   std::shared_ptr<void> owner;
   dnnl::memory memory;
+  dnnl::memory::desc plainDesc; // the source's dims and plain layout, to reorder it back
+};
+
+struct OnlyReorderedWeight {
+  at::Tensor standIn; // a meta tensor: the weight's dims and dtype, and its identity
+  at::Tensor plain;   // until `kept` exists
+  std::shared_ptr<const ReorderedWeight> kept; // a copy in a layout that converts back
 };
 
 struct PackedConvolution {
@@ -471,8 +478,30 @@ dnnl::primitive_attr postOpsAttr(const ConvPostOps& post) {
   return attr;
 }
 
-// w (plain, `plainTag` over `weightDims`) in the layout `wanted`: the pool's copy when it holds
-// one, else a copy reordered now (and kept in the pool, weakly).
+OnlyReorderedWeight* onlyReorderedIn(const ReorderedWeights* pool, const at::Tensor& w) {
+  if (!pool || !w.defined() || !w.is_meta())
+    return nullptr;
+  auto found = pool->onlyReordered.find(w.unsafeGetTensorImpl());
+  return found == pool->onlyReordered.end() ? nullptr : found->second.get();
+}
+
+// Whether a weight in `layout` reorders back to the plain one: oneDNN's blocked layouts do (the
+// direct kernels'), Winograd's transformed weights do not.
+bool convertsBack(const dnnl::memory::desc& layout) { return layout.data.format_kind == dnnl_blocked; }
+
+at::Tensor plainOf(const OnlyReorderedWeight& only) {
+  if (only.plain.defined())
+    return only.plain;
+  at::Tensor plain = at::empty(only.standIn.sizes(), only.standIn.options().device(at::kCPU));
+  dnnl::memory from = only.kept->memory;
+  dnnl::memory to(only.kept->plainDesc, cpuEngine(), plain.data_ptr());
+  execute(dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+  return plain;
+}
+
+// w (plain, `plainTag` over `weightDims`, or a stand-in of the pool's) in the layout `wanted`: the
+// pool's copy when it holds one, else a copy reordered now (and kept in the pool, weakly). A
+// stand-in's first copy that converts back is kept for good, and its plain tensor let go.
 std::shared_ptr<const ReorderedWeight> reorderedWeight(ReorderedWeights* pool, const at::Tensor& w,
                                                        const Dims& weightDims, Tag plainTag,
                                                        const dnnl::memory::desc& wanted) {
@@ -487,12 +516,20 @@ std::shared_ptr<const ReorderedWeight> reorderedWeight(ReorderedWeights* pool, c
   }
   auto fresh = std::make_shared<ReorderedWeight>();
   fresh->source = w;
+  fresh->plainDesc = dnnl::memory::desc(weightDims, DataType::f32, plainTag);
   HeldWeight copy = holdWeight(wanted);
   fresh->owner = std::move(copy.owner);
   fresh->memory = copy.memory;
-  at::Tensor plainWeight = w.contiguous();
-  dnnl::memory given(dnnl::memory::desc(weightDims, DataType::f32, plainTag), cpuEngine(), plainWeight.data_ptr());
-  execute(dnnl::reorder(given, fresh->memory), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, fresh->memory}});
+  OnlyReorderedWeight* only = onlyReorderedIn(pool, w);
+  {
+    at::Tensor plainWeight = only ? plainOf(*only) : w.contiguous();
+    dnnl::memory given(fresh->plainDesc, cpuEngine(), plainWeight.data_ptr());
+    execute(dnnl::reorder(given, fresh->memory), {{DNNL_ARG_FROM, given}, {DNNL_ARG_TO, fresh->memory}});
+  }
+  if (only && !only->kept && convertsBack(wanted)) {
+    only->kept = fresh;
+    only->plain = at::Tensor();
+  }
   if (copies) {
     copies->push_back(fresh);
     if (pool->byWeight.size() > pool->sweepAbove) {
@@ -705,7 +742,8 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
                        std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
                        bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed,
                        const ConvolutionCache* cache) {
-  if (!eligible(x) || !eligible(w) || (x.dim() != 4 && x.dim() != 5) || w.dim() != x.dim())
+  const bool heldOnlyReordered = cache && onlyReorderedIn(cache->weights.get(), w);
+  if (!eligible(x) || !(eligible(w) || heldOnlyReordered) || (x.dim() != 4 && x.dim() != 5) || w.dim() != x.dim())
     return {};
   const std::size_t spatial = static_cast<std::size_t>(x.dim()) - 2;
   if (x.numel() == 0 || groups < 1 || x.size(1) != w.size(1) * groups || w.size(0) % groups != 0 || strides.size() != spatial ||
@@ -737,6 +775,26 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 }
 
 bool usesWinograd(const PackedConvolution& packed) { return packed.winograd; }
+
+at::Tensor holdOnlyReordered(ReorderedWeights& pool, const at::Tensor& w) {
+  if (!eligible(w) || (w.dim() != 4 && w.dim() != 5) || !w.is_contiguous())
+    return {};
+  auto only = std::make_shared<OnlyReorderedWeight>();
+  only->standIn = at::empty(w.sizes(), w.options().device(at::kMeta));
+  only->plain = w;
+  pool.onlyReordered.emplace(only->standIn.unsafeGetTensorImpl(), only);
+  return only->standIn;
+}
+
+at::Tensor plainWeight(const ReorderedWeights& pool, const at::Tensor& standIn) {
+  const OnlyReorderedWeight* only = onlyReorderedIn(&pool, standIn);
+  return only ? plainOf(*only) : at::Tensor();
+}
+
+std::size_t releasedPlainWeights(const ReorderedWeights& pool) {
+  return static_cast<std::size_t>(std::count_if(pool.onlyReordered.begin(), pool.onlyReordered.end(),
+                                                [](const auto& entry) { return !entry.second->plain.defined(); }));
+}
 
 std::size_t reorderedWeightBytes(const PackedConvolution& packed) { return packed.weight->memory.get_desc().get_size(); }
 
@@ -898,6 +956,10 @@ at::Tensor convolution(const at::Tensor&, const at::Tensor&, const at::Tensor&, 
 }
 
 bool usesWinograd(const PackedConvolution&) { return false; }
+struct OnlyReorderedWeight {};
+at::Tensor holdOnlyReordered(ReorderedWeights&, const at::Tensor&) { return {}; }
+at::Tensor plainWeight(const ReorderedWeights&, const at::Tensor&) { return {}; }
+std::size_t releasedPlainWeights(const ReorderedWeights&) { return 0; }
 std::size_t reorderedWeightBytes(const PackedConvolution&) { return 0; }
 std::size_t heldWeightBytes() { return 0; }
 bool shareReorderedWeight(const PackedConvolution&, const PackedConvolution&) { return false; }

@@ -99,6 +99,8 @@ struct PackedConvolution;
 
 // A stored weight reordered into one layout a convolution primitive wants (opaque to callers).
 struct ReorderedWeight;
+// A weight held only as reordered copies (holdOnlyReordered; opaque to callers).
+struct OnlyReorderedWeight;
 
 // The reordered weights of the convolutions that share it, by source weight (identity) and
 // layout: each layout of each weight is made once, whichever nodes and input shapes want it.
@@ -111,7 +113,28 @@ struct ReorderedWeight;
 struct ReorderedWeights {
   std::unordered_map<const void*, std::vector<std::weak_ptr<const ReorderedWeight>>> byWeight;
   std::size_t sweepAbove = 64; // map size that triggers the next sweep
+  // The weights held here alone (holdOnlyReordered), by their stand-in's identity.
+  std::unordered_map<const void*, std::shared_ptr<OnlyReorderedWeight>> onlyReordered;
 };
+
+// A float32 convolution weight that nothing but convolutions read, held in oneDNN's layouts alone
+// (Optimizations::packedWeights, as products' weights are): plain until the pool makes a copy of
+// it in a layout that converts back (a direct kernel's blocked layout; Winograd's transformed
+// weight does not), then only as its copies. That copy is kept for the pool's life; a layout
+// wanted later, and ATen, get the plain weight back from it (one reorder). Kernels read the weight
+// as its stand-in: a meta tensor of its dims and dtype, without data, whose identity convolution()
+// looks up in the pool of the cache it is given. SSD300 held its 136 MB of weights twice (plain
+// beside the direct kernel's copies); ONNX Runtime keeps a prepacked weight only.
+// Returns the stand-in, or undefined where oneDNN cannot hold w (not a dense float32 CPU tensor of
+// rank 4 or 5). O(1); the first copy in a convertible layout frees the plain tensor (when nothing
+// else references it).
+at::Tensor holdOnlyReordered(ReorderedWeights& pool, const at::Tensor& w);
+// The dense weight behind a stand-in of `pool`: the plain tensor while it is held, else a copy
+// reordered back from the kept copy (equal to it bit for bit: a reorder only moves values).
+// Undefined when `standIn` is not one of `pool`'s.
+at::Tensor plainWeight(const ReorderedWeights& pool, const at::Tensor& standIn);
+// How many of `pool`'s weights are held only reordered now (their plain tensor released).
+std::size_t releasedPlainWeights(const ReorderedWeights& pool);
 
 // What a convolution node keeps between runs: a packed convolution (primitive and reordered
 // weight) per input shape it has run at. Nodes that read one stored weight through the same fused
@@ -140,8 +163,8 @@ std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::I
 // 3-D), which ATen's elementwise ops, pooling and the next convolution read as it is. `packed`
 // keeps the primitive and its reordered weight; it is rebuilt when the weight (by identity), the
 // input's dims, the bias's presence or the post-ops change (`cache`, the cache it belongs to: the
-// reordered weight comes from its pool, made there only when no copy in that layout exists). The residual is
-// added by accumulating onto it: into a copy of it, or, when `residualIsScratch` (the caller's to
+// reordered weight comes from its pool, made there only when no copy in that layout exists; w may
+// be a stand-in of that pool's, holdOnlyReordered). The residual is added by accumulating onto it: into a copy of it, or, when `residualIsScratch` (the caller's to
 // overwrite) and it is channels-last already, into the residual itself, which is then the result.
 // 3-D matters because ATen 1.13's at::convolution picks oneDNN for a 3-D convolution only above a
 // size heuristic (N * C * D * H > 20480) and otherwise runs slow_conv3d: r3d_18's 128- and

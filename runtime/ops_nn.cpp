@@ -458,6 +458,17 @@ at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Te
                              onednn::cacheEntryFor(cache, x.sizes()), &cache);
 }
 
+// w as ATen reads it: the plain weight behind a stand-in of the executor's (a weight held only in
+// oneDNN's layouts, onednn::holdOnlyReordered), reordered back for this call; else w itself.
+at::Tensor plainConvolutionWeight(const KernelContext& c, const at::Tensor& w) {
+  if (!w.is_meta() || !c.cache())
+    return w;
+  at::Tensor plain = onednn::plainWeight(*c.cache()->convolutions.weights, w);
+  if (!plain.defined())
+    throw KernelError("the convolution's weight has no data (a stand-in of another executor's)");
+  return plain;
+}
+
 // The convolution on ATen: in its blocked layout (2-D float32 on the CPU, weight prepacked once),
 // else at::convolution.
 at::Tensor atenConvolution(KernelContext& c, at::Tensor x, const at::Tensor& w, const at::Tensor& bias,
@@ -587,7 +598,7 @@ at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Ten
   if (withPost) // e.g. a residual that broadcasts: the convolution alone may still go direct
     y = directConvolution(c, x, w, bias, window, {}, at::Tensor(), false);
   if (!y.defined())
-    y = atenConvolution(c, x, w, bias, window);
+    y = atenConvolution(c, x, plainConvolutionWeight(c, w), bias, window);
   if (!withPost)
     return y;
   y = toDense(y);

@@ -11,6 +11,7 @@
 #include "base/file_io.h"
 #include "base/json.h"
 #include "io/tensor_file.h"
+#include "runtime/host_memory.h"
 #include "runtime/kernel.h"
 
 namespace cleave::runtime {
@@ -122,7 +123,7 @@ Expected<at::Tensor> tensorFromStored(const void* data, std::size_t bytes, std::
   return tensorFromBytes(data, bytes, dims, type);
 }
 
-Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param, bool asRows) {
+Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param, bool asRows, bool ownMapping) {
   const ir::Parameter& p = graph.parameter(param);
   // Bytes in memory are read where they are; external data is read into `read` first.
   std::string read;
@@ -144,6 +145,11 @@ Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param, bo
     at::Tensor rows = at::empty({p.dims[1], p.dims[0]}, at::kFloat);
     rows.copy_(source.t());
     return rows.t();
+  }
+  if (ownMapping && p.dtype == ir::DType::F32) {
+    at::Tensor tensor = emptyInOwnMapping(p.dims, at::kFloat);
+    std::memcpy(tensor.data_ptr(), bytes->data(), bytes->size());
+    return tensor;
   }
   return tensorFromStored(bytes->data(), bytes->size(), p.dims, p.dtype);
 }

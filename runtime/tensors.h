@@ -42,8 +42,11 @@ std::vector<std::string> stringValues(const at::Tensor& tensor);
 
 // A parameter's bytes as a tensor (copied out of the model file once; owns its memory).
 // `asRows`: a 2-D float32 [K, N] parameter is stored as [N, K] rows, the tensor a transposed view
-// of them (what oneDNN's products read in place); other parameters ignore it.
-Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param, bool asRows = false);
+// of them (what oneDNN's products read in place); other parameters ignore it. `ownMapping`: a
+// float32 parameter's memory is a mapping of its own, unmapped when the tensor is freed
+// (emptyInOwnMapping: a weight let go after its first run).
+Expected<at::Tensor> loadParameter(const ir::Graph& graph, ir::ParamId param, bool asRows = false,
+                                   bool ownMapping = false);
 // A serialized onnx.TensorProto (Constant's `value`, ConstantOfShape's `value`, a .pb file) as a
 // tensor; `name` (when given) receives the proto's name. Dims are checked before allocating.
 Expected<at::Tensor> tensorFromProto(std::string_view bytes, const std::string& what, std::string* name = nullptr);
