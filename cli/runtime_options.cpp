@@ -18,7 +18,8 @@ void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
                "ops); with it, convolutions write channels-last tensors either way");
   app.add_flag("!--no-packed-weights", options.optimizations.packedWeights,
                "keep a weight that only MatMuls read as [N, K] rows read in place, not in oneDNN's own product "
-               "layout (the packed copy is otherwise the only one)");
+               "layout, and a weight that only Convs read plain beside its reordered copies (by default the "
+               "packed or reordered copies are the only ones)");
   app.add_flag("!--no-shape-memo", options.optimizations.rememberShapeArithmetic,
                "compute shape arithmetic again every run (by default a small pure op, such as a Gather of a Shape, "
                "reuses its last results while its operands are the same)");
