@@ -177,7 +177,8 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
          << outsideKernelsSeconds(measured) * 1e3 << " ms of " << measured.lastRunSeconds * 1e3 << " ms\n";
     text << "peak live activations (last run" << (measured.timings.size() > 1 ? ", largest submodel" : "")
          << "): " << measured.stats.peakActivationBytes << " bytes\n";
-    text << "peak tensor memory (last run: parameters, inputs, activations and ATen's workspaces): "
+    text << "peak tensor memory (last run: parameters not held only for oneDNN, inputs, activations and ATen's "
+            "workspaces): "
          << measured.peakTensorBytes << " bytes\n";
     text << "weights held for oneDNN (packed or reordered copies, beside the tensors above): "
          << measured.heldWeightBytes << " bytes\n";

@@ -157,10 +157,11 @@ std::vector<bool> Executor::productWeights() const {
   return storeAsRows;
 }
 
-// A float32 parameter of rank 4 or 5 that only Conv nodes read, as their weight, and not through a
-// fused Conv+BatchNormalization (whose kernel reads it to fold the normalization in): held only
-// in the convolutions' layouts (onednn::holdOnlyReordered). Decided before the parameters load,
-// under the same conditions as productWeights(). O(nodes + operands).
+// A float32 parameter that only convolutions read, as their weight, where they run on oneDNN
+// (Conv of rank 4 or 5, ConvTranspose of rank 4), and not through a fused normalization (whose
+// kernel reads it to fold the normalization in): held only in the convolutions' layouts
+// (onednn::holdOnlyReordered). Decided before the parameters load, under the same conditions as
+// productWeights(). O(nodes + operands).
 std::vector<bool> Executor::convolutionWeights() const {
   const ir::Graph& g = *graph_;
   std::vector<bool> convolutionOnly(g.numParameters(), false);
@@ -174,26 +175,29 @@ std::vector<bool> Executor::convolutionWeights() const {
     if (group < 0)
       return false;
     const FusedGroup::Kind kind = fusion_.groups[group].kind;
-    return kind == FusedGroup::Kind::ConvBatchNorm || kind == FusedGroup::Kind::ConvBatchNormRelu;
+    return kind == FusedGroup::Kind::ConvBatchNorm || kind == FusedGroup::Kind::ConvBatchNormRelu ||
+           kind == FusedGroup::Kind::ConvTransposeBatchNorm || kind == FusedGroup::Kind::ConvTransposeBatchNormRelu;
+  };
+  auto onOneDnn = [&](NodeId user, std::size_t rank) {
+    const std::string_view op = g.opType(user);
+    return g.opDomain(user).empty() && ((op == "Conv" && (rank == 4 || rank == 5)) || (op == "ConvTranspose" && rank == 4));
   };
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
     if (g.kind(NodeId{n}) != ir::NodeKind::Parameter)
       continue;
     const std::uint32_t owner = index(g.storageOf(g.parameters(NodeId{n})[0]));
+    const std::size_t rank = g.parameter(ir::ParamId{owner}).dims.size();
     const ir::ValueId value = g.outputs(NodeId{n})[0];
     for (NodeId user : g.users(value)) {
       auto operands = g.inputs(user);
-      const bool weightOnly = g.kind(user) == ir::NodeKind::Op && g.opType(user) == "Conv" && g.opDomain(user).empty() &&
-                              operands.size() >= 2 && operands[1] == value &&
-                              std::count(operands.begin(), operands.end(), value) == 1 && !foldsNormalization(user);
+      const bool weightOnly = g.kind(user) == ir::NodeKind::Op && onOneDnn(user, rank) && operands.size() >= 2 &&
+                              operands[1] == value && std::count(operands.begin(), operands.end(), value) == 1 &&
+                              !foldsNormalization(user);
       readAs[owner] = weightOnly && readAs[owner] != Other ? ConvolutionWeight : Other;
     }
   }
-  for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
-    const ir::Parameter& parameter = g.parameter(ir::ParamId{p});
-    convolutionOnly[p] = readAs[p] == ConvolutionWeight && parameter.dtype == ir::DType::F32 &&
-                         (parameter.dims.size() == 4 || parameter.dims.size() == 5);
-  }
+  for (std::uint32_t p = 0; p < g.numParameters(); ++p)
+    convolutionOnly[p] = readAs[p] == ConvolutionWeight && g.parameter(ir::ParamId{p}).dtype == ir::DType::F32;
   return convolutionOnly;
 }
 

@@ -944,6 +944,29 @@ TEST(OneDnn, ConvolutionWeightsHeldOnlyReorderedEqualTheirPlainOnes) {
   EXPECT_TRUE(at::equal(onednn::plainWeight(*pool, standIn), original));
   EXPECT_FALSE(onednn::plainWeight(*pool, at::empty({32, 16, 3, 3}, at::kMeta)).defined()); // not the pool's
   EXPECT_FALSE(onednn::holdOnlyReordered(*pool, at::randn({4, 4})).defined()); // not a convolution weight
+  // Grouped (depthwise: oneDNN's goihw dims) and 3-D weights convert back too.
+  struct Case {
+    std::vector<std::int64_t> weight, input;
+    std::int64_t groups;
+  };
+  for (const Case& shape : {Case{{16, 1, 3, 3}, {1, 16, 9, 9}, 16}, Case{{8, 4, 3, 3, 3}, {1, 4, 5, 6, 6}, 1}}) {
+    const auto own = std::make_shared<onednn::ReorderedWeights>();
+    onednn::ConvolutionCache ownCache;
+    ownCache.weights = own;
+    const at::Tensor weight = at::randn(shape.weight), x = at::randn(shape.input);
+    const at::Tensor heldIn = onednn::holdOnlyReordered(*own, weight.clone()); // the pool's is the only copy
+    const std::size_t spatial = shape.weight.size() - 2;
+    const std::vector<std::int64_t> ones(spatial, 1), zeros(spatial, 0);
+    const at::MemoryFormat lastChannels = spatial == 3 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+    const at::Tensor y =
+        onednn::convolution(x.contiguous(lastChannels), heldIn, {}, ones, zeros, zeros, ones, shape.groups, {}, {},
+                            false, onednn::cacheEntryFor(ownCache, x.sizes()), &ownCache);
+    ASSERT_TRUE(y.defined()) << spatial;
+    EXPECT_TRUE(at::allclose(y, at::convolution(x, weight, {}, ones, zeros, ones, false, zeros, shape.groups), 1e-4,
+                             1e-4));
+    EXPECT_EQ(onednn::releasedPlainWeights(*own), 1u);
+    EXPECT_TRUE(at::equal(onednn::plainWeight(*own, heldIn), weight));
+  }
 }
 
 // A packed weight (oneDNN's own product layout) computes what the plain weight does at every row
@@ -1047,21 +1070,22 @@ TEST(Executor, ProductOnlyWeightsArePackedOnce) {
   EXPECT_TRUE(at::equal(seen.at("v"), v));
 }
 
-// The executor holds a weight that only Conv nodes read (w, and its alias) only reordered after
-// its first run: results equal --no-packed-weights bit for bit, an observer sees the plain values,
+// The executor holds a weight that only convolutions read (w and its alias by Convs, u by a
+// ConvTranspose) only reordered after its first run: results equal --no-packed-weights bit for bit, an observer sees the plain values,
 // an empty batch (which oneDNN refuses) runs on ATen with the weight reordered back, and a weight
 // read otherwise too (v, also a graph output) stays plain.
 TEST(Executor, ConvolutionOnlyWeightsAreHeldOnlyReordered) {
   if (!onednn::available())
     GTEST_SKIP() << "built without oneDNN";
   at::manual_seed(50);
-  const at::Tensor w = at::randn({8, 8, 3, 3}), v = at::randn({8, 8, 1, 1});
+  const at::Tensor w = at::randn({8, 8, 3, 3}), v = at::randn({8, 8, 1, 1}), u = at::randn({8, 4, 2, 2});
   auto build = [&] {
     ir::GraphBuilder builder(ir::SourceFormat::Onnx);
     builder.modelInfo().opsetImports = {{"", 17}};
     builder.addInput("x", ir::ValueType::tensor(ir::DType::F32, {-1, 8, 6, 6}));
     addFloatParameter(builder, "w", w);
     addFloatParameter(builder, "v", v);
+    addFloatParameter(builder, "u", u);
     EXPECT_TRUE(builder.addParameterAlias("w_alias", "w", "w_identity"));
     auto node = [&](std::string op, std::vector<std::string> inputs, std::string out,
                     std::vector<ir::Attribute> attributes = {}) {
@@ -1077,15 +1101,15 @@ TEST(Executor, ConvolutionOnlyWeightsAreHeldOnlyReordered) {
     node("Relu", {"c1"}, "r1"); // fused with c1
     node("Conv", {"r1", "w_alias"}, "c2", {ints("pads", {1, 1, 1, 1})});
     node("Conv", {"c2", "v"}, "y");
-    builder.setOutputs({"y", "v"}); // v is read as an output too
+    node("ConvTranspose", {"c2", "u"}, "z", {ints("strides", {2, 2})});
+    builder.setOutputs({"y", "z", "v"}); // v is read as an output too
     Expected<ir::Graph> graph = std::move(builder).finish();
     EXPECT_TRUE(graph) << (graph ? "" : graph.error().message());
     return std::make_shared<const ir::Graph>(std::move(*graph));
   };
-  auto want = [&](const at::Tensor& x) {
-    const at::Tensor c2 = at::conv2d(at::relu(at::conv2d(x, w, {}, 1, 1)), w, {}, 1, 1);
-    return at::conv2d(c2, v);
-  };
+  auto c2 = [&](const at::Tensor& x) { return at::conv2d(at::relu(at::conv2d(x, w, {}, 1, 1)), w, {}, 1, 1); };
+  auto want = [&](const at::Tensor& x) { return at::conv2d(c2(x), v); };
+  auto wantZ = [&](const at::Tensor& x) { return at::conv_transpose2d(c2(x), u, {}, 2); };
   ExecutorOptions plainOptions;
   plainOptions.optimizations.packedWeights = false;
   auto held = Executor::create(build());
@@ -1097,8 +1121,10 @@ TEST(Executor, ConvolutionOnlyWeightsAreHeldOnlyReordered) {
     Expected<TensorMap> a = (*held)->run({{"x", x}}), c = (*plain)->run({{"x", x}});
     ASSERT_TRUE(a && c) << (a ? c.error().message() : a.error().message());
     EXPECT_TRUE(at::allclose(a->at("y"), want(x), 1e-4, 1e-4));
+    EXPECT_TRUE(at::allclose(a->at("z"), wantZ(x), 1e-4, 1e-4));
     EXPECT_TRUE(at::equal(a->at("y"), c->at("y")));
-    EXPECT_EQ((*held)->reorderedOnlyWeightCount(), 1u); // w (and its alias); not v
+    EXPECT_TRUE(at::equal(a->at("z"), c->at("z")));
+    EXPECT_EQ((*held)->reorderedOnlyWeightCount(), 2u); // w (and its alias) and u; not v
   }
   EXPECT_EQ((*plain)->reorderedOnlyWeightCount(), 0u);
   std::map<std::string, at::Tensor> seen;
@@ -1116,6 +1142,7 @@ TEST(Executor, ConvolutionOnlyWeightsAreHeldOnlyReordered) {
   Expected<TensorMap> empty = (*held)->run({{"x", none}});
   ASSERT_TRUE(empty) << empty.error().message();
   EXPECT_EQ(empty->at("y").sizes(), want(none).sizes());
+  EXPECT_EQ(empty->at("z").sizes(), wantZ(none).sizes());
 }
 
 // oneDNN's deconvolution against ATen's conv_transpose2d (cropped by the end pads as ONNX does):

@@ -111,28 +111,25 @@ Outputs convTranspose(KernelContext& c) {
   return {transposedConvolution(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor())};
 }
 
-} // namespace
+// w as ATen reads it: the plain weight behind a stand-in of the executor's (a weight held only in
+// oneDNN's layouts, onednn::holdOnlyReordered), reordered back for this call; else w itself.
+at::Tensor plainConvolutionWeight(const KernelContext& c, const at::Tensor& w) {
+  if (!w.is_meta() || !c.cache())
+    return w;
+  at::Tensor plain = onednn::plainWeight(*c.cache()->convolutions.weights, w);
+  if (!plain.defined())
+    throw KernelError("the convolution's weight has no data (a stand-in of another executor's)");
+  return plain;
+}
 
-at::Tensor transposedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
-                                 bool thenRelu) {
-  std::size_t n = static_cast<std::size_t>(w.dim() - 2);
-  std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
-  std::vector<std::int64_t> outputPadding = c.intsAttr("output_padding"), extra(n, 0), zeros(n, 0), full(n, 0);
-  for (std::size_t d = 0; d < n; ++d) {
-    extra[d] = d < outputPadding.size() ? outputPadding[d] : 0;
-    full[d] = strides[d] * (x.size(2 + d) - 1) + extra[d] + (w.size(2 + d) - 1) * dilations[d] + 1;
-  }
-  std::vector<std::pair<std::int64_t, std::int64_t>> pads = transposedPads(c, x, full, strides);
-  std::int64_t groups = c.intAttr("group", 1);
-  if (n == 2 && onednn::available()) { // oneDNN's deconvolution, the weight reordered once
-    std::vector<std::int64_t> padBegin{pads[0].first, pads[1].first}, padEnd{pads[0].second, pads[1].second};
-    onednn::ConvolutionCache uncached;
-    onednn::ConvolutionCache& cache = c.cache() ? c.cache()->convolutions : uncached;
-    at::Tensor y = onednn::transposedConvolution2d(x, w, bias, strides, padBegin, padEnd, dilations, extra, groups, thenRelu,
-                                                   onednn::cacheEntryFor(cache, x.sizes()), &cache);
-    if (y.defined())
-      return y;
-  }
+// ConvTranspose on ATen: its own padding where the pads are symmetric, else a crop of the
+// unpadded output.
+at::Tensor atenTransposedConvolution(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                                     const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& dilations,
+                                     const std::vector<std::int64_t>& extra, std::int64_t groups,
+                                     const std::vector<std::pair<std::int64_t, std::int64_t>>& pads, bool thenRelu) {
+  const std::size_t n = pads.size();
+  const std::vector<std::int64_t> zeros(n, 0);
   bool symmetric = std::all_of(pads.begin(), pads.end(), [](auto p) { return p.first == p.second && p.first >= 0; });
   if (symmetric) { // ATen pads itself
     std::vector<std::int64_t> padding(n);
@@ -154,6 +151,32 @@ at::Tensor transposedConvolution(KernelContext& c, const at::Tensor& x, const at
     y = y + bias.reshape(shape);
   }
   return thenRelu ? at::relu(y) : y;
+}
+
+} // namespace
+
+at::Tensor transposedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                                 bool thenRelu) {
+  std::size_t n = static_cast<std::size_t>(w.dim() - 2);
+  std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
+  std::vector<std::int64_t> outputPadding = c.intsAttr("output_padding"), extra(n, 0), full(n, 0);
+  for (std::size_t d = 0; d < n; ++d) {
+    extra[d] = d < outputPadding.size() ? outputPadding[d] : 0;
+    full[d] = strides[d] * (x.size(2 + d) - 1) + extra[d] + (w.size(2 + d) - 1) * dilations[d] + 1;
+  }
+  std::vector<std::pair<std::int64_t, std::int64_t>> pads = transposedPads(c, x, full, strides);
+  std::int64_t groups = c.intAttr("group", 1);
+  if (n == 2 && onednn::available()) { // oneDNN's deconvolution, the weight reordered once
+    std::vector<std::int64_t> padBegin{pads[0].first, pads[1].first}, padEnd{pads[0].second, pads[1].second};
+    onednn::ConvolutionCache uncached;
+    onednn::ConvolutionCache& cache = c.cache() ? c.cache()->convolutions : uncached;
+    at::Tensor y = onednn::transposedConvolution2d(x, w, bias, strides, padBegin, padEnd, dilations, extra, groups, thenRelu,
+                                                   onednn::cacheEntryFor(cache, x.sizes()), &cache);
+    if (y.defined())
+      return y;
+  }
+  return atenTransposedConvolution(x, plainConvolutionWeight(c, w), bias, strides, dilations, extra, groups, pads,
+                                   thenRelu);
 }
 
 namespace {
@@ -456,17 +479,6 @@ at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Te
   return onednn::convolution(denseFloat ? channelsLastDense(x) : x, w, bias, window.strides, window.pads.begin,
                              window.pads.end, window.dilations, window.groups, post, residual, residualIsScratch,
                              onednn::cacheEntryFor(cache, x.sizes()), &cache);
-}
-
-// w as ATen reads it: the plain weight behind a stand-in of the executor's (a weight held only in
-// oneDNN's layouts, onednn::holdOnlyReordered), reordered back for this call; else w itself.
-at::Tensor plainConvolutionWeight(const KernelContext& c, const at::Tensor& w) {
-  if (!w.is_meta() || !c.cache())
-    return w;
-  at::Tensor plain = onednn::plainWeight(*c.cache()->convolutions.weights, w);
-  if (!plain.defined())
-    throw KernelError("the convolution's weight has no data (a stand-in of another executor's)");
-  return plain;
 }
 
 // The convolution on ATen: in its blocked layout (2-D float32 on the CPU, weight prepacked once),
