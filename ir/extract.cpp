@@ -32,8 +32,40 @@ NodeSetBoundary boundaryOf(const Graph& graph, std::span<const NodeId> nodes) {
 }
 
 namespace {
+// The Parameter nodes that own the storage of the aliases among `params` (ir::Parameter::aliasOf),
+// not among them and not sent (`inputs`). O(nodes) when there is an alias, else O(params).
+std::vector<NodeId> ownersOfAliases(const Graph& graph, const std::vector<NodeId>& params,
+                                    std::span<const ValueId> inputs) {
+  std::vector<std::uint8_t> wanted(graph.numParameters(), 0); // per ParamId: an owner to add
+  bool any = false;
+  for (NodeId node : params)
+    for (ParamId param : graph.parameters(node))
+      if (graph.storageOf(param) != param) {
+        wanted[index(graph.storageOf(param))] = 1;
+        any = true;
+      }
+  if (!any)
+    return {};
+  for (NodeId node : params) // already copied
+    for (ParamId param : graph.parameters(node))
+      wanted[index(param)] = 0;
+  std::vector<NodeId> owners;
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
+    const NodeId node{n};
+    if (graph.kind(node) == NodeKind::Parameter && graph.parameters(node).size() == 1 &&
+        wanted[index(graph.parameters(node)[0])] &&
+        std::find(inputs.begin(), inputs.end(), graph.outputs(node)[0]) == inputs.end()) // not sent
+      owners.push_back(node);
+  }
+  return owners;
+}
+
 // Parameter nodes the set reads or sends, once each, in node order; those `inputs` lists are
-// sent by their owner instead.
+// sent by their owner instead. An alias comes with the parameter owning its tensor, so the cut
+// holds the tensor under both names as the source did (written back as Identity of the owner):
+// neighbouring cuts joined again (joinGraphs), or a pipeline's stages, then hold one tensor, not
+// one per name (a deduplicated BERT encoder's twelve layers read one set of weights through
+// aliases; its cut held twelve).
 std::vector<NodeId> parametersToCopy(const Graph& graph, const SubgraphSpec& spec) {
   std::vector<NodeId> params;
   auto consider = [&](ValueId value) {
@@ -50,6 +82,9 @@ std::vector<NodeId> parametersToCopy(const Graph& graph, const SubgraphSpec& spe
   std::erase_if(params, [&](NodeId param) {
     return std::find(spec.inputs.begin(), spec.inputs.end(), graph.outputs(param)[0]) != spec.inputs.end();
   });
+  const std::vector<NodeId> owners = ownersOfAliases(graph, params, spec.inputs);
+  params.insert(params.end(), owners.begin(), owners.end());
+  std::sort(params.begin(), params.end());
   return params;
 }
 

@@ -6,11 +6,13 @@
 // extractSubgraph guarantees: the result holds the given nodes in the given order (which must be
 // topological), reads exactly `inputs` as its graph inputs and returns exactly `outputs`; every
 // parameter a node reads (or that `outputs` lists) is copied in once, unless `inputs` lists it (a
-// parameter sent by another submodule); inline parameter bytes are copied, model-file parameters
-// stay lazy (the file is shared). The cut is ONNX-writable when the source was ONNX.
+// parameter sent by another submodule), and an alias with the parameter owning its tensor (one
+// tensor under both names, as in the source); inline parameter bytes are copied, model-file
+// parameters stay lazy (the file is shared). The cut is ONNX-writable when the source was ONNX.
 // Fails: InvalidGraph when a node reads a value that is neither an input, a parameter nor made by
 // an earlier node of the set (GraphBuilder::finish names it).
-// Complexity: O(nodes + their operands + parameters, log parameters) plus copied bytes.
+// Complexity: O(nodes + their operands + parameters, log parameters) plus copied bytes; O(nodes of
+// the source) more when the set reads an alias.
 #pragma once
 
 #include <map>
