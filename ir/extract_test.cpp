@@ -52,6 +52,35 @@ TEST(ExtractSubgraph, CopiesOnlyTheParametersItReads) {
   EXPECT_EQ(sent->inputNodes().size(), 2u);
 }
 
+// A cut that reads only an alias holds the owner's tensor under both names (one storage), so
+// cuts joined again share it as the source did; an owner sent from outside is not copied.
+TEST(ExtractSubgraph, CopiesAnAliasWithTheParameterOwningItsTensor) {
+  Graph g = TestGraph().input("x").param("w").alias("w_again", "w").op("MatMul", "a", {"x", "w"})
+                .op("MatMul", "b", {"a", "w_again"}).output({"b"}).build();
+  std::vector<NodeId> first{g.findNode("a")}, second{g.findNode("b")};
+  NodeSetBoundary one = boundaryOf(g, first), two = boundaryOf(g, second);
+  Expected<Graph> partOne = extractSubgraph(g, {"one", first, one.inputs, one.outputs});
+  Expected<Graph> partTwo = extractSubgraph(g, {"two", second, two.inputs, two.outputs});
+  ASSERT_TRUE(partOne && partTwo);
+  ASSERT_EQ(partTwo->numParameters(), 2u); // w_again, and w that owns its tensor
+  auto storageName = [](const Graph& graph, std::string_view value) {
+    return graph.parameter(graph.storageOf(graph.parameters(graph.producer(graph.findValue(value)))[0])).name;
+  };
+  EXPECT_EQ(storageName(*partTwo, "w_again"), "w");
+  const Graph* parts[] = {&*partOne, &*partTwo};
+  const std::string outputs[] = {"b"};
+  Expected<Graph> joined = joinGraphs({"joined", parts, outputs, "."});
+  ASSERT_TRUE(joined) << joined.error().message();
+  EXPECT_EQ(storageName(*joined, "w_again"), "w");
+  EXPECT_EQ(storageName(*joined, "w"), "w");
+  // With w sent from outside, the cut holds the alias alone (its own tensor, as before).
+  std::vector<ValueId> sent{g.findValue("a"), g.findValue("w")};
+  Expected<Graph> alone = extractSubgraph(g, {"alone", second, sent, two.outputs});
+  ASSERT_TRUE(alone) << alone.error().message();
+  ASSERT_EQ(alone->numParameters(), 1u);
+  EXPECT_EQ(storageName(*alone, "w_again"), "w_again");
+}
+
 TEST(ExtractSubgraph, RefusesAValueFromNowhere) {
   Graph g = diamond();
   std::vector<NodeId> nodes{g.findNode("d")};

@@ -39,6 +39,13 @@ public:
     builder_.addParameter(std::move(p), ir::ValueType::tensor(ir::DType::F32, std::move(dims)));
     return *this;
   }
+  // A second name for the tensor of the parameter `of` (added before), as ONNX writes
+  // Identity(initializer).
+  TestGraph& alias(const std::string& name, const std::string& of) {
+    if (!builder_.addParameterAlias(name, of, name + "_identity"))
+      ADD_FAILURE() << "no parameter '" << of << "' to alias";
+    return *this;
+  }
   TestGraph& op(const std::string& opType, const std::string& name, std::vector<std::string> inputs,
                 std::vector<std::int64_t> dims = {4, 4}) {
     ir::NodeSpec spec;

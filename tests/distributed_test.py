@@ -283,6 +283,43 @@ class Distributed(TempDirTest):
         self.assertEqual(code, 1)
         self.assertIn("1f1b runs one stage per rank (4 stages on 2 ranks)", err)
 
+    def test_a_weight_read_through_an_alias_trains_tied_across_stages(self):
+        """w is read by the first stage as itself and by a later one through Identity(w), as exporters
+        write a deduplicated weight: every stage holding it holds one tensor under both names, so
+        its gradients are summed across stages and the plan trains as the whole model does."""
+        rng = np.random.default_rng(5)
+        inits = [numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32) * 0.5, name)
+                 for name in ("w", "v")]
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["m0"]), helper.make_node("Relu", ["m0"], ["h0"]),
+                 helper.make_node("MatMul", ["h0", "v"], ["m1"]), helper.make_node("Tanh", ["m1"], ["h1"]),
+                 helper.make_node("Identity", ["w"], ["w_again"], name="w_identity"),
+                 helper.make_node("MatMul", ["h1", "w_again"], ["m2"]), helper.make_node("Sub", ["m2", "y"], ["d"]),
+                 helper.make_node("Mul", ["d", "d"], ["dd"]),
+                 helper.make_node("ReduceMean", ["dd"], ["loss"], keepdims=0)]
+        graph = helper.make_graph(nodes, "aliased", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+                                                     helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+                                  [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+        model = self.path("aliased.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+        np.savez(self.path("data.npz"), x=rng.standard_normal((8, 4)).astype(np.float32),
+                 y=rng.standard_normal((8, 4)).astype(np.float32))
+        plan = self.path("stages")
+        code, out, err = run("pipeline", model, "--stages", 3, "-o", plan)
+        self.assertEqual(code, 0, err)
+        self.assertRegex(out, r"tie group: w \(also read as w_again\) on stages \[0,[12]\]")
+        common = ["--data", self.path("data.npz"), "--batch", 8, "--steps", 3, "--microbatches", 2,
+                  "--optimizer", "sgd", "--lr", "0.1", "--json"]
+        losses = lambda text: [json.loads(line.split("] ", 1)[-1])["loss"] for line in text.splitlines()]
+        code, whole, err = run("train", model, *common)
+        self.assertEqual(code, 0, err)
+        code, local, err = run("train", plan, *common)
+        self.assertEqual(code, 0, err)
+        self.assertLess(losses(whole)[-1], losses(whole)[0])
+        np.testing.assert_allclose(losses(local), losses(whole), rtol=1e-6)
+        code, ranked, err = launch(3, "cleave", "train", plan, *common)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(losses(ranked), losses(local))
+
     def test_environment_errors_are_one_line(self):
         model = self.mlp_with_skip()
         plan = self.path("plan")
