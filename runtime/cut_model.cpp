@@ -32,6 +32,11 @@ Expected<CutModel> CutModel::load(const std::string& dir, const Backend& acc, co
     // readPlan has checked that the file lies inside the plan's folder.
     std::string file = (std::filesystem::path(dir) / sub.file).string();
     CLEAVE_TRY(ir::Graph graph, io::readOnnx(file));
+    // Reading touched the file's pages; its parameters are read again when it is lowered (or by
+    // the joined graph, from the file), so they need not stay resident meanwhile: a BERT cut 49
+    // ways holds its layers' weights in every submodule file (85 MiB).
+    if (graph.modelFile())
+      graph.modelFile()->releaseResidentPages();
     step.graph = std::make_shared<const ir::Graph>(std::move(graph));
     backends.push_back(plan::runsOnAccelerator(sub.role) ? &acc : &cpu);
     step.backend = backends.back()->name();
