@@ -180,7 +180,8 @@ std::vector<bool> Executor::convolutionWeights() const {
   };
   auto onOneDnn = [&](NodeId user, std::size_t rank) {
     const std::string_view op = g.opType(user);
-    return g.opDomain(user).empty() && ((op == "Conv" && (rank == 4 || rank == 5)) || (op == "ConvTranspose" && rank == 4));
+    return g.opDomain(user).empty() &&
+           ((op == "Conv" && (rank == 4 || rank == 5)) || (op == "ConvTranspose" && rank == 4));
   };
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
     if (g.kind(NodeId{n}) != ir::NodeKind::Parameter)

@@ -957,7 +957,8 @@ TEST(OneDnn, ConvolutionWeightsHeldOnlyReorderedEqualTheirPlainOnes) {
     const at::Tensor heldIn = onednn::holdOnlyReordered(*own, weight.clone()); // the pool's is the only copy
     const std::size_t spatial = shape.weight.size() - 2;
     const std::vector<std::int64_t> ones(spatial, 1), zeros(spatial, 0);
-    const at::MemoryFormat lastChannels = spatial == 3 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
+    const at::MemoryFormat lastChannels =
+        spatial == 3 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
     const at::Tensor y =
         onednn::convolution(x.contiguous(lastChannels), heldIn, {}, ones, zeros, zeros, ones, shape.groups, {}, {},
                             false, onednn::cacheEntryFor(ownCache, x.sizes()), &ownCache);
@@ -1071,9 +1072,9 @@ TEST(Executor, ProductOnlyWeightsArePackedOnce) {
 }
 
 // The executor holds a weight that only convolutions read (w and its alias by Convs, u by a
-// ConvTranspose) only reordered after its first run: results equal --no-packed-weights bit for bit, an observer sees the plain values,
-// an empty batch (which oneDNN refuses) runs on ATen with the weight reordered back, and a weight
-// read otherwise too (v, also a graph output) stays plain.
+// ConvTranspose) only reordered after its first run: results equal --no-packed-weights bit for
+// bit, an observer sees the plain values, an empty batch (which oneDNN refuses) runs on ATen with
+// the weight reordered back, and a weight read otherwise too (v, also a graph output) stays plain.
 TEST(Executor, ConvolutionOnlyWeightsAreHeldOnlyReordered) {
   if (!onednn::available())
     GTEST_SKIP() << "built without oneDNN";

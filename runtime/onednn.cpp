@@ -881,8 +881,8 @@ at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, con
                                    bool thenRelu, std::shared_ptr<PackedConvolution>& packed,
                                    const ConvolutionCache* cache) {
   const bool heldOnlyReordered = cache && onlyReorderedIn(cache->weights.get(), w);
-  if (!eligible(x) || !(eligible(w) || heldOnlyReordered) || x.dim() != 4 || w.dim() != 4 || x.numel() == 0 || w.numel() == 0 ||
-      groups < 1 || x.size(1) != w.size(0) || w.size(0) % groups != 0 || strides.size() != 2 ||
+  if (!eligible(x) || !(eligible(w) || heldOnlyReordered) || x.dim() != 4 || w.dim() != 4 || x.numel() == 0 ||
+      w.numel() == 0 || groups < 1 || x.size(1) != w.size(0) || w.size(0) % groups != 0 || strides.size() != 2 ||
       padBegin.size() != 2 || padEnd.size() != 2 || dilations.size() != 2 || outputPadding.size() != 2 ||
       (bias.defined() && (!eligible(bias) || bias.numel() != w.size(1) * groups)))
     return {};

@@ -164,8 +164,9 @@ std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::I
 // keeps the primitive and its reordered weight; it is rebuilt when the weight (by identity), the
 // input's dims, the bias's presence or the post-ops change (`cache`, the cache it belongs to: the
 // reordered weight comes from its pool, made there only when no copy in that layout exists; w may
-// be a stand-in of that pool's, holdOnlyReordered). The residual is added by accumulating onto it: into a copy of it, or, when `residualIsScratch` (the caller's to
-// overwrite) and it is channels-last already, into the residual itself, which is then the result.
+// be a stand-in of that pool's, holdOnlyReordered). The residual is added by accumulating onto
+// it: into a copy of it, or, when `residualIsScratch` (the caller's to overwrite) and it is
+// channels-last already, into the residual itself, which is then the result.
 // 3-D matters because ATen 1.13's at::convolution picks oneDNN for a 3-D convolution only above a
 // size heuristic (N * C * D * H > 20480) and otherwise runs slow_conv3d: r3d_18's 128- and
 // 256-channel layers ran at 31-56 GFLOP/s there, its 64-channel ones on oneDNN at about 200.

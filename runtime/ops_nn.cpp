@@ -125,7 +125,8 @@ at::Tensor plainConvolutionWeight(const KernelContext& c, const at::Tensor& w) {
 // ConvTranspose on ATen: its own padding where the pads are symmetric, else a crop of the
 // unpadded output.
 at::Tensor atenTransposedConvolution(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
-                                     const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& dilations,
+                                     const std::vector<std::int64_t>& strides,
+                                     const std::vector<std::int64_t>& dilations,
                                      const std::vector<std::int64_t>& extra, std::int64_t groups,
                                      const std::vector<std::pair<std::int64_t, std::int64_t>>& pads, bool thenRelu) {
   const std::size_t n = pads.size();
