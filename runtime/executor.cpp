@@ -123,6 +123,31 @@ void Executor::shareWeightCaches() {
   }
 }
 
+// Per storage-owning parameter: whether it has readers and `takes` holds for each of them (every
+// operand use of every name it goes by, aliases included). O(nodes + operands).
+std::vector<bool> Executor::readOnlyBy(const std::function<bool(NodeId user, ir::ValueId value)>& takes) const {
+  const ir::Graph& g = *graph_;
+  enum : std::uint8_t { Unread, Taken, Other };
+  std::vector<std::uint8_t> readAs(g.numParameters(), Unread); // per storage owner
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    if (g.kind(NodeId{n}) != ir::NodeKind::Parameter)
+      continue;
+    const std::uint32_t owner = index(g.storageOf(g.parameters(NodeId{n})[0]));
+    const ir::ValueId value = g.outputs(NodeId{n})[0];
+    for (NodeId user : g.users(value))
+      readAs[owner] = readAs[owner] != Other && g.kind(user) == ir::NodeKind::Op && takes(user, value) ? Taken : Other;
+  }
+  std::vector<bool> only(g.numParameters());
+  for (std::uint32_t p = 0; p < g.numParameters(); ++p)
+    only[p] = readAs[p] == Taken;
+  return only;
+}
+
+// Whether oneDNN may hold weights in its own layouts: inference on the CPU in float32, built with it.
+bool Executor::weightsInOneDnnLayouts() const {
+  return onednn::available() && !options_.trainable && options_.device.is_cpu() && !options_.floatType;
+}
+
 // A [K, N] float32 parameter that only MatMuls read, as their right operand, is stored as [N, K]
 // rows (the tensor is a transposed view of them): the layout onednn::linear computes with, so it
 // reads the weight in place instead of keeping a reordered copy beside it (ViT's weights were
@@ -132,26 +157,16 @@ void Executor::shareWeightCaches() {
 // loaded). O(nodes + operands).
 std::vector<bool> Executor::productWeights() const {
   const ir::Graph& g = *graph_;
-  std::vector<bool> storeAsRows(g.numParameters(), false);
-  if (!onednn::available() || options_.trainable || !options_.device.is_cpu() || options_.floatType)
-    return storeAsRows;
-  enum : std::uint8_t { Unread, ProductWeight, Other };
-  std::vector<std::uint8_t> readAs(g.numParameters(), Unread); // per storage owner
-  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
-    if (g.kind(NodeId{n}) != ir::NodeKind::Parameter)
-      continue;
-    const std::uint32_t owner = index(g.storageOf(g.parameters(NodeId{n})[0]));
-    const ir::ValueId value = g.outputs(NodeId{n})[0];
-    for (NodeId user : g.users(value)) {
-      auto operands = g.inputs(user);
-      bool rightOperand = g.kind(user) == ir::NodeKind::Op && g.opType(user) == "MatMul" && g.opDomain(user).empty() &&
-                          operands.size() == 2 && operands[1] == value && operands[0] != value;
-      readAs[owner] = rightOperand && readAs[owner] != Other ? ProductWeight : Other;
-    }
-  }
+  if (!weightsInOneDnnLayouts())
+    return std::vector<bool>(g.numParameters(), false);
+  std::vector<bool> storeAsRows = readOnlyBy([&](NodeId user, ir::ValueId value) {
+    auto operands = g.inputs(user);
+    return g.opType(user) == "MatMul" && g.opDomain(user).empty() && operands.size() == 2 && operands[1] == value &&
+           operands[0] != value;
+  });
   for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
     const ir::Parameter& parameter = g.parameter(ir::ParamId{p});
-    storeAsRows[p] = readAs[p] == ProductWeight && parameter.dtype == ir::DType::F32 && parameter.dims.size() == 2 &&
+    storeAsRows[p] = storeAsRows[p] && parameter.dtype == ir::DType::F32 && parameter.dims.size() == 2 &&
                      parameter.dims[0] > 1 && parameter.dims[1] > 1;
   }
   return storeAsRows;
@@ -164,12 +179,8 @@ std::vector<bool> Executor::productWeights() const {
 // productWeights(). O(nodes + operands).
 std::vector<bool> Executor::convolutionWeights() const {
   const ir::Graph& g = *graph_;
-  std::vector<bool> convolutionOnly(g.numParameters(), false);
-  if (!onednn::available() || options_.trainable || !options_.device.is_cpu() || options_.floatType ||
-      !options_.optimizations.packedWeights)
-    return convolutionOnly;
-  enum : std::uint8_t { Unread, ConvolutionWeight, Other };
-  std::vector<std::uint8_t> readAs(g.numParameters(), Unread); // per storage owner
+  if (!weightsInOneDnnLayouts() || !options_.optimizations.packedWeights)
+    return std::vector<bool>(g.numParameters(), false);
   auto foldsNormalization = [&](NodeId user) {
     const std::int32_t group = fusion_.groupOf[user];
     if (group < 0)
@@ -178,27 +189,16 @@ std::vector<bool> Executor::convolutionWeights() const {
     return kind == FusedGroup::Kind::ConvBatchNorm || kind == FusedGroup::Kind::ConvBatchNormRelu ||
            kind == FusedGroup::Kind::ConvTransposeBatchNorm || kind == FusedGroup::Kind::ConvTransposeBatchNormRelu;
   };
-  auto onOneDnn = [&](NodeId user, std::size_t rank) {
+  std::vector<bool> convolutionOnly = readOnlyBy([&](NodeId user, ir::ValueId value) {
+    auto operands = g.inputs(user);
     const std::string_view op = g.opType(user);
-    return g.opDomain(user).empty() &&
-           ((op == "Conv" && (rank == 4 || rank == 5)) || (op == "ConvTranspose" && rank == 4));
-  };
-  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
-    if (g.kind(NodeId{n}) != ir::NodeKind::Parameter)
-      continue;
-    const std::uint32_t owner = index(g.storageOf(g.parameters(NodeId{n})[0]));
-    const std::size_t rank = g.parameter(ir::ParamId{owner}).dims.size();
-    const ir::ValueId value = g.outputs(NodeId{n})[0];
-    for (NodeId user : g.users(value)) {
-      auto operands = g.inputs(user);
-      const bool weightOnly = g.kind(user) == ir::NodeKind::Op && onOneDnn(user, rank) && operands.size() >= 2 &&
-                              operands[1] == value && std::count(operands.begin(), operands.end(), value) == 1 &&
-                              !foldsNormalization(user);
-      readAs[owner] = weightOnly && readAs[owner] != Other ? ConvolutionWeight : Other;
-    }
-  }
+    const std::size_t rank = g.parameter(g.parameters(g.producer(value))[0]).dims.size();
+    const bool onOneDnn = (op == "Conv" && (rank == 4 || rank == 5)) || (op == "ConvTranspose" && rank == 4);
+    return onOneDnn && g.opDomain(user).empty() && operands.size() >= 2 && operands[1] == value &&
+           std::count(operands.begin(), operands.end(), value) == 1 && !foldsNormalization(user);
+  });
   for (std::uint32_t p = 0; p < g.numParameters(); ++p)
-    convolutionOnly[p] = readAs[p] == ConvolutionWeight && g.parameter(ir::ParamId{p}).dtype == ir::DType::F32;
+    convolutionOnly[p] = convolutionOnly[p] && g.parameter(ir::ParamId{p}).dtype == ir::DType::F32;
   return convolutionOnly;
 }
 

@@ -116,6 +116,8 @@ private:
   TensorMap collectOutputs(ir::NodeId node, RunState& state) const;
   Status runOp(ir::NodeId node, RunState& state);
   void shareWeightCaches();
+  std::vector<bool> readOnlyBy(const std::function<bool(ir::NodeId user, ir::ValueId value)>& takes) const;
+  bool weightsInOneDnnLayouts() const;
   std::vector<bool> productWeights() const;
   std::vector<bool> convolutionWeights() const;
   Expected<std::vector<at::Tensor>> computeOrRecall(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
