@@ -11,7 +11,9 @@
 #      `cleave run --repeat N` (median of N; the first run included), ratio cleave / ORT;
 #   2. cut overhead: the model split by a profile that leaves Relu/Softmax/Erf on the CPU, run
 #      by `cleave run OUT_DIR` (both sides on aten-cpu, so the submodels run joined: cut_ms), and
-#      with `--no-join` (every submodel its own module: seams_ms), against the whole model.
+#      with `--no-join` (every submodel its own module: seams_ms), against the whole model. Both
+#      sides run in one process, run by run (`--baseline MODEL`: pairs in alternating order), so
+#      each round's overhead is the median of paired ratios, not of two processes' medians.
 #   3. what each executor optimization gives: the whole model with --no-fusion, with
 #      --no-blocked-layout and with --no-packed-weights (docs/runtime.md); for the last, the
 #      median per-round ratio whole / unpacked with its range (below 1: packing is faster).
@@ -43,9 +45,10 @@ PY
       ort) echo "ort $2 $(node "$root/tests/oracle/run_model.js" "$onnx" "$inputs" "$tmp/ort.json" --repeat "$repeat" \
              2>/dev/null | tr -d '\n')" ;;
       whole) echo "whole $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --json | tr -d '\n')" ;;
-      cut) echo "cut $2 $("$cleave" run "$tmp/cut" --inputs "$inputs" --repeat "$repeat" --json | tr -d '\n')" ;;
-      seams) echo "seams $2 $("$cleave" run "$tmp/cut" --inputs "$inputs" --repeat "$repeat" --no-join --json \
+      cut) echo "cut $2 $("$cleave" run "$tmp/cut" --inputs "$inputs" --repeat "$repeat" --baseline "$onnx" --json \
              | tr -d '\n')" ;;
+      seams) echo "seams $2 $("$cleave" run "$tmp/cut" --inputs "$inputs" --repeat "$repeat" --no-join \
+             --baseline "$onnx" --json | tr -d '\n')" ;;
       nofusion) echo "nofusion $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-fusion --json \
              | tr -d '\n')" ;;
       dense) echo "dense $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-blocked-layout --json \
@@ -64,11 +67,14 @@ PY
   /usr/bin/python3 - "$model" "$tmp/times" <<'PY'
 import json, statistics, sys
 model, per_round, submodules = sys.argv[1], {}, 0
+paired = {}  # side -> round -> median of its runs' ratios to the whole model's, run by run
 for line in open(sys.argv[2]):
     side, round_, text = line.split(" ", 2)
     run = json.loads(text)
     median = (run["median_s"] if side == "ort" else run["timing"]["median_s"]) * 1e3
     per_round.setdefault(side, {})[int(round_)] = median
+    if side in ("cut", "seams"):
+        paired.setdefault(side, {})[int(round_)] = run["baseline"]["ratio"]["median"]
     if side == "cut":
         submodules = run["submodules"]
 rounds = sorted(per_round["ort"])
@@ -78,7 +84,7 @@ ratio = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f},{max(ratios):.2f}]
 gains = [per_round["whole"][r] / per_round["unpacked"][r] for r in rounds]
 packed = f"{statistics.median(gains):.2f}x [{min(gains):.2f},{max(gains):.2f}]"
 def overhead(side):
-    over = [100 * (per_round[side][r] - per_round["whole"][r]) / per_round["whole"][r] for r in rounds]
+    over = [100 * (paired[side][r] - 1) for r in rounds]
     return f"{statistics.median(over):+.1f}% [{min(over):+.1f},{max(over):+.1f}]"
 print(f"{model:<18} {med['ort']:9.2f} {med['whole']:9.2f} {ratio:>20} {med['cut']:9.2f} {overhead('cut'):>20}"
       f" {med['seams']:9.2f} {overhead('seams'):>20} {submodules:10d} {med['nofusion']:11.2f} {med['dense']:9.2f}"

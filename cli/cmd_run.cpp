@@ -1,4 +1,5 @@
-// cli/cmd_run.cpp - `cleave run MODEL|OUT_DIR [--inputs FILE | --random --seed S] [--repeat N] [--pipeline | --distributed [--schedule S]] [--microbatches M]`.
+// cli/cmd_run.cpp - `cleave run MODEL|OUT_DIR [--inputs FILE | --random --seed S] [--repeat N [--baseline OTHER]]
+// [--pipeline | --distributed [--schedule S]] [--microbatches M]`.
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -22,6 +23,7 @@ constexpr std::size_t kSlowestNodes = 10; // how many nodes --profile lists
 
 struct RunFlags {
   std::string path, saveOutputs;
+  std::string baseline; // --baseline: a model or cut model timed run by run beside this one
   RuntimeOptions runtime;
   int repeat = 1;
   bool json = false, profile = false, pipelined = false, distributed = false;
@@ -37,6 +39,11 @@ void describe(CLI::App& app, RunFlags& flags) {
   app.add_option("--repeat", flags.repeat, "runs to time (the first one is included)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--baseline", flags.baseline,
+                 "another model or cut model (same inputs, same runtime options) to time against in this process: "
+                 "the two run alternately, each pair in the other order than the last, and the ratio this / "
+                 "baseline is reported per pair (median, middle half, range): a paired A/B that a drift in the "
+                 "machine's speed falls on both sides of");
   app.add_option("--save-outputs", flags.saveOutputs, "write the outputs: FILE.json, FILE.npz, FILE.npy / FILE.pb (one output), or DIR/ (output_N.pb)");
   CLI::Option* pipelined = app.add_flag(
       "--pipeline", flags.pipelined,
@@ -66,6 +73,8 @@ struct RunMeasurements {
   runtime::RunStats stats; // of the last run
   std::int64_t peakTensorBytes = 0; // ATen's bytes in use at the last run's peak (runtime/host_memory.h)
   std::size_t heldWeightBytes = 0;   // oneDNN's weight copies after the last run (runtime/onednn.h)
+  std::vector<double> baselineSeconds; // --baseline: its run of each pair, sorted
+  std::vector<double> ratios;          // --baseline: this run / the baseline's run, per pair, sorted
 };
 
 // One run: the whole input, or (--pipeline) microbatch by microbatch through the stages.
@@ -83,28 +92,61 @@ Expected<runtime::TensorMap> runOnce(const RunFlags& flags, runtime::Runnable& r
   return runtime::mergeMicrobatches(outs);
 }
 
+// One timed run of the model into `measured`: its outputs, time, statistics and memory.
+Status timeRun(const RunFlags& flags, runtime::Runnable& runnable, const runtime::TensorMap& inputs,
+               RunMeasurements& measured) {
+  std::vector<runtime::SubmoduleTiming> these;
+  measured.stats = runtime::RunStats();
+  measured.stats.profileOps = flags.profile;
+  measured.outputs.clear(); // the previous run's outputs are not this run's memory
+  runtime::resetHostMemoryPeak();
+  auto start = std::chrono::steady_clock::now();
+  CLEAVE_TRY(measured.outputs, runOnce(flags, runnable, inputs, these, measured.stats));
+  measured.lastRunSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  measured.peakTensorBytes = runtime::hostMemoryStats().peakBytesInUse;
+  measured.heldWeightBytes = runtime::onednn::heldWeightBytes();
+  measured.seconds.push_back(measured.lastRunSeconds);
+  if (measured.timings.empty())
+    measured.timings = these;
+  else
+    for (std::size_t k = 0; k < measured.timings.size() && k < these.size(); ++k)
+      measured.timings[k].seconds = std::min(measured.timings[k].seconds, these[k].seconds);
+  return {};
+}
+
+// One timed run of the baseline on the same inputs (whole, not microbatched); its outputs are
+// dropped before the next run.
+Expected<double> timeBaselineRun(runtime::Runnable& baseline, const runtime::TensorMap& inputs) {
+  auto start = std::chrono::steady_clock::now();
+  Expected<runtime::TensorMap> outputs = baseline.run(inputs);
+  if (!outputs)
+    return outputs.error().withContext("baseline");
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// `--repeat` runs; with a baseline, `--repeat` pairs, the baseline first in every other pair so
+// that neither side always runs on the caches the other left.
 Expected<RunMeasurements> runRepeatedly(const RunFlags& flags, runtime::Runnable& runnable,
-                                        const runtime::TensorMap& inputs) {
+                                        const runtime::TensorMap& inputs, runtime::Runnable* baseline) {
   RunMeasurements measured;
   for (int i = 0; i < flags.repeat; ++i) {
-    std::vector<runtime::SubmoduleTiming> these;
-    measured.stats = runtime::RunStats();
-    measured.stats.profileOps = flags.profile;
-    measured.outputs.clear(); // the previous run's outputs are not this run's memory
-    runtime::resetHostMemoryPeak();
-    auto start = std::chrono::steady_clock::now();
-    CLEAVE_TRY(measured.outputs, runOnce(flags, runnable, inputs, these, measured.stats));
-    measured.lastRunSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    measured.peakTensorBytes = runtime::hostMemoryStats().peakBytesInUse;
-    measured.heldWeightBytes = runtime::onednn::heldWeightBytes();
-    measured.seconds.push_back(measured.lastRunSeconds);
-    if (measured.timings.empty())
-      measured.timings = these;
-    else
-      for (std::size_t k = 0; k < measured.timings.size() && k < these.size(); ++k)
-        measured.timings[k].seconds = std::min(measured.timings[k].seconds, these[k].seconds);
+    const bool baselineFirst = baseline && i % 2 == 1;
+    double baselineSeconds = 0.0;
+    if (baselineFirst) {
+      CLEAVE_TRY(baselineSeconds, timeBaselineRun(*baseline, inputs));
+    }
+    CLEAVE_CHECK(timeRun(flags, runnable, inputs, measured));
+    if (baseline && !baselineFirst) {
+      CLEAVE_TRY(baselineSeconds, timeBaselineRun(*baseline, inputs));
+    }
+    if (baseline) {
+      measured.baselineSeconds.push_back(baselineSeconds);
+      measured.ratios.push_back(measured.lastRunSeconds / baselineSeconds);
+    }
   }
   std::sort(measured.seconds.begin(), measured.seconds.end());
+  std::sort(measured.baselineSeconds.begin(), measured.baselineSeconds.end());
+  std::sort(measured.ratios.begin(), measured.ratios.end());
   return measured;
 }
 
@@ -143,6 +185,19 @@ Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const Run
   for (const runtime::SubmoduleTiming& timing : measured.timings)
     steps.push_back({{"name", timing.name}, {"backend", timing.backend}, {"min_s", timing.seconds}});
   summary["timing"]["steps"] = std::move(steps);
+  if (!flags.baseline.empty()) {
+    const std::vector<double>& base = measured.baselineSeconds;
+    const std::vector<double>& ratios = measured.ratios;
+    summary["baseline"] = {{"model", flags.baseline},
+                           {"min_s", base.front()},
+                           {"median_s", base[base.size() / 2]},
+                           {"ratio",
+                            {{"median", ratios[ratios.size() / 2]},
+                             {"p25", ratios[ratios.size() / 4]},
+                             {"p75", ratios[ratios.size() * 3 / 4]},
+                             {"min", ratios.front()},
+                             {"max", ratios.back()}}}};
+  }
   if (flags.profile) {
     for (const auto& [op, s] : slowestFirst(measured.stats.secondsByOp, SIZE_MAX))
       summary["profile"].push_back({{"op", op}, {"seconds", s}});
@@ -169,6 +224,15 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
   const std::vector<double>& seconds = measured.seconds;
   text << "time: median " << seconds[seconds.size() / 2] * 1e3 << " ms, min " << seconds.front() * 1e3 << " ms over "
        << flags.repeat << " run(s)\n";
+  if (!flags.baseline.empty()) {
+    const std::vector<double>& base = measured.baselineSeconds;
+    const std::vector<double>& ratios = measured.ratios;
+    text << "baseline " << flags.baseline << ": median " << base[base.size() / 2] * 1e3 << " ms, min "
+         << base.front() * 1e3 << " ms\n";
+    text << "this / baseline over " << ratios.size() << " pair(s): median " << ratios[ratios.size() / 2]
+         << ", middle half [" << ratios[ratios.size() / 4] << ", " << ratios[ratios.size() * 3 / 4] << "], range ["
+         << ratios.front() << ", " << ratios.back() << "]\n";
+  }
   if (flags.profile) {
     text << "kernel time by op (last run):\n";
     for (const auto& [op, s] : slowestFirst(measured.stats.secondsByOp, SIZE_MAX))
@@ -241,6 +305,20 @@ Status runDistributed(const RunFlags& flags, std::ostream& out, std::ostream& er
   return {};
 }
 
+// --baseline, opened with the same runtime options; it must take the model's inputs.
+Expected<OpenedRunnable> openBaseline(const RunFlags& flags, const runtime::Runnable& model) {
+  Expected<OpenedRunnable> baseline = openRunnable(flags.baseline, flags.runtime);
+  if (!baseline)
+    return baseline.error().withContext("--baseline");
+  std::vector<std::string> theirs = baseline->runnable.inputNames(), ours = model.inputNames();
+  std::sort(theirs.begin(), theirs.end());
+  std::sort(ours.begin(), ours.end());
+  if (theirs != ours)
+    return Error(ErrorCode::InvalidArgument) << "--baseline " << flags.baseline
+                                             << " takes other inputs than the model (names differ)";
+  return baseline;
+}
+
 Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
   if ((flags.pipelined || flags.distributed) && !plan::isPlanDirectory(flags.path))
     return usageError() << (flags.pipelined ? "--pipeline" : "--distributed")
@@ -249,13 +327,22 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
     return usageError() << "--microbatches goes with --pipeline or --distributed";
   if (flags.schedule && !flags.distributed)
     return usageError() << "--schedule goes with --distributed";
+  if (!flags.baseline.empty() && flags.distributed)
+    return usageError() << "--baseline times two models in one process, not with --distributed";
+  if (!flags.baseline.empty() && flags.profile)
+    return usageError() << "--profile measures one model's runs, not with --baseline";
   // Each run frees what the next allocates again: keep it resident rather than fault it back in.
   runtime::keepFreedHostMemory();
   if (flags.distributed)
     return runDistributed(flags, out, err);
   CLEAVE_TRY(OpenedRunnable opened, openRunnable(flags.path, flags.runtime));
   CLEAVE_TRY(runtime::TensorMap inputs, makeInputs(opened.runnable, flags.runtime));
-  CLEAVE_TRY(RunMeasurements measured, runRepeatedly(flags, opened.runnable, inputs));
+  std::optional<OpenedRunnable> baseline;
+  if (!flags.baseline.empty()) {
+    CLEAVE_TRY(baseline, openBaseline(flags, opened.runnable));
+  }
+  CLEAVE_TRY(RunMeasurements measured,
+             runRepeatedly(flags, opened.runnable, inputs, baseline ? &baseline->runnable : nullptr));
   if (!flags.saveOutputs.empty())
     CLEAVE_CHECK(runtime::writeTensors(measured.outputs, flags.saveOutputs, opened.runnable.outputNames()));
   out << (flags.json ? dumpJson(runJson(flags, opened.runnable, measured)) : runText(flags, measured));

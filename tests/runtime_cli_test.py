@@ -25,6 +25,19 @@ class RuntimeCli(TempDirTest):
             json.dump({"name": name, "ops": sorted(ops)}, f)
         return path
 
+    def chain(self, name, length, input_name="x"):
+        """A model of `length` elementwise ops (Relu, Neg, ...) on one 1024x1024 input."""
+        nodes, previous = [], input_name
+        for i in range(length):
+            nodes.append(helper.make_node("Neg" if i % 2 else "Relu", [previous], [f"v{i}"]))
+            previous = f"v{i}"
+        shape = [1024, 1024]
+        graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, shape)],
+                                  [helper.make_tensor_value_info(previous, TensorProto.FLOAT, shape)])
+        model = self.path(name)
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+        return model
+
     def test_run_prints_summaries_and_saves_outputs(self):
         code, out, err = run("run", CNN, "--seed", "3", "--repeat", "3", "--json", "--save-outputs", self.path("o.json"))
         self.assertEqual(code, 0, err)
@@ -41,14 +54,7 @@ class RuntimeCli(TempDirTest):
         after the first faulted about 1,100 pages in again (the freed heap top was trimmed);
         `cleave run` keeps freed large blocks for the next run (runtime/host_memory.h), whatever
         the heap's layout (the model path's length moved it)."""
-        nodes, previous = [], "x"
-        for i in range(8):
-            nodes.append(helper.make_node("Neg" if i % 2 else "Relu", [previous], [f"v{i}"]))
-            previous = f"v{i}"
-        graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1024, 1024])],
-                                  [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [1024, 1024])])
-        model = self.path("chain.onnx")
-        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+        model = self.chain("chain.onnx", 8)
 
         def faults(repeat):
             before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
@@ -177,6 +183,35 @@ class RuntimeCli(TempDirTest):
         # A real second backend (the profile refuses Relu) keeps every seam.
         two, _ = cut_run("--backend", "profile:" + holes)
         self.assertEqual(two["modules"], submodules)
+
+    def test_a_baseline_is_timed_pair_by_pair_in_the_same_process(self):
+        # Eight times the work in the baseline: every paired ratio well under 1, whatever the
+        # machine's speed does meanwhile.
+        short, long = self.chain("short.onnx", 4), self.chain("long.onnx", 32)
+        code, out, err = run("run", short, "--repeat", "6", "--baseline", long, "--json")
+        self.assertEqual(code, 0, err)
+        summary = json.loads(out)
+        baseline, ratio = summary["baseline"], summary["baseline"]["ratio"]
+        self.assertEqual(baseline["model"], long)
+        self.assertGreater(baseline["median_s"], summary["timing"]["median_s"])
+        self.assertLessEqual(ratio["min"], ratio["p25"])
+        self.assertLessEqual(ratio["p25"], ratio["median"])
+        self.assertLessEqual(ratio["median"], ratio["p75"])
+        self.assertLessEqual(ratio["p75"], ratio["max"])
+        self.assertLess(ratio["median"], 0.5)
+        self.assertGreater(ratio["min"], 0.0)
+        code, out, err = run("run", long, "--repeat", "2", "--baseline", short)
+        self.assertEqual(code, 0, err)
+        self.assertIn("this / baseline over 2 pair(s): median ", out)
+        self.assertGreater(float(out.split("this / baseline over 2 pair(s): median ")[1].split(",")[0]), 2.0)
+        # Refused: a baseline with other inputs, with --profile or --distributed.
+        other = self.chain("other.onnx", 4, input_name="y")
+        code, _, err = run("run", short, "--baseline", other)
+        self.assertOneLineError(code, err, "takes other inputs")
+        code, _, err = run("run", short, "--baseline", long, "--profile")
+        self.assertOneLineError(code, err, "--profile", exit_code=2)
+        code, _, err = run("run", short, "--baseline", self.path("missing.onnx"))
+        self.assertOneLineError(code, err, "--baseline")
 
     def test_dumped_inputs_are_what_each_submodule_reads(self):
         out = self.path("cut")
