@@ -14,9 +14,11 @@
 #      with `--no-join` (every submodel its own module: seams_ms), against the whole model. Both
 #      sides run in one process, run by run (`--baseline MODEL`: pairs in alternating order), so
 #      each round's overhead is the median of paired ratios, not of two processes' medians.
-#   3. what each executor optimization gives: the whole model with --no-fusion, with
-#      --no-blocked-layout and with --no-packed-weights (docs/runtime.md); for the last, the
-#      median per-round ratio whole / unpacked with its range (below 1: packing is faster).
+#   3. what each executor optimization gives: the whole model by default against itself with
+#      --no-fusion, --no-blocked-layout, --no-packed-weights and --no-blocked-convolutions
+#      (docs/runtime.md), each pair in one process (`--baseline MODEL --baseline-options FLAG`):
+#      default / without, the median per-round ratio with its range (below 1: the optimization
+#      is faster).
 # Interleaved rounds (ROUNDS, default 5): each round times every side once (one block of REPEAT
 # runs, its median), alternating the order between rounds. Printed: each side's median over the
 # rounds, and for cleave / ORT and the cut's overhead the median of the per-round ratios with
@@ -28,8 +30,9 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cleave="$root/build/release/cleave"
 repeat="${REPEAT:-20}" rounds="${ROUNDS:-5}"
-printf '%-18s %9s %9s %20s %9s %20s %9s %20s %10s %11s %9s %11s %18s\n' model ort_ms cleave_ms "cleave/ORT [range]" cut_ms \
-  "overhead [range]" seams_ms "overhead [range]" submodels nofusion_ms dense_ms unpacked_ms "packed/unpacked"
+printf '%-18s %9s %9s %20s %9s %20s %9s %20s %10s %18s %18s %18s %18s\n' model ort_ms cleave_ms "cleave/ORT [range]" \
+  cut_ms "overhead [range]" seams_ms "overhead [range]" submodels "/ no-fusion" "/ dense" "/ unpacked" \
+  "/ channels-last"
 for model in $models; do
   onnx="$zoo/$model.onnx" inputs="$zoo/$model.inputs.json"
   /usr/bin/python3 - "$onnx" "$tmp/profile.json" <<'PY'
@@ -49,19 +52,23 @@ PY
              | tr -d '\n')" ;;
       seams) echo "seams $2 $("$cleave" run "$tmp/cut" --inputs "$inputs" --repeat "$repeat" --no-join \
              --baseline "$onnx" --json | tr -d '\n')" ;;
-      nofusion) echo "nofusion $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-fusion --json \
-             | tr -d '\n')" ;;
-      dense) echo "dense $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-blocked-layout --json \
-             | tr -d '\n')" ;;
-      unpacked) echo "unpacked $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --no-packed-weights \
-             --json | tr -d '\n')" ;;
+      nofusion | dense | unpacked | channelslast) # the default against itself without one optimization
+        local flag
+        case "$1" in
+          nofusion) flag=--no-fusion ;;
+          dense) flag=--no-blocked-layout ;;
+          unpacked) flag=--no-packed-weights ;;
+          channelslast) flag=--no-blocked-convolutions ;;
+        esac
+        echo "$1 $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --baseline "$onnx" \
+             --baseline-options "$flag" --json | tr -d '\n')" ;;
     esac >>"$tmp/times"
   }
   # Interleaved: every round times each side once, in forward order on even rounds and reverse
   # order on odd ones, so a drift in the machine's speed falls on both sides of each comparison.
   for ((round = 0; round < rounds; ++round)); do
-    sides=(ort whole cut seams nofusion dense unpacked)
-    ((round % 2)) && sides=(unpacked dense nofusion seams cut whole ort)
+    sides=(ort whole cut seams nofusion dense unpacked channelslast)
+    ((round % 2)) && sides=(channelslast unpacked dense nofusion seams cut whole ort)
     for side in "${sides[@]}"; do time_side "$side" "$round"; done
   done
   /usr/bin/python3 - "$model" "$tmp/times" <<'PY'
@@ -73,7 +80,7 @@ for line in open(sys.argv[2]):
     run = json.loads(text)
     median = (run["median_s"] if side == "ort" else run["timing"]["median_s"]) * 1e3
     per_round.setdefault(side, {})[int(round_)] = median
-    if side in ("cut", "seams"):
+    if "baseline" in run:
         paired.setdefault(side, {})[int(round_)] = run["baseline"]["ratio"]["median"]
     if side == "cut":
         submodules = run["submodules"]
@@ -81,13 +88,14 @@ rounds = sorted(per_round["ort"])
 med = {side: statistics.median(values.values()) for side, values in per_round.items()}
 ratios = [per_round["whole"][r] / per_round["ort"][r] for r in rounds]
 ratio = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f},{max(ratios):.2f}]"
-gains = [per_round["whole"][r] / per_round["unpacked"][r] for r in rounds]
-packed = f"{statistics.median(gains):.2f}x [{min(gains):.2f},{max(gains):.2f}]"
+def gain(side):
+    ratios = [paired[side][r] for r in rounds]
+    return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f},{max(ratios):.2f}]"
 def overhead(side):
     over = [100 * (paired[side][r] - 1) for r in rounds]
     return f"{statistics.median(over):+.1f}% [{min(over):+.1f},{max(over):+.1f}]"
 print(f"{model:<18} {med['ort']:9.2f} {med['whole']:9.2f} {ratio:>20} {med['cut']:9.2f} {overhead('cut'):>20}"
-      f" {med['seams']:9.2f} {overhead('seams'):>20} {submodules:10d} {med['nofusion']:11.2f} {med['dense']:9.2f}"
-      f" {med['unpacked']:11.2f} {packed:>18}")
+      f" {med['seams']:9.2f} {overhead('seams'):>20} {submodules:10d} {gain('nofusion'):>18} {gain('dense'):>18}"
+      f" {gain('unpacked'):>18} {gain('channelslast'):>18}")
 PY
 done

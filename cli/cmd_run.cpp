@@ -24,6 +24,7 @@ constexpr std::size_t kSlowestNodes = 10; // how many nodes --profile lists
 struct RunFlags {
   std::string path, saveOutputs;
   std::string baseline; // --baseline: a model or cut model timed run by run beside this one
+  std::string baselineOptions; // --baseline-options: its runtime flags, instead of this run's
   RuntimeOptions runtime;
   int repeat = 1;
   bool json = false, profile = false, pipelined = false, distributed = false;
@@ -44,6 +45,9 @@ void describe(CLI::App& app, RunFlags& flags) {
                  "the two run alternately, each pair in the other order than the last, and the ratio this / "
                  "baseline is reported per pair (median, middle half, range): a paired A/B that a drift in the "
                  "machine's speed falls on both sides of");
+  app.add_option("--baseline-options", flags.baselineOptions,
+                 "the baseline's --backend and optimization flags instead of this run's, as one string (e.g. "
+                 "\"--no-winograd\"): an optimization's worth, paired run by run");
   app.add_option("--save-outputs", flags.saveOutputs, "write the outputs: FILE.json, FILE.npz, FILE.npy / FILE.pb (one output), or DIR/ (output_N.pb)");
   CLI::Option* pipelined = app.add_flag(
       "--pipeline", flags.pipelined,
@@ -305,9 +309,26 @@ Status runDistributed(const RunFlags& flags, std::ostream& out, std::ostream& er
   return {};
 }
 
-// --baseline, opened with the same runtime options; it must take the model's inputs.
+// The baseline's runtime options: this run's, or --baseline-options parsed as the running
+// commands' flags are.
+Expected<RuntimeOptions> baselineRuntimeOptions(const RunFlags& flags) {
+  if (flags.baselineOptions.empty())
+    return flags.runtime;
+  RuntimeOptions options;
+  CLI::App parser;
+  addRuntimeOptions(parser, options);
+  try {
+    parser.parse(flags.baselineOptions, false);
+  } catch (const CLI::ParseError& error) {
+    return usageError() << "--baseline-options '" << flags.baselineOptions << "': " << error.what();
+  }
+  return options;
+}
+
+// --baseline, opened with its runtime options; it must take the model's inputs.
 Expected<OpenedRunnable> openBaseline(const RunFlags& flags, const runtime::Runnable& model) {
-  Expected<OpenedRunnable> baseline = openRunnable(flags.baseline, flags.runtime);
+  CLEAVE_TRY(RuntimeOptions options, baselineRuntimeOptions(flags));
+  Expected<OpenedRunnable> baseline = openRunnable(flags.baseline, options);
   if (!baseline)
     return baseline.error().withContext("--baseline");
   std::vector<std::string> theirs = baseline->runnable.inputNames(), ours = model.inputNames();
@@ -327,6 +348,8 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
     return usageError() << "--microbatches goes with --pipeline or --distributed";
   if (flags.schedule && !flags.distributed)
     return usageError() << "--schedule goes with --distributed";
+  if (!flags.baselineOptions.empty() && flags.baseline.empty())
+    return usageError() << "--baseline-options goes with --baseline";
   if (!flags.baseline.empty() && flags.distributed)
     return usageError() << "--baseline times two models in one process, not with --distributed";
   if (!flags.baseline.empty() && flags.profile)

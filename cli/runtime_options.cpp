@@ -26,6 +26,10 @@ void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
   app.add_flag("!--no-winograd", options.optimizations.winograd,
                "run 3x3 convolutions on oneDNN's direct kernel only: less memory (Winograd's weights are 1.8-4x "
                "the plain ones), usually slower");
+  app.add_flag("!--no-blocked-convolutions", options.optimizations.blockedConvolutions,
+               "run every direct convolution channels-last (by default, where oneDNN's channels-last kernel is not "
+               "a native one, as on AVX2, convolutions with kernels larger than 1x1 run in its blocked layout with "
+               "reorders around them)");
   app.add_flag("!--no-join", options.optimizations.joinSeams,
                "a cut model: run each submodule as its own module (timed one by one, no fusion across seams); by "
                "default neighbouring submodules on the same backend run as one graph");

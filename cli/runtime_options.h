@@ -18,7 +18,8 @@ struct RuntimeOptions {
   std::uint64_t seed = 0;
   std::vector<std::string> dims; // "name=value" for symbolic dims
   bool random = false;           // --random: the default without --inputs
-  runtime::Optimizations optimizations; // --no-fusion, --no-blocked-layout, --no-packed-weights, --no-winograd, --no-join
+  runtime::Optimizations optimizations; // --no-fusion, --no-blocked-layout, --no-packed-weights, --no-winograd,
+                                        // --no-blocked-convolutions, --no-join
 };
 
 void addRuntimeOptions(CLI::App& app, RuntimeOptions& options);

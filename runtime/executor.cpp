@@ -96,6 +96,7 @@ void Executor::shareWeightCaches() {
   for (KernelCache& cache : caches_) {
     cache.convolutions.weights = convolutionWeights_;
     cache.convolutions.allowWinograd = options_.optimizations.winograd;
+    cache.convolutions.allowBlockedDirect = options_.optimizations.blockedConvolutions;
   }
   cacheSlot_ = IdVector<NodeId, NodeId>(g.numNodes());
   std::map<std::pair<std::string_view, ir::ParamId>, NodeId> firstReader;
@@ -215,7 +216,10 @@ Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param, const std::vec
   }
   if (storageTensors_[index(owner)].defined() || packedStorage_[index(owner)])
     return storageTensors_[index(owner)];
-  const bool packable = storeAsRows[index(owner)] && options_.optimizations.packedWeights;
+  // Packed only where oneDNN's layout for it is blocked; else stored as rows (onednn.h).
+  const std::vector<std::int64_t>& dims = g.parameter(owner).dims;
+  const bool packable = storeAsRows[index(owner)] && options_.optimizations.packedWeights &&
+                        onednn::packsProductWeight(dims[0], dims[1]);
   // A weight held only reordered later has memory of its own, unmapped when it goes.
   const bool heldReordered = convolutionOnly[index(owner)];
   CLEAVE_TRY(at::Tensor tensor, loadParameter(g, owner, storeAsRows[index(owner)] && !packable, heldReordered));

@@ -43,6 +43,10 @@ struct Optimizations {
   // Let 3x3 convolutions run as Winograd's where it pays (onednn::usesWinograd): faster, but its
   // weights are 1.8-4x the plain ones (cleave run --no-winograd: less memory, slower).
   bool winograd = true;
+  // Let 2-D convolutions with kernels larger than 1x1 run in oneDNN's blocked layout, with
+  // reorders around them, where its channels-last kernel is not a native one (onednn::runsBlocked:
+  // AVX2; cleave run --no-blocked-convolutions).
+  bool blockedConvolutions = true;
   // Not the executor's: a cut model's neighbouring submodules on one backend run as one joined
   // graph, fusing across their seams (cut_model.h).
   bool joinSeams = true;

@@ -47,6 +47,12 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK
 // 197 rows, and 30 against 40 us for sgemm at one row of [960] x [960, 1280].
 struct PackedWeight;
 
+// Whether packing a [K, N] weight pays on this CPU: oneDNN's own layout for it is blocked (its
+// brgemm kernels, AVX-512 and up). Where that layout is plain (oneDNN 2.6 on AVX2 runs products on
+// gemm:jit and picks [K, N] itself), the copy gains nothing, and [N, K] rows read in place are
+// faster: on an AMD EPYC (AVX2) BERT-base's 96 products took 5.0 ms each on rows against 7.5 ms
+// on the [K, N] copy (ONEDNN_VERBOSE), the whole model 179 against 225 ms (bench/RESULTS.md).
+bool packsProductWeight(std::int64_t k, std::int64_t n);
 // The packed copy of a [K, N] view (any strides); null where oneDNN does not take it.
 std::shared_ptr<PackedWeight> packWeight(const at::Tensor& kn);
 // A dense [K, N] copy of it (for readers other than the products, and fallbacks).
@@ -150,6 +156,7 @@ struct ConvolutionCache {
   // every node (Executor::create), so that all its convolutions share copies.
   std::shared_ptr<ReorderedWeights> weights = std::make_shared<ReorderedWeights>();
   bool allowWinograd = true; // Optimizations::winograd, set with `weights` by the executor
+  bool allowBlockedDirect = true; // Optimizations::blockedConvolutions, likewise
 };
 
 // The entry of `cache` for an input of `inputDims`: the one packed for them, else an empty one
@@ -184,6 +191,14 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 // on ResNet-50's 3x3 convolutions, reorders included. Its sums round differently from the direct
 // kernel's.
 bool usesWinograd(const PackedConvolution& packed);
+
+// Whether `packed` reads and writes oneDNN's blocked layout, reordering its channels-last input
+// and output around it: Winograd's, or a direct kernel where oneDNN's channels-last one is not
+// native (not brgconv: on AVX2, jit:avx2 runs nChw8c faster than nhwc) for a 2-D ungrouped
+// convolution with a kernel larger than 1x1 and no residual (ResNet-50 on an AMD EPYC: 0.83-0.88x
+// the time with its 3x3 convolutions channels-last). Results equal the channels-last kernel's up
+// to rounding.
+bool runsBlocked(const PackedConvolution& packed);
 
 // The bytes of `packed`'s reordered weight (shared with others reading the same copy).
 std::size_t reorderedWeightBytes(const PackedConvolution& packed);
