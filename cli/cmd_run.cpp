@@ -118,11 +118,14 @@ Status timeRun(const RunFlags& flags, runtime::Runnable& runnable, const runtime
   return {};
 }
 
-// One timed run of the baseline on the same inputs (whole, not microbatched); its outputs are
-// dropped before the next run.
+// One timed run of the baseline on the same inputs (whole, not microbatched), gathering the same
+// per-submodule timings and statistics as the model's runs do, so that neither side pays for
+// bookkeeping the other skips; its outputs are dropped before the next run.
 Expected<double> timeBaselineRun(runtime::Runnable& baseline, const runtime::TensorMap& inputs) {
+  std::vector<runtime::SubmoduleTiming> timings;
+  runtime::RunStats stats;
   auto start = std::chrono::steady_clock::now();
-  Expected<runtime::TensorMap> outputs = baseline.run(inputs);
+  Expected<runtime::TensorMap> outputs = baseline.run(inputs, &timings, &stats);
   if (!outputs)
     return outputs.error().withContext("baseline");
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
