@@ -1,5 +1,5 @@
-// cli/cmd_run.cpp - `cleave run MODEL|OUT_DIR [--inputs FILE | --random --seed S] [--repeat N [--baseline OTHER]]
-// [--pipeline | --distributed [--schedule S]] [--microbatches M]`.
+// cli/cmd_run.cpp - `cleave run MODEL|OUT_DIR [--inputs FILE | --random --seed S] [--repeat N [--baseline OTHER
+// [--baseline-options FLAGS]]] [--pipeline | --distributed [--schedule S]] [--microbatches M]`.
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -41,7 +41,8 @@ void describe(CLI::App& app, RunFlags& flags) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--baseline", flags.baseline,
-                 "another model or cut model (same inputs, same runtime options) to time against in this process: "
+                 "another model or cut model (the same inputs; this run's runtime options unless --baseline-options) "
+                 "to time against in this process: "
                  "the two run alternately, each pair in the other order than the last, and the ratio this / "
                  "baseline is reported per pair (median, middle half, range): a paired A/B that a drift in the "
                  "machine's speed falls on both sides of");
@@ -175,6 +176,19 @@ std::vector<std::pair<std::string, double>> slowestFirst(const std::map<std::str
   return sorted;
 }
 
+// --baseline's report: its run times and the quantiles of the per-pair ratios.
+struct PairedSummary {
+  double baselineMedian, baselineMin;
+  double median, p25, p75, min, max; // of this run / the baseline's, per pair
+};
+
+PairedSummary summarizePairs(const RunMeasurements& measured) {
+  const std::vector<double>& base = measured.baselineSeconds;
+  const std::vector<double>& ratios = measured.ratios; // sorted
+  return {base[base.size() / 2],         base.front(),  ratios[ratios.size() / 2], ratios[ratios.size() / 4],
+          ratios[ratios.size() * 3 / 4], ratios.front(), ratios.back()};
+}
+
 Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const RunMeasurements& measured) {
   Json summary;
   summary["model"] = flags.path;
@@ -193,17 +207,16 @@ Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const Run
     steps.push_back({{"name", timing.name}, {"backend", timing.backend}, {"min_s", timing.seconds}});
   summary["timing"]["steps"] = std::move(steps);
   if (!flags.baseline.empty()) {
-    const std::vector<double>& base = measured.baselineSeconds;
-    const std::vector<double>& ratios = measured.ratios;
+    const PairedSummary pairs = summarizePairs(measured);
     summary["baseline"] = {{"model", flags.baseline},
-                           {"min_s", base.front()},
-                           {"median_s", base[base.size() / 2]},
+                           {"min_s", pairs.baselineMin},
+                           {"median_s", pairs.baselineMedian},
                            {"ratio",
-                            {{"median", ratios[ratios.size() / 2]},
-                             {"p25", ratios[ratios.size() / 4]},
-                             {"p75", ratios[ratios.size() * 3 / 4]},
-                             {"min", ratios.front()},
-                             {"max", ratios.back()}}}};
+                            {{"median", pairs.median},
+                             {"p25", pairs.p25},
+                             {"p75", pairs.p75},
+                             {"min", pairs.min},
+                             {"max", pairs.max}}}};
   }
   if (flags.profile) {
     for (const auto& [op, s] : slowestFirst(measured.stats.secondsByOp, SIZE_MAX))
@@ -232,13 +245,12 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
   text << "time: median " << seconds[seconds.size() / 2] * 1e3 << " ms, min " << seconds.front() * 1e3 << " ms over "
        << flags.repeat << " run(s)\n";
   if (!flags.baseline.empty()) {
-    const std::vector<double>& base = measured.baselineSeconds;
-    const std::vector<double>& ratios = measured.ratios;
-    text << "baseline " << flags.baseline << ": median " << base[base.size() / 2] * 1e3 << " ms, min "
-         << base.front() * 1e3 << " ms\n";
-    text << "this / baseline over " << ratios.size() << " pair(s): median " << ratios[ratios.size() / 2]
-         << ", middle half [" << ratios[ratios.size() / 4] << ", " << ratios[ratios.size() * 3 / 4] << "], range ["
-         << ratios.front() << ", " << ratios.back() << "]\n";
+    const PairedSummary pairs = summarizePairs(measured);
+    text << "baseline " << flags.baseline << ": median " << pairs.baselineMedian * 1e3 << " ms, min "
+         << pairs.baselineMin * 1e3 << " ms\n";
+    text << "this / baseline over " << measured.ratios.size() << " pair(s): median " << pairs.median
+         << ", middle half [" << pairs.p25 << ", " << pairs.p75 << "], range [" << pairs.min << ", " << pairs.max
+         << "]\n";
   }
   if (flags.profile) {
     text << "kernel time by op (last run):\n";

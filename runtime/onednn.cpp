@@ -689,28 +689,27 @@ bool winogradWeightAffordable(const dnnl::convolution_forward::primitive_desc& w
 // directInPreferredLayout): a 2-D, ungrouped convolution with a kernel larger than 1x1 and no
 // residual. Measured on an AMD EPYC (AVX2, oneDNN 2.6's jit:avx2, nChw8c against nhwc; 2
 // threads): bench_conv_layout's ResNet-50 trunk all blocked 0.85x channels-last, its 3x3 layers
-// 0.64-0.87x; end to end, ResNet-50 with its 3x3 convolutions blocked 0.83-0.88x, and with the
-// 1x1 ones too 1.11x (the 1x1 kernels gain 2-4%, less than their reorders cost).
+// 0.64-0.87x; end to end, in pairs in one process (cleave run --baseline), FCOS 0.91x and
+// ResNet-50 0.98-0.99x with these blocked; with the 1x1 ones too ResNet-50 took 1.11x (their
+// kernels gain 2-4%, less than the reorders cost).
 bool blockedDirectPays(const at::Tensor& x, const at::Tensor& w, std::int64_t groups, const ConvPostOps& post) {
   return x.dim() == 4 && groups == 1 && !post.addResidual && (w.size(2) > 1 || w.size(3) > 1);
 }
 
 // The direct convolution with its source and destination in the layouts oneDNN prefers, where
-// those are blocked and its channels-last kernel is not one of its native channels-last ones
-// (brgconv, AVX-512); else nothing (the caller runs channels-last).
+// those are blocked and `channelsLast` (the same convolution channels-last) is not one of its
+// native channels-last kernels (brgconv, AVX-512); else nothing (the caller runs `channelsLast`).
 template <typename Describe>
 std::optional<dnnl::convolution_forward::primitive_desc>
 directInPreferredLayout(const Describe& describeConvolution, const dnnl::primitive_attr& attr,
-                        const dnnl::memory::desc& channelsLastSrc, const dnnl::memory::desc& channelsLastDst) {
+                        const dnnl::convolution_forward::primitive_desc& channelsLast) {
+  if (std::string_view(channelsLast.impl_info_str()).rfind("brg", 0) == 0)
+    return std::nullopt;
   try {
-    const dnnl::convolution_forward::primitive_desc channelsLast(
-        describeConvolution(dnnl::algorithm::convolution_direct, channelsLastSrc, channelsLastDst), attr, cpuEngine());
-    if (std::string_view(channelsLast.impl_info_str()).rfind("brg", 0) == 0)
-      return std::nullopt;
     dnnl::convolution_forward::primitive_desc preferred(
         describeConvolution(dnnl::algorithm::convolution_direct,
-                            dnnl::memory::desc(channelsLastSrc.dims(), DataType::f32, Tag::any),
-                            dnnl::memory::desc(channelsLastDst.dims(), DataType::f32, Tag::any)),
+                            dnnl::memory::desc(channelsLast.src_desc().dims(), DataType::f32, Tag::any),
+                            dnnl::memory::desc(channelsLast.dst_desc().dims(), DataType::f32, Tag::any)),
         attr, cpuEngine());
     if (!hasInnerBlocks(preferred.src_desc()) || !hasInnerBlocks(preferred.dst_desc()))
       return std::nullopt;
@@ -771,20 +770,19 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
     if (winograd && !winogradWeightAffordable(*winograd, w, out))
       winograd.reset();
   }
-  std::optional<dnnl::convolution_forward::primitive_desc> blockedDirect;
-  if (!winograd && (!cache || cache->allowBlockedDirect) && blockedDirectPays(x, w, groups, post)) {
-    blockedDirect = directInPreferredLayout(describeConvolution, attr, packed->src, packed->dst);
+  std::optional<dnnl::convolution_forward::primitive_desc> blockedDirect, channelsLast;
+  if (!winograd) { // the channels-last kernel; the blocked one instead where that is not native
+    channelsLast.emplace(describeConvolution(dnnl::algorithm::convolution_direct, packed->src, packed->dst), attr,
+                         cpuEngine());
+    if ((!cache || cache->allowBlockedDirect) && blockedDirectPays(x, w, groups, post))
+      blockedDirect = directInPreferredLayout(describeConvolution, attr, *channelsLast);
     if (blockedDirect) {
       packed->blockedSrc = blockedDirect->src_desc();
       packed->blockedDst = blockedDirect->dst_desc();
     }
   }
-  const dnnl::convolution_forward::primitive_desc pd =
-      winograd        ? *winograd
-      : blockedDirect ? *blockedDirect
-                      : dnnl::convolution_forward::primitive_desc(
-                            describeConvolution(dnnl::algorithm::convolution_direct, packed->src, packed->dst), attr,
-                            cpuEngine());
+  const dnnl::convolution_forward::primitive_desc& pd =
+      winograd ? *winograd : blockedDirect ? *blockedDirect : *channelsLast;
   packed->scratchpad = pd.scratchpad_desc();
   if (winograd || blockedDirect) {
     packed->blocked = true;
