@@ -178,7 +178,7 @@ Expected<TensorMap> CutModel::runUnit(std::size_t u, const TensorMap& values, Ru
       return Error(ErrorCode::InvalidArgument) << "submodule '" << unit.name << "': no value for '" << name << "'";
     const at::Tensor& value = found->second;
     // Values in oneDNN's blocked layout pass as they are between CPU submodels.
-    feeds[name] = value.is_mkldnn() && unit.module->device().is_cpu() ? value : toDense(value).to(unit.module->device());
+    feeds[name] = isBlocked(value) && unit.module->device().is_cpu() ? value : toDense(value).to(unit.module->device());
   }
   auto start = std::chrono::steady_clock::now();
   Expected<TensorMap> results = unit.module->run(feeds, stats, nullptr, OutputLayout::AsComputed);

@@ -73,12 +73,23 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
     for (NodeId user : users) {
       output = output || g.kind(user) == ir::NodeKind::Output;
       takers = takers && (g.kind(user) == ir::NodeKind::Output ||
-                          (g.kind(user) == ir::NodeKind::Op && executor->kernels_[user].layouts == Layouts::DenseOrBlocked));
+                          (g.kind(user) == ir::NodeKind::Op && executor->readerLayouts(user) == Layouts::DenseOrBlocked));
     }
     if (options.optimizations.blockedLayout)
       executor->blockedReaders_[v] = !takers ? BlockedReaders::No : output ? BlockedReaders::IfOutputsMay : BlockedReaders::Yes;
   }
   return executor;
+}
+
+// The layouts op node `reader` takes its operands in when runs fuse: its fused group's kernel's
+// (a value read by a convolution group reaches the group's kernel), else its own kernel's. An
+// unfused (observed) run's kernel takes at most these: runOp makes operands dense for a kernel
+// that does not take blocked ones, so a value kept blocked for a reader costs a reorder there and
+// nothing else.
+Layouts Executor::readerLayouts(NodeId reader) const {
+  const std::int32_t group = options_.optimizations.fusion ? fusion_.groupOf[reader] : -1;
+  return group >= 0 ? fusedKernel(fusion_.groups[static_cast<std::size_t>(group)].kind).layouts
+                    : kernels_[reader].layouts;
 }
 
 // Products (MatMul, fused MatMul+Add) and fused convolutions reading one stored weight share one
@@ -355,7 +366,7 @@ Status Executor::bindInput(NodeId node, const TensorMap& inputs, RunState& state
     state.observed(value, bound);
     return {};
   }
-  bound = (keepBlocked ? found->second : toDense(found->second)).to(options_.device);
+  bound = keepBlocked && isBlocked(found->second) ? found->second : toDense(found->second).to(options_.device);
   if (options_.floatType && at::isFloatingType(found->second.scalar_type()))
     bound = bound.to(*options_.floatType);
   state.observed(value, bound);
@@ -404,7 +415,7 @@ Status Executor::runOp(NodeId node, RunState& state) {
   const NodeId single[] = {node};
   std::span<const NodeId> members = group ? std::span<const NodeId>(group->nodes) : std::span<const NodeId>(single);
   std::span<const ir::ValueId> operandValues = group ? std::span<const ir::ValueId>(group->operands) : g.inputs(node);
-  KernelEntry kernel = group ? KernelEntry{fusedKernel(group->kind), Layouts::Dense} : kernels_[node];
+  KernelEntry kernel = group ? fusedKernel(group->kind) : kernels_[node];
   std::vector<at::Tensor> operands;
   operands.reserve(operandValues.size());
   std::int64_t handedOverBytes = 0;
@@ -420,7 +431,10 @@ Status Executor::runOp(NodeId node, RunState& state) {
     if (kernel.layouts == Layouts::Dense) // no-op: values stay blocked only for readers taking them
       operands.back() = toDense(operands.back());
   }
-  CLEAVE_TRY(std::vector<at::Tensor> results, computeOrRecall(node, group, kernel, std::move(operands), state.stats));
+  const bool outputMayStayBlocked = !g.outputs(node).empty() && options_.device.is_cpu() && !options_.floatType &&
+                                    state.mayStayBlocked(blockedReaders_[index(g.outputs(node)[0])]);
+  CLEAVE_TRY(std::vector<at::Tensor> results,
+             computeOrRecall(node, group, kernel, std::move(operands), outputMayStayBlocked, state.stats));
   CLEAVE_CHECK(storeResults(node, std::move(results), state));
   state.live -= handedOverBytes; // after storeResults counted the peak with them still live
   releaseDeadValues(members, node, state);
@@ -444,20 +458,21 @@ bool Executor::handsOver(ir::ValueId value, std::span<const NodeId> members, std
 // The kernel's results, or those it gave for equal operands on the last run (small_op_memo.h).
 Expected<std::vector<at::Tensor>> Executor::computeOrRecall(NodeId node, const FusedGroup* group,
                                                             const KernelEntry& kernel, std::vector<at::Tensor> operands,
-                                                            RunStats* stats) {
+                                                            bool outputMayStayBlocked, RunStats* stats) {
   if (group || !memo_.applies(node, operands))
-    return callKernel(node, group, kernel, std::move(operands), stats);
+    return callKernel(node, group, kernel, std::move(operands), outputMayStayBlocked, stats);
   if (const std::vector<at::Tensor>* remembered = memo_.recall(node, operands))
     return *remembered;
   std::vector<at::Tensor> kept = operands; // handles, for remember()
-  CLEAVE_TRY(std::vector<at::Tensor> results, callKernel(node, group, kernel, std::move(operands), stats));
+  CLEAVE_TRY(std::vector<at::Tensor> results, callKernel(node, group, kernel, std::move(operands), false, stats));
   memo_.remember(node, kept, results);
   return results;
 }
 
 // Any exception a kernel throws becomes one line naming the node, its op and the opset.
 Expected<std::vector<at::Tensor>> Executor::callKernel(NodeId node, const FusedGroup* group, const KernelEntry& kernel,
-                                                       std::vector<at::Tensor> operands, RunStats* stats) {
+                                                       std::vector<at::Tensor> operands, bool outputMayStayBlocked,
+                                                       RunStats* stats) {
   const ir::Graph& g = *graph_;
   auto opName = [&] { return group ? std::string(fusedName(group->kind)) : g.target(node); };
   auto fail = [&](std::string_view what) {
@@ -467,7 +482,7 @@ Expected<std::vector<at::Tensor>> Executor::callKernel(NodeId node, const FusedG
   };
   // A fused group's kernel reads its first node's attributes (a Conv's window, fusion.h).
   KernelContext context(g, group ? group->nodes.front() : node, opset_, std::move(operands), this,
-                        &caches_[cacheSlot_[node]]);
+                        &caches_[cacheSlot_[node]], outputMayStayBlocked);
   try {
     if (!stats || !stats->profileOps)
       return kernel.kernel(context);
@@ -499,8 +514,8 @@ Status Executor::storeResults(NodeId node, std::vector<at::Tensor> results, RunS
                                              << " is used but the kernel does not produce it";
       continue;
     }
-    if (results[i].is_mkldnn() && !state.mayStayBlocked(blockedReaders_[index(outputs[i])]))
-      results[i] = results[i].to_dense();
+    if (isBlocked(results[i]) && !state.mayStayBlocked(blockedReaders_[index(outputs[i])]))
+      results[i] = toDense(results[i]);
     at::Tensor& stored = state.values[index(outputs[i])];
     stored = std::move(results[i]);
     state.live += bytesOf(stored);

@@ -124,10 +124,13 @@ private:
   bool weightsInOneDnnLayouts() const;
   std::vector<bool> productWeights() const;
   std::vector<bool> convolutionWeights() const;
+  Layouts readerLayouts(ir::NodeId reader) const;
   Expected<std::vector<at::Tensor>> computeOrRecall(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
-                                                    std::vector<at::Tensor> operands, RunStats* stats);
+                                                    std::vector<at::Tensor> operands, bool outputMayStayBlocked,
+                                                    RunStats* stats);
   Expected<std::vector<at::Tensor>> callKernel(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
-                                               std::vector<at::Tensor> operands, RunStats* stats);
+                                               std::vector<at::Tensor> operands, bool outputMayStayBlocked,
+                                               RunStats* stats);
   Status storeResults(ir::NodeId node, std::vector<at::Tensor> results, RunState& state) const;
   void releaseDeadValues(std::span<const ir::NodeId> readers, ir::NodeId producer, RunState& state) const;
   bool handsOver(ir::ValueId value, std::span<const ir::NodeId> members, std::span<const ir::ValueId> operands,

@@ -884,6 +884,58 @@ TEST(OneDnn, BlockedDirectConvolutionsEqualChannelsLastOnes) {
     GTEST_SKIP() << "this CPU's channels-last kernels are oneDNN's native ones (brgconv): nothing ran blocked";
 }
 
+// A convolution that runs blocked returns its output blocked when asked; the next convolution
+// reads it, and a blocked residual, as they are, and runs blocked itself whatever its kernel size.
+// Each result equals the channels-last chain's; ATen refuses a blocked activation with an error
+// (never reads blocked data as plain), and toDense gives its values back.
+TEST(OneDnn, BlockedActivationsPassFromConvolutionToConvolution) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  using Activation = onednn::ConvPostOps::Activation;
+  const auto lastChannels = at::MemoryFormat::ChannelsLast;
+  at::manual_seed(41);
+  const at::Tensor x = at::randn({1, 32, 14, 12}).contiguous(lastChannels);
+  const at::Tensor w3 = at::randn({32, 32, 3, 3}), b3 = at::randn({32}), w1 = at::randn({32, 32, 1, 1});
+  onednn::ConvolutionCache cache;
+  cache.allowWinograd = false;
+  auto threeByThree = [&](bool mayReturnBlocked) {
+    return onednn::convolution(x, w3, b3, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {false, Activation::Relu}, {}, false,
+                               onednn::cacheEntryFor(cache, x.sizes()), &cache, mayReturnBlocked);
+  };
+  const at::Tensor dense = threeByThree(false), blocked = threeByThree(true), blockedResidual = threeByThree(true);
+  ASSERT_TRUE(dense.defined() && blocked.defined());
+  EXPECT_FALSE(onednn::isBlockedActivation(dense));
+  EXPECT_TRUE(dense.is_contiguous(lastChannels));
+  if (!onednn::isBlockedActivation(blocked))
+    GTEST_SKIP() << "this CPU's channels-last kernels are oneDNN's native ones (brgconv): nothing ran blocked";
+  EXPECT_EQ(blocked.sizes(), dense.sizes());
+  EXPECT_TRUE(at::equal(toDense(blocked), dense)); // one primitive; the reorder only moves values
+  EXPECT_TRUE(isBlocked(blocked));
+  EXPECT_THROW(at::relu(blocked), c10::Error);
+  // x + relu(conv1x1(first)), the residual blocked or not; the output blocked or not.
+  auto oneByOne = [&](const at::Tensor& in, const at::Tensor& residual, bool mayReturnBlocked) {
+    std::shared_ptr<onednn::PackedConvolution>& entry =
+        onednn::cacheEntryFor(cache, in.sizes(), onednn::isBlockedActivation(in));
+    at::Tensor out = onednn::convolution(in, w1, {}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 1, {true, Activation::Relu},
+                                         residual, false, entry, &cache, mayReturnBlocked);
+    return std::make_pair(out, entry && onednn::runsBlocked(*entry));
+  };
+  const auto [want, wantBlocked] = oneByOne(dense, dense, false);
+  EXPECT_FALSE(wantBlocked); // a 1x1 convolution of a channels-last value stays channels-last
+  const double scale = want.abs().max().item<double>();
+  for (const bool residualBlocked : {true, false})
+    for (const bool mayReturnBlocked : {true, false}) {
+      const at::Tensor residual = residualBlocked ? blockedResidual : dense;
+      const auto [got, ranBlocked] = oneByOne(blocked, residual, mayReturnBlocked);
+      ASSERT_TRUE(got.defined());
+      EXPECT_TRUE(ranBlocked);
+      EXPECT_EQ(onednn::isBlockedActivation(got), mayReturnBlocked);
+      EXPECT_LT((toDense(got) - want).abs().max().item<double>(), 1e-5 * scale)
+          << "residual blocked " << residualBlocked << ", output blocked " << mayReturnBlocked;
+      EXPECT_TRUE(at::equal(toDense(residual), dense)); // not the callee's to overwrite: untouched
+    }
+}
+
 // Winograd's transformed weight costs at most 32 times the output's bytes beyond the plain
 // weight's: a 512x512 layer at 19x19 (F(4x4, 3x3) on AVX-512: 28 MiB more for a 0.7 MiB output)
 // stays on the direct kernel; at 38x38 it may take Winograd's.

@@ -78,8 +78,9 @@ struct FusionPlan {
 
 FusionPlan planFusions(const ir::Graph& graph);
 
-// The kernel running a group (runtime/ops_fused.cpp) and its name in profiles ("MatMul+Add").
-Kernel fusedKernel(FusedGroup::Kind kind);
+// The kernel running a group (runtime/ops_fused.cpp), with the layouts it takes its operands in
+// (blocked values for the convolution kinds), and its name in profiles ("MatMul+Add").
+KernelEntry fusedKernel(FusedGroup::Kind kind);
 const char* fusedName(FusedGroup::Kind kind);
 
 } // namespace cleave::runtime

@@ -22,6 +22,8 @@ bool KernelContext::mayOverwrite(std::size_t i) const {
   if (!has(i))
     return false;
   const at::Tensor& t = inputs_[i];
+  if (onednn::isBlockedActivation(t)) // its buffer's own sharing is checked where it is written
+    return t.use_count() == 1;
   return t.use_count() == 1 && t.layout() == at::kStrided && t.has_storage() && t.storage().use_count() == 1 &&
          !t.requires_grad();
 }
@@ -229,7 +231,15 @@ at::Tensor geluInMemoryOrder(const at::Tensor& x, c10::string_view approximate) 
   return at::gelu(inOrder, approximate).permute(back);
 }
 
-at::Tensor toDense(const at::Tensor& t) { return t.defined() && t.is_mkldnn() ? t.to_dense() : t; }
+at::Tensor toDense(const at::Tensor& t) {
+  if (!t.defined())
+    return t;
+  return t.is_mkldnn() ? t.to_dense() : onednn::denseFromBlocked(t);
+}
+
+bool isBlocked(const at::Tensor& t) { return t.defined() && (t.is_mkldnn() || onednn::isBlockedActivation(t)); }
+
+Layouts atenBlockedOrDense() { return onednn::available() ? Layouts::Dense : Layouts::DenseOrBlocked; }
 
 at::Tensor toBlocked(const at::Tensor& t) { return t.is_mkldnn() ? t : t.to_mkldnn(); }
 

@@ -46,8 +46,9 @@ class KernelContext {
 public:
   // `owner` builds subgraph executors (Loop/If bodies); null where there are none to build.
   KernelContext(const ir::Graph& graph, ir::NodeId node, std::int64_t opset, std::vector<at::Tensor> inputs,
-                Executor* owner = nullptr, KernelCache* cache = nullptr)
-      : graph_(graph), node_(node), opset_(opset), inputs_(std::move(inputs)), owner_(owner), cache_(cache) {}
+                Executor* owner = nullptr, KernelCache* cache = nullptr, bool outputMayStayBlocked = false)
+      : graph_(graph), node_(node), opset_(opset), inputs_(std::move(inputs)), owner_(owner), cache_(cache),
+        outputMayStayBlocked_(outputMayStayBlocked) {}
 
   std::int64_t opset() const { return opset_; }
   const ir::Graph& graph() const { return graph_; }
@@ -73,6 +74,9 @@ public:
   std::vector<float> floatsAttr(std::string_view name) const;
   at::Tensor tensorAttr(std::string_view name) const; // undefined when absent
 
+  // Whether the node's (a fused group's) first output may be returned as a blocked value: every
+  // reader takes blocked operands (Layouts), so none pays a reorder for it.
+  bool outputMayStayBlocked() const { return outputMayStayBlocked_; }
   // A tensor slot that lives as long as the executor, one per node (a prepacked weight); null
   // when the executor keeps none.
   KernelCache* cache() const { return cache_; }
@@ -89,15 +93,21 @@ private:
   std::vector<at::Tensor> inputs_;
   Executor* owner_;
   KernelCache* cache_;
+  bool outputMayStayBlocked_;
 };
 
 using Kernel = std::vector<at::Tensor> (*)(KernelContext&);
 
-// The layouts a kernel takes its operands in. Blocked: oneDNN's blocked activation layout (ATen's
-// mkldnn tensors), which convolutions compute in; keeping a value blocked from one convolution to
-// the next (through Relu, Add, pooling) saves two reorders per op. The executor gives blocked
-// operands only to kernels that take them and turns them dense for every other reader.
+// The layouts a kernel takes its operands in. Blocked: oneDNN's blocked activation layout, which
+// convolutions compute in; keeping a value blocked from one convolution to the next saves two
+// reorders per op. Built with libdnnl, blocked values are onednn.h's blocked activations, which
+// only convolutions read; without it, ATen's mkldnn tensors, which Relu, Add and pooling read too
+// (atenBlockedOrDense). The executor gives blocked operands only to kernels that take them and
+// turns them dense for every other reader.
 enum class Layouts : std::uint8_t { Dense, DenseOrBlocked };
+// The layouts of an ATen kernel that runs on ATen's mkldnn tensors: DenseOrBlocked where those are
+// the blocked values (built without libdnnl), else Dense.
+Layouts atenBlockedOrDense();
 
 struct KernelEntry {
   Kernel kernel = nullptr;
@@ -267,9 +277,12 @@ std::int64_t channelRowStride(const at::Tensor& t);
 // pooling, one window over the plane, walks the window per channel block: on EfficientNet-B0's
 // seventeen pools (2 threads, interleaved profiles) 630-660 us in all against 380-400 us.
 at::Tensor globalAverageChannelsLast(const at::Tensor& x);
-// Layout changes (no-ops when the tensor is already in the layout).
+// Layout changes (no-ops when the tensor is already in the layout). toDense takes either kind of
+// blocked value (ATen's mkldnn tensors, onednn.h's blocked activations); toBlocked makes ATen's.
 at::Tensor toDense(const at::Tensor& t);
 at::Tensor toBlocked(const at::Tensor& t);
+// Whether t is a blocked value of either kind.
+bool isBlocked(const at::Tensor& t);
 // Whether oneDNN computes this float32 CPU tensor in its blocked layout (ATen built with it).
 bool blockable(const at::Tensor& t);
 // [steps, batch] time indices that reverse each batch entry's first lengths[b] steps and keep the

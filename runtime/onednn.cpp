@@ -1,6 +1,7 @@
 #include "runtime/onednn.h"
 
 #ifdef CLEAVE_HAVE_DNNL
+#include <ATen/OpaqueTensorImpl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
@@ -24,11 +25,11 @@ const dnnl::engine& cpuEngine() {
   return engine;
 }
 
-// A dense float32 CPU tensor (not one of ATen's own mkldnn tensors).
+// A dense float32 CPU tensor (not one of ATen's own mkldnn tensors, nor a blocked activation).
 bool eligible(const at::Tensor& t) {
   // Not for autograd: oneDNN's direct products record no backward.
   return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat &&
-         !t.requires_grad();
+         !t.requires_grad() && !isBlockedActivation(t);
 }
 
 // The tensor's sizes and strides as a oneDNN memory descriptor (no copy).
@@ -379,7 +380,47 @@ at::MemoryFormat channelsLast(std::int64_t rank) {
   return rank == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast;
 }
 Tag channelsLastTag(std::int64_t rank) { return rank == 5 ? Tag::ndhwc : Tag::nhwc; }
+
+// A blocked activation's data: its bytes (an ATen buffer, so ATen's allocator reuses them and the
+// memory statistics count them) and their oneDNN layout.
+struct BlockedData {
+  at::Tensor buffer;
+  dnnl::memory::desc layout;
+};
+using BlockedTensorImpl = at::OpaqueTensorImpl<BlockedData>;
+
+const BlockedData* blockedDataOf(const at::Tensor& t) {
+  if (!t.defined() || !t.key_set().has(c10::DispatchKey::PrivateUse1))
+    return nullptr;
+  auto* impl = dynamic_cast<BlockedTensorImpl*>(t.unsafeGetTensorImpl());
+  return impl ? &impl->opaque_handle() : nullptr;
+}
+
+at::Tensor blockedActivation(at::Tensor buffer, const dnnl::memory::desc& layout, at::IntArrayRef dims) {
+  const caffe2::TypeMeta dtype = buffer.dtype();
+  return at::detail::make_tensor<BlockedTensorImpl>(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype,
+                                                    at::Device(at::kCPU), BlockedData{std::move(buffer), layout}, dims);
+}
+
+// An uninitialized float32 buffer of at least `desc`'s bytes, from ATen's allocator.
+at::Tensor bufferFor(const dnnl::memory::desc& desc) {
+  return at::empty({static_cast<std::int64_t>((desc.get_size() + sizeof(float) - 1) / sizeof(float))}, at::kFloat);
+}
 } // namespace
+
+bool isBlockedActivation(const at::Tensor& t) { return blockedDataOf(t) != nullptr; }
+
+at::Tensor denseFromBlocked(const at::Tensor& t) {
+  const BlockedData* data = blockedDataOf(t);
+  if (!data)
+    return t;
+  at::Tensor out = at::empty(t.sizes(), at::TensorOptions(at::kFloat).memory_format(channelsLast(t.dim())));
+  dnnl::memory from(data->layout, cpuEngine(), data->buffer.data_ptr());
+  dnnl::memory to(dnnl::memory::desc(Dims(t.sizes().begin(), t.sizes().end()), DataType::f32, channelsLastTag(t.dim())),
+                  cpuEngine(), out.data_ptr());
+  execute(dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+  return out;
+}
 
 at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64_t>& kernel,
                 const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
@@ -459,12 +500,15 @@ struct PackedConvolution {
   dnnl::memory::desc src, dst;
   std::vector<std::int64_t> outputDims;
   // A convolution that reads and writes oneDNN's blocked layout (Winograd's, or a direct kernel
-  // that is faster blocked: blockedDirectPays): the channels-last input is reordered into
-  // `blockedSrc` before it and the output out of `blockedDst` after it.
+  // that is faster blocked: blockedDirectPays): a channels-last input is reordered into
+  // `blockedSrc` before it (a blocked activation in that layout is read as it is), a channels-last
+  // residual into `blockedDst`, and the output out of `blockedDst` after it unless it is returned
+  // blocked.
   bool blocked = false;
   bool winograd = false;
+  bool forBlockedInput = false; // packed for a blocked activation x (a key of the cache's entries)
   dnnl::memory::desc blockedSrc, blockedDst;
-  dnnl::primitive toBlocked, fromBlocked;
+  dnnl::primitive toBlocked, fromBlocked, residualToBlocked;
   dnnl::memory::desc scratchpad; // the primitive's, passed on each call (user scratchpad mode)
   // The primitives' arguments (runConvolution points them at each call's tensors), made on the
   // first call. So one packed convolution is never run by two threads at once (a node's cache
@@ -472,7 +516,7 @@ struct PackedConvolution {
   struct Arguments {
     bool made = false;
     dnnl::memory src, dst, bias, scratchpad, blockedSrc, blockedDst;
-    std::unordered_map<int, dnnl::memory> primitive, toBlocked, fromBlocked;
+    std::unordered_map<int, dnnl::memory> primitive, toBlocked, fromBlocked, residualToBlocked;
   } arguments;
 };
 
@@ -591,6 +635,7 @@ void bindArguments(PackedConvolution& packed) {
     bound.primitive.emplace(DNNL_ARG_DST, bound.blockedDst);
     bound.toBlocked = {{DNNL_ARG_FROM, bound.src}, {DNNL_ARG_TO, bound.blockedSrc}};
     bound.fromBlocked = {{DNNL_ARG_FROM, bound.blockedDst}, {DNNL_ARG_TO, bound.dst}};
+    bound.residualToBlocked = {{DNNL_ARG_FROM, bound.dst}, {DNNL_ARG_TO, bound.blockedDst}};
   } else {
     bound.primitive.emplace(DNNL_ARG_SRC, bound.src);
     bound.primitive.emplace(DNNL_ARG_DST, bound.dst);
@@ -602,36 +647,78 @@ void bindArguments(PackedConvolution& packed) {
   bound.made = true;
 }
 
-// `packed`'s primitive on x (read channels-last) into `out` (channels-last, its dims), plus the bias.
-void runConvolution(PackedConvolution& packed, const at::Tensor& x, const at::Tensor& bias, const at::Tensor& out) {
+// `packed`'s primitive on x plus the bias, accumulating onto the residual when it has one, and
+// its output: blocked when `packed` runs blocked and `mayReturnBlocked`, else channels-last. x
+// and the residual are read as they are where they are channels-last or blocked in the layout
+// the primitive reads; otherwise each takes one reorder. Scratch memory (the primitive's
+// scratchpad, blocked operands) comes from ATen's allocator, which keeps freed memory for reuse.
+at::Tensor runConvolution(PackedConvolution& packed, const at::Tensor& x, const at::Tensor& bias,
+                          const at::Tensor& residual, bool residualIsScratch, bool mayReturnBlocked) {
   if (!packed.arguments.made)
     bindArguments(packed);
   PackedConvolution::Arguments& bound = packed.arguments;
-  const at::Tensor src = x.contiguous(channelsLast(x.dim()));
-  bound.src.set_data_handle(src.data_ptr());
-  bound.dst.set_data_handle(out.data_ptr());
-  // Scratch memory (the primitive's scratchpad; a Winograd convolution's blocked operands), from
-  // ATen's allocator, which keeps freed memory for reuse.
-  auto scratch = [&](const dnnl::memory::desc& desc, dnnl::memory& memory) {
-    at::Tensor bytes = at::empty({static_cast<std::int64_t>((desc.get_size() + sizeof(float) - 1) / sizeof(float))},
-                                 x.options());
-    memory.set_data_handle(bytes.data_ptr());
-    return bytes;
-  };
-  at::Tensor blockedSrc, blockedDst, scratchpad;
-  if (packed.blocked) {
-    blockedSrc = scratch(packed.blockedSrc, bound.blockedSrc);
-    blockedDst = scratch(packed.blockedDst, bound.blockedDst);
-    execute(packed.toBlocked, bound.toBlocked);
+  const at::MemoryFormat lastChannels = channelsLast(x.dim());
+  // The source.
+  const BlockedData* blockedX = blockedDataOf(x);
+  at::Tensor src;
+  if (packed.blocked && blockedX && blockedX->layout == packed.blockedSrc) {
+    src = blockedX->buffer;
+    bound.blockedSrc.set_data_handle(src.data_ptr());
+  } else {
+    const at::Tensor dense = (blockedX ? denseFromBlocked(x) : x).contiguous(lastChannels);
+    bound.src.set_data_handle(dense.data_ptr());
+    src = dense;
+    if (packed.blocked) {
+      src = bufferFor(packed.blockedSrc);
+      bound.blockedSrc.set_data_handle(src.data_ptr());
+      execute(packed.toBlocked, bound.toBlocked);
+    }
   }
-  if (packed.scratchpad.get_size() > 0)
-    scratchpad = scratch(packed.scratchpad, bound.scratchpad);
+  // The destination, holding the residual first when there is one.
+  const BlockedData* blockedResidual = packed.post.addResidual ? blockedDataOf(residual) : nullptr;
+  at::Tensor out;
+  if (packed.blocked && blockedResidual && blockedResidual->layout == packed.blockedDst) {
+    out = residualIsScratch && blockedResidual->buffer.use_count() == 1 ? blockedResidual->buffer
+                                                                         : blockedResidual->buffer.clone();
+    bound.blockedDst.set_data_handle(out.data_ptr());
+  } else {
+    const at::Tensor denseResidual = blockedResidual ? denseFromBlocked(residual) : residual;
+    const bool scratchResidual = blockedResidual || residualIsScratch;
+    if (packed.blocked) {
+      out = bufferFor(packed.blockedDst);
+      bound.blockedDst.set_data_handle(out.data_ptr());
+      if (packed.post.addResidual) {
+        const at::Tensor from = denseResidual.contiguous(lastChannels);
+        bound.dst.set_data_handle(from.data_ptr());
+        execute(packed.residualToBlocked, bound.residualToBlocked);
+      }
+    } else if (packed.post.addResidual && scratchResidual && denseResidual.is_contiguous(lastChannels)) {
+      out = denseResidual; // the sum post-op accumulates onto it: no copy
+    } else {
+      out = at::empty(packed.outputDims, at::TensorOptions(at::kFloat).memory_format(lastChannels));
+      if (packed.post.addResidual)
+        out.copy_(denseResidual);
+    }
+    if (!packed.blocked)
+      bound.dst.set_data_handle(out.data_ptr());
+  }
+  at::Tensor scratchpad;
+  if (packed.scratchpad.get_size() > 0) {
+    scratchpad = bufferFor(packed.scratchpad);
+    bound.scratchpad.set_data_handle(scratchpad.data_ptr());
+  }
   const at::Tensor denseBias = bias.defined() ? bias.contiguous() : at::Tensor(); // [OC]
   if (denseBias.defined())
     bound.bias.set_data_handle(denseBias.data_ptr());
   execute(packed.primitive, bound.primitive);
-  if (packed.blocked)
-    execute(packed.fromBlocked, bound.fromBlocked);
+  if (!packed.blocked)
+    return out;
+  if (mayReturnBlocked)
+    return blockedActivation(out, packed.blockedDst, packed.outputDims);
+  at::Tensor dense = at::empty(packed.outputDims, at::TensorOptions(at::kFloat).memory_format(lastChannels));
+  bound.dst.set_data_handle(dense.data_ptr());
+  execute(packed.fromBlocked, bound.fromBlocked);
+  return dense;
 }
 
 // [N, OC, (OD,) OH, OW] of a convolution of x by w.
@@ -692,8 +779,15 @@ bool winogradWeightAffordable(const dnnl::convolution_forward::primitive_desc& w
 // 0.64-0.87x; end to end, in pairs in one process (cleave run --baseline), FCOS 0.91x and
 // ResNet-50 0.98-0.99x with these blocked; with the 1x1 ones too ResNet-50 took 1.11x (their
 // kernels gain 2-4%, less than the reorders cost).
-bool blockedDirectPays(const at::Tensor& x, const at::Tensor& w, std::int64_t groups, const ConvPostOps& post) {
-  return x.dim() == 4 && groups == 1 && !post.addResidual && (w.size(2) > 1 || w.size(3) > 1);
+// A blocked activation x needs no reorder in, and the convolution's output may go on blocked to
+// the next one (Executor: mayReturnBlocked), so then any 2-D ungrouped convolution pays: on the
+// same machine ResNet-50 took 0.87-0.90x its time with the blocked 3x3 layers alone
+// (bench/RESULTS.md, session 25).
+bool blockedDirectPays(const at::Tensor& x, const at::Tensor& w, std::int64_t groups, const ConvPostOps& post,
+                       bool inputBlocked) {
+  if (x.dim() != 4 || groups != 1)
+    return false;
+  return inputBlocked || (!post.addResidual && (w.size(2) > 1 || w.size(3) > 1));
 }
 
 // The direct convolution with its source and destination in the layouts oneDNN prefers, where
@@ -726,8 +820,10 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
                                                    const std::vector<std::int64_t>& padBegin,
                                                    const std::vector<std::int64_t>& padEnd,
                                                    const std::vector<std::int64_t>& dilations, std::int64_t groups,
-                                                   const ConvPostOps& post, const ConvolutionCache* cache) {
+                                                   const ConvPostOps& post, const ConvolutionCache* cache,
+                                                   bool inputBlocked) {
   auto packed = std::make_shared<PackedConvolution>();
+  packed->forBlockedInput = inputBlocked;
   const std::int64_t oc = w.size(0);
   const std::vector<std::int64_t> out = convolutionOutputDims(x, w, strides, padBegin, padEnd, dilations);
   Dims weightDims(w.sizes().begin(), w.sizes().end());
@@ -774,7 +870,7 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
   if (!winograd) { // the channels-last kernel; the blocked one instead where that is not native
     channelsLast.emplace(describeConvolution(dnnl::algorithm::convolution_direct, packed->src, packed->dst), attr,
                          cpuEngine());
-    if ((!cache || cache->allowBlockedDirect) && blockedDirectPays(x, w, groups, post))
+    if ((!cache || cache->allowBlockedDirect) && blockedDirectPays(x, w, groups, post, inputBlocked))
       blockedDirect = directInPreferredLayout(describeConvolution, attr, *channelsLast);
     if (blockedDirect) {
       packed->blockedSrc = blockedDirect->src_desc();
@@ -791,6 +887,9 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
                                                                      packed->blockedSrc));
     packed->fromBlocked = dnnl::reorder(dnnl::reorder::primitive_desc(cpuEngine(), packed->blockedDst, cpuEngine(),
                                                                        packed->dst));
+    if (post.addResidual)
+      packed->residualToBlocked =
+          dnnl::reorder(dnnl::reorder::primitive_desc(cpuEngine(), packed->dst, cpuEngine(), packed->blockedDst));
   }
   const Tag plainWeight = x.dim() == 5 ? (groups > 1 ? Tag::goidhw : Tag::oidhw) : (groups > 1 ? Tag::goihw : Tag::oihw);
   keepReorderedWeight(*packed, w, weightDims, plainWeight, pd.weights_desc(), x, withBias, out, cache);
@@ -805,14 +904,17 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
                        const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                        std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
                        bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed,
-                       const ConvolutionCache* cache) {
+                       const ConvolutionCache* cache, bool mayReturnBlocked) {
   const bool heldOnlyReordered = cache && onlyReorderedIn(cache->weights.get(), w);
-  if (!eligible(x) || !(eligible(w) || heldOnlyReordered) || (x.dim() != 4 && x.dim() != 5) || w.dim() != x.dim())
+  const bool inputBlocked = isBlockedActivation(x);
+  if (!(eligible(x) || inputBlocked) || !(eligible(w) || heldOnlyReordered) || (x.dim() != 4 && x.dim() != 5) ||
+      w.dim() != x.dim())
     return {};
   const std::size_t spatial = static_cast<std::size_t>(x.dim()) - 2;
   if (x.numel() == 0 || groups < 1 || x.size(1) != w.size(1) * groups || w.size(0) % groups != 0 || strides.size() != spatial ||
       padBegin.size() != spatial || padEnd.size() != spatial || dilations.size() != spatial ||
-      (bias.defined() && (!eligible(bias) || bias.numel() != w.size(0))) || (post.addResidual && !eligible(residual)))
+      (bias.defined() && (!eligible(bias) || bias.numel() != w.size(0))) ||
+      (post.addResidual && !(eligible(residual) || isBlockedActivation(residual))))
     return {};
   // A residual of another shape (a broadcast Add) is refused before the cache is touched, so the
   // caller's plain convolution keeps its own primitive instead of rebuilding it every run.
@@ -820,18 +922,10 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     return {};
   try {
     if (!packed || packed->transposed || !packed->weight->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
-        packed->withBias != bias.defined() || !(packed->post == post))
-      packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post, cache);
-    at::Tensor out;
-    if (post.addResidual && residualIsScratch && residual.is_contiguous(channelsLast(x.dim()))) {
-      out = residual; // the sum post-op accumulates onto it: no copy
-    } else {
-      out = at::empty(packed->outputDims, x.options().memory_format(channelsLast(x.dim())));
-      if (post.addResidual)
-        out.copy_(residual);
-    }
-    runConvolution(*packed, x, bias, out);
-    return out;
+        packed->withBias != bias.defined() || !(packed->post == post) || packed->forBlockedInput != inputBlocked)
+      packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post, cache,
+                               inputBlocked);
+    return runConvolution(*packed, x, bias, residual, residualIsScratch, mayReturnBlocked);
   } catch (const dnnl::error&) {
     packed.reset();
     return {};
@@ -868,10 +962,11 @@ bool shareReorderedWeight(const PackedConvolution& a, const PackedConvolution& b
   return a.weight == b.weight;
 }
 
-std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef inputDims) {
+std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef inputDims,
+                                                  bool inputBlocked) {
   std::shared_ptr<PackedConvolution>* empty = nullptr;
   for (std::shared_ptr<PackedConvolution>& entry : cache.byShape) {
-    if (entry && inputDims.equals(entry->inputDims))
+    if (entry && inputDims.equals(entry->inputDims) && entry->forBlockedInput == inputBlocked)
       return entry;
     if (!entry && !empty)
       empty = &entry;
@@ -965,8 +1060,7 @@ at::Tensor transposedConvolution2d(const at::Tensor& x, const at::Tensor& w, con
         packed->outputDims != out || packed->withBias != bias.defined() || !(packed->post == post))
       packed = packTransposedConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, outputPadding,
                                          groups, post, cache);
-    at::Tensor result = at::empty(packed->outputDims, x.options().memory_format(at::MemoryFormat::ChannelsLast));
-    runConvolution(*packed, x, at::Tensor(), result);
+    at::Tensor result = runConvolution(*packed, x, at::Tensor(), at::Tensor(), false, false); // channels-last
     if (bias.defined()) {
       const dnnl::memory dst = view(packed->dst, result);
       execute(packed->epilogue, {{DNNL_ARG_SRC_0, dst},
@@ -1018,11 +1112,13 @@ at::Tensor softmax(const at::Tensor&, std::int64_t, bool, bool) { return {}; }
 at::Tensor convolution(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::vector<std::int64_t>&,
                        const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
                        const std::vector<std::int64_t>&, std::int64_t, const ConvPostOps&, const at::Tensor&, bool,
-                       std::shared_ptr<PackedConvolution>&, const ConvolutionCache*) {
+                       std::shared_ptr<PackedConvolution>&, const ConvolutionCache*, bool) {
   return {};
 }
 
 bool usesWinograd(const PackedConvolution&) { return false; }
+bool isBlockedActivation(const at::Tensor&) { return false; }
+at::Tensor denseFromBlocked(const at::Tensor& t) { return t; }
 struct OnlyReorderedWeight {};
 at::Tensor holdOnlyReordered(ReorderedWeights&, const at::Tensor&) { return {}; }
 at::Tensor plainWeight(const ReorderedWeights&, const at::Tensor&) { return {}; }
@@ -1031,7 +1127,7 @@ std::size_t reorderedWeightBytes(const PackedConvolution&) { return 0; }
 std::size_t heldWeightBytes() { return 0; }
 bool shareReorderedWeight(const PackedConvolution&, const PackedConvolution&) { return false; }
 
-std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef) {
+std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef, bool) {
   if (cache.byShape.empty())
     cache.byShape.emplace_back();
   return cache.byShape.front();

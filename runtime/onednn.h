@@ -88,6 +88,18 @@ at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64
                 const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
                 const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations, bool ceil);
 
+// A convolution's output kept in oneDNN's blocked layout (nChw8c on AVX2) for the convolutions
+// that read it next, rather than reordered to channels-last after one and back before the other.
+// It is an ATen tensor of the output's dims whose data only this file reads: an opaque tensor
+// (its own dispatch key, PrivateUse1), so an ATen op given one fails with an error instead of
+// reading blocked data as plain. The executor hands such values only to kernels that take
+// blocked operands (Layouts::DenseOrBlocked) and makes them dense for every other reader
+// (toDense). Measured on an AMD EPYC (AVX2, 2 threads): bench_conv_layout's ResNet-50 trunk took
+// 0.85x its channels-last time all blocked.
+bool isBlockedActivation(const at::Tensor& t);
+// Its values as a channels-last ATen tensor (one reorder).
+at::Tensor denseFromBlocked(const at::Tensor& t);
+
 // What a convolution does to its output inside the same kernel (oneDNN post-ops), in order: add
 // a residual tensor of the output's shape (a ResNet block's Add), then an activation.
 struct ConvPostOps {
@@ -159,9 +171,11 @@ struct ConvolutionCache {
   bool allowBlockedDirect = true; // Optimizations::blockedConvolutions, likewise
 };
 
-// The entry of `cache` for an input of `inputDims`: the one packed for them, else an empty one
-// (the oldest dropped past kMaxShapes) that convolution() or transposedConvolution2d() fills.
-std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef inputDims);
+// The entry of `cache` for an input of `inputDims`, blocked (isBlockedActivation) or not: the one
+// packed for them, else an empty one (the oldest dropped past kMaxShapes) that convolution() or
+// transposedConvolution2d() fills.
+std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef inputDims,
+                                                  bool inputBlocked = false);
 
 // A 2-D or 3-D float32 convolution of x [N, C, (D,) H, W] by w [OC, C / groups, (KD,) KH, KW] plus
 // an optional bias [OC], with per-dim strides, dilations and (possibly asymmetric) pads, then
@@ -174,6 +188,11 @@ std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::I
 // be a stand-in of that pool's, holdOnlyReordered). The residual is added by accumulating onto
 // it: into a copy of it, or, when `residualIsScratch` (the caller's to overwrite) and it is
 // channels-last already, into the residual itself, which is then the result.
+// Blocked values (isBlockedActivation): x and the residual may be ones. A convolution that runs
+// in the blocked layout (runsBlocked) reads them as they are, and with `mayReturnBlocked` (every
+// reader of its output takes blocked values) returns its output blocked, skipping the reorders
+// around it; a 2-D ungrouped convolution given a blocked x runs blocked wherever that layout is
+// oneDNN's preferred one (not AVX-512's brgconv), whatever its kernel size.
 // 3-D matters because ATen 1.13's at::convolution picks oneDNN for a 3-D convolution only above a
 // size heuristic (N * C * D * H > 20480) and otherwise runs slow_conv3d: r3d_18's 128- and
 // 256-channel layers ran at 31-56 GFLOP/s there, its 64-channel ones on oneDNN at about 200.
@@ -182,7 +201,7 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
                        const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations,
                        std::int64_t groups, const ConvPostOps& post, const at::Tensor& residual,
                        bool residualIsScratch, std::shared_ptr<PackedConvolution>& packed,
-                       const ConvolutionCache* cache = nullptr);
+                       const ConvolutionCache* cache = nullptr, bool mayReturnBlocked = false);
 
 // Whether `packed` runs Winograd's F(2x2, 3x3) (oneDNN's jit_fp32_wino_2x3) instead of the
 // direct kernel. convolution() picks it for a 3x3, stride-1, undilated, ungrouped convolution of

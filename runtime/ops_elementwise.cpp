@@ -88,7 +88,7 @@ void registerElementwiseKernels(KernelTable& t) {
   t.add("Atanh", unary<at::atanh>);
   t.add("Tanh", unary<at::tanh>);
   t.add("Sigmoid", unary<at::sigmoid>);
-  t.add("Relu", unary<at::relu>, Layouts::DenseOrBlocked); // ATen runs it on either layout
+  t.add("Relu", unary<at::relu>, atenBlockedOrDense()); // ATen runs it on either layout
   t.add("Softsign", [](KernelContext& c) -> Outputs { return {c.input(0) / (1 + at::abs(c.input(0)))}; });
   t.add("Not", unary<at::logical_not>);
   t.add("IsNaN", unary<at::isnan>);
@@ -158,7 +158,7 @@ void registerElementwiseKernels(KernelTable& t) {
     return {x};
   });
   // Binary, broadcasting.
-  t.add("Add", addOperands, Layouts::DenseOrBlocked);
+  t.add("Add", addOperands, atenBlockedOrDense());
   t.add("Sub", [](KernelContext& c) -> Outputs { return {at::sub(c.input(0), c.input(1))}; });
   t.add("Mul", [](KernelContext& c) -> Outputs { return {at::mul(c.input(0), c.input(1))}; });
   t.add("Div", [](KernelContext& c) -> Outputs { return {onnxDivide(c.input(0), c.input(1))}; });

@@ -200,7 +200,8 @@ bool holdsFoldOf(const KernelCache& cache, const std::vector<at::Tensor>& from) 
   return true;
 }
 
-Kernel fusedKernel(FusedGroup::Kind kind) {
+namespace {
+Kernel fusedKernelFunction(FusedGroup::Kind kind) {
   switch (kind) {
   case FusedGroup::Kind::MatMulBias: return matmulBias;
   case FusedGroup::Kind::MatMulBiasGelu: return matmulBiasGelu;
@@ -224,6 +225,26 @@ Kernel fusedKernel(FusedGroup::Kind kind) {
   }
   return nullptr;
 }
+
+// The convolution kinds read x and the residual through fusedConvolution, which takes blocked
+// values; the transposed ones do not.
+Layouts fusedLayouts(FusedGroup::Kind kind) {
+  switch (kind) {
+  case FusedGroup::Kind::ConvRelu:
+  case FusedGroup::Kind::ConvClip:
+  case FusedGroup::Kind::ConvHardSwish:
+  case FusedGroup::Kind::ConvHardSigmoid:
+  case FusedGroup::Kind::ConvSilu:
+  case FusedGroup::Kind::ConvAdd:
+  case FusedGroup::Kind::ConvAddRelu:
+  case FusedGroup::Kind::ConvBatchNorm:
+  case FusedGroup::Kind::ConvBatchNormRelu: return Layouts::DenseOrBlocked;
+  default: return Layouts::Dense;
+  }
+}
+} // namespace
+
+KernelEntry fusedKernel(FusedGroup::Kind kind) { return {fusedKernelFunction(kind), fusedLayouts(kind)}; }
 
 const char* fusedName(FusedGroup::Kind kind) {
   switch (kind) {

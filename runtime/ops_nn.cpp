@@ -430,7 +430,7 @@ ConvWindow convWindow(KernelContext& c, const at::Tensor& x, const at::Tensor& w
 
 at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                              const ConvWindow& window, const onednn::ConvPostOps& post, const at::Tensor& residual,
-                             bool residualIsScratch);
+                             bool residualIsScratch, bool mayReturnBlocked);
 
 // A 1-D convolution as a 2-D one over a single row ([N, C, L] read as [N, C, 1, L]): oneDNN has
 // no 1-D primitive, and ATen 1.13's 1-D convolution was 1.29x ONNX Runtime's time on a
@@ -458,15 +458,16 @@ at::Tensor convolutionOfOneRow(KernelContext& c, const at::Tensor& x, const at::
                         window.groups,
                         {{0, window.pads.begin[0]}, {0, window.pads.end[0]}}};
   const at::Tensor y = directConvolution(c, x.unsqueeze(2), rowWeight, bias, rows, post,
-                                         residual.defined() ? residual.unsqueeze(2) : residual, residualIsScratch);
+                                         residual.defined() ? residual.unsqueeze(2) : residual, residualIsScratch, false);
   return y.defined() ? y.squeeze(2) : y;
 }
 
 // oneDNN directly (channels-last, the weight reordered once, kept in the node's cache), or
-// undefined where it does not take the operands.
+// undefined where it does not take the operands. x and the residual may be blocked activations;
+// the output is one only with `mayReturnBlocked` (onednn::convolution).
 at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                              const ConvWindow& window, const onednn::ConvPostOps& post, const at::Tensor& residual,
-                             bool residualIsScratch) {
+                             bool residualIsScratch, bool mayReturnBlocked) {
   if (w.dim() == 3 && x.dim() == 3 && onednn::available() && (!residual.defined() || residual.dim() == 3))
     return convolutionOfOneRow(c, x, w, bias, window, post, residual, residualIsScratch);
   if ((w.dim() != 4 && w.dim() != 5) || !onednn::available())
@@ -475,11 +476,12 @@ at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Te
   onednn::ConvolutionCache& cache = c.cache() ? c.cache()->convolutions : uncached;
   // The input in the layout the primitive reads (an image's planes interleaved here, faster than
   // the copy onednn::convolution would make).
-  const bool denseFloat = x.scalar_type() == at::kFloat && x.device().is_cpu() && !x.is_mkldnn() && !x.requires_grad() &&
-                          x.dim() == w.dim();
+  const bool blocked = onednn::isBlockedActivation(x);
+  const bool denseFloat = !blocked && x.scalar_type() == at::kFloat && x.device().is_cpu() && !x.is_mkldnn() &&
+                          !x.requires_grad() && x.dim() == w.dim();
   return onednn::convolution(denseFloat ? channelsLastDense(x) : x, w, bias, window.strides, window.pads.begin,
                              window.pads.end, window.dilations, window.groups, post, residual, residualIsScratch,
-                             onednn::cacheEntryFor(cache, x.sizes()), &cache);
+                             onednn::cacheEntryFor(cache, x.sizes(), blocked), &cache, mayReturnBlocked);
 }
 
 // The convolution on ATen: in its blocked layout (2-D float32 on the CPU, weight prepacked once),
@@ -604,14 +606,16 @@ at::Tensor einsumAsBatchedMatmul(std::string equation, const at::Tensor& a, cons
 at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                             const onednn::ConvPostOps& post, const at::Tensor& residual, bool residualIsScratch) {
   const ConvWindow window = convWindow(c, x, w);
-  at::Tensor y = directConvolution(c, x, w, bias, window, post, residual, residualIsScratch);
+  at::Tensor y =
+      directConvolution(c, x, w, bias, window, post, residual, residualIsScratch, c.outputMayStayBlocked());
   if (y.defined())
     return y;
+  const at::Tensor denseX = onednn::denseFromBlocked(x); // ATen reads no blocked activation
   const bool withPost = post.addResidual || post.activation != onednn::ConvPostOps::Activation::None;
   if (withPost) // e.g. a residual that broadcasts: the convolution alone may still go direct
-    y = directConvolution(c, x, w, bias, window, {}, at::Tensor(), false);
+    y = directConvolution(c, denseX, w, bias, window, {}, at::Tensor(), false, false);
   if (!y.defined())
-    y = atenConvolution(c, x, plainConvolutionWeight(c, w), bias, window);
+    y = atenConvolution(c, denseX, plainConvolutionWeight(c, w), bias, window);
   if (!withPost)
     return y;
   y = toDense(y);
@@ -634,12 +638,11 @@ at::Tensor convolution(KernelContext& c, const at::Tensor& x, const at::Tensor& 
 }
 
 void registerNnKernels(KernelTable& t) {
-  // With oneDNN called directly, convolutions read and write channels-last ATen tensors, so no
-  // value needs ATen's opaque blocked layout.
-  t.add("Conv", conv, onednn::available() ? Layouts::Dense : Layouts::DenseOrBlocked);
+  // Blocked values: onednn.h's with libdnnl, ATen's without (Layouts).
+  t.add("Conv", conv, Layouts::DenseOrBlocked);
   t.add("ConvTranspose", convTranspose);
-  t.add("MaxPool", maxPool, Layouts::DenseOrBlocked);
-  t.add("AveragePool", avgPool, Layouts::DenseOrBlocked);
+  t.add("MaxPool", maxPool, atenBlockedOrDense());
+  t.add("AveragePool", avgPool, atenBlockedOrDense());
   t.add("GlobalAveragePool", [](KernelContext& c) -> Outputs {
     const at::Tensor& x = c.input(0);
     if (at::Tensor y = globalAverageChannelsLast(x); y.defined())
@@ -654,7 +657,7 @@ void registerNnKernels(KernelTable& t) {
       return {at::adaptive_avg_pool2d(x, {1, 1})}; // oneDNN's blocked pooling
     at::Tensor dense = toDense(x);
     return {dense.mean(spatialDims(dense), true)};
-  }, Layouts::DenseOrBlocked);
+  }, atenBlockedOrDense());
   t.add("GlobalMaxPool", [](KernelContext& c) -> Outputs { return {c.input(0).amax(spatialDims(c.input(0)), true)}; });
   t.add("BatchNormalization", [](KernelContext& c) -> Outputs {
     if (c.intAttr("training_mode", 0) != 0)
