@@ -14,8 +14,9 @@ void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
   app.add_option("--dim", options.dims, "NAME=SIZE for a symbolic input dim (repeatable; others are 1)");
   app.add_flag("!--no-fusion", options.optimizations.fusion, "run every node alone (no fused MatMul+Add[+GELU], GELU, LayerNorm, Conv+Relu/Clip/HardSwish/HardSigmoid/SiLU/Add, Conv/ConvTranspose+BatchNormalization[+Relu] folded, [Concat+]BatchNormalization+Relu, [Concat+]channel shuffle)");
   app.add_flag("!--no-blocked-layout", options.optimizations.blockedLayout,
-               "built without libdnnl: make convolution outputs dense after each op (no ATen blocked layout between "
-               "ops); with it, convolutions write channels-last tensors either way");
+               "make every convolution output dense (channels-last) after its op: no value stays in oneDNN's "
+               "blocked layout from one convolution to the next (by default it does where every reader is a "
+               "convolution that runs blocked, as on AVX2)");
   app.add_flag("!--no-packed-weights", options.optimizations.packedWeights,
                "keep a weight that only MatMuls read as [N, K] rows read in place, not in oneDNN's own product "
                "layout, and a weight that only Convs read plain beside its reordered copies (by default the "

@@ -31,7 +31,9 @@ namespace cleave::runtime {
 // float rounding.
 struct Optimizations {
   bool fusion = true;        // run fused node groups (fusion.h) as one kernel each
-  bool blockedLayout = true; // keep convolution activations in oneDNN's blocked layout between ops
+  // Keep convolution activations in oneDNN's blocked layout between ops (onednn.h's blocked
+  // activations; ATen's mkldnn tensors when built without libdnnl) while every reader takes them.
+  bool blockedLayout = true;
   // Hold a float32 weight that only MatMuls read (as their right operand) in oneDNN's own product
   // layout, as the only copy (onednn::PackedWeight), and one that only convolutions read in the
   // layouts their primitives want, without the plain one once a copy converts back
