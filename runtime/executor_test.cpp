@@ -884,10 +884,12 @@ TEST(OneDnn, BlockedDirectConvolutionsEqualChannelsLastOnes) {
     GTEST_SKIP() << "this CPU's channels-last kernels are oneDNN's native ones (brgconv): nothing ran blocked";
 }
 
-// A convolution that runs blocked returns its output blocked when asked; the next convolution
-// reads it, and a blocked residual, as they are, and runs blocked itself whatever its kernel size.
-// Each result equals the channels-last chain's; ATen refuses a blocked activation with an error
-// (never reads blocked data as plain), and toDense gives its values back.
+// A convolution that runs blocked returns its output blocked when asked, and the next one that
+// runs blocked reads it as it is. A convolution that does not (a 1x1, a residual) reorders blocked
+// operands to channels-last first: every result equals, bit for bit, the one from channels-last
+// operands, so a cut model (whose convolutions after a seam read channels-last values) computes
+// what the whole one does. ATen refuses a blocked activation with an error (never reads blocked
+// data as plain), and toDense gives its values back.
 TEST(OneDnn, BlockedActivationsPassFromConvolutionToConvolution) {
   if (!onednn::available())
     GTEST_SKIP() << "built without oneDNN";
@@ -895,43 +897,48 @@ TEST(OneDnn, BlockedActivationsPassFromConvolutionToConvolution) {
   const auto lastChannels = at::MemoryFormat::ChannelsLast;
   at::manual_seed(41);
   const at::Tensor x = at::randn({1, 32, 14, 12}).contiguous(lastChannels);
-  const at::Tensor w3 = at::randn({32, 32, 3, 3}), b3 = at::randn({32}), w1 = at::randn({32, 32, 1, 1});
+  const at::Tensor w3 = at::randn({32, 32, 3, 3}), b3 = at::randn({32}), second3 = at::randn({32, 32, 3, 3}),
+                   w1 = at::randn({32, 32, 1, 1});
   onednn::ConvolutionCache cache;
   cache.allowWinograd = false;
-  auto threeByThree = [&](bool mayReturnBlocked) {
-    return onednn::convolution(x, w3, b3, {1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, {false, Activation::Relu}, {}, false,
-                               onednn::cacheEntryFor(cache, x.sizes()), &cache, mayReturnBlocked);
+  // conv(in) [+ residual], then Relu: the output and whether it ran blocked.
+  auto convolve = [&](const at::Tensor& in, const at::Tensor& w, const at::Tensor& residual, bool mayReturnBlocked) {
+    const std::int64_t pad = w.size(2) / 2;
+    std::shared_ptr<onednn::PackedConvolution>& entry = onednn::cacheEntryFor(cache, in.sizes());
+    at::Tensor out = onednn::convolution(in, w, w.is_same(w3) ? b3 : at::Tensor(), {1, 1}, {pad, pad}, {pad, pad},
+                                         {1, 1}, 1, {residual.defined(), Activation::Relu}, residual, false, entry,
+                                         &cache, mayReturnBlocked);
+    return std::make_pair(out, entry && onednn::runsBlocked(*entry));
   };
-  const at::Tensor dense = threeByThree(false), blocked = threeByThree(true), blockedResidual = threeByThree(true);
+  const at::Tensor dense = convolve(x, w3, {}, false).first, blocked = convolve(x, w3, {}, true).first;
   ASSERT_TRUE(dense.defined() && blocked.defined());
   EXPECT_FALSE(onednn::isBlockedActivation(dense));
   EXPECT_TRUE(dense.is_contiguous(lastChannels));
   if (!onednn::isBlockedActivation(blocked))
     GTEST_SKIP() << "this CPU's channels-last kernels are oneDNN's native ones (brgconv): nothing ran blocked";
   EXPECT_EQ(blocked.sizes(), dense.sizes());
-  EXPECT_TRUE(at::equal(toDense(blocked), dense)); // one primitive; the reorder only moves values
   EXPECT_TRUE(isBlocked(blocked));
+  EXPECT_TRUE(at::equal(toDense(blocked), dense)); // one primitive; the reorder only moves values
   EXPECT_THROW(at::relu(blocked), c10::Error);
-  // x + relu(conv1x1(first)), the residual blocked or not; the output blocked or not.
-  auto oneByOne = [&](const at::Tensor& in, const at::Tensor& residual, bool mayReturnBlocked) {
-    std::shared_ptr<onednn::PackedConvolution>& entry =
-        onednn::cacheEntryFor(cache, in.sizes(), onednn::isBlockedActivation(in));
-    at::Tensor out = onednn::convolution(in, w1, {}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, 1, {true, Activation::Relu},
-                                         residual, false, entry, &cache, mayReturnBlocked);
-    return std::make_pair(out, entry && onednn::runsBlocked(*entry));
-  };
-  const auto [want, wantBlocked] = oneByOne(dense, dense, false);
-  EXPECT_FALSE(wantBlocked); // a 1x1 convolution of a channels-last value stays channels-last
-  const double scale = want.abs().max().item<double>();
-  for (const bool residualBlocked : {true, false})
-    for (const bool mayReturnBlocked : {true, false}) {
-      const at::Tensor residual = residualBlocked ? blockedResidual : dense;
-      const auto [got, ranBlocked] = oneByOne(blocked, residual, mayReturnBlocked);
+  // The next 3x3 convolution reads the blocked value as it is.
+  const at::Tensor want3 = convolve(dense, second3, {}, false).first;
+  for (const bool mayReturnBlocked : {true, false}) {
+    const auto [got, ranBlocked] = convolve(blocked, second3, {}, mayReturnBlocked);
+    ASSERT_TRUE(got.defined());
+    EXPECT_TRUE(ranBlocked);
+    EXPECT_EQ(onednn::isBlockedActivation(got), mayReturnBlocked);
+    EXPECT_TRUE(at::equal(toDense(got), want3)) << "output blocked " << mayReturnBlocked;
+  }
+  // A 1x1 convolution with a residual runs channels-last whatever its operands' layouts.
+  const at::Tensor want1 = convolve(dense, w1, dense, false).first;
+  for (const bool inputBlocked : {true, false})
+    for (const bool residualBlocked : {true, false}) {
+      const at::Tensor residual = residualBlocked ? blocked : dense;
+      const auto [got, ranBlocked] = convolve(inputBlocked ? blocked : dense, w1, residual, true);
       ASSERT_TRUE(got.defined());
-      EXPECT_TRUE(ranBlocked);
-      EXPECT_EQ(onednn::isBlockedActivation(got), mayReturnBlocked);
-      EXPECT_LT((toDense(got) - want).abs().max().item<double>(), 1e-5 * scale)
-          << "residual blocked " << residualBlocked << ", output blocked " << mayReturnBlocked;
+      EXPECT_FALSE(ranBlocked);
+      EXPECT_FALSE(onednn::isBlockedActivation(got));
+      EXPECT_TRUE(at::equal(got, want1)) << "input blocked " << inputBlocked << ", residual blocked " << residualBlocked;
       EXPECT_TRUE(at::equal(toDense(residual), dense)); // not the callee's to overwrite: untouched
     }
 }

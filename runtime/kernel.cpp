@@ -22,8 +22,6 @@ bool KernelContext::mayOverwrite(std::size_t i) const {
   if (!has(i))
     return false;
   const at::Tensor& t = inputs_[i];
-  if (onednn::isBlockedActivation(t)) // its buffer's own sharing is checked where it is written
-    return t.use_count() == 1;
   return t.use_count() == 1 && t.layout() == at::kStrided && t.has_storage() && t.storage().use_count() == 1 &&
          !t.requires_grad();
 }

@@ -382,10 +382,13 @@ at::MemoryFormat channelsLast(std::int64_t rank) {
 Tag channelsLastTag(std::int64_t rank) { return rank == 5 ? Tag::ndhwc : Tag::nhwc; }
 
 // A blocked activation's data: its bytes (an ATen buffer, so ATen's allocator reuses them and the
-// memory statistics count them) and their oneDNN layout.
+// memory statistics count them) and their oneDNN layout; and its channels-last copy once a reader
+// has asked for one, so that a value with several readers that read channels-last is reordered
+// once, not once per reader (it lives as long as the value).
 struct BlockedData {
   at::Tensor buffer;
   dnnl::memory::desc layout;
+  mutable at::Tensor channelsLastCopy;
 };
 using BlockedTensorImpl = at::OpaqueTensorImpl<BlockedData>;
 
@@ -414,11 +417,14 @@ at::Tensor denseFromBlocked(const at::Tensor& t) {
   const BlockedData* data = blockedDataOf(t);
   if (!data)
     return t;
+  if (data->channelsLastCopy.defined())
+    return data->channelsLastCopy;
   at::Tensor out = at::empty(t.sizes(), at::TensorOptions(at::kFloat).memory_format(channelsLast(t.dim())));
   dnnl::memory from(data->layout, cpuEngine(), data->buffer.data_ptr());
   dnnl::memory to(dnnl::memory::desc(Dims(t.sizes().begin(), t.sizes().end()), DataType::f32, channelsLastTag(t.dim())),
                   cpuEngine(), out.data_ptr());
   execute(dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+  data->channelsLastCopy = out;
   return out;
 }
 
@@ -500,15 +506,13 @@ struct PackedConvolution {
   dnnl::memory::desc src, dst;
   std::vector<std::int64_t> outputDims;
   // A convolution that reads and writes oneDNN's blocked layout (Winograd's, or a direct kernel
-  // that is faster blocked: blockedDirectPays): a channels-last input is reordered into
-  // `blockedSrc` before it (a blocked activation in that layout is read as it is), a channels-last
-  // residual into `blockedDst`, and the output out of `blockedDst` after it unless it is returned
-  // blocked.
+  // that is faster blocked: blockedDirectPays; neither has a residual): a channels-last input is
+  // reordered into `blockedSrc` before it (a blocked activation in that layout is read as it is),
+  // and the output out of `blockedDst` after it unless it is returned blocked.
   bool blocked = false;
   bool winograd = false;
-  bool forBlockedInput = false; // packed for a blocked activation x (a key of the cache's entries)
   dnnl::memory::desc blockedSrc, blockedDst;
-  dnnl::primitive toBlocked, fromBlocked, residualToBlocked;
+  dnnl::primitive toBlocked, fromBlocked;
   dnnl::memory::desc scratchpad; // the primitive's, passed on each call (user scratchpad mode)
   // The primitives' arguments (runConvolution points them at each call's tensors), made on the
   // first call. So one packed convolution is never run by two threads at once (a node's cache
@@ -516,7 +520,7 @@ struct PackedConvolution {
   struct Arguments {
     bool made = false;
     dnnl::memory src, dst, bias, scratchpad, blockedSrc, blockedDst;
-    std::unordered_map<int, dnnl::memory> primitive, toBlocked, fromBlocked, residualToBlocked;
+    std::unordered_map<int, dnnl::memory> primitive, toBlocked, fromBlocked;
   } arguments;
 };
 
@@ -635,7 +639,6 @@ void bindArguments(PackedConvolution& packed) {
     bound.primitive.emplace(DNNL_ARG_DST, bound.blockedDst);
     bound.toBlocked = {{DNNL_ARG_FROM, bound.src}, {DNNL_ARG_TO, bound.blockedSrc}};
     bound.fromBlocked = {{DNNL_ARG_FROM, bound.blockedDst}, {DNNL_ARG_TO, bound.dst}};
-    bound.residualToBlocked = {{DNNL_ARG_FROM, bound.dst}, {DNNL_ARG_TO, bound.blockedDst}};
   } else {
     bound.primitive.emplace(DNNL_ARG_SRC, bound.src);
     bound.primitive.emplace(DNNL_ARG_DST, bound.dst);
@@ -648,10 +651,11 @@ void bindArguments(PackedConvolution& packed) {
 }
 
 // `packed`'s primitive on x plus the bias, accumulating onto the residual when it has one, and
-// its output: blocked when `packed` runs blocked and `mayReturnBlocked`, else channels-last. x
-// and the residual are read as they are where they are channels-last or blocked in the layout
-// the primitive reads; otherwise each takes one reorder. Scratch memory (the primitive's
-// scratchpad, blocked operands) comes from ATen's allocator, which keeps freed memory for reuse.
+// its output: blocked when `packed` runs blocked and `mayReturnBlocked`, else channels-last. x is
+// read as it is where it is channels-last or blocked in the layout the primitive reads, otherwise
+// after one reorder; a blocked residual is reordered to channels-last. Scratch memory (the
+// primitive's scratchpad, blocked operands) comes from ATen's allocator, which keeps freed memory
+// for reuse.
 at::Tensor runConvolution(PackedConvolution& packed, const at::Tensor& x, const at::Tensor& bias,
                           const at::Tensor& residual, bool residualIsScratch, bool mayReturnBlocked) {
   if (!packed.arguments.made)
@@ -674,33 +678,23 @@ at::Tensor runConvolution(PackedConvolution& packed, const at::Tensor& x, const 
       execute(packed.toBlocked, bound.toBlocked);
     }
   }
-  // The destination, holding the residual first when there is one.
-  const BlockedData* blockedResidual = packed.post.addResidual ? blockedDataOf(residual) : nullptr;
+  // The destination, holding the residual first when there is one (a blocked residual's
+  // channels-last copy is its other readers' too, so it is copied, never accumulated onto).
   at::Tensor out;
-  if (packed.blocked && blockedResidual && blockedResidual->layout == packed.blockedDst) {
-    out = residualIsScratch && blockedResidual->buffer.use_count() == 1 ? blockedResidual->buffer
-                                                                         : blockedResidual->buffer.clone();
+  if (packed.blocked) {
+    out = bufferFor(packed.blockedDst);
     bound.blockedDst.set_data_handle(out.data_ptr());
   } else {
-    const at::Tensor denseResidual = blockedResidual ? denseFromBlocked(residual) : residual;
-    const bool scratchResidual = blockedResidual || residualIsScratch;
-    if (packed.blocked) {
-      out = bufferFor(packed.blockedDst);
-      bound.blockedDst.set_data_handle(out.data_ptr());
-      if (packed.post.addResidual) {
-        const at::Tensor from = denseResidual.contiguous(lastChannels);
-        bound.dst.set_data_handle(from.data_ptr());
-        execute(packed.residualToBlocked, bound.residualToBlocked);
-      }
-    } else if (packed.post.addResidual && scratchResidual && denseResidual.is_contiguous(lastChannels)) {
+    const at::Tensor denseResidual = denseFromBlocked(residual);
+    if (packed.post.addResidual && residualIsScratch && !isBlockedActivation(residual) &&
+        denseResidual.is_contiguous(lastChannels)) {
       out = denseResidual; // the sum post-op accumulates onto it: no copy
     } else {
       out = at::empty(packed.outputDims, at::TensorOptions(at::kFloat).memory_format(lastChannels));
       if (packed.post.addResidual)
         out.copy_(denseResidual);
     }
-    if (!packed.blocked)
-      bound.dst.set_data_handle(out.data_ptr());
+    bound.dst.set_data_handle(out.data_ptr());
   }
   at::Tensor scratchpad;
   if (packed.scratchpad.get_size() > 0) {
@@ -779,15 +773,14 @@ bool winogradWeightAffordable(const dnnl::convolution_forward::primitive_desc& w
 // 0.64-0.87x; end to end, in pairs in one process (cleave run --baseline), FCOS 0.91x and
 // ResNet-50 0.98-0.99x with these blocked; with the 1x1 ones too ResNet-50 took 1.11x (their
 // kernels gain 2-4%, less than the reorders cost).
-// A blocked activation x needs no reorder in, and the convolution's output may go on blocked to
-// the next one (Executor: mayReturnBlocked), so then any 2-D ungrouped convolution pays: on the
-// same machine ResNet-50 took 0.87-0.90x its time with the blocked 3x3 layers alone
-// (bench/RESULTS.md, session 25).
-bool blockedDirectPays(const at::Tensor& x, const at::Tensor& w, std::int64_t groups, const ConvPostOps& post,
-                       bool inputBlocked) {
-  if (x.dim() != 4 || groups != 1)
-    return false;
-  return inputBlocked || (!post.addResidual && (w.size(2) > 1 || w.size(3) > 1));
+// The choice is the convolution's shape's alone, never its input's layout: a cut model's
+// convolution after a seam reads a channels-last value where the whole model's read a blocked
+// one, and the two must run the same kernel to give the same sums. (Running the 1x1 ones blocked
+// whenever their input was blocked made a cut ResNet-50 differ from the whole one by 4.5e-4 of
+// an output's magnitude, past `cleave verify`'s tolerance, and gained nothing: the 1x1 kernels
+// took 26.2 ms a run blocked against 26.1 channels-last.)
+bool blockedDirectPays(const at::Tensor& x, const at::Tensor& w, std::int64_t groups, const ConvPostOps& post) {
+  return x.dim() == 4 && groups == 1 && !post.addResidual && (w.size(2) > 1 || w.size(3) > 1);
 }
 
 // The direct convolution with its source and destination in the layouts oneDNN prefers, where
@@ -820,10 +813,8 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
                                                    const std::vector<std::int64_t>& padBegin,
                                                    const std::vector<std::int64_t>& padEnd,
                                                    const std::vector<std::int64_t>& dilations, std::int64_t groups,
-                                                   const ConvPostOps& post, const ConvolutionCache* cache,
-                                                   bool inputBlocked) {
+                                                   const ConvPostOps& post, const ConvolutionCache* cache) {
   auto packed = std::make_shared<PackedConvolution>();
-  packed->forBlockedInput = inputBlocked;
   const std::int64_t oc = w.size(0);
   const std::vector<std::int64_t> out = convolutionOutputDims(x, w, strides, padBegin, padEnd, dilations);
   Dims weightDims(w.sizes().begin(), w.sizes().end());
@@ -870,7 +861,7 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
   if (!winograd) { // the channels-last kernel; the blocked one instead where that is not native
     channelsLast.emplace(describeConvolution(dnnl::algorithm::convolution_direct, packed->src, packed->dst), attr,
                          cpuEngine());
-    if ((!cache || cache->allowBlockedDirect) && blockedDirectPays(x, w, groups, post, inputBlocked))
+    if ((!cache || cache->allowBlockedDirect) && blockedDirectPays(x, w, groups, post))
       blockedDirect = directInPreferredLayout(describeConvolution, attr, *channelsLast);
     if (blockedDirect) {
       packed->blockedSrc = blockedDirect->src_desc();
@@ -887,9 +878,6 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
                                                                      packed->blockedSrc));
     packed->fromBlocked = dnnl::reorder(dnnl::reorder::primitive_desc(cpuEngine(), packed->blockedDst, cpuEngine(),
                                                                        packed->dst));
-    if (post.addResidual)
-      packed->residualToBlocked =
-          dnnl::reorder(dnnl::reorder::primitive_desc(cpuEngine(), packed->dst, cpuEngine(), packed->blockedDst));
   }
   const Tag plainWeight = x.dim() == 5 ? (groups > 1 ? Tag::goidhw : Tag::oidhw) : (groups > 1 ? Tag::goihw : Tag::oihw);
   keepReorderedWeight(*packed, w, weightDims, plainWeight, pd.weights_desc(), x, withBias, out, cache);
@@ -922,9 +910,8 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     return {};
   try {
     if (!packed || packed->transposed || !packed->weight->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
-        packed->withBias != bias.defined() || !(packed->post == post) || packed->forBlockedInput != inputBlocked)
-      packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post, cache,
-                               inputBlocked);
+        packed->withBias != bias.defined() || !(packed->post == post))
+      packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post, cache);
     return runConvolution(*packed, x, bias, residual, residualIsScratch, mayReturnBlocked);
   } catch (const dnnl::error&) {
     packed.reset();
@@ -962,11 +949,10 @@ bool shareReorderedWeight(const PackedConvolution& a, const PackedConvolution& b
   return a.weight == b.weight;
 }
 
-std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef inputDims,
-                                                  bool inputBlocked) {
+std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef inputDims) {
   std::shared_ptr<PackedConvolution>* empty = nullptr;
   for (std::shared_ptr<PackedConvolution>& entry : cache.byShape) {
-    if (entry && inputDims.equals(entry->inputDims) && entry->forBlockedInput == inputBlocked)
+    if (entry && inputDims.equals(entry->inputDims))
       return entry;
     if (!entry && !empty)
       empty = &entry;
@@ -1127,7 +1113,7 @@ std::size_t reorderedWeightBytes(const PackedConvolution&) { return 0; }
 std::size_t heldWeightBytes() { return 0; }
 bool shareReorderedWeight(const PackedConvolution&, const PackedConvolution&) { return false; }
 
-std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef, bool) {
+std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef) {
   if (cache.byShape.empty())
     cache.byShape.emplace_back();
   return cache.byShape.front();

@@ -97,7 +97,8 @@ at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64
 // (toDense). Measured on an AMD EPYC (AVX2, 2 threads): bench_conv_layout's ResNet-50 trunk took
 // 0.85x its channels-last time all blocked.
 bool isBlockedActivation(const at::Tensor& t);
-// Its values as a channels-last ATen tensor (one reorder).
+// Its values as a channels-last ATen tensor: one reorder, made once per value (later calls return
+// the same tensor, which callers must not write); any other tensor as it is.
 at::Tensor denseFromBlocked(const at::Tensor& t);
 
 // What a convolution does to its output inside the same kernel (oneDNN post-ops), in order: add
@@ -171,11 +172,9 @@ struct ConvolutionCache {
   bool allowBlockedDirect = true; // Optimizations::blockedConvolutions, likewise
 };
 
-// The entry of `cache` for an input of `inputDims`, blocked (isBlockedActivation) or not: the one
-// packed for them, else an empty one (the oldest dropped past kMaxShapes) that convolution() or
-// transposedConvolution2d() fills.
-std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef inputDims,
-                                                  bool inputBlocked = false);
+// The entry of `cache` for an input of `inputDims`: the one packed for them, else an empty one
+// (the oldest dropped past kMaxShapes) that convolution() or transposedConvolution2d() fills.
+std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::IntArrayRef inputDims);
 
 // A 2-D or 3-D float32 convolution of x [N, C, (D,) H, W] by w [OC, C / groups, (KD,) KH, KW] plus
 // an optional bias [OC], with per-dim strides, dilations and (possibly asymmetric) pads, then
@@ -189,10 +188,12 @@ std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::I
 // it: into a copy of it, or, when `residualIsScratch` (the caller's to overwrite) and it is
 // channels-last already, into the residual itself, which is then the result.
 // Blocked values (isBlockedActivation): x and the residual may be ones. A convolution that runs
-// in the blocked layout (runsBlocked) reads them as they are, and with `mayReturnBlocked` (every
-// reader of its output takes blocked values) returns its output blocked, skipping the reorders
-// around it; a 2-D ungrouped convolution given a blocked x runs blocked wherever that layout is
-// oneDNN's preferred one (not AVX-512's brgconv), whatever its kernel size.
+// in the blocked layout (runsBlocked) reads them as they are when they are in the layout its
+// primitive reads, and with `mayReturnBlocked` (every reader of its output takes blocked values)
+// returns its output blocked, skipping the reorders around it. Any other convolution reorders a
+// blocked operand to channels-last first: whether a convolution runs blocked depends on its shape
+// and the CPU alone, never on its input's layout, so a cut model computes the same sums as the
+// whole one.
 // 3-D matters because ATen 1.13's at::convolution picks oneDNN for a 3-D convolution only above a
 // size heuristic (N * C * D * H > 20480) and otherwise runs slow_conv3d: r3d_18's 128- and
 // 256-channel layers ran at 31-56 GFLOP/s there, its 64-channel ones on oneDNN at about 200.

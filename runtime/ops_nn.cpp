@@ -481,7 +481,7 @@ at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Te
                           !x.requires_grad() && x.dim() == w.dim();
   return onednn::convolution(denseFloat ? channelsLastDense(x) : x, w, bias, window.strides, window.pads.begin,
                              window.pads.end, window.dilations, window.groups, post, residual, residualIsScratch,
-                             onednn::cacheEntryFor(cache, x.sizes(), blocked), &cache, mayReturnBlocked);
+                             onednn::cacheEntryFor(cache, x.sizes()), &cache, mayReturnBlocked);
 }
 
 // The convolution on ATen: in its blocked layout (2-D float32 on the CPU, weight prepacked once),
