@@ -846,7 +846,8 @@ TEST(OneDnn, BlockedDirectConvolutionsEqualChannelsLastOnes) {
     bool residual, mayRunBlocked;
   };
   const Case cases[] = {{64, 64, 3, 1, 1, false, true},   {32, 48, 3, 2, 1, false, true},
-                        {16, 32, 5, 1, 1, false, true},   {64, 64, 1, 1, 1, false, false},
+                        {16, 32, 5, 1, 1, false, true},   {3, 16, 7, 2, 1, false, true}, // an image's stem
+                        {64, 64, 1, 1, 1, false, false},
                         {64, 64, 3, 1, 4, false, false},  {64, 64, 3, 1, 1, true, false}};
   onednn::ConvolutionCache blockedAllowed, channelsLastOnly;
   blockedAllowed.allowWinograd = channelsLastOnly.allowWinograd = false; // the direct kernels only
@@ -920,6 +921,19 @@ TEST(OneDnn, BlockedActivationsPassFromConvolutionToConvolution) {
   EXPECT_TRUE(isBlocked(blocked));
   EXPECT_TRUE(at::equal(toDense(blocked), dense)); // one primitive; the reorder only moves values
   EXPECT_THROW(at::relu(blocked), c10::Error);
+  // Max pooling reads it in its own layout; a maximum is the same in any layout.
+  const at::Tensor pooledDense =
+      onednn::pool(dense, onednn::PoolKind::Max, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, false);
+  for (const bool mayReturnBlocked : {true, false}) {
+    const at::Tensor pooled =
+        onednn::pool(blocked, onednn::PoolKind::Max, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, false, mayReturnBlocked);
+    ASSERT_TRUE(pooled.defined());
+    EXPECT_EQ(onednn::isBlockedActivation(pooled), mayReturnBlocked);
+    EXPECT_TRUE(at::equal(toDense(pooled), pooledDense));
+  }
+  EXPECT_FALSE(onednn::pool(blocked, onednn::PoolKind::AverageWithoutPadding, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1},
+                            false, true)
+                   .defined()); // averages: channels-last only (the caller reorders)
   // The next 3x3 convolution reads the blocked value as it is.
   const at::Tensor want3 = convolve(dense, second3, {}, false).first;
   for (const bool mayReturnBlocked : {true, false}) {

@@ -428,10 +428,39 @@ at::Tensor denseFromBlocked(const at::Tensor& t) {
   return out;
 }
 
+namespace {
+// Max pooling of a blocked activation in its own layout (the output in the same one): blocked
+// when `mayReturnBlocked`, else channels-last. Undefined where oneDNN refuses it.
+at::Tensor maxPoolBlocked(const at::Tensor& x, const BlockedData& data, const std::vector<std::int64_t>& outDims,
+                          const std::vector<std::int64_t>& kernel, const std::vector<std::int64_t>& strides,
+                          const std::vector<std::int64_t>& padBegin, const Dims& padEnd, const Dims& dilates,
+                          bool mayReturnBlocked) {
+  try {
+    dnnl::pooling_v2_forward::primitive_desc pd(
+        dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_max, data.layout,
+                                       dnnl::memory::desc(Dims(outDims.begin(), outDims.end()), DataType::f32, Tag::any),
+                                       Dims(strides.begin(), strides.end()), Dims(kernel.begin(), kernel.end()), dilates,
+                                       Dims(padBegin.begin(), padBegin.end()), padEnd),
+        cpuEngine());
+    if (!hasInnerBlocks(pd.dst_desc()))
+      return {};
+    at::Tensor out = bufferFor(pd.dst_desc());
+    execute(dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, dnnl::memory(data.layout, cpuEngine(), data.buffer.data_ptr())},
+                                           {DNNL_ARG_DST, dnnl::memory(pd.dst_desc(), cpuEngine(), out.data_ptr())}});
+    const at::Tensor pooled = blockedActivation(out, pd.dst_desc(), outDims);
+    return mayReturnBlocked ? pooled : denseFromBlocked(pooled);
+  } catch (const dnnl::error&) {
+    return {};
+  }
+}
+} // namespace
+
 at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64_t>& kernel,
                 const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
-                const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations, bool ceil) {
-  if (!eligible(x) || (x.dim() != 4 && x.dim() != 5) || x.numel() == 0)
+                const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations, bool ceil,
+                bool mayReturnBlocked) {
+  const BlockedData* blocked = kind == PoolKind::Max ? blockedDataOf(x) : nullptr;
+  if (!(eligible(x) || blocked) || (x.dim() != 4 && x.dim() != 5) || x.numel() == 0)
     return {};
   const std::size_t spatial = static_cast<std::size_t>(x.dim()) - 2;
   if (kernel.size() != spatial || strides.size() != spatial || padBegin.size() != spatial ||
@@ -456,6 +485,8 @@ at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64
   }
   if (kind != PoolKind::Max && std::any_of(dilates.begin(), dilates.end(), [](std::int64_t d) { return d != 0; }))
     return {};
+  if (blocked)
+    return maxPoolBlocked(x, *blocked, outDims, kernel, strides, padBegin, effectiveEnd, dilates, mayReturnBlocked);
   const at::MemoryFormat format =
       x.is_contiguous(channelsLast(x.dim())) ? channelsLast(x.dim()) : at::MemoryFormat::Contiguous;
   at::Tensor src = x.contiguous(format);
@@ -798,7 +829,7 @@ directInPreferredLayout(const Describe& describeConvolution, const dnnl::primiti
                             dnnl::memory::desc(channelsLast.src_desc().dims(), DataType::f32, Tag::any),
                             dnnl::memory::desc(channelsLast.dst_desc().dims(), DataType::f32, Tag::any)),
         attr, cpuEngine());
-    if (!hasInnerBlocks(preferred.src_desc()) || !hasInnerBlocks(preferred.dst_desc()))
+    if (!hasInnerBlocks(preferred.dst_desc()))
       return std::nullopt;
     return preferred;
   } catch (const dnnl::error&) {
@@ -1089,7 +1120,7 @@ struct PackedConvolution {};
 
 at::Tensor pool(const at::Tensor&, PoolKind, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
                 const std::vector<std::int64_t>&, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&,
-                bool) {
+                bool, bool) {
   return {};
 }
 

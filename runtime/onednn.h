@@ -83,10 +83,15 @@ at::Tensor softmax(const at::Tensor& x, std::int64_t axis, bool logarithm, bool 
 // not take the operands: not a dense float32 CPU tensor without autograd, an Average counting
 // padding whose ceil rounding would count cells past the end padding (ATen does not), or
 // geometry oneDNN refuses (a pad as large as the kernel).
+// Max pooling also takes a blocked activation (isBlockedActivation), pooled in its own layout: the
+// output is one too with `mayReturnBlocked`, else channels-last. (Average pooling does not: its
+// sums could round differently in another layout, and a cut model's pooling after a seam reads a
+// channels-last value; a maximum is the same in any order.)
 enum class PoolKind : std::uint8_t { Max, AverageWithPadding, AverageWithoutPadding };
 at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64_t>& kernel,
                 const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
-                const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations, bool ceil);
+                const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations, bool ceil,
+                bool mayReturnBlocked = false);
 
 // A convolution's output kept in oneDNN's blocked layout (nChw8c on AVX2) for the convolutions
 // that read it next, rather than reordered to channels-last after one and back before the other.

@@ -237,15 +237,17 @@ Outputs maxPool(KernelContext& c) {
   if (c.outputUsed(1)) {
     if (!fits)
       throw KernelError("the Indices output needs symmetric pads of at most half the kernel");
-    Outputs pooled = maxPoolWithIndices(c, x.is_mkldnn() ? x.to_dense() : x, kernel, strides, padding, dilations, ceil);
+    Outputs pooled = maxPoolWithIndices(c, toDense(x), kernel, strides, padding, dilations, ceil);
     pooled[0] = pooled[0].to(type);
     return pooled;
   }
   if (n == 2 || n == 3) { // oneDNN directly, in x's layout, any pads
-    at::Tensor y = onednn::pool(x, onednn::PoolKind::Max, kernel, strides, pads.begin, pads.end, dilations, ceil);
+    at::Tensor y = onednn::pool(x, onednn::PoolKind::Max, kernel, strides, pads.begin, pads.end, dilations, ceil,
+                                c.outputMayStayBlocked());
     if (y.defined())
       return {narrowInteger ? y.to(type) : y};
   }
+  x = onednn::denseFromBlocked(x); // ATen's pooling reads no blocked activation
   // oneDNN's blocked pooling: 2-D, implicit padding, no dilation.
   bool undilated = std::all_of(dilations.begin(), dilations.end(), [](std::int64_t d) { return d == 1; });
   if (x.is_mkldnn() && !(n == 2 && fits && undilated))
@@ -641,7 +643,7 @@ void registerNnKernels(KernelTable& t) {
   // Blocked values: onednn.h's with libdnnl, ATen's without (Layouts).
   t.add("Conv", conv, Layouts::DenseOrBlocked);
   t.add("ConvTranspose", convTranspose);
-  t.add("MaxPool", maxPool, atenBlockedOrDense());
+  t.add("MaxPool", maxPool, Layouts::DenseOrBlocked); // blocked values of either kind (Layouts)
   t.add("AveragePool", avgPool, atenBlockedOrDense());
   t.add("GlobalAveragePool", [](KernelContext& c) -> Outputs {
     const at::Tensor& x = c.input(0);
