@@ -431,7 +431,7 @@ at::Tensor denseFromBlocked(const at::Tensor& t) {
 namespace {
 // Max pooling of a blocked activation in its own layout (the output in the same one): blocked
 // when `mayReturnBlocked`, else channels-last. Undefined where oneDNN refuses it.
-at::Tensor maxPoolBlocked(const at::Tensor& x, const BlockedData& data, const std::vector<std::int64_t>& outDims,
+at::Tensor maxPoolBlocked(const BlockedData& data, const std::vector<std::int64_t>& outDims,
                           const std::vector<std::int64_t>& kernel, const std::vector<std::int64_t>& strides,
                           const std::vector<std::int64_t>& padBegin, const Dims& padEnd, const Dims& dilates,
                           bool mayReturnBlocked) {
@@ -486,7 +486,7 @@ at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64
   if (kind != PoolKind::Max && std::any_of(dilates.begin(), dilates.end(), [](std::int64_t d) { return d != 0; }))
     return {};
   if (blocked)
-    return maxPoolBlocked(x, *blocked, outDims, kernel, strides, padBegin, effectiveEnd, dilates, mayReturnBlocked);
+    return maxPoolBlocked(*blocked, outDims, kernel, strides, padBegin, effectiveEnd, dilates, mayReturnBlocked);
   const at::MemoryFormat format =
       x.is_contiguous(channelsLast(x.dim())) ? channelsLast(x.dim()) : at::MemoryFormat::Contiguous;
   at::Tensor src = x.contiguous(format);
