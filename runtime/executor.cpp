@@ -75,7 +75,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
       takers = takers && (g.kind(user) == ir::NodeKind::Output ||
                           (g.kind(user) == ir::NodeKind::Op && executor->readerLayouts(user) == Layouts::DenseOrBlocked));
     }
-    if (options.optimizations.blockedLayout)
+    // Blocked values are oneDNN's CPU float32 layouts: none on another device or in another float type.
+    if (options.optimizations.blockedLayout && options.device.is_cpu() && !options.floatType)
       executor->blockedReaders_[v] = !takers ? BlockedReaders::No : output ? BlockedReaders::IfOutputsMay : BlockedReaders::Yes;
   }
   return executor;
@@ -351,8 +352,7 @@ Status Executor::bindInput(NodeId node, const TensorMap& inputs, RunState& state
   if (found == inputs.end())
     return Error(ErrorCode::InvalidArgument) << "no value for input '" << g.valueName(value) << "'";
   // A blocked input (another submodel's output) stays so only for readers taking it, on the CPU.
-  bool keepBlocked = state.mayStayBlocked(blockedReaders_[index(value)]) && options_.device.is_cpu() &&
-                     !options_.floatType;
+  const bool keepBlocked = state.mayStayBlocked(blockedReaders_[index(value)]);
   at::Tensor& bound = state.values[index(value)];
   if (!found->second.defined()) { // an empty optional
     if (g.valueKind(value) != ir::ValueKind::Sequence)
@@ -431,8 +431,8 @@ Status Executor::runOp(NodeId node, RunState& state) {
     if (kernel.layouts == Layouts::Dense) // no-op: values stay blocked only for readers taking them
       operands.back() = toDense(operands.back());
   }
-  const bool outputMayStayBlocked = !g.outputs(node).empty() && options_.device.is_cpu() && !options_.floatType &&
-                                    state.mayStayBlocked(blockedReaders_[index(g.outputs(node)[0])]);
+  const bool outputMayStayBlocked =
+      !g.outputs(node).empty() && state.mayStayBlocked(blockedReaders_[index(g.outputs(node)[0])]);
   CLEAVE_TRY(std::vector<at::Tensor> results,
              computeOrRecall(node, group, kernel, std::move(operands), outputMayStayBlocked, state.stats));
   CLEAVE_CHECK(storeResults(node, std::move(results), state));

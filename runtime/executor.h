@@ -155,7 +155,8 @@ private:
   FusionPlan fusion_;                            // node groups run as one kernel (unobserved runs)
   SmallOpMemo memo_;                             // shape arithmetic's results from the last run
   // Per value: whether it may stay in the blocked layout: every reader is a kernel taking it, or
-  // the graph's output (then only when the run's outputs may be blocked).
+  // the graph's output (then only when the run's outputs may be blocked). All No off the CPU, in
+  // another float type, or with Optimizations::blockedLayout off.
   enum class BlockedReaders : std::uint8_t { No, Yes, IfOutputsMay };
   std::vector<BlockedReaders> blockedReaders_;
   std::map<std::pair<std::uint32_t, std::string>, std::unique_ptr<Executor>> subgraphs_;

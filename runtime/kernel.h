@@ -101,8 +101,8 @@ using Kernel = std::vector<at::Tensor> (*)(KernelContext&);
 // The layouts a kernel takes its operands in. Blocked: oneDNN's blocked activation layout, which
 // convolutions compute in; keeping a value blocked from one convolution to the next saves two
 // reorders per op. Built with libdnnl, blocked values are onednn.h's blocked activations, which
-// only convolutions read; without it, ATen's mkldnn tensors, which Relu, Add and pooling read too
-// (atenBlockedOrDense). The executor gives blocked operands only to kernels that take them and
+// only convolutions and MaxPool read; without it, ATen's mkldnn tensors, which Relu, Add and
+// pooling read too (atenBlockedOrDense). The executor gives blocked operands only to kernels that take them and
 // turns them dense for every other reader.
 enum class Layouts : std::uint8_t { Dense, DenseOrBlocked };
 // The layouts of an ATen kernel that runs on ATen's mkldnn tensors: DenseOrBlocked where those are

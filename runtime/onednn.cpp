@@ -420,40 +420,13 @@ at::Tensor denseFromBlocked(const at::Tensor& t) {
   if (data->channelsLastCopy.defined())
     return data->channelsLastCopy;
   at::Tensor out = at::empty(t.sizes(), at::TensorOptions(at::kFloat).memory_format(channelsLast(t.dim())));
-  dnnl::memory from(data->layout, cpuEngine(), data->buffer.data_ptr());
-  dnnl::memory to(dnnl::memory::desc(Dims(t.sizes().begin(), t.sizes().end()), DataType::f32, channelsLastTag(t.dim())),
-                  cpuEngine(), out.data_ptr());
+  const dnnl::memory from = view(data->layout, data->buffer);
+  const dnnl::memory to =
+      view(dnnl::memory::desc(Dims(t.sizes().begin(), t.sizes().end()), DataType::f32, channelsLastTag(t.dim())), out);
   execute(dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
   data->channelsLastCopy = out;
   return out;
 }
-
-namespace {
-// Max pooling of a blocked activation in its own layout (the output in the same one): blocked
-// when `mayReturnBlocked`, else channels-last. Undefined where oneDNN refuses it.
-at::Tensor maxPoolBlocked(const BlockedData& data, const std::vector<std::int64_t>& outDims,
-                          const std::vector<std::int64_t>& kernel, const std::vector<std::int64_t>& strides,
-                          const std::vector<std::int64_t>& padBegin, const Dims& padEnd, const Dims& dilates,
-                          bool mayReturnBlocked) {
-  try {
-    dnnl::pooling_v2_forward::primitive_desc pd(
-        dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_max, data.layout,
-                                       dnnl::memory::desc(Dims(outDims.begin(), outDims.end()), DataType::f32, Tag::any),
-                                       Dims(strides.begin(), strides.end()), Dims(kernel.begin(), kernel.end()), dilates,
-                                       Dims(padBegin.begin(), padBegin.end()), padEnd),
-        cpuEngine());
-    if (!hasInnerBlocks(pd.dst_desc()))
-      return {};
-    at::Tensor out = bufferFor(pd.dst_desc());
-    execute(dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, dnnl::memory(data.layout, cpuEngine(), data.buffer.data_ptr())},
-                                           {DNNL_ARG_DST, dnnl::memory(pd.dst_desc(), cpuEngine(), out.data_ptr())}});
-    const at::Tensor pooled = blockedActivation(out, pd.dst_desc(), outDims);
-    return mayReturnBlocked ? pooled : denseFromBlocked(pooled);
-  } catch (const dnnl::error&) {
-    return {};
-  }
-}
-} // namespace
 
 at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64_t>& kernel,
                 const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
@@ -485,24 +458,33 @@ at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64
   }
   if (kind != PoolKind::Max && std::any_of(dilates.begin(), dilates.end(), [](std::int64_t d) { return d != 0; }))
     return {};
-  if (blocked)
-    return maxPoolBlocked(*blocked, outDims, kernel, strides, padBegin, effectiveEnd, dilates, mayReturnBlocked);
-  const at::MemoryFormat format =
-      x.is_contiguous(channelsLast(x.dim())) ? channelsLast(x.dim()) : at::MemoryFormat::Contiguous;
-  at::Tensor src = x.contiguous(format);
-  at::Tensor out = at::empty(outDims, x.options().memory_format(format));
   const dnnl::algorithm algorithm = kind == PoolKind::Max                  ? dnnl::algorithm::pooling_max
                                     : kind == PoolKind::AverageWithPadding ? dnnl::algorithm::pooling_avg_include_padding
                                                                            : dnnl::algorithm::pooling_avg_exclude_padding;
+  // A dense x is read in its own layout (channels-last or contiguous) into the same; a blocked
+  // one in its layout, into the one oneDNN picks for the output (the same blocks).
+  const at::MemoryFormat format =
+      blocked || !x.is_contiguous(channelsLast(x.dim())) ? at::MemoryFormat::Contiguous : channelsLast(x.dim());
+  const at::Tensor src = blocked ? blocked->buffer : x.contiguous(format);
+  at::Tensor out = blocked ? at::Tensor() : at::empty(outDims, x.options().memory_format(format));
   try {
-    const dnnl::memory::desc srcDesc = describe(src), dstDesc = describe(out);
+    const dnnl::memory::desc srcDesc = blocked ? blocked->layout : describe(src);
+    const dnnl::memory::desc wantedDst =
+        blocked ? dnnl::memory::desc(Dims(outDims.begin(), outDims.end()), DataType::f32, Tag::any) : describe(out);
     dnnl::pooling_v2_forward::primitive_desc pd(
-        dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, algorithm, srcDesc, dstDesc,
+        dnnl::pooling_v2_forward::desc(dnnl::prop_kind::forward_inference, algorithm, srcDesc, wantedDst,
                                        Dims(strides.begin(), strides.end()), Dims(kernel.begin(), kernel.end()),
                                        dilates, Dims(padBegin.begin(), padBegin.end()), effectiveEnd),
         cpuEngine());
-    execute(dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, view(srcDesc, src)}, {DNNL_ARG_DST, view(dstDesc, out)}});
-    return out;
+    if (blocked && !hasInnerBlocks(pd.dst_desc()))
+      return {};
+    if (blocked)
+      out = bufferFor(pd.dst_desc());
+    execute(dnnl::pooling_v2_forward(pd), {{DNNL_ARG_SRC, view(srcDesc, src)}, {DNNL_ARG_DST, view(pd.dst_desc(), out)}});
+    if (!blocked)
+      return out;
+    const at::Tensor pooled = blockedActivation(out, pd.dst_desc(), outDims);
+    return mayReturnBlocked ? pooled : denseFromBlocked(pooled);
   } catch (const dnnl::error&) {
     return {};
   }
