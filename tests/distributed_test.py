@@ -4,13 +4,16 @@ single-process microbatched run byte for byte (same thread count), including an 
 microbatch and a skip connection that jumps a stage; split plans run the same way. Training a
 pipeline plan (`cleave train PLAN`, in one process and on 2 and 3 ranks) follows the whole model's
 training, tied weights included. Faults: a missing or inconsistent environment, a rank that
-fails, a peer that never comes."""
+fails, a peer that never comes. Two hosts: two network namespaces joined by a veth pair, each with
+its own address and no other route, run one world with a launcher each; a rank killed on one host
+is named by the other's error, and a host cut off ends the run within the timeout."""
 import json
 import os
 import re
 import socket
 import subprocess
 import time
+import unittest
 
 import numpy as np
 import onnx
@@ -29,6 +32,76 @@ def free_port():
 
 def launch(nproc, *command, timeout=60):
     return run("launch", "--nproc", nproc, "--master-port", free_port(), "--timeout", 30, "--", *command)
+
+
+class TwoHosts:
+    """Two test hosts on this machine: network namespaces `<name>a` and `<name>b`, each holding one
+    end of a veth pair, addressed 198.18.0.1 and 198.18.0.2 (RFC 2544's benchmarking range), with
+    loopback up and no other interface: traffic between them crosses the veth link and nothing
+    leaves the pair. Needs root (CI and the development machines run as root)."""
+    ADDRESSES = ("198.18.0.1", "198.18.0.2")
+    count = 0
+
+    def __init__(self):
+        TwoHosts.count += 1
+        self.name = f"clv{os.getpid() % 100000}n{TwoHosts.count}"  # interface names: 15 characters at most
+        self.hosts = (self.name + "a", self.name + "b")
+
+    def __enter__(self):
+        def ip(*args):
+            subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
+        try:
+            for host in self.hosts:
+                ip("netns", "add", host)
+            ip("link", "add", self.hosts[0], "type", "veth", "peer", "name", self.hosts[1])
+            for host, address in zip(self.hosts, self.ADDRESSES):
+                ip("link", "set", host, "netns", host)
+                ip("-n", host, "addr", "add", address + "/30", "dev", host)
+                ip("-n", host, "link", "set", "lo", "up")
+                ip("-n", host, "link", "set", host, "up")
+        except (OSError, subprocess.CalledProcessError) as e:
+            self.__exit__(None, None, None)
+            detail = e.stderr.strip() if isinstance(e, subprocess.CalledProcessError) else str(e)
+            raise unittest.SkipTest(f"network namespaces unavailable here ({detail}): needs root and iproute2")
+        return self
+
+    def __exit__(self, *exc):
+        for host in self.hosts:  # deleting a namespace deletes its end of the pair, and so the pair
+            for pid in self.pids(host):
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            subprocess.run(["ip", "netns", "del", host], capture_output=True, timeout=30)
+
+    @staticmethod
+    def pids(host):
+        out = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+    def launch(self, node, nproc, *command, timeout=10):
+        """One launcher per host: `cleave launch` on host `node`, master on host 0."""
+        argv = ["ip", "netns", "exec", self.hosts[node], CLEAVE, "launch", "--nproc", str(nproc), "--nnodes", "2",
+                "--node-rank", str(node), "--master-addr", self.ADDRESSES[0], "--master-port", "29500",
+                "--timeout", str(timeout), "--", *map(str, command)]
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def rank_pid(self, node, rank):
+        for pid in self.pids(self.hosts[node]):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    variables = f.read().split(b"\0")
+            except OSError:
+                continue
+            if f"RANK={rank}".encode() in variables and b"LOCAL_RANK" in b" ".join(variables):
+                return pid
+        raise AssertionError(f"no rank {rank} on host {node}")
+
+    def link_bytes(self, node):
+        out = subprocess.run(["ip", "netns", "exec", self.hosts[node], "cat",
+                              f"/sys/class/net/{self.hosts[node]}/statistics/tx_bytes"],
+                             capture_output=True, text=True, check=True).stdout
+        return int(out)
 
 
 class Distributed(TempDirTest):
@@ -137,6 +210,113 @@ class Distributed(TempDirTest):
         self.assertIn("[rank 0] rank 0 of 4: ran stage_0", results[0][1])
         with open(self.path("single.npz"), "rb") as a, open(self.path("dist.npz"), "rb") as b:
             self.assertEqual(a.read(), b.read())
+
+    def mlp_with_loss(self, rows=64):
+        """x [N, 8] -> 4 Linear+Relu blocks -> mean squared error against y; and data.npz."""
+        rng = np.random.default_rng(4)
+        inits, nodes, h = [], [], "x"
+        for k in range(4):
+            inits += [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), f"w{k}"),
+                      numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), f"b{k}")]
+            nodes += [helper.make_node("MatMul", [h, f"w{k}"], [f"m{k}"]),
+                      helper.make_node("Add", [f"m{k}", f"b{k}"], [f"a{k}"]), helper.make_node("Relu", [f"a{k}"], [f"h{k}"])]
+            h = f"h{k}"
+        nodes += [helper.make_node("Sub", [h, "y"], ["d"]), helper.make_node("Mul", ["d", "d"], ["dd"]),
+                  helper.make_node("ReduceMean", ["dd"], ["loss"], keepdims=0)]
+        graph = helper.make_graph(nodes, "mlp_mse", [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 8])
+                                                     for n in ("x", "y")],
+                                  [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+        path = self.path("mlp_mse.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+        np.savez(self.path("data.npz"), x=rng.standard_normal((rows, 8)).astype(np.float32),
+                 y=rng.standard_normal((rows, 8)).astype(np.float32))
+        return path
+
+    def test_two_hosts_on_their_own_network_compute_what_one_process_does(self):
+        """Two launchers on two hosts (network namespaces), 2 ranks each, with no GLOO_SOCKET_IFNAME:
+        each rank listens on its host's address toward the master (a rank that listened where its
+        hostname resolves, Gloo's default, was unreachable from the other host). Inference and
+        training give one process's bytes and losses, and the messages crossed the link."""
+        model = self.mlp_with_skip()
+        plan = self.path("plan")
+        run("pipeline", model, "--stages", 4, "-o", plan, check=True)
+        np.savez(self.path("x.npz"), x=np.random.default_rng(3).standard_normal((10, 8)).astype(np.float32))
+        args = ["--microbatches", 4, "--inputs", self.path("x.npz"), "--save-outputs"]  # rows 3, 3, 3, 1
+        run("run", plan, "--pipeline", *args, self.path("single.npz"), check=True)
+        trained = self.mlp_with_loss()
+        stages = self.path("stages")
+        run("pipeline", trained, "--stages", 4, "-o", stages, check=True)
+        common = ["--data", self.path("data.npz"), "--batch", 16, "--steps", 3, "--microbatches", 4,
+                  "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--json"]
+        code, local, err = run("train", stages, *common)
+        self.assertEqual(code, 0, err)
+        with TwoHosts() as hosts:
+            before = [hosts.link_bytes(node) for node in (0, 1)]
+            nodes = [hosts.launch(node, 2, "cleave", "run", plan, "--distributed", "--schedule", "1f1b", *args,
+                                  self.path("dist.npz")) for node in (0, 1)]
+            results = [node.communicate(timeout=90) for node in nodes]
+            for node, (out, err) in zip(nodes, results):
+                self.assertEqual(node.returncode, 0, err)
+            self.assertIn("[rank 2] rank 2 of 4: ran stage_2", results[1][1])
+            with open(self.path("single.npz"), "rb") as a, open(self.path("dist.npz"), "rb") as b:
+                self.assertEqual(a.read(), b.read())
+            # The ranks talked over the link: every microbatch crossed it both ways (rank 1 to 2,
+            # and 3 back to 0 for the output), besides the rendezvous.
+            sent = [hosts.link_bytes(node) - b for node, b in zip((0, 1), before)]
+            self.assertGreater(min(sent), 10 * 8 * 4, sent)
+            nodes = [hosts.launch(node, 2, "cleave", "train", stages, *common, "--schedule", "1f1b") for node in (0, 1)]
+            results = [node.communicate(timeout=90) for node in nodes]
+            for node, (out, err) in zip(nodes, results):
+                self.assertEqual(node.returncode, 0, err)
+            losses = lambda text: [json.loads(line.split("] ", 1)[-1])["loss"] for line in text.splitlines()]
+            self.assertEqual(losses(results[0][0]), losses(local))
+            self.assertEqual(len(losses(local)), 3)
+
+    def test_a_rank_killed_on_one_host_is_named_on_the_other(self):
+        """Rank 3 (host 1) is killed mid-training: host 1's launcher names it and stops rank 2; host
+        0's ranks, whose connections to host 1 close, fail at once naming rank 3's death (the
+        launcher's announcement through the store), not only the peer they were waiting on."""
+        self.mlp_with_loss()
+        stages = self.path("stages")
+        run("pipeline", self.path("mlp_mse.onnx"), "--stages", 4, "-o", stages, check=True)
+        common = ["train", stages, "--data", self.path("data.npz"), "--batch", 16, "--steps", 100000,
+                  "--microbatches", 4, "--lr", "0.01", "--json", "--schedule", "1f1b"]
+        with TwoHosts() as hosts:
+            nodes = [hosts.launch(node, 2, "cleave", *common, timeout=60) for node in (0, 1)]
+            self.assertIn('"step":1,', nodes[0].stdout.readline())  # training is under way
+            killed = time.monotonic()
+            os.kill(hosts.rank_pid(1, 3), 9)
+            results = [node.communicate(timeout=90) for node in nodes]
+            self.assertLess(time.monotonic() - killed, 20)  # far inside the 60 s timeout
+            self.assertEqual([n.returncode for n in nodes], [1, 1], results)
+            self.assertEqual(results[1][1].splitlines()[-1], "cleave launch: error: rank 3 died of signal Killed")
+            last = results[0][1].splitlines()[-1]
+            self.assertRegex(last, r"^cleave launch: error: rank [01] exited with status 1: cleave train: error: "
+                                   r"rank [01]: .* failed after rank 3 died of signal Killed \(the run's first failure")
+            self.assertNotIn("timed out", results[0][1])
+            for node in (0, 1):  # no rank's log but its own lines and the launcher's
+                for line in results[node][1].splitlines():
+                    self.assertRegex(line, r"^(\[rank \d\] |cleave launch: error: )", line)
+
+    def test_a_host_cut_off_ends_the_run_within_the_timeout(self):
+        """Host 1's link goes down mid-training (no connection closes: its packets are lost): every
+        rank on both hosts fails once the 5 s timeout runs out, saying so, instead of hanging."""
+        self.mlp_with_loss()
+        stages = self.path("stages")
+        run("pipeline", self.path("mlp_mse.onnx"), "--stages", 4, "-o", stages, check=True)
+        common = ["train", stages, "--data", self.path("data.npz"), "--batch", 16, "--steps", 100000,
+                  "--microbatches", 4, "--lr", "0.01", "--json", "--schedule", "1f1b"]
+        with TwoHosts() as hosts:
+            nodes = [hosts.launch(node, 2, "cleave", *common, timeout=5) for node in (0, 1)]
+            self.assertIn('"step":1,', nodes[0].stdout.readline())
+            cut = time.monotonic()
+            subprocess.run(["ip", "-n", hosts.hosts[1], "link", "set", hosts.hosts[1], "down"], check=True)
+            results = [node.communicate(timeout=90) for node in nodes]
+            self.assertLess(time.monotonic() - cut, 5 + 2 + 10)  # the timeout, the announcement's grace, slack
+            for node, (out, err) in zip(nodes, results):
+                self.assertEqual(node.returncode, 1, err)
+                self.assertRegex(err.splitlines()[-1], r"^cleave launch: error: rank \d exited with status 1: "
+                                                       r"cleave train: error: rank \d: .* failed: .*[Tt]imed out.* \(timeout 5 s\)$")
 
     def test_a_split_plan_runs_across_ranks(self):
         plan = self.path("split")

@@ -3,6 +3,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <map>
 #include <set>
 
@@ -13,11 +20,19 @@ namespace cleave::runtime::distributed {
 
 namespace {
 constexpr std::int64_t kMaxRank = 16; // dims a header carries
+// The store keys of the first failure: a counter (the first launcher to add 1 writes the
+// message) and the message itself.
+constexpr const char* kFailureCount = "cleave/failures";
+constexpr const char* kFirstFailure = "cleave/first-failure";
+// How long a rank whose operation failed waits for a launcher's announcement: a launcher polls
+// its ranks every 100 ms and reaches the store in well under a second.
+constexpr std::chrono::milliseconds kAnnouncementGrace{2000};
 
 class GlooCommunicator final : public Communicator {
 public:
-  GlooCommunicator(c10::intrusive_ptr<c10d::ProcessGroupGloo> group, DistributedEnv env)
-      : group_(std::move(group)), env_(std::move(env)) {}
+  GlooCommunicator(c10::intrusive_ptr<c10d::TCPStore> store, c10::intrusive_ptr<c10d::ProcessGroupGloo> group,
+                   DistributedEnv env)
+      : store_(std::move(store)), group_(std::move(group)), env_(std::move(env)) {}
 
   int rank() const override { return env_.rank; }
   int worldSize() const override { return env_.worldSize; }
@@ -129,15 +144,36 @@ public:
 
 private:
   template <class Body> Status guarded(const std::string& what, Body body) {
+    std::string detail;
     try {
       body();
       return {};
     } catch (const c10::Error& e) {
-      return Error(ErrorCode::InvalidArgument) << "rank " << env_.rank << ": " << what << " failed: "
-                                               << firstLine(e.what_without_backtrace());
+      detail = firstLine(e.what_without_backtrace());
     } catch (const std::exception& e) {
-      return Error(ErrorCode::InvalidArgument) << "rank " << env_.rank << ": " << what << " failed: "
-                                               << firstLine(e.what());
+      detail = firstLine(e.what());
+    }
+    if (detail.find("imed out") != std::string::npos) // "Timed out", "timed out": not every one names the limit
+      detail += " (timeout " + std::to_string(env_.timeout.count()) + " s)";
+    Error error(ErrorCode::InvalidArgument);
+    error << "rank " << env_.rank << ": " << what << " failed";
+    if (std::string first = announcedFailure(); !first.empty())
+      error << " after " << first << " (the run's first failure, announced by its launcher; here: " << detail << ")";
+    else
+      error << ": " << detail;
+    return error;
+  }
+
+  // The run's first failure as a launcher announced it, waiting up to the grace; empty when none
+  // came (no launcher, a hung peer, or the store itself gone with rank 0).
+  std::string announcedFailure() {
+    try {
+      store_->wait({kFirstFailure}, std::min<std::chrono::milliseconds>(kAnnouncementGrace, env_.timeout));
+      std::vector<std::uint8_t> bytes = store_->get(kFirstFailure);
+      std::string text(bytes.begin(), bytes.end());
+      return std::string(firstLine(text));
+    } catch (const std::exception&) {
+      return {};
     }
   }
 
@@ -167,6 +203,7 @@ private:
     pending_.push_back({group_->send(list, dst, tag), tensor});
   }
 
+  c10::intrusive_ptr<c10d::TCPStore> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   DistributedEnv env_;
   // Shapes by (peer, shape key) whose header has gone out / come in.
@@ -200,13 +237,48 @@ public:
   Status allReduceSum(at::Tensor&) override { return {}; }
 };
 
+// This host's address on the route toward `host`: the source address the kernel picks for a
+// datagram socket connected there (connecting one sends nothing). Empty when `host` does not
+// resolve or has no route. Why: the address a peer can reach this rank at is the one on the
+// interface facing the master, not whatever the hostname resolves to (often 127.0.1.1, or an
+// address of another network namespace), which is what Gloo's default device binds.
+std::string localAddressToward(const std::string& host, std::uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
+    return {};
+  std::string address;
+  for (addrinfo* a = found; a && address.empty(); a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0)
+      continue;
+    sockaddr_storage local{};
+    socklen_t length = sizeof local;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+      if (local.ss_family == AF_INET)
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, text, sizeof text);
+      else if (local.ss_family == AF_INET6 && !IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr))
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, text, sizeof text);
+      address = text;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return address;
+}
+
 // Where this rank's Gloo transport listens: GLOO_SOCKET_IFNAME's interface when set (as in
-// PyTorch); loopback when the master is on this host's loopback; else the host's own address.
+// PyTorch); else this host's address on the route toward the master (loopback when the master
+// is on this host's loopback); else Gloo's default (the hostname's address).
 std::shared_ptr<::gloo::transport::Device> transportDevice(const DistributedEnv& env) {
   if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface)
     return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
-  if (env.masterAddr == "localhost" || env.masterAddr.rfind("127.", 0) == 0)
-    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  if (std::string address = localAddressToward(env.masterAddr, env.masterPort); !address.empty())
+    return c10d::ProcessGroupGloo::createDeviceForHostname(address);
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 } // namespace
@@ -225,11 +297,38 @@ Expected<std::unique_ptr<Communicator>> Communicator::connect(const DistributedE
     auto groupOptions = c10d::ProcessGroupGloo::Options::create(env.timeout);
     groupOptions->devices.push_back(transportDevice(env));
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.worldSize, groupOptions);
-    return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(std::move(group), env));
+    return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(std::move(store), std::move(group), env));
   } catch (const std::exception& e) {
     return Error(ErrorCode::InvalidArgument) << "rank " << env.rank << ": rendezvous at " << where << " failed (timeout "
                                              << env.timeout.count() << " s): " << firstLine(e.what());
   }
+}
+
+void announceFailure(const std::string& masterAddr, std::uint16_t masterPort, const std::string& failure,
+                     std::chrono::milliseconds patience) {
+  // c10d logs a connect that fails to stderr (glog), which here is not an error of the run: its
+  // log goes to /dev/null for the call. Changing fd 2 is why only a single-threaded caller may
+  // use this.
+  int savedStderr = dup(STDERR_FILENO), devNull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (savedStderr >= 0 && devNull >= 0)
+    dup2(devNull, STDERR_FILENO);
+  try {
+    c10d::TCPStoreOptions options;
+    options.port = masterPort;
+    options.isServer = false;
+    options.waitWorkers = false;
+    options.timeout = patience;
+    c10d::TCPStore store(masterAddr, options);
+    if (store.add(kFailureCount, 1) == 1)
+      store.set(kFirstFailure, std::vector<std::uint8_t>(failure.begin(), failure.end()));
+  } catch (const std::exception&) {
+    // The store is gone (rank 0 exited) or unreachable: the ranks report their own errors.
+  }
+  if (savedStderr >= 0 && devNull >= 0)
+    dup2(savedStderr, STDERR_FILENO);
+  for (int fd : {savedStderr, devNull})
+    if (fd >= 0)
+      close(fd);
 }
 
 } // namespace cleave::runtime::distributed

@@ -20,12 +20,18 @@
 // is posted), so the data travels while this rank computes; the recv() of the same (peer, tag)
 // then only waits for it. A receive whose key has no shape yet posts its header's receive, and its
 // data's once the header is in.
+// Failures across hosts: when a Gloo operation fails (a peer's connection closed, or the
+// timeout ran out), the error also names the run's first failure if a launcher announced one
+// (announceFailure below) within a short grace: a rank on one host then names the rank that died
+// on another, not only the peer whose connection closed as a consequence.
 // Complexity: per tensor, its bytes, plus one header of 18 int64 the first time of its key.
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <memory>
+#include <string>
 
 #include "base/expected.h"
 #include "runtime/distributed/environment.h"
@@ -54,5 +60,12 @@ public:
   // Sums `tensor` (dense, contiguous, on the CPU) over every rank, in place.
   virtual Status allReduceSum(at::Tensor& tensor) = 0;
 };
+
+// Records `failure` ("rank 3 died of signal Killed") as the run's first failure in the rendezvous
+// store at masterAddr:masterPort, unless another launcher recorded one first. Best effort: gives
+// up silently after `patience` (the store lives in rank 0, which may be gone). Silences stderr
+// while it runs, so only a single-threaded process (the launcher) may call it.
+void announceFailure(const std::string& masterAddr, std::uint16_t masterPort, const std::string& failure,
+                     std::chrono::milliseconds patience);
 
 } // namespace cleave::runtime::distributed

@@ -1,5 +1,7 @@
 #include "runtime/distributed/launcher.h"
 
+#include "runtime/distributed/communicator.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -164,7 +166,7 @@ public:
         signalAll(ranks_, SIGKILL);
     }
     if (failedRank_ && result_.failure.empty())
-      result_.failure = describeFailure(*failedRank_);
+      settleFailure();
     if (interrupted && result_.failedRank < 0) {
       result_.exitCode = 1;
       result_.failure = "interrupted: every rank was stopped";
@@ -219,7 +221,16 @@ private:
       failedRank_ = &rank;
     }
     if (failedRank_ && failedRank_->errFd < 0 && result_.failure.empty())
-      result_.failure = describeFailure(*failedRank_);
+      settleFailure();
+  }
+
+  // The first failure, described once its last stderr line is in. With several hosts it is also
+  // announced to the other hosts' ranks through the rendezvous store, so that theirs, failing
+  // when this host's connections close, name it (communicator.h).
+  void settleFailure() {
+    result_.failure = describeFailure(*failedRank_);
+    if (options_.nodes > 1 && failedRank_->global != 0) // rank 0's store went with it
+      announceFailure(options_.masterAddr, options_.masterPort, result_.failure, std::chrono::seconds(2));
   }
 
   static std::string describeFailure(const Rank& rank) {
