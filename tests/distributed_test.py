@@ -272,18 +272,24 @@ class Distributed(TempDirTest):
             self.assertEqual(losses(results[0][0]), losses(local))
             self.assertEqual(len(losses(local)), 3)
 
+    def start_endless_training(self, hosts, timeout):
+        """A 4-stage plan trained in 1F1B order for as good as ever on both hosts, 2 ranks each;
+        returns the two launchers once the first step is done."""
+        self.mlp_with_loss()
+        stages = self.path("stages")
+        run("pipeline", self.path("mlp_mse.onnx"), "--stages", 4, "-o", stages, check=True)
+        nodes = [hosts.launch(node, 2, "cleave", "train", stages, "--data", self.path("data.npz"), "--batch", 16,
+                              "--steps", 100000, "--microbatches", 4, "--lr", "0.01", "--json", "--schedule", "1f1b",
+                              timeout=timeout) for node in (0, 1)]
+        self.assertIn('"step":1,', nodes[0].stdout.readline())  # training is under way
+        return nodes
+
     def test_a_rank_killed_on_one_host_is_named_on_the_other(self):
         """Rank 3 (host 1) is killed mid-training: host 1's launcher names it and stops rank 2; host
         0's ranks, whose connections to host 1 close, fail at once naming rank 3's death (the
         launcher's announcement through the store), not only the peer they were waiting on."""
-        self.mlp_with_loss()
-        stages = self.path("stages")
-        run("pipeline", self.path("mlp_mse.onnx"), "--stages", 4, "-o", stages, check=True)
-        common = ["train", stages, "--data", self.path("data.npz"), "--batch", 16, "--steps", 100000,
-                  "--microbatches", 4, "--lr", "0.01", "--json", "--schedule", "1f1b"]
         with TwoHosts() as hosts:
-            nodes = [hosts.launch(node, 2, "cleave", *common, timeout=60) for node in (0, 1)]
-            self.assertIn('"step":1,', nodes[0].stdout.readline())  # training is under way
+            nodes = self.start_endless_training(hosts, timeout=60)
             killed = time.monotonic()
             os.kill(hosts.rank_pid(1, 3), 9)
             results = [node.communicate(timeout=90) for node in nodes]
@@ -301,14 +307,8 @@ class Distributed(TempDirTest):
     def test_a_host_cut_off_ends_the_run_within_the_timeout(self):
         """Host 1's link goes down mid-training (no connection closes: its packets are lost): every
         rank on both hosts fails once the 5 s timeout runs out, saying so, instead of hanging."""
-        self.mlp_with_loss()
-        stages = self.path("stages")
-        run("pipeline", self.path("mlp_mse.onnx"), "--stages", 4, "-o", stages, check=True)
-        common = ["train", stages, "--data", self.path("data.npz"), "--batch", 16, "--steps", 100000,
-                  "--microbatches", 4, "--lr", "0.01", "--json", "--schedule", "1f1b"]
         with TwoHosts() as hosts:
-            nodes = [hosts.launch(node, 2, "cleave", *common, timeout=5) for node in (0, 1)]
-            self.assertIn('"step":1,', nodes[0].stdout.readline())
+            nodes = self.start_endless_training(hosts, timeout=5)
             cut = time.monotonic()
             subprocess.run(["ip", "-n", hosts.hosts[1], "link", "set", hosts.hosts[1], "down"], check=True)
             results = [node.communicate(timeout=90) for node in nodes]
