@@ -9,6 +9,7 @@ data in five ways, interleaved per round with the order flipped every round:
   zero_bubble  the same plan with --schedule zero_bubble (backward split into I and W)
   interleaved  a 4-stage plan (one Linear each) and --schedule interleaved (2 stages per rank)
   1f1b_bound   1f1b with each rank on its own core (cleave launch --bind-cores)
+  interleaved_bound  interleaved likewise
 (pipeline ranks get 1 thread each: cleave launch gives cores / ranks). Per side: the median step
 time over rounds (each run's first step dropped as warm-up) and the ratio to torch with [min,
 max] over rounds. For the pipelines, two bubbles, each against the simulator. First, the measured bubble (cleave train --timing: 1 - compute /
@@ -311,13 +312,14 @@ def main():
         "1f1b_bound": lambda: cleave_steps(launched(plans[2], "1f1b", ["--bind-cores"])),
         "zero_bubble": lambda: cleave_steps(launched(plans[2], "zero_bubble")),
         "interleaved": lambda: cleave_steps(launched(plans[4], "interleaved")),
+        "interleaved_bound": lambda: cleave_steps(launched(plans[4], "interleaved", ["--bind-cores"])),
     }
     if args.baseline_cleave:
         base_cleave = os.path.abspath(args.baseline_cleave)
         sides["whole_base"] = lambda: [t["seconds"] for t in cleave_steps([base_cleave, "train", model, *common])]
         sides["1f1b_base"] = lambda: [t["seconds"] for t in cleave_steps(launched(plans[2], "1f1b", binary=base_cleave))]
     medians = {name: [] for name in sides}
-    timings = {"1f1b": [], "1f1b_bound": [], "zero_bubble": [], "interleaved": []}
+    timings = {"1f1b": [], "1f1b_bound": [], "zero_bubble": [], "interleaved": [], "interleaved_bound": []}
     order = list(sides)
     for r in range(args.rounds):
         for name in (order if r % 2 == 0 else order[::-1]):
@@ -339,15 +341,17 @@ def main():
             ratios = [n / b for n, b in zip(medians[name], medians[name + "_base"])]
             print(f"{name} / {name}_base (this build over --baseline-cleave) step time: median "
                   f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}] over rounds")
-    bound = [b / u for b, u in zip(medians["1f1b_bound"], medians["1f1b"])]
-    print(f"1f1b_bound / 1f1b step time: median {statistics.median(bound):.2f}x [{min(bound):.2f}, {max(bound):.2f}] "
-          f"over rounds")
+    for kind in ("1f1b", "interleaved"):
+        bound = [b / u for b, u in zip(medians[kind + "_bound"], medians[kind])]
+        print(f"{kind}_bound / {kind} step time: median {statistics.median(bound):.2f}x [{min(bound):.2f}, "
+              f"{max(bound):.2f}] over rounds")
     latency_us, send_us = one_way_message_us(cleave, bench_comm, args.width)
     print(f"cleave one-way message of one microbatch's boundary: {latency_us:.1f} us, of which the sender's "
           f"send() call {send_us:.1f} us (bench_comm; the simulator gets both)")
     print(f"two single-thread product loops side by side in two processes take {core_sharing_slowdown():.2f}x "
           f"the time of one alone (1.00: the cores do not slow each other; the simulator takes costs as fixed)")
-    for name, stages in (("1f1b", 2), ("1f1b_bound", 2), ("zero_bubble", 2), ("interleaved", 4)):
+    for name, stages in (("1f1b", 2), ("1f1b_bound", 2), ("zero_bubble", 2), ("interleaved", 4),
+                         ("interleaved_bound", 4)):
         kind = name.removesuffix("_bound")
         measured = statistics.median(t["bubble"] for t in timings[name])
         predicted = simulated_bubble(cleave, kind, stages, 2, timings[name], latency_us, send_us)
