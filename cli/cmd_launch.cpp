@@ -16,7 +16,9 @@ struct LaunchFlags {
 void describe(CLI::App& app, LaunchFlags& flags) {
   app.description("Start N ranks of a command on this host with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and "
                   "MASTER_PORT set (torchrun's variables; run it on each host of many), prefix their output "
-                  "with the rank, and stop every rank when one fails.");
+                  "with the rank, and stop every rank when one fails. A rank listens on this host's address "
+                  "toward --master-addr (GLOO_SOCKET_IFNAME picks an interface instead); with --nnodes over 1, "
+                  "a rank that fails here is announced to the other hosts' ranks, whose errors name it.");
   app.add_option("--nproc", flags.options.processes, "ranks on this host")->required()->check(CLI::Range(1, 1024));
   app.add_option("--nnodes", flags.options.nodes, "hosts")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   app.add_option("--node-rank", flags.options.nodeRank, "this host's index (0: the master)")

@@ -509,7 +509,9 @@ class Distributed(TempDirTest):
                  ({"WORLD_SIZE": "2"}, "RANK is not set"),
                  ({"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}, "RANK=2 is not below WORLD_SIZE=2"),
                  ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "99999"}, "MASTER_PORT='99999'"),
-                 ({"WORLD_SIZE": "two", "RANK": "0"}, "WORLD_SIZE='two'")]
+                 ({"WORLD_SIZE": "two", "RANK": "0"}, "WORLD_SIZE='two'"),
+                 ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_WORLD_SIZE": "-1", "MASTER_ADDR": "127.0.0.1",
+                   "MASTER_PORT": "1"}, "LOCAL_WORLD_SIZE='-1'")]
         for extra, needle in cases:
             with self.subTest(env=extra):
                 proc = subprocess.run([CLEAVE, "run", plan, "--distributed"], env={**base, **extra},

@@ -165,8 +165,11 @@ private:
   }
 
   // The run's first failure as a launcher announced it, waiting up to the grace; empty when none
-  // came (no launcher, a hung peer, or the store itself gone with rank 0).
+  // came (no launcher, a hung peer, or the store itself gone with rank 0). Launchers announce
+  // only to other hosts, so a run on one host does not wait.
   std::string announcedFailure() {
+    if (env_.oneHost())
+      return {};
     try {
       store_->wait({kFirstFailure}, std::min<std::chrono::milliseconds>(kAnnouncementGrace, env_.timeout));
       std::vector<std::uint8_t> bytes = store_->get(kFirstFailure);

@@ -32,6 +32,7 @@ Expected<DistributedEnv> readDistributedEnv(const std::function<const char*(cons
   if (rank >= worldSize)
     return Error(ErrorCode::InvalidArgument) << "RANK=" << rank << " is not below WORLD_SIZE=" << worldSize;
   CLEAVE_TRY(long long localRank, integerVariable(get, "LOCAL_RANK", 0, 1 << 20, "0"));
+  CLEAVE_TRY(long long localWorldSize, integerVariable(get, "LOCAL_WORLD_SIZE", 0, 1 << 20, "0"));
   CLEAVE_TRY(long long port, integerVariable(get, "MASTER_PORT", 1, 65535));
   CLEAVE_TRY(long long timeout, integerVariable(get, "CLEAVE_DIST_TIMEOUT", 1, 1 << 20, "300"));
   const char* addr = get("MASTER_ADDR");
@@ -40,6 +41,7 @@ Expected<DistributedEnv> readDistributedEnv(const std::function<const char*(cons
   env.rank = static_cast<int>(rank);
   env.worldSize = static_cast<int>(worldSize);
   env.localRank = static_cast<int>(localRank);
+  env.localWorldSize = static_cast<int>(localWorldSize);
   env.masterAddr = addr;
   env.masterPort = static_cast<std::uint16_t>(port);
   env.timeout = std::chrono::seconds(timeout);

@@ -1,6 +1,6 @@
 // runtime/distributed/environment.h - where a rank is, the torchrun way: RANK, WORLD_SIZE,
-// LOCAL_RANK, MASTER_ADDR, MASTER_PORT (cleave launch sets them), plus CLEAVE_DIST_TIMEOUT
-// (seconds, default 300) for rendezvous and every receive.
+// LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (cleave launch sets them), plus
+// CLEAVE_DIST_TIMEOUT (seconds, default 300) for rendezvous and every receive.
 //
 // Guarantee: a missing or malformed variable, or an inconsistent set (RANK >= WORLD_SIZE, a port
 // outside 1-65535), is one InvalidArgument naming the variable and what it holds.
@@ -18,9 +18,13 @@ namespace cleave::runtime::distributed {
 
 struct DistributedEnv {
   int rank = 0, worldSize = 1, localRank = 0;
+  int localWorldSize = 0; // ranks on this host; 0 when LOCAL_WORLD_SIZE is not set (unknown)
   std::string masterAddr;
   std::uint16_t masterPort = 0;
   std::chrono::seconds timeout{300};
+
+  // Whether every rank runs on this host (LOCAL_WORLD_SIZE = WORLD_SIZE); false when unknown.
+  bool oneHost() const { return localWorldSize == worldSize; }
 };
 
 // `lookup` returns a variable's value or null (std::getenv by default).
