@@ -34,8 +34,8 @@ void describe(CLI::App& app, MinimizeFlags& flags) {
   addOutputDirectory(app, flags.output, "write the culprit: repro.onnx, repro_inputs.json, report.json");
   app.add_option("--inputs", flags.runtime.inputsPath, "input tensors (.json, .pb, .npy, .npz or a folder); default: random from --seed");
   app.add_option("--seed", flags.runtime.seed, "seed of the random inputs")->capture_default_str();
-  app.add_option("--rtol", flags.tolerance.rtol, "relative tolerance")->capture_default_str();
-  app.add_option("--atol", flags.tolerance.atol, "absolute tolerance")->capture_default_str();
+  app.add_option("--rtol", flags.tolerance.rtol, "relative tolerance")->capture_default_str()->check(kFinite);
+  app.add_option("--atol", flags.tolerance.atol, "absolute tolerance")->capture_default_str()->check(kFinite);
   addJsonFlag(app, flags.json);
 }
 

@@ -35,10 +35,15 @@ void describe(CLI::App& app, PartitionFlags& flags) {
       ->excludes(latency);
   app.add_option("--transfer-rate", flags.options.transferRateBytesPerSec,
                  "bytes/s between devices for the critical path (default: the devices file's, else 1)")
+      ->check(kFinite)
       ->check(CLI::PositiveNumber);
-  app.add_option("--flops", flags.flops, "FLOP/s for --estimate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--flops", flags.flops, "FLOP/s for --estimate")
+      ->capture_default_str()
+      ->check(kFinite)
+      ->check(CLI::PositiveNumber);
   app.add_option("--bandwidth", flags.bandwidth, "memory bytes/s for --estimate")
       ->capture_default_str()
+      ->check(kFinite)
       ->check(CLI::PositiveNumber);
   app.add_flag("--memory-svg", flags.memorySvg, "also write memory.svg (memory per device) into the output directory")
       ->needs(output);

@@ -47,6 +47,7 @@ void describe(CLI::App& app, SplitFlags& flags) {
   app.add_flag("--preview", flags.preview, "report per acc subgraph sizes, PCIe-bound max QPS and the bottleneck");
   app.add_option("--pcie-gbps", flags.pcieGiBps, "PCIe bandwidth for --preview, GiB/s")
       ->capture_default_str()
+      ->check(kFinite)
       ->check(CLI::PositiveNumber);
   app.add_flag("--dump-inputs", flags.dumpInputs,
                "write submodule_inputs.json: each submodule's inputs captured from a run of the model "
@@ -55,8 +56,12 @@ void describe(CLI::App& app, SplitFlags& flags) {
   app.add_flag("--dot", flags.dot, "also write split.dot (Graphviz) of the cut into the output directory")
       ->needs(output);
   addRuntimeOptions(app, flags.runtime);
-  app.add_option("--rtol", flags.tolerance.rtol, "--preview --backend: relative tolerance")->capture_default_str();
-  app.add_option("--atol", flags.tolerance.atol, "--preview --backend: absolute tolerance")->capture_default_str();
+  app.add_option("--rtol", flags.tolerance.rtol, "--preview --backend: relative tolerance")
+      ->capture_default_str()
+      ->check(kFinite);
+  app.add_option("--atol", flags.tolerance.atol, "--preview --backend: absolute tolerance")
+      ->capture_default_str()
+      ->check(kFinite);
   addJsonFlag(app, flags.json);
   app.callback([&app, &flags] { flags.lowerAndRun = flags.preview && app.count("--backend") > 0; });
 }

@@ -25,8 +25,14 @@ void describe(CLI::App& app, VerifyFlags& flags) {
   app.add_option("MODEL", flags.modelPath, "the original ONNX model")->required();
   app.add_option("OUT_DIR", flags.cutPath, "its cut: a directory with plan.json")->required();
   addRuntimeOptions(app, flags.runtime);
-  app.add_option("--rtol", flags.rtol, "relative tolerance")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--atol", flags.atol, "absolute tolerance")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--rtol", flags.rtol, "relative tolerance")
+      ->capture_default_str()
+      ->check(kFinite)
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--atol", flags.atol, "absolute tolerance")
+      ->capture_default_str()
+      ->check(kFinite)
+      ->check(CLI::NonNegativeNumber);
   addJsonFlag(app, flags.json);
 }
 

@@ -1,10 +1,21 @@
 #include "cli/options.h"
 
+#include <cmath>
+#include <cstdlib>
+
 namespace cleave::cli {
 
 void addModelInput(CLI::App& app, std::string& path) {
   app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
 }
+
+const CLI::Validator kFinite(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      const double value = std::strtod(text.c_str(), &end);
+      return std::isfinite(value) ? std::string() : "'" + text + "' is not a finite number";
+    },
+    "FINITE");
 
 void addJsonFlag(CLI::App& app, bool& json) { app.add_flag("--json", json, "print a JSON summary"); }
 

@@ -23,6 +23,10 @@ void addModelInput(CLI::App& app, std::string& path);
 // --json: print the JSON summary instead of text.
 void addJsonFlag(CLI::App& app, bool& json);
 
+// A floating-point option's value must be a finite number: CLI11 reads "nan" and "inf", and its
+// range checks let NaN through (every comparison with it is false). Chained before those.
+extern const CLI::Validator kFinite;
+
 struct OutputDirectoryFlags {
   std::string path;
   bool force = false;
