@@ -1,10 +1,13 @@
 // base/resources.h - what this process has used of the machine, for reports and benchmarks.
-// Complexity: one system call.
+// Complexity: peakResidentBytes and threadCpuSeconds, one system call each; threadIds, one
+// directory read (O(threads)).
 #pragma once
 
 #include <sys/resource.h>
+#include <sys/types.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace cleave {
 
@@ -16,5 +19,13 @@ inline std::int64_t peakResidentBytes() {
     return -1;
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
 }
+
+// The kernel ids of this process's threads now, ascending (/proc/self/task; empty where there is
+// no /proc). What a library started in a call is the difference of the ids before and after it.
+std::vector<pid_t> threadIds();
+
+// The CPU seconds thread `tid` of this process has run so far (the scheduler's clock of that one
+// thread, user and system time alike); -1 once the thread has exited.
+double threadCpuSeconds(pid_t tid);
 
 } // namespace cleave

@@ -22,6 +22,9 @@ share (1 - the ranks' time in actions, less their receive waits, / (ranks x the 
 schedule time)) against the simulator given each stage's measured action times (compute plus
 each action's bookkeeping and send() calls, so no separate send cost) and the same latency: the
 first counts bookkeeping as bubble and the simulator cannot, the second counts only idle time.
+Third, the idle share against the simulator given the same action times plus the transport's own
+CPU (the run's rank_transport_cpu_s over its rank_receives: Gloo's I/O threads, which share the
+cores with the compute) as each message's receive cost (--receive-cost).
 The simulator takes each action's cost as fixed. Two figures say how far that holds here: how much
 slower each of two single-thread product loops in two processes runs than one alone (the cores
 slow each other), and, from the timeline, how much longer an action computes while the other rank
@@ -176,11 +179,19 @@ def busy_spread(timings):
     return math.sqrt(math.exp(sigma * sigma) - 1.0)
 
 
-def simulated_idle_bubble(cleave, kind, stages, ranks, timings, latency_us, spread=0.0):
+def transport_us_per_message(timings):
+    """The transport's CPU per message received: the median over steps of the CPU seconds Gloo's
+    own threads ran during the schedule (its I/O loop reading and writing the sockets; summed over
+    ranks) over the messages the ranks received, in microseconds."""
+    return statistics.median(sum(t["rank_transport_cpu_s"]) / max(1, sum(t["rank_receives"])) for t in timings) * 1e6
+
+
+def simulated_idle_bubble(cleave, kind, stages, ranks, timings, latency_us, spread=0.0, receive_us=0.0):
     """The simulator's bubble for `kind` with each stage's measured action times (action_busy_us;
     they include the send() calls, so the simulator's send cost is 0) and each message's latency;
     with `spread`, the mean over 200 plays whose action times vary by that coefficient of
-    variation (--cost-spread)."""
+    variation (--cost-spread); with `receive_us`, each message also takes its receiving rank that
+    long (--receive-cost: the transport's thread on a core the rank computes on)."""
     costs = []
     for i in range(stages):
         f, b = action_busy_us(timings, i, "F"), action_busy_us(timings, i, "B")
@@ -190,7 +201,8 @@ def simulated_idle_bubble(cleave, kind, stages, ranks, timings, latency_us, spre
         else:
             costs.append(f"{f:.3f},{b:.3f}")
     simulation = simulate(cleave, kind, stages, ranks, costs, latency_us, 0.0,
-                          *(["--cost-spread", f"{spread:.4f}", "--samples", "200"] if spread > 0 else []))
+                          *(["--cost-spread", f"{spread:.4f}", "--samples", "200"] if spread > 0 else []),
+                          *(["--receive-cost", f"{receive_us:.3f}"] if receive_us > 0 else []))
     return simulation["spread"]["mean_bubble_fraction"] if spread > 0 else simulation["bubble_fraction"]
 
 
@@ -369,6 +381,13 @@ def main():
         print(f"{'':12s} idle share measured {idle:.3f}, simulator with the measured action times "
               f"{idle_predicted:.3f} (difference {abs(idle - idle_predicted) / max(idle_predicted, 1e-9) * 100:.0f}% "
               f"of the prediction)")
+        transport_ms = [statistics.median(t["rank_transport_cpu_s"][r] for t in timings[name]) * 1e3 for r in range(2)]
+        receive_us = transport_us_per_message(timings[name])
+        with_transport = simulated_idle_bubble(cleave, kind, stages, 2, timings[name], latency_us, receive_us=receive_us)
+        print(f"{'':12s} the transport's own threads ran {transport_ms[0]:.1f} / {transport_ms[1]:.1f} ms a step on "
+              f"ranks 0 / 1 ({receive_us:.0f} us per message received); idle share simulated with that as each "
+              f"message's receive cost {with_transport:.3f} (difference "
+              f"{abs(idle - with_transport) / max(with_transport, 1e-9) * 100:.0f}% of the prediction)")
         spread = busy_spread(timings[name])
         with_spread = simulated_idle_bubble(cleave, kind, stages, 2, timings[name], latency_us, spread)
         off = abs(idle - with_spread) / max(with_spread, 1e-9) * 100

@@ -16,7 +16,7 @@ struct ScheduleFlags {
   pipeline::ScheduleKind kind = pipeline::ScheduleKind::OneFOneB;
   std::string csvOut, csvIn, svgPath, costsText = "1,2,1,1", actionCostsText;
   std::uint32_t stages = 0, microbatches = 0, ranks = 0;
-  double latency = 0.0, sendCost = 0.0, costSpread = 0.0;
+  double latency = 0.0, sendCost = 0.0, receiveCost = 0.0, costSpread = 0.0;
   std::uint32_t samples = 200;
   std::int64_t activationBytes = 1;
   bool simulate = false, comm = false, json = false;
@@ -46,17 +46,27 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
   app.add_option("--cost-spread", flags.costSpread,
                  "for --simulate: actions' times vary around their cost (a lognormal factor with median 1 and this "
                  "coefficient of variation, per action); reports the mean and range of the bubble over --samples plays")
+      ->check(kFinite)
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   app.add_option("--samples", flags.samples, "plays averaged with --cost-spread (seeds 1..N)")
       ->check(CLI::Range(1u, 100000u))
       ->capture_default_str();
   app.add_option("--transfer-latency", flags.latency, "time per cross-rank transfer for --simulate")
+      ->check(kFinite)
       ->check(CLI::Range(0.0, 1e15))
       ->capture_default_str();
   app.add_option("--send-cost", flags.sendCost,
                  "for --simulate: the sending rank's own time per cross-rank message (a transport that writes "
                  "on the caller's thread, as Gloo's TCP one); not counted as compute in the bubble")
+      ->check(kFinite)
+      ->check(CLI::Range(0.0, 1e15))
+      ->capture_default_str();
+  app.add_option("--receive-cost", flags.receiveCost,
+                 "for --simulate: the receiving rank's own time per cross-rank message, before the action reading it "
+                 "(a transport whose own thread reads the socket, on a core the rank computes on); not counted as "
+                 "compute in the bubble")
+      ->check(kFinite)
       ->check(CLI::Range(0.0, 1e15))
       ->capture_default_str();
   app.add_option("--activation-bytes", flags.activationBytes, "activation bytes a microbatch holds per stage")
@@ -134,6 +144,7 @@ Expected<pipeline::SimulationResult> simulate(const ScheduleFlags& flags, const 
   }
   options.transferLatency = flags.latency;
   options.sendCost = flags.sendCost;
+  options.receiveCost = flags.receiveCost;
   if (!flags.actionCostsText.empty()) {
     CLEAVE_TRY(options.actionCosts, parseActionCosts(flags.actionCostsText));
   }

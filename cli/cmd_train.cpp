@@ -47,11 +47,21 @@ void describe(CLI::App& app, TrainFlags& flags) {
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   addEnumOption(app, "--optimizer", flags.options.optimizer.kind, runtime::kOptimizerKinds, "optimizer");
-  app.add_option("--lr", flags.options.optimizer.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--momentum", flags.options.optimizer.momentum, "sgd momentum")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--lr", flags.options.optimizer.lr, "learning rate")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->check(kFinite);
+  app.add_option("--momentum", flags.options.optimizer.momentum, "sgd momentum")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->check(kFinite);
   app.add_option("--weight-decay", flags.options.optimizer.weightDecay, "weight decay (default: PyTorch's, sgd 0, adamw 0.01)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--betas", flags.betas, "adamw betas B1,B2 (default 0.9,0.999)")->delimiter(',')->expected(2);
+      ->check(CLI::NonNegativeNumber)
+      ->check(kFinite);
+  app.add_option("--betas", flags.betas, "adamw betas B1,B2 (default 0.9,0.999)")
+      ->delimiter(',')
+      ->expected(2)
+      ->check(kFinite);
   addScheduleOption(app, flags.schedule,
                     "plan directories under launch: the pipeline schedule each rank follows (default gpipe; in one "
                     "process stages run in GPipe order)");
@@ -132,6 +142,8 @@ Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& train
               {"stage_weight_s", timing.weightSeconds},
               {"rank_schedule_s", timing.rankScheduleSeconds},
               {"rank_wait_s", timing.rankWaitSeconds},
+              {"rank_receives", std::vector<std::int64_t>(timing.rankReceives.begin(), timing.rankReceives.end())},
+              {"rank_transport_cpu_s", timing.rankTransportSeconds},
               {"shape_headers", static_cast<std::int64_t>(timing.headersSent)},
               {"bubble", bubble},
               {"actions", actionTimeline(timing)}};

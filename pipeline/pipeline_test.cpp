@@ -150,6 +150,30 @@ TEST(Schedule, SendCostOccupiesTheSenderAndIsNotCompute) {
   EXPECT_DOUBLE_EQ(simulateSchedule(s, options)->makespan, 6.0);
 }
 
+// A receiver's own time per cross-rank message (a transport thread reading the socket on the
+// rank's core): the rank is occupied before the action that consumes it, and the time is not
+// compute. The same with or without SEND/RECV actions; with sends costing too, both add up.
+TEST(Schedule, ReceiveCostOccupiesTheReceiverAndIsNotCompute) {
+  Schedule s = *generateSchedule(ScheduleKind::OneFOneB, 2, 1, 2);
+  SimulationOptions options;
+  options.stages = {StageCosts{}}; // F 1, B 2
+  options.receiveCost = 0.25;
+  for (const Schedule& schedule : {s, withCommunication(s)}) {
+    SCOPED_TRACE(schedule.hasCommunication() ? "with SEND/RECV" : "implicit messages");
+    Expected<SimulationResult> sim = simulateSchedule(schedule, options);
+    ASSERT_TRUE(sim) << sim.error().message();
+    // Rank 0: F [0, 1]. Rank 1 reads until 1.25: F [1.25, 2.25], B [2.25, 4.25]. Rank 0 reads
+    // until 4.5: B [4.5, 6.5].
+    EXPECT_DOUBLE_EQ(sim->makespan, 6.5);
+    EXPECT_DOUBLE_EQ(sim->busy[0], 3.0);
+    EXPECT_DOUBLE_EQ(sim->busy[1], 3.0);
+    EXPECT_DOUBLE_EQ(sim->bubbleFraction, 1.0 - 6.0 / 13.0);
+  }
+  options.sendCost = 0.5; // each message: 0.5 on its sender, then 0.25 on its receiver
+  EXPECT_DOUBLE_EQ(simulateSchedule(s, options)->makespan, 7.5);
+  EXPECT_DOUBLE_EQ(simulateSchedule(withCommunication(s), options)->makespan, 7.5);
+}
+
 // A replay: single actions take their own measured time in place of their stage's cost, and an
 // action outside the schedule, a SEND, or a negative or NaN time is refused.
 TEST(Schedule, ActionCostsReplaceTheirStagesCostForThemAlone) {

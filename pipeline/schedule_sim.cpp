@@ -132,7 +132,9 @@ private:
       double ready = readyAt(r, a);
       if (ready < 0)
         break;
-      double start = std::max(clock_[r], ready), end = start + (options_ ? durationOf(a) : 1.0);
+      // The rank reads what the action receives from other ranks before it computes.
+      double start = std::max(clock_[r], ready) + (options_ ? implicitReceiveTime(r, a) : 0.0);
+      double end = start + (options_ ? durationOf(a) : 1.0);
       // The rank writes what the action sends to other ranks before it moves on, and the
       // message leaves after that.
       double free = end + (options_ ? implicitSendTime(r, a) : 0.0);
@@ -149,8 +151,8 @@ private:
   }
 
   void record(std::uint32_t r, const Action& a, double start, double end) {
-    if (a.type != A::SendF && a.type != A::SendB)
-      result_.busy[r] += end - start; // compute only: a send's time is communication
+    if (isCompute(a.type))
+      result_.busy[r] += end - start; // compute only: a send's or receive's time is communication
     std::int64_t bytes = costOf(a).activationBytes;
     if (a.type == A::Forward)
       result_.peakActivationBytes[r] = std::max(result_.peakActivationBytes[r], live_[r] += bytes);
@@ -185,7 +187,7 @@ private:
 
   double durationOf(const Action& a) const {
     if (!isCompute(a.type))
-      return a.type == A::SendF || a.type == A::SendB ? options_->sendCost : 0.0;
+      return a.type == A::SendF || a.type == A::SendB ? options_->sendCost : options_->receiveCost;
     const double cost = computeCostOf(a);
     return options_->costSpread > 0 ? cost * spreadFactor(options_->costSpread, options_->spreadSeed, a) : cost;
   }
@@ -211,6 +213,17 @@ private:
     bool sends = (a.type == A::Forward && a.stage + 1 < s_.stages && crossRank(rank, a.stage + 1)) ||
                  ((a.type == A::Backward || a.type == A::BackwardInput) && a.stage > 0 && crossRank(rank, a.stage - 1));
     return sends ? options_->sendCost : 0.0;
+  }
+
+  // Without RECV actions: the receiver's time for the messages `a` consumes from other ranks (a
+  // forward's input from the previous stage, a backward's output gradient from the next one).
+  double implicitReceiveTime(std::uint32_t rank, const Action& a) const {
+    if (explicitComm_ || options_->receiveCost == 0.0)
+      return 0.0;
+    bool receives = (a.type == A::Forward && a.stage > 0 && crossRank(rank, a.stage - 1)) ||
+                    ((a.type == A::Backward || a.type == A::BackwardInput) && a.stage + 1 < s_.stages &&
+                     crossRank(rank, a.stage + 1));
+    return receives ? options_->receiveCost : 0.0;
   }
 
   double backwardDone(std::uint32_t stage, std::uint32_t m) {

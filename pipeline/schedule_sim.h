@@ -20,7 +20,10 @@
 // message to another rank can also cost its sender time (`sendCost`: a transport that writes the
 // socket on the caller's thread, as Gloo's TCP one does): the sending rank is occupied that long
 // after the action that produced the message (or for its SEND action), and the message leaves
-// after it. That time is not compute. Particular actions can be given their own duration
+// after it. That time is not compute. Receiving can cost the receiver time too (`receiveCost`:
+// a transport whose own thread reads the socket, which on a rank whose cores are all computing
+// comes out of the rank's time): the receiving rank is occupied that long before the action that
+// consumes the message (or for its RECV action). Not compute either. Particular actions can be given their own duration
 // (`actionCosts`, a replay of a measured run whose actions' times vary), which replaces their
 // stage's cost for them alone. With `costSpread`, each F, B, I and W lasts its cost times a random
 // factor (lognormal, median 1, that coefficient of variation), and simulateWithSpread averages
@@ -65,6 +68,7 @@ struct SimulationOptions {
   std::vector<StageCosts> stages; // one per stage, or one for all (empty: defaults)
   double transferLatency = 0.0;   // per cross-rank dependency
   double sendCost = 0.0;          // the sending rank's own time per cross-rank message
+  double receiveCost = 0.0;       // the receiving rank's own time per cross-rank message
   // Durations of single actions (F, B, I or W of a stage and microbatch), each in place of its
   // stage's cost; an action named twice takes the last.
   std::vector<std::pair<Action, double>> actionCosts;

@@ -228,7 +228,7 @@ class ScheduleCli(TempDirTest):
         self.assertEqual(code, 0, err)
         self.assertIn("rendezvous sends (a send waits for its receive): ok", out)
 
-    def test_send_cost_lengthens_the_schedule_and_is_not_compute(self):
+    def test_send_and_receive_costs_lengthen_the_schedule_and_are_not_compute(self):
         def simulate(*extra):
             code, out, err = run("schedule", "--kind", "1f1b", "--stages", "2", "--microbatches", "1", "--simulate",
                                  "--costs", "1,2", *extra, "--json")
@@ -243,6 +243,15 @@ class ScheduleCli(TempDirTest):
                            "--send-cost", "-1")
         self.assertEqual(code, 2, err)
         self.assertIn("--send-cost", err)
+        # Each message then also takes its receiver 0.25 before the action reading it: rank 1 reads
+        # until 1.75, F, B [1.75, 4.75], sends until 5.25; rank 0 reads until 5.5, B [5.5, 7.5].
+        both = simulate("--send-cost", "0.5", "--receive-cost", "0.25")
+        self.assertAlmostEqual(both["makespan"], 7.5)
+        self.assertAlmostEqual(both["bubble_fraction"], 1 - 6 / 15)
+        code, _, err = run("schedule", "--kind", "1f1b", "--stages", "2", "--microbatches", "1", "--simulate",
+                           "--receive-cost", "nan")
+        self.assertEqual(code, 2, err)
+        self.assertIn("--receive-cost", err)
 
     def test_action_costs_replay_single_actions(self):
         def simulate(*extra):

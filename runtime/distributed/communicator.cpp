@@ -10,10 +10,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 
 #include "runtime/kernel.h"
+#include "base/resources.h"
 #include "base/strings.h"
 
 namespace cleave::runtime::distributed {
@@ -31,8 +34,9 @@ constexpr std::chrono::milliseconds kAnnouncementGrace{2000};
 class GlooCommunicator final : public Communicator {
 public:
   GlooCommunicator(c10::intrusive_ptr<c10d::TCPStore> store, c10::intrusive_ptr<c10d::ProcessGroupGloo> group,
-                   DistributedEnv env)
-      : store_(std::move(store)), group_(std::move(group)), env_(std::move(env)) {}
+                   DistributedEnv env, std::vector<pid_t> transportThreads)
+      : store_(std::move(store)), group_(std::move(group)), env_(std::move(env)),
+        transportThreads_(std::move(transportThreads)) {}
 
   int rank() const override { return env_.rank; }
   int worldSize() const override { return env_.worldSize; }
@@ -131,6 +135,13 @@ public:
 
   std::size_t headersSent() const override { return headersSent_; }
 
+  double transportCpuSeconds() const override {
+    double seconds = 0.0;
+    for (pid_t thread : transportThreads_)
+      seconds += std::max(0.0, threadCpuSeconds(thread));
+    return seconds;
+  }
+
   Status barrier() override {
     return guarded("barrier", [&] { group_->barrier()->wait(env_.timeout); });
   }
@@ -219,6 +230,7 @@ private:
   std::map<std::pair<int, std::uint32_t>, PostedRecv> posted_;
   // Posted sends with the tensors they read (kept alive until the send completes).
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> pending_;
+  std::vector<pid_t> transportThreads_; // the threads Gloo started at connect
 };
 class LocalCommunicator final : public Communicator {
 public:
@@ -236,6 +248,7 @@ public:
   }
   Status finish() override { return {}; }
   std::size_t headersSent() const override { return 0; }
+  double transportCpuSeconds() const override { return 0.0; }
   Status barrier() override { return {}; }
   Status allReduceSum(at::Tensor&) override { return {}; }
 };
@@ -298,9 +311,15 @@ Expected<std::unique_ptr<Communicator>> Communicator::connect(const DistributedE
     options.timeout = env.timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(env.masterAddr, options);
     auto groupOptions = c10d::ProcessGroupGloo::Options::create(env.timeout);
+    // The transport's threads: those the device (its I/O loop) and the group (its workers) start.
+    const std::vector<pid_t> before = threadIds();
     groupOptions->devices.push_back(transportDevice(env));
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.worldSize, groupOptions);
-    return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(std::move(store), std::move(group), env));
+    const std::vector<pid_t> after = threadIds();
+    std::vector<pid_t> started;
+    std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(started));
+    return std::unique_ptr<Communicator>(
+        std::make_unique<GlooCommunicator>(std::move(store), std::move(group), env, std::move(started)));
   } catch (const std::exception& e) {
     return Error(ErrorCode::InvalidArgument) << "rank " << env.rank << ": rendezvous at " << where << " failed (timeout "
                                              << env.timeout.count() << " s): " << firstLine(e.what());

@@ -24,6 +24,10 @@
 // timeout ran out), the error also names the run's first failure if a launcher announced one
 // (announceFailure below) within a short grace: a rank on one host then names the rank that died
 // on another, not only the peer whose connection closed as a consequence.
+// Transport CPU: the threads Gloo starts for this rank (its TCP I/O loop, which reads and writes
+// the sockets, and the process group's workers) are told apart from the rest at connect; their
+// CPU time is what the transport costs this rank beside its compute, which on a host whose cores
+// are all computing comes out of the compute.
 // Complexity: per tensor, its bytes, plus one header of 18 int64 the first time of its key.
 #pragma once
 
@@ -56,6 +60,8 @@ public:
   virtual Status postRecv(int src, std::uint32_t tag, std::uint64_t shapeKey = 0) = 0;
   virtual Status finish() = 0; // waits for every send posted so far
   virtual std::size_t headersSent() const = 0; // shape headers sent so far
+  // CPU seconds the transport's own threads have run so far (0 for a single process).
+  virtual double transportCpuSeconds() const = 0;
   virtual Status barrier() = 0;
   // Sums `tensor` (dense, contiguous, on the CPU) over every rank, in place.
   virtual Status allReduceSum(at::Tensor& tensor) = 0;

@@ -118,6 +118,7 @@ struct PipelineTrainer::State {
     auto started = std::chrono::steady_clock::now();
     Expected<at::Tensor> tensor = comm->recv(src, tag, key);
     timing.rankWaitSeconds[static_cast<std::size_t>(rank)] += secondsSince(started);
+    timing.rankReceives[static_cast<std::size_t>(rank)] += 1.0;
     return tensor;
   }
   Status reduceTiedGradients();
@@ -536,7 +537,10 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   s.timing.weightSeconds.assign(s.stages.size(), 0.0);
   s.timing.rankScheduleSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
   s.timing.rankWaitSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
+  s.timing.rankReceives.assign(static_cast<std::size_t>(s.worldSize), 0.0);
+  s.timing.rankTransportSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
   const std::size_t headersBefore = s.comm->headersSent();
+  const double transportBefore = s.comm->transportCpuSeconds();
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
   s.timing.actionSeconds.assign(StepTiming::kSlotFields * StepTiming::kComputeTypes * s.stages.size() * chunks.size(),
@@ -583,6 +587,7 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   CLEAVE_CHECK(s.comm->finish());
   s.timing.scheduleSeconds = secondsSince(started);
   s.timing.rankScheduleSeconds[static_cast<std::size_t>(s.rank)] = s.timing.scheduleSeconds;
+  s.timing.rankTransportSeconds[static_cast<std::size_t>(s.rank)] = s.comm->transportCpuSeconds() - transportBefore;
   s.timing.headersSent = static_cast<double>(s.comm->headersSent() - headersBefore);
   CLEAVE_CHECK(s.reduceTiedGradients());
   stepOptimizer(*s.optimizer);
@@ -598,8 +603,8 @@ Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
   const StepTiming& own = state_->timing; // other ranks' slots are zeros here: a sum gathers them
   const std::vector<double> headers{own.headersSent};
   const std::vector<double>* parts[] = {&own.forwardSeconds,      &own.backwardSeconds, &own.weightSeconds,
-                                        &own.rankScheduleSeconds, &own.rankWaitSeconds, &headers,
-                                        &own.actionSeconds};
+                                        &own.rankScheduleSeconds, &own.rankWaitSeconds, &own.rankReceives,
+                                        &own.rankTransportSeconds, &headers,              &own.actionSeconds};
   std::vector<std::int64_t> offsets{0};
   for (const std::vector<double>* part : parts)
     offsets.push_back(offsets.back() + static_cast<std::int64_t>(part->size()));
@@ -612,8 +617,8 @@ Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
   timing.scheduleSeconds = own.scheduleSeconds;
   std::vector<double> headersSent;
   std::vector<double>* into[] = {&timing.forwardSeconds,      &timing.backwardSeconds, &timing.weightSeconds,
-                                 &timing.rankScheduleSeconds, &timing.rankWaitSeconds, &headersSent,
-                                 &timing.actionSeconds};
+                                 &timing.rankScheduleSeconds, &timing.rankWaitSeconds, &timing.rankReceives,
+                                 &timing.rankTransportSeconds, &headersSent,           &timing.actionSeconds};
   for (std::size_t p = 0; p < std::size(parts); ++p)
     into[p]->assign(c + offsets[p], c + offsets[p + 1]);
   timing.headersSent = headersSent[0];

@@ -38,11 +38,14 @@ namespace cleave::runtime::distributed {
 // and its backwards computed (summed over microbatches; waiting for a receive is not counted).
 // A backward split into I and W (zero bubble) counts both; weightSeconds is W's part. Per rank:
 // its schedule's wall seconds and the part of them it waited in receives (the rest is compute
-// and the work between actions: gradient sums, sends, freeing activations).
+// and the work between actions: gradient sums, sends, freeing activations), the messages it
+// received, and the CPU seconds its transport's own threads ran meanwhile (communicator.h: not
+// in the rank's wall time, but taken from the same cores).
 struct StepTiming {
   double stepSeconds = 0.0, scheduleSeconds = 0.0;
   std::vector<double> forwardSeconds, backwardSeconds, weightSeconds; // per stage
   std::vector<double> rankScheduleSeconds, rankWaitSeconds;           // per rank
+  std::vector<double> rankReceives, rankTransportSeconds;             // per rank
   double headersSent = 0.0; // shape headers sent in the step (communicator.h; gathered: all ranks')
   // The measured timeline: per (stage, microbatch, action type F / B / I / W), at
   // actionSlot(...) * kSlotFields: start, end and the receive wait inside it, in seconds from the
