@@ -140,6 +140,32 @@ class Distributed(TempDirTest):
             for before, after in zip(own, own[1:]):
                 self.assertLessEqual(before["end_s"], after["start_s"] + 1e-9, (before, after))
 
+    def check_transport_timing(self, steps, plan, ranks, microbatches):
+        """`--timing`'s per-rank receives and transport CPU: each rank receives, every step, one
+        message per microbatch for each value a stage on another rank makes for one of its stages
+        (forward), and one per floating value one of its stages makes for another rank (its
+        gradient); the transport's threads run some CPU on every rank that receives."""
+        with open(os.path.join(plan, "plan.json")) as f:
+            text = json.load(f)
+        floating = {v["name"] for v in text["values"] if v.get("dtype", "").startswith(("f", "bf"))}
+        producer = {out: i for i, sub in enumerate(text["submodules"]) for out in sub["outputs"]}
+        want = [0] * ranks
+        for reader, sub in enumerate(text["submodules"]):
+            for value in {i["value"] for i in sub["inputs"]}:
+                made = producer.get(value)
+                if made is None or made % ranks == reader % ranks:
+                    continue
+                want[reader % ranks] += microbatches
+                if value in floating:
+                    want[made % ranks] += microbatches
+        for step in steps:
+            self.assertEqual(step["rank_receives"], want)
+            self.assertEqual(len(step["rank_transport_cpu_s"]), ranks)
+            self.assertTrue(all(0.0 <= t < step["seconds"] * 4 for t in step["rank_transport_cpu_s"]), step)
+        for rank in range(ranks):  # over the steps: reading the messages took the I/O thread some time
+            if want[rank]:
+                self.assertGreater(sum(s["rank_transport_cpu_s"][rank] for s in steps), 0.0)
+
     def test_pipeline_ranks_match_the_single_process_run(self):
         model = self.mlp_with_skip()
         plan = self.path("plan")
@@ -379,6 +405,12 @@ class Distributed(TempDirTest):
                     steps = [json.loads(line.split("] ", 1)[-1]) for line in ranked.splitlines()]
                     self.assertEqual([s["shape_headers"] for s in steps], [0] * 4)
                     self.check_timeline(steps[-1]["actions"], nproc, 3, 3, split=schedule == ["--schedule", "zero_bubble"])
+                    self.check_transport_timing(steps, plan, nproc, 3)
+            code, out, err = run("train", plan, *common, "--timing")  # one process: nothing travels
+            self.assertEqual(code, 0, err)
+            for line in out.splitlines():
+                self.assertEqual(json.loads(line)["rank_receives"], [0])
+                self.assertEqual(json.loads(line)["rank_transport_cpu_s"], [0.0])
         # Data that does not fit the plan's inputs: a one-line error before connecting (the first
         # rank to fail ends the launch; the other may be stopped before it prints its own line).
         np.savez(self.path("narrow.npz"), x=np.zeros((20, 7), np.float32), target=np.zeros(20, np.int64))
