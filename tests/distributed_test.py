@@ -10,7 +10,6 @@ is named by the other's error, and a host cut off ends the run within the timeou
 import json
 import os
 import re
-import socket
 import subprocess
 import time
 import unittest
@@ -19,19 +18,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from testlib import CLEAVE, EXAMPLES, TempDirTest, main, run
+from testlib import CLEAVE, EXAMPLES, TempDirTest, free_port, launch, main, run
 
 os.environ["OMP_NUM_THREADS"] = "1"  # the single-process runs and every rank: one intra-op thread
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(nproc, *command, timeout=60):
-    return run("launch", "--nproc", nproc, "--master-port", free_port(), "--timeout", 30, "--", *command)
 
 
 class TwoHosts:

@@ -1,5 +1,6 @@
 """Helpers for cleave's end-to-end tests: run the binary, make temp dirs, count results."""
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,19 @@ def run(*args, check=False):
     if check and proc.returncode != 0:
         raise AssertionError(f"cleave {' '.join(map(str, args))} failed ({proc.returncode}): {proc.stderr}")
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def free_port():
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(nproc, *command):
+    """`cleave launch --nproc N -- COMMAND` on a free port, each rank waiting at most 30 s for the
+    others; returns (exit code, stdout, stderr)."""
+    return run("launch", "--nproc", nproc, "--master-port", free_port(), "--timeout", 30, "--", *command)
 
 
 class TempDirTest(unittest.TestCase):

@@ -1,0 +1,188 @@
+"""Pipeline training across ranks against PyTorch's own training (Debian's python3-torch), the
+issue-15 proof: four small models exported with their loss (an MLP stack with MSE; a skip
+connection across non-adjacent stages; one weight read by the first stage and, transposed, by a
+later one; a pre-norm transformer block with cross-entropy) train 3 steps with torch.optim on
+the whole batch (SGD with momentum, and AdamW), and as 2- and 4-stage pipeline plans with
+`cleave train` in one process and under `cleave launch` on 2 and 4 ranks, for gpipe, 1f1b,
+interleaved (4 stages on 2 ranks) and zero_bubble. The batch of 10 rows splits into 4 uneven
+microbatches (3, 3, 2, 2). Losses and trained parameters agree with torch within torch's own
+pipeline tests' tolerances (rtol 1e-5, atol 4e-5); every distributed run gives the single-process
+run's losses and trained stage files byte for byte."""
+import json
+import math
+import os
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+from testlib import TempDirTest, launch, main, run
+
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
+
+BATCH, MICROBATCHES, STEPS = 10, 4, 3
+RTOL, ATOL = 1e-5, 4e-5  # torch/test/distributed/pipelining's
+# (ranks, stages, schedule) per optimizer; AdamW on a subset, every schedule and rank count once.
+RUNS = {"sgd": [(2, 2, "gpipe"), (2, 2, "1f1b"), (2, 2, "zero_bubble"), (2, 4, "interleaved"), (4, 4, "gpipe"),
+                (4, 4, "1f1b"), (4, 4, "zero_bubble")],
+        "adamw": [(2, 2, "1f1b"), (2, 4, "interleaved"), (4, 4, "zero_bubble")]}
+OPTIMIZERS = {"sgd": (["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"],
+                      lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9)),
+              "adamw": (["--optimizer", "adamw", "--lr", "0.01"], lambda params: torch.optim.AdamW(params, lr=0.01))}
+
+
+def mse(prediction, target):
+    return ((prediction - target) ** 2).mean()  # aten::mse_loss does not export
+
+
+class MlpMse(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc0, self.fc1 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 16)
+        self.fc2, self.fc3 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x, target):
+        h = torch.relu(self.fc1(torch.relu(self.fc0(x))))
+        return mse(self.fc3(torch.relu(self.fc2(h))), target)
+
+
+class SkipMse(MlpMse):
+    """The first layer's output also feeds the last layer: with 4 stages it skips from stage 0
+    over stage 1."""
+
+    def forward(self, x, target):
+        h0 = torch.relu(self.fc0(x))
+        h2 = torch.relu(self.fc2(torch.tanh(self.fc1(h0))))
+        return mse(self.fc3(h2 + h0), target)
+
+
+class TiedMse(torch.nn.Module):
+    """One weight read by the first layer and, transposed, by the last (as tied embeddings are)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Parameter(torch.randn(16, 8) * 0.3)
+        self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, x, target):
+        h = torch.tanh(torch.nn.functional.linear(x, self.embed))
+        h = torch.tanh(self.fc2(torch.relu(self.fc1(h))))
+        return mse(torch.nn.functional.linear(h, self.embed.t()), target)
+
+
+class TransformerCe(torch.nn.Module):
+    """A pre-norm transformer block over 5 tokens of width 8 (one attention head, an MLP), mean
+    pooled into 3 classes, with cross-entropy."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm0, self.norm1 = torch.nn.LayerNorm(8), torch.nn.LayerNorm(8)
+        with torch.no_grad():  # the exporter merges equal initializers: keep the two norms apart
+            for p in (*self.norm0.parameters(), *self.norm1.parameters()):
+                p.add_(torch.randn_like(p) * 0.1)
+        # The key has no bias: softmax over keys ignores it, so its gradient is rounding noise,
+        # which AdamW's normalized step turns into a full step in a random direction.
+        self.q, self.v, self.o = (torch.nn.Linear(8, 8) for _ in range(3))
+        self.k = torch.nn.Linear(8, 8, bias=False)
+        self.up, self.down, self.head = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8), torch.nn.Linear(8, 3)
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, x, target):
+        h = self.norm0(x)
+        scores = torch.matmul(self.q(h), self.k(h).transpose(1, 2)) / math.sqrt(8.0)
+        x = x + self.o(torch.matmul(torch.softmax(scores, dim=-1), self.v(h)))
+        x = x + self.down(torch.relu(self.up(self.norm1(x))))
+        return self.loss(self.head(x.mean(dim=1)), target)
+
+
+def data_for(name, generator):
+    """Rows for STEPS steps: x, and a target of the model's kind."""
+    rows = BATCH * STEPS
+    if name == "transformer":
+        return torch.randn(rows, 5, 8, generator=generator), torch.randint(0, 3, (rows,), generator=generator)
+    x = torch.randn(rows, 8, generator=generator)
+    return x, torch.randn(rows, 8 if name == "tied" else 4, generator=generator)
+
+
+class PipelineTrainingMatchesTorch(TempDirTest):
+    def torch_reference(self, module, initial, x, target, make_optimizer):
+        """Losses per step and trained parameters of torch.optim on the whole batch."""
+        module.load_state_dict(initial)
+        optimizer = make_optimizer(module.parameters())
+        losses = []
+        for step in range(STEPS):
+            rows = slice(step * BATCH, (step + 1) * BATCH)
+            optimizer.zero_grad()
+            loss = module(x[rows], target[rows])
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses, {k: v.detach().numpy() for k, v in module.state_dict().items()}
+
+    def train(self, ranks, plan, model, flags, out, schedule=None):
+        """`cleave train PLAN` in one process (ranks 0) or under launch; its losses."""
+        command = ["train", plan, "--data", self.path("data.npz"), "--batch", BATCH, "--steps", STEPS,
+                   "--microbatches", MICROBATCHES, *flags, "--model", model, "-o", out, "--json"]
+        if schedule:
+            command += ["--schedule", schedule]
+        code, stdout, err = launch(ranks, "cleave", *command) if ranks else run(*command)
+        self.assertEqual(code, 0, err)
+        return [json.loads(line.split("] ", 1)[-1])["loss"] for line in stdout.splitlines()]
+
+    def check_against_torch(self, trained_onnx, want_losses, got_losses, want_weights):
+        np.testing.assert_allclose(got_losses, want_losses, rtol=RTOL, atol=ATOL)
+        self.assertLess(want_losses[-1], want_losses[0])  # it learns
+        trained = {t.name: numpy_helper.to_array(t) for t in onnx.load(trained_onnx).graph.initializer}
+        for name, value in want_weights.items():
+            np.testing.assert_allclose(trained[name], value, rtol=RTOL, atol=ATOL, err_msg=name)
+
+    def check_model(self, name, module):
+        torch.manual_seed(0)
+        initial = {k: v.clone() for k, v in module.state_dict().items()}
+        x, target = data_for(name, torch.Generator().manual_seed(1))
+        np.savez(self.path("data.npz"), x=x.numpy(), target=target.numpy())
+        model = self.path(f"{name}.onnx")
+        torch.onnx.export(module, (x[:BATCH], target[:BATCH]), model, input_names=["x", "target"],
+                          output_names=["loss"], opset_version=13, do_constant_folding=False,
+                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+        plans = {}
+        for stages in (2, 4):
+            plans[stages] = self.path(f"{name}_plan{stages}")
+            run("pipeline", model, "--stages", stages, "-o", plans[stages], check=True)
+        for kind, runs in RUNS.items():
+            flags, make_optimizer = OPTIMIZERS[kind]
+            want_losses, want_weights = self.torch_reference(module, initial, x, target, make_optimizer)
+            single = {}
+            for stages in (2, 4):
+                with self.subTest(model=name, optimizer=kind, stages=stages, ranks=1):
+                    out = self.path(f"{name}_{kind}_{stages}_single")
+                    single[stages] = (self.train(0, plans[stages], model, flags, out), out)
+                    self.check_against_torch(os.path.join(out, "trained.onnx"), want_losses, single[stages][0],
+                                             want_weights)
+            for ranks, stages, schedule in runs:
+                with self.subTest(model=name, optimizer=kind, stages=stages, ranks=ranks, schedule=schedule):
+                    out = self.path(f"{name}_{kind}_{stages}_{ranks}_{schedule}")
+                    losses = self.train(ranks, plans[stages], model, flags, out, schedule)
+                    self.assertEqual(losses, single[stages][0])
+                    stage_files = sorted(f for f in os.listdir(plans[stages]) if f.endswith(".onnx"))
+                    for file in stage_files + ["trained.onnx"]:
+                        with open(os.path.join(single[stages][1], file), "rb") as a, open(os.path.join(out, file), "rb") as b:
+                            self.assertEqual(a.read(), b.read(), file)
+
+    def test_an_mlp_stack_with_mse(self):
+        self.check_model("mlp", MlpMse())
+
+    def test_a_skip_connection_across_non_adjacent_stages(self):
+        self.check_model("skip", SkipMse())
+
+    def test_a_weight_tied_between_the_first_and_a_later_stage(self):
+        self.check_model("tied", TiedMse())
+
+    def test_a_transformer_block_with_cross_entropy(self):
+        self.check_model("transformer", TransformerCe())
+
+
+if __name__ == "__main__":
+    main()
