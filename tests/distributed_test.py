@@ -1,7 +1,7 @@
 """The distributed runner end to end: `cleave launch` starts ranks that run a cut model on c10d
 (TCPStore + ProcessGroupGloo) with `cleave run PLAN --distributed`. Outputs must equal the
 single-process microbatched run byte for byte (same thread count), including an uneven last
-microbatch and a skip connection that jumps a stage; split plans run the same way. Training a
+microbatch and a skip connection that jumps a stage; split and partition plans run the same way. Training a
 pipeline plan (`cleave train PLAN`, in one process and on 2 and 3 ranks) follows the whole model's
 training, tied weights included. Faults: a missing or inconsistent environment, a rank that
 fails, a peer that never comes. Two hosts: two network namespaces joined by a veth pair, each with
@@ -343,6 +343,31 @@ class Distributed(TempDirTest):
         self.assertEqual(code, 0, err)
         with open(self.path("single.npz"), "rb") as a, open(self.path("dist.npz"), "rb") as b:
             self.assertEqual(a.read(), b.read())
+
+    def test_a_partition_plan_runs_each_partition_on_its_rank(self):
+        """A partition plan across ranks (partition k on rank k, the DAG's edges as messages; a
+        rank with no partition takes part and runs nothing): the single-process run's bytes, and
+        the whole model's outputs."""
+        model = os.path.join(EXAMPLES, "transformer.onnx")
+        devices = self.path("devices.json")
+        with open(devices, "w") as f:  # the transformer's 570 KiB fit two of three devices
+            json.dump({"devices": [{"name": f"d{i}", "logical_id": i, "available_mem_bytes": 400000}
+                                   for i in range(3)]}, f)
+        plan = self.path("partitioned")
+        code, out, err = run("partition", model, "--devices", devices, "-o", plan)
+        self.assertEqual(code, 0, err)
+        self.assertIn("partition_1", out)
+        run("run", plan, "--seed", 4, "--save-outputs", self.path("single.npz"), check=True)
+        run("run", model, "--seed", 4, "--save-outputs", self.path("whole.npz"), check=True)
+        code, _, err = launch(3, "cleave", "run", plan, "--distributed", "--seed", 4, "--save-outputs",
+                              self.path("dist.npz"))
+        self.assertEqual(code, 0, err)
+        self.assertIn("[rank 0] rank 0 of 3: ran partition_0", err)
+        self.assertIn("[rank 1] rank 1 of 3: ran partition_1", err)
+        self.assertIn("[rank 2] rank 2 of 3: ran over", err)  # nothing of its own
+        with open(self.path("single.npz"), "rb") as a, open(self.path("dist.npz"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        np.testing.assert_array_equal(np.load(self.path("dist.npz"))["y"], np.load(self.path("whole.npz"))["y"])
 
     def test_training_stages_across_ranks_follows_the_whole_model(self):
         """A weight shared by stages 0 and 1 (tied: its gradients are summed across ranks) and a skip
