@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <ctime>
 
 namespace cleave {
@@ -19,6 +20,13 @@ std::vector<pid_t> threadIds() {
   closedir(dir);
   std::sort(ids.begin(), ids.end());
   return ids;
+}
+
+std::vector<pid_t> threadsStartedSince(const std::vector<pid_t>& before) {
+  const std::vector<pid_t> now = threadIds();
+  std::vector<pid_t> started;
+  std::set_difference(now.begin(), now.end(), before.begin(), before.end(), std::back_inserter(started));
+  return started;
 }
 
 double threadCpuSeconds(pid_t tid) {

@@ -21,8 +21,12 @@ inline std::int64_t peakResidentBytes() {
 }
 
 // The kernel ids of this process's threads now, ascending (/proc/self/task; empty where there is
-// no /proc). What a library started in a call is the difference of the ids before and after it.
+// no /proc).
 std::vector<pid_t> threadIds();
+
+// The threads running now that were not in `before` (threadIds() taken earlier): what a library
+// started in a call, taken around it.
+std::vector<pid_t> threadsStartedSince(const std::vector<pid_t>& before);
 
 // The CPU seconds thread `tid` of this process has run so far (the scheduler's clock of that one
 // thread, user and system time alike); -1 once the thread has exited.

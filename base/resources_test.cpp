@@ -4,12 +4,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <iterator>
-#include <mutex>
 #include <thread>
 
 namespace cleave {
@@ -30,10 +26,7 @@ TEST(Resources, ThreadCpuSecondsFollowsOneThreadByItsKernelId) {
   });
   while (id == 0)
     std::this_thread::yield();
-  const std::vector<pid_t> after = threadIds();
-  std::vector<pid_t> started;
-  std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(started));
-  ASSERT_EQ(started, std::vector<pid_t>{id.load()});
+  ASSERT_EQ(threadsStartedSince(before), std::vector<pid_t>{id.load()});
 
   const double idle = threadCpuSeconds(id);
   ASSERT_GE(idle, 0.0);

@@ -72,7 +72,8 @@ void describe(CLI::App& app, TrainFlags& flags) {
   app.add_flag("--json", flags.json, "print one JSON line per step: {\"step\": N, \"loss\": X}");
   app.add_flag("--timing", flags.timing,
                "also print each step's wall seconds and, for a plan, the schedule's part of it, every stage's forward "
-               "and backward compute seconds, the measured bubble (1 - compute / (ranks x schedule seconds)) and, with "
+               "and backward compute seconds, the measured bubble (1 - compute / (ranks x schedule seconds)), each rank's "
+               "messages received and its transport threads' CPU seconds and, with "
                "--json, every action's start, end, receive wait and compute seconds per rank");
 }
 

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <iterator>
 #include <map>
 #include <set>
 
@@ -315,11 +314,8 @@ Expected<std::unique_ptr<Communicator>> Communicator::connect(const DistributedE
     const std::vector<pid_t> before = threadIds();
     groupOptions->devices.push_back(transportDevice(env));
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.worldSize, groupOptions);
-    const std::vector<pid_t> after = threadIds();
-    std::vector<pid_t> started;
-    std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(started));
     return std::unique_ptr<Communicator>(
-        std::make_unique<GlooCommunicator>(std::move(store), std::move(group), env, std::move(started)));
+        std::make_unique<GlooCommunicator>(std::move(store), std::move(group), env, threadsStartedSince(before)));
   } catch (const std::exception& e) {
     return Error(ErrorCode::InvalidArgument) << "rank " << env.rank << ": rendezvous at " << where << " failed (timeout "
                                              << env.timeout.count() << " s): " << firstLine(e.what());
