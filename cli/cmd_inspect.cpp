@@ -1,6 +1,7 @@
 // cli/cmd_inspect.cpp - `cleave inspect MODEL [--json] [--nodes] [--check]`.
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "io/fixed_batch.h"
 #include "io/model_loader.h"
 #include "ir/analysis.h"
 #include "report/inspect_report.h"
@@ -17,12 +18,13 @@ struct InspectFlags {
 
 void describe(CLI::App& app, InspectFlags& flags) {
   app.description("Print node and edge counts, op histogram, parameter and activation bytes, inputs/outputs, depth "
-                  "and widest level of a model.");
+                  "and widest level of a model, and whether its batch is free (a static-batch export may hold it "
+                  "in constant shapes, so that microbatches of other rows cannot run).");
   addModelInput(app, flags.path);
   addJsonFlag(app, flags.json);
   app.add_flag("--nodes", flags.nodes, "list every node (JSON) or print the graph's text form");
   app.add_flag("--check", flags.check, "also run onnx's full check (ONNX models)");
-  app.add_flag("--no-infer", flags.noInfer, "do not run onnx shape inference");
+  app.add_flag("--no-infer", flags.noInfer, "do not run onnx shape inference (nor the batch analysis, which runs it)");
   app.add_option("--top", flags.top, "show only the K most frequent op types (0: all)");
 }
 
@@ -37,6 +39,9 @@ Status inspect(const InspectFlags& flags, std::ostream& out, std::ostream&) {
   report::InspectOptions options{.includeNodes = flags.nodes, .topOps = flags.top, .missingKernels = {}};
   if (graph.modelInfo().format == ir::SourceFormat::Onnx)
     options.missingKernels = runtime::missingKernels(graph);
+  if (graph.modelInfo().format == ir::SourceFormat::Onnx && !flags.noInfer) {
+    CLEAVE_TRY(options.batch, io::findFixedBatch(flags.path));
+  }
   if (flags.json)
     out << dumpJson(report::inspectJson(graph, stats, flags.path, options));
   else

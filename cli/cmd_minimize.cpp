@@ -16,7 +16,7 @@ struct MinimizeFlags {
   std::string path, profilePath;
   OutputDirectoryFlags output;
   RuntimeOptions runtime;
-  runtime::Tolerance tolerance;
+  runtime::AllClose tolerance = runtime::kCutTolerance;
   report::MinimizeRun run{.backendA = "aten-cpu", .backendB = {}, .mode = runtime::MinimizeMode::Binary,
                           .candidates = 0, .result = {}};
   bool json = false;

@@ -79,7 +79,7 @@ Status partitionModel(const PartitionFlags& flags, std::ostream& out, std::ostre
   }
   CLEAVE_TRY(partition::PartitionReport result, partition::partitionGraph(graph, devices, options));
   Json summary = report::partitionReportJson(graph, result);
-  PlanReport files{report::partitionReportText(result), summary};
+  PlanReport files{report::partitionReportText(result), dumpJson(summary)};
   files.planExtra["mode"] = summary["mode"];
   if (flags.memorySvg)
     files.moreFiles.push_back({"memory.svg", report::renderMemorySvg(report::partitionMemoryRows(result))});

@@ -1,9 +1,10 @@
 // cli/cmd_pipeline.cpp - `cleave pipeline MODEL (--stages N --policy P | --split-spec FILE) -o DIR
-// [--multi-use M] [--loss NAME] [--json]`: options, one call to pipeline::planPipeline, one
+// [--multi-use M] [--loss NAME] [--microbatches M] [--json]`: options, one call to pipeline::planPipeline, one
 // render (report/pipeline_report.h); writes plan.json, one model per stage and the reports.
 #include "base/file_io.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "io/fixed_batch.h"
 #include "io/model_loader.h"
 #include "report/pipeline_report.h"
 
@@ -14,6 +15,7 @@ struct PipelineFlags {
   std::string path, specPath, loss;
   OutputDirectoryFlags output;
   pipeline::PipelineOptions options;
+  std::int64_t microbatches = 1; // the run it is planned for: checks that the batch can be split
   bool json = false;
 };
 
@@ -32,6 +34,10 @@ void describe(CLI::App& app, PipelineFlags& flags) {
   addEnumOption(app, "--multi-use", flags.options.multiUse, pipeline::kMultiUses,
                 "a parameter several stages read");
   app.add_option("--loss", flags.loss, "the output that is the loss (default: an output named 'loss', if any)");
+  app.add_option("--microbatches", flags.microbatches,
+                 "the microbatches the plan will run: a model whose export fixed the batch in a constant shape "
+                 "is refused, naming the node")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
   addPlanOutput(app, flags.output);
   addJsonFlag(app, flags.json);
 }
@@ -46,9 +52,15 @@ Status pipelineModel(const PipelineFlags& flags, std::ostream& out, std::ostream
   }
   CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.specPath}));
   CLEAVE_TRY(ir::Graph graph, io::loadModel(flags.path));
+  if (flags.microbatches > 1 && graph.modelInfo().format == ir::SourceFormat::Onnx) {
+    CLEAVE_TRY(io::FixedBatch fixed, io::findFixedBatch(flags.path));
+    if (!fixed.batchIsFree())
+      return Error(ErrorCode::InvalidArgument) << flags.path << ": " << flags.microbatches
+                                               << " microbatches cannot run: " << io::describeFixedBatch(fixed);
+  }
   CLEAVE_TRY(pipeline::PipelinePlan plan, pipeline::planPipeline(graph, options));
   Json summary = report::pipelineReportJson(graph, plan, options);
-  PlanReport files{report::pipelineReportText(graph, plan, options), summary};
+  PlanReport files{report::pipelineReportText(graph, plan, options), dumpJson(summary)};
   files.planExtra["pipeline"] = summary;
   files.transmitted = plan.transmitted;
   return writePlanAndPrint(graph, plan.plan, flags.path, flags.output, outDir, std::move(files), flags.json, out);

@@ -14,6 +14,7 @@
 #include "runtime/distributed/environment.h"
 #include "runtime/host_memory.h"
 #include "runtime/microbatch.h"
+#include "plan/fixed_batch_check.h"
 #include "runtime/onednn.h"
 #include "runtime/tensor_files.h"
 
@@ -369,6 +370,11 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
     return usageError() << "--baseline times two models in one process, not with --distributed";
   if (!flags.baseline.empty() && flags.profile)
     return usageError() << "--profile measures one model's runs, not with --baseline";
+  if ((flags.pipelined || flags.distributed) && flags.microbatches > 1) {
+    // A static-batch export whose constants hold the batch would fail deep inside the first run.
+    CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(flags.path));
+    CLEAVE_CHECK(plan::checkRowsCanChange(flags.path, planFile, std::to_string(flags.microbatches) + " microbatches"));
+  }
   // Each run frees what the next allocates again: keep it resident rather than fault it back in.
   runtime::keepFreedHostMemory();
   if (flags.distributed)

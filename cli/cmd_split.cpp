@@ -21,7 +21,7 @@ struct SplitFlags {
   bool json = false, preview = false, dumpInputs = false, lowerAndRun = false, dot = false;
   double pcieGiBps = 100.0;
   RuntimeOptions runtime;
-  runtime::Tolerance tolerance;
+  runtime::AllClose tolerance = runtime::kCutTolerance;
 };
 
 void describe(CLI::App& app, SplitFlags& flags) {
@@ -69,7 +69,7 @@ void describe(CLI::App& app, SplitFlags& flags) {
 report::SubmoduleTrialLine trialLine(const runtime::ReferenceRun& reference, const runtime::SubmoduleTrial& trial) {
   report::SubmoduleTrialLine line{trial.name, std::string(runtime::trialOutcomeName(trial.result.outcome)),
                                   trial.result.passed() ? "" : trial.result.message, trial.result.maxAbs,
-                                  trial.result.maxRel};
+                                  trial.result.maxRel, trial.result.maxScaled};
   if (trial.culprit) {
     line.culpritNode = reference.graph().name(*trial.culprit);
     line.culpritOp = reference.graph().target(*trial.culprit);
@@ -130,9 +130,11 @@ Status splitModel(const SplitFlags& flags, std::ostream& out, std::ostream&) {
   if (flags.lowerAndRun || flags.dumpInputs) {
     CLEAVE_TRY(submoduleInputs, runTheModel(flags, graph, result, boundaries, splitReport.trials));
   }
-  Json summary = report::splitReportJson(graph, splitReport);
+  std::string summary = report::splitReportJson(graph, splitReport);
   if (outDir) {
-    PlanReport files{report::splitReportText(graph, splitReport, true), summary, splitSettings(profile, flags.options)};
+    // The JSON is moved into report.json unless --json prints it too.
+    PlanReport files{report::splitReportText(graph, splitReport, true), flags.json ? summary : std::move(summary),
+                     splitSettings(profile, flags.options)};
     if (flags.dumpInputs)
       files.moreFiles.push_back({"submodule_inputs.json", submoduleInputs});
     if (flags.dot)
@@ -140,7 +142,7 @@ Status splitModel(const SplitFlags& flags, std::ostream& out, std::ostream&) {
     CLEAVE_CHECK(writePlanDirectory(graph, result.plan, flags.path, flags.output, *outDir, std::move(files)));
   }
   if (flags.json)
-    out << dumpJson(summary);
+    out << summary;
   else
     out << report::splitReportText(graph, splitReport, flags.preview);
   return {};

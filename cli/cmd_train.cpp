@@ -11,6 +11,7 @@
 #include "io/onnx.h"
 #include "pipeline/schedule.h"
 #include "cli/runtime_options.h"
+#include "plan/fixed_batch_check.h"
 #include "plan/plan_file.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/pipeline_train.h"
@@ -150,6 +151,19 @@ Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& train
               {"actions", actionTimeline(timing)}};
 }
 
+// Microbatches (or a batch) of other rows than the plan's static-batch export fixed run only where
+// no constant shape holds that batch: refused here in one line rather than deep inside a step.
+Status checkTrainingRows(const TrainFlags& flags) {
+  CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(flags.path));
+  const std::int64_t exported = plan::exportedRows(planFile);
+  const std::int64_t batch = flags.options.batch, microbatches = flags.options.microbatches;
+  if (exported < 0 || (microbatches <= 1 && batch == exported))
+    return {};
+  return plan::checkRowsCanChange(flags.path, planFile,
+                                  "training --batch " + std::to_string(batch) + " in " + std::to_string(microbatches) +
+                                      " microbatch(es)");
+}
+
 // A plan directory: its stages on this process (no RANK) or on this rank's share (under launch).
 Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) {
   // Everything the user gave is checked before connecting, so a bad input fails on every rank
@@ -166,6 +180,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   if (!opened)
     return std::move(opened.error());
   std::optional<OutputDirectory>& outDir = *opened;
+  CLEAVE_CHECK(checkTrainingRows(flags));
   CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, rank, ranks));
   std::optional<ir::Graph> whole;
   if (!flags.wholeModelPath.empty()) {

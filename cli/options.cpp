@@ -50,7 +50,7 @@ Status writePlanDirectory(const ir::Graph& graph, const plan::CutPlan& plan, con
   plan::MaterializeOptions options;
   options.writeSubmodels = !flags.planOnly;
   options.transmitted = std::move(report.transmitted);
-  options.extraFiles = {{"report.txt", std::move(report.text)}, {"report.json", dumpJson(report.json)}};
+  options.extraFiles = {{"report.txt", std::move(report.text)}, {"report.json", std::move(report.json)}};
   for (auto& file : report.moreFiles)
     options.extraFiles.push_back(std::move(file));
   return plan::materialize(graph, plan, modelPath, dir, report.planExtra, options);
@@ -59,7 +59,7 @@ Status writePlanDirectory(const ir::Graph& graph, const plan::CutPlan& plan, con
 Status writePlanAndPrint(const ir::Graph& graph, const plan::CutPlan& plan, const std::string& modelPath,
                          const OutputDirectoryFlags& flags, std::optional<OutputDirectory>& dir, PlanReport report,
                          bool json, std::ostream& out) {
-  std::string printed = json ? dumpJson(report.json) : report.text;
+  std::string printed = json ? report.json : report.text;
   if (dir)
     CLEAVE_CHECK(writePlanDirectory(graph, plan, modelPath, flags, *dir, std::move(report)));
   out << printed;

@@ -64,7 +64,7 @@ CLI::Option* addEnumOption(CLI::App& app, const std::string& name, E& value, con
 // What a pass writes beside its plan: report.txt and report.json, keys for plan.json, more files.
 struct PlanReport {
   std::string text;
-  Json json;
+  std::string json; // the report's JSON text (dumpJson's form): report.json, and what --json prints
   Json planExtra = Json::object();
   std::vector<std::pair<std::string, std::string>> moreFiles; // (file name, contents)
   std::vector<std::pair<ir::ValueId, std::uint32_t>> transmitted; // plan::MaterializeOptions

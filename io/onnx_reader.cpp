@@ -25,6 +25,7 @@
 #include "base/isolated_call.h"
 #include "base/mapped_file.h"
 #include "io/onnx.h"
+#include "io/onnx_inference.h"
 #include "io/protobuf_wire.h"
 #include "ir/builder.h"
 
@@ -426,6 +427,8 @@ Status checkDeclaredTypes(const google::protobuf::RepeatedPtrField<onnx::ValueIn
   return {};
 }
 
+} // namespace
+
 Status checkBeforeInference(const onnx::GraphProto& graph, std::unordered_set<std::string> defined) {
   CLEAVE_CHECK(checkDeclaredTypes(graph.input()));
   CLEAVE_CHECK(checkDeclaredTypes(graph.output()));
@@ -459,6 +462,10 @@ Status checkBeforeInference(const onnx::GraphProto& graph, std::unordered_set<st
   return {};
 }
 
+namespace {
+
+} // namespace
+
 // onnx's shape inference (libonnx 1.12) also reads out of bounds on some malformed models that no
 // cheap check catches (found by fuzzing: an out-of-range int64 Constant feeding data
 // propagation). So it runs isolated (base/isolated_call.h), and only the inferred value types
@@ -479,6 +486,8 @@ Expected<onnx::GraphProto> inferTypesIsolated(onnx::ModelProto& model) {
     return Error(ErrorCode::IoError) << "onnx shape inference: unreadable result";
   return types;
 }
+
+namespace {
 
 // The model's bytes without its large initializers' data: what shape inference reads of them is
 // their dtype and dims (data propagation reads small integer tensors, kept), so a protobuf copy
@@ -503,6 +512,8 @@ template <typename Replace> bool copyFields(std::string_view message, std::strin
   });
   return wellFormed;
 }
+
+} // namespace
 
 bool withoutLargeInitializerData(std::string_view model, std::string& out) {
   // A length-delimited field whose contents are copied through `inner` and written back.
@@ -534,6 +545,8 @@ bool withoutLargeInitializerData(std::string_view model, std::string& out) {
     return number == field::kGraph && type == WireType::Bytes && rewritten(number, reader, to, ok, stripGraph);
   });
 }
+
+namespace {
 
 // Runs onnx shape inference on a protobuf copy of the model (without its large initializers'
 // data) and declares what it found. The model's own bytes stay untouched: inference also writes

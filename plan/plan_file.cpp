@@ -1,5 +1,7 @@
 #include "plan/plan_file.h"
 
+#include "base/json_writer.h"
+
 #include <filesystem>
 #include <map>
 #include <set>
@@ -94,31 +96,34 @@ Expected<PlanFile> readDocument(const json& doc, const std::string& dir, const s
   return plan;
 }
 
-Json valueJson(const PlanFileValue& value) {
-  Json out;
-  out["name"] = value.name;
-  out["kind"] = value.kind;
+// report::valueJson's form of a plan value.
+void writeValue(JsonWriter& out, const PlanFileValue& value) {
+  out.beginObject();
+  out.key("name").string(value.name);
+  out.key("kind").string(value.kind);
   if (value.kind == "tensor") {
-    out["dtype"] = value.dtype;
+    out.key("dtype").string(value.dtype);
+    out.key("shape");
     if (value.rankKnown) {
-      Json shape = Json::array();
+      out.beginArray();
       for (const PlanFileDim& dim : value.shape)
-        shape.push_back(dim.extent >= 0 ? Json(dim.extent)
-                                        : dim.symbol.empty() ? Json(nullptr) : Json(dim.symbol));
-      out["shape"] = std::move(shape);
+        if (dim.extent >= 0)
+          out.integer(dim.extent);
+        else if (dim.symbol.empty())
+          out.null();
+        else
+          out.string(dim.symbol);
+      out.endArray();
     } else {
-      out["shape"] = nullptr;
+      out.null();
     }
   }
-  out["bytes"] = value.bytes >= 0 ? Json(value.bytes) : Json(nullptr);
-  return out;
-}
-
-Json inputsJson(const std::vector<PlanFileInput>& inputs) {
-  Json list = Json::array();
-  for (const PlanFileInput& input : inputs)
-    list.push_back({{"value", input.value}, {"from", input.from}});
-  return list;
+  out.key("bytes");
+  if (value.bytes >= 0)
+    out.integer(value.bytes);
+  else
+    out.null();
+  out.endObject();
 }
 } // namespace
 
@@ -167,37 +172,67 @@ Expected<PlanFile> readPlan(const std::string& dir) {
   return parsePlanFile(text, dir, path);
 }
 
+namespace {
+void writeStrings(JsonWriter& out, const std::vector<std::string>& strings) {
+  out.beginArray();
+  for (const std::string& text : strings)
+    out.string(text);
+  out.endArray();
+}
+
+void writeInputs(JsonWriter& out, const std::vector<PlanFileInput>& inputs) {
+  out.beginArray();
+  for (const PlanFileInput& input : inputs) {
+    out.beginObject();
+    out.key("value").string(input.value);
+    out.key("from").string(input.from);
+    out.endObject();
+  }
+  out.endArray();
+}
+
+void writeSubmodule(JsonWriter& out, const PlanFileSubmodule& sub) {
+  out.beginObject();
+  out.key("name").string(sub.name);
+  out.key("role").string(kSubmoduleRoles.name(sub.role));
+  if (!sub.devices.empty()) {
+    out.key("devices").beginArray();
+    for (std::int64_t device : sub.devices)
+      out.integer(device);
+    out.endArray();
+  }
+  if (!sub.file.empty())
+    out.key("file").string(sub.file);
+  writeInputs(out.key("inputs"), sub.inputs);
+  writeStrings(out.key("outputs"), sub.outputs);
+  writeStrings(out.key("nodes"), sub.nodes);
+  out.endObject();
+}
+} // namespace
+
+// Streamed (base/json_writer.h): a million-node plan is tens of megabytes of JSON.
 std::string formatPlanFile(const PlanFile& plan) {
-  Json out;
-  out["schema"] = kPlanSchema;
-  out["version"] = kPlanSchemaVersion;
-  out["kind"] = std::string(planKindName(plan.kind));
-  out["model"] = plan.model;
+  JsonWriter out;
+  out.beginObject();
+  out.key("schema").string(kPlanSchema);
+  out.key("version").integer(kPlanSchemaVersion);
+  out.key("kind").string(planKindName(plan.kind));
+  out.key("model").string(plan.model);
   for (const auto& [key, value] : plan.extra.items())
-    out[key] = value;
-  Json submodules = Json::array();
-  for (const PlanFileSubmodule& sub : plan.submodules) {
-    Json entry;
-    entry["name"] = sub.name;
-    entry["role"] = std::string(kSubmoduleRoles.name(sub.role));
-    if (!sub.devices.empty())
-      entry["devices"] = sub.devices;
-    if (!sub.file.empty())
-      entry["file"] = sub.file;
-    entry["inputs"] = inputsJson(sub.inputs);
-    entry["outputs"] = sub.outputs;
-    entry["nodes"] = sub.nodes;
-    submodules.push_back(std::move(entry));
-  }
-  out["submodules"] = std::move(submodules);
-  out["outputs"] = inputsJson(plan.outputs);
+    out.key(key).tree(value);
+  out.key("submodules").beginArray();
+  for (const PlanFileSubmodule& sub : plan.submodules)
+    writeSubmodule(out, sub);
+  out.endArray();
+  writeInputs(out.key("outputs"), plan.outputs);
   if (!plan.values.empty()) {
-    Json values = Json::array();
+    out.key("values").beginArray();
     for (const PlanFileValue& value : plan.values)
-      values.push_back(valueJson(value));
-    out["values"] = std::move(values);
+      writeValue(out, value);
+    out.endArray();
   }
-  return dumpJson(out);
+  out.endObject();
+  return out.finish();
 }
 
 bool isPlanDirectory(const std::string& path) {

@@ -45,6 +45,27 @@ Json nodeJson(const ir::Graph& graph, ir::NodeId node) {
 
 } // namespace
 
+namespace {
+Json batchJson(const io::FixedBatch& batch) {
+  Json holders = Json::array();
+  for (const io::BatchHolder& holder : batch.holders)
+    holders.push_back({{"node", holder.node}, {"op", holder.opType}, {"shape", holder.shape}});
+  return {{"exported_rows", batch.batch >= 0 ? Json(batch.batch) : Json(nullptr)},
+          {"free", batch.batchIsFree()},
+          {"holders", std::move(holders)}};
+}
+
+void printBatchText(const io::FixedBatch& batch, std::ostream& out) {
+  out << "batch:       ";
+  if (batch.batch < 0)
+    out << "free (no input has a static dim 0)\n";
+  else if (batch.batchIsFree())
+    out << batch.batch << " rows exported; free: no constant shape holds them, so microbatches of other rows run\n";
+  else
+    out << "fixed at " << batch.batch << " rows: " << io::describeFixedBatch(batch) << "\n";
+}
+} // namespace
+
 Json inspectJson(const ir::Graph& graph, const ir::GraphStats& stats, const std::string& path,
                  const InspectOptions& options) {
   const ir::ModelInfo& info = graph.modelInfo();
@@ -86,6 +107,8 @@ Json inspectJson(const ir::Graph& graph, const ir::GraphStats& stats, const std:
   out["op_histogram"] = std::move(ops);
   if (options.missingKernels)
     out["runtime_missing_ops"] = *options.missingKernels;
+  if (options.batch)
+    out["batch"] = batchJson(*options.batch);
   if (options.includeNodes) {
     Json nodes = Json::array();
     for (std::uint32_t n = 0; n < graph.numNodes(); ++n)
@@ -142,6 +165,8 @@ void printInspectText(const ir::Graph& graph, const ir::GraphStats& stats, const
       out << (i ? ", " : "no kernel for ") << (*options.missingKernels)[i]
           << (i + 1 == options.missingKernels->size() ? "\n" : "");
   }
+  if (options.batch)
+    printBatchText(*options.batch, out);
   if (options.includeNodes) {
     out << "\n";
     ir::printGraph(graph, out);

@@ -6,8 +6,9 @@
 #include <ostream>
 #include <string>
 
-#include "ir/analysis.h"
 #include "base/json.h"
+#include "io/fixed_batch.h"
+#include "ir/analysis.h"
 
 namespace cleave::report {
 
@@ -16,6 +17,8 @@ struct InspectOptions {
   std::size_t topOps = 0;    // 0: every op type in the histogram
   // Op targets the ATen runtime has no kernel for (ONNX models; the CLI asks the runtime), sorted.
   std::optional<std::vector<std::string>> missingKernels;
+  // Whether the batch is free (io/fixed_batch.h; ONNX models, unless shape inference is off).
+  std::optional<io::FixedBatch> batch;
 };
 
 Json inspectJson(const ir::Graph& graph, const ir::GraphStats& stats, const std::string& path,

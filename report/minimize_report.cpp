@@ -21,7 +21,8 @@ Json minimizeReportJson(const ir::Graph& graph, const MinimizeRun& run) {
                         {"outcome", runtime::trialOutcomeName(culprit.result.outcome)},
                         {"message", culprit.result.message},
                         {"max_abs", culprit.result.maxAbs},
-                        {"max_rel", culprit.result.maxRel}});
+                        {"max_rel", culprit.result.maxRel},
+                        {"max_scaled", culprit.result.maxScaled}});
   }
   summary["culprits"] = std::move(culprits);
   return summary;

@@ -1,5 +1,7 @@
 #include "report/split_report.h"
 
+#include "base/json_writer.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -166,7 +168,7 @@ std::string_view reasonText(std::uint8_t code) { return split::kSplitReasons.nam
 
 Json trialJson(const SubmoduleTrialLine& trial) {
   Json entry = {{"submodule", trial.submodule}, {"outcome", trial.outcome}, {"max_abs", trial.maxAbs},
-                {"max_rel", trial.maxRel}};
+                {"max_rel", trial.maxRel}, {"max_scaled", trial.maxScaled}};
   if (!trial.message.empty())
     entry["message"] = trial.message;
   if (!trial.culpritNode.empty())
@@ -175,62 +177,81 @@ Json trialJson(const SubmoduleTrialLine& trial) {
   return entry;
 }
 
-Json submoduleJson(const ir::Graph& graph, const plan::Submodule& sub, const split::SubmodulePreview& preview) {
-  Json entry;
-  entry["name"] = sub.name;
-  entry["role"] = std::string(plan::kSubmoduleRoles.name(sub.role));
-  entry["node_count"] = sub.nodes.size();
-  entry["input_bytes"] = preview.inputBytes;
-  entry["output_bytes"] = preview.outputBytes;
+void writeSubmodule(JsonWriter& out, const ir::Graph& graph, const plan::Submodule& sub,
+                    const split::SubmodulePreview& preview) {
+  out.beginObject();
+  out.key("name").string(sub.name);
+  out.key("role").string(plan::kSubmoduleRoles.name(sub.role));
+  out.key("node_count").unsignedInteger(sub.nodes.size());
+  out.key("input_bytes").integer(preview.inputBytes);
+  out.key("output_bytes").integer(preview.outputBytes);
   if (sub.role == plan::SubmoduleRole::Accelerator) {
-    entry["max_qps"] = preview.maxQps;
-    entry["warnings"] = preview.warnings;
+    out.key("max_qps").number(preview.maxQps);
+    out.key("warnings").beginArray();
+    for (const std::string& warning : preview.warnings)
+      out.string(warning);
+    out.endArray();
   }
-  Json nodes = Json::array();
+  out.key("nodes").beginArray();
   for (NodeId node : sub.nodes)
-    nodes.push_back(std::string(graph.name(node)));
-  entry["nodes"] = std::move(nodes);
-  return entry;
+    out.string(graph.name(node));
+  out.endArray();
+  out.endObject();
+}
+
+void writeCpuReasons(JsonWriter& out, const ir::Graph& graph, const plan::CutPlan& plan) {
+  out.key("cpu_reasons").beginArray();
+  for (const CpuGroup& group : groupCpuReasons(graph, plan)) {
+    out.beginObject();
+    out.key("op").string(group.op);
+    out.key("reason").string(split::kSplitReasons.name(group.reason));
+    out.key("count").unsignedInteger(group.count);
+    out.key("example_node").string(group.example);
+    out.endObject();
+  }
+  out.endArray();
+  out.key("cpu_nodes").beginArray();
+  for (const plan::PlacementReason& reason : plan.reasons) {
+    out.beginObject();
+    out.key("node").string(graph.name(reason.node));
+    out.key("target").string(graph.target(reason.node));
+    out.key("reason").string(reasonText(reason.code));
+    out.key("detail").string(reason.detail);
+    out.endObject();
+  }
+  out.endArray();
 }
 } // namespace
 
-Json splitReportJson(const ir::Graph& graph, const SplitReport& report) {
+// Streamed (base/json_writer.h): it lists every node of a model that may have millions.
+std::string splitReportJson(const ir::Graph& graph, const SplitReport& report) {
   const split::SplitResult& result = report.result;
   const plan::CutPlan& plan = result.plan;
-  Json out;
+  JsonWriter out;
+  out.beginObject();
   std::uint32_t acc = accSubmodules(plan);
-  out["acc_subgraphs"] = acc;
-  out["cpu_subgraphs"] = static_cast<std::uint32_t>(plan.submodules.size()) - acc;
-  out["before_min_size"] = {{"acc_subgraphs", result.beforeMinSize.acc}, {"cpu_subgraphs", result.beforeMinSize.cpu}};
-  out["after_min_size"] = {{"acc_subgraphs", result.afterMinSize.acc}, {"cpu_subgraphs", result.afterMinSize.cpu}};
-  out["fusion_groups"] = result.fusionGroups;
-  Json subgraphs = Json::array();
+  out.key("acc_subgraphs").unsignedInteger(acc);
+  out.key("cpu_subgraphs").unsignedInteger(static_cast<std::uint32_t>(plan.submodules.size()) - acc);
+  out.key("before_min_size").tree({{"acc_subgraphs", result.beforeMinSize.acc}, {"cpu_subgraphs", result.beforeMinSize.cpu}});
+  out.key("after_min_size").tree({{"acc_subgraphs", result.afterMinSize.acc}, {"cpu_subgraphs", result.afterMinSize.cpu}});
+  out.key("fusion_groups").tree(result.fusionGroups);
+  out.key("subgraphs").beginArray();
   for (std::size_t s = 0; s < plan.submodules.size(); ++s)
-    subgraphs.push_back(submoduleJson(graph, plan.submodules[s], report.preview.submodules[s]));
-  out["subgraphs"] = std::move(subgraphs);
-  out["pcie_bytes_per_sec"] = report.preview.linkBytesPerSecond;
-  out["max_qps"] = report.preview.maxQps;
-  out["bottleneck"] = report.preview.bottleneck;
-  Json groups = Json::array();
-  for (const CpuGroup& group : groupCpuReasons(graph, plan))
-    groups.push_back({{"op", group.op}, {"reason", std::string(split::kSplitReasons.name(group.reason))},
-                      {"count", group.count}, {"example_node", group.example}});
-  out["cpu_reasons"] = std::move(groups);
-  Json cpuNodes = Json::array();
-  for (const plan::PlacementReason& reason : plan.reasons)
-    cpuNodes.push_back({{"node", std::string(graph.name(reason.node))},
-                        {"target", graph.target(reason.node)},
-                        {"reason", std::string(reasonText(reason.code))},
-                        {"detail", reason.detail}});
-  out["cpu_nodes"] = std::move(cpuNodes);
-  out["remarks"] = plan.remarks;
+    writeSubmodule(out, graph, plan.submodules[s], report.preview.submodules[s]);
+  out.endArray();
+  out.key("pcie_bytes_per_sec").tree(report.preview.linkBytesPerSecond);
+  out.key("max_qps").tree(report.preview.maxQps);
+  out.key("bottleneck").tree(report.preview.bottleneck);
+  writeCpuReasons(out, graph, plan);
+  out.key("remarks").tree(plan.remarks);
   if (!report.trialBackend.empty()) {
     Json trials = Json::array();
     for (const SubmoduleTrialLine& trial : report.trials)
       trials.push_back(trialJson(trial));
-    out["lower_and_run"] = {{"backend", report.trialBackend}, {"submodules", std::move(trials)}};
+    out.key("lower_and_run").tree({{"backend", report.trialBackend}, {"submodules", std::move(trials)}});
   }
-  return out;
+  out.endObject();
+  return out.finish();
 }
 
 namespace {

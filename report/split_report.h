@@ -25,7 +25,7 @@ std::string supportDot(const ir::Graph& graph, const IdVector<ir::NodeId, suppor
 // A submodule tried on the accelerator backend (--preview --backend), as the runtime reported it.
 struct SubmoduleTrialLine {
   std::string submodule, outcome, message; // message: empty when it passed
-  double maxAbs = 0.0, maxRel = 0.0;
+  double maxAbs = 0.0, maxRel = 0.0, maxScaled = 0.0; // runtime::TrialResult's
   std::string culpritNode, culpritOp, culpritOutcome, culpritMessage; // culpritNode empty: none
 };
 struct SplitReport {
@@ -36,7 +36,7 @@ struct SplitReport {
 };
 // report.json / --json. CPU nodes come twice: grouped by (op, reason) with a count and an
 // example, then one by one with the rule behind each.
-Json splitReportJson(const ir::Graph& graph, const SplitReport& report);
+std::string splitReportJson(const ir::Graph& graph, const SplitReport& report); // dumpJson's text
 // Graphviz DOT of the cut: one box per submodule (acc green, cpu grey) holding its nodes, CPU
 // nodes labelled with their reason, edges between the graph's nodes. Deterministic; O(V + E).
 std::string splitDot(const ir::Graph& graph, const plan::CutPlan& plan);

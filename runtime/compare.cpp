@@ -73,12 +73,53 @@ Comparison compareStrings(const at::Tensor& actual, const at::Tensor& expected) 
 }
 } // namespace
 
+namespace {
+// Numbers of one shape and dtype, as doubles (complex as pairs), flattened.
+Comparison compareNumbers(const at::Tensor& a, const at::Tensor& e, at::IntArrayRef sizes, const AllClose& tolerance) {
+  Comparison result;
+  at::Tensor diff = (a - e).abs();
+  at::Tensor bothNan = a.isnan().logical_and(e.isnan());
+  at::Tensor sameInfinity = a.isinf().logical_and(a == e);
+  at::Tensor agreeExactly = bothNan.logical_or(sameInfinity);
+  at::Tensor magnitude = e.abs();
+  at::Tensor finiteMagnitude = at::where(magnitude.isfinite(), magnitude, at::zeros_like(magnitude));
+  result.outputScale = finiteMagnitude.max().item<double>();
+  at::Tensor counted = at::where(agreeExactly, at::zeros_like(diff), diff);
+  result.maxAbs = counted.max().item<double>();
+  result.maxElementRel = at::where(magnitude > 0, counted / magnitude, at::zeros_like(diff)).max().item<double>();
+  at::Tensor elementwise = (diff <= tolerance.atol + tolerance.rtol * magnitude).logical_or(agreeExactly);
+  result.pastElementwise = elementwise.logical_not().sum().item<std::int64_t>();
+  const double scale = tolerance.scale == ToleranceScale::Output ? tolerance.atol + tolerance.rtol * result.outputScale : 0;
+  at::Tensor bound = tolerance.scale == ToleranceScale::Output ? at::full_like(diff, scale)
+                                                                : tolerance.atol + tolerance.rtol * magnitude;
+  at::Tensor ok = tolerance.scale == ToleranceScale::Output ? (diff <= bound).logical_or(agreeExactly) : elementwise;
+  if (ok.all().item<bool>())
+    return result;
+  at::Tensor excess = at::where(ok, at::full_like(diff, -1.0), at::where(diff.isnan(), at::full_like(diff, INFINITY),
+                                                                            diff - bound));
+  std::int64_t worst = excess.argmax().item<std::int64_t>();
+  result.equal = false;
+  result.worstIndex = unflatten(worst, sizes);
+  std::ostringstream out;
+  out.precision(9);
+  out << "element " << formatIndex(result.worstIndex) << " is " << a[worst].item<double>() << ", expected "
+      << e[worst].item<double>() << " (|diff| " << diff[worst].item<double>() << " > atol " << tolerance.atol
+      << " + rtol " << tolerance.rtol;
+  if (tolerance.scale == ToleranceScale::Output)
+    out << " * " << result.outputScale << ", the output's largest |expected|; " << ok.logical_not().sum().item<std::int64_t>();
+  else
+    out << " * |expected|; " << result.pastElementwise;
+  out << " of " << a.numel() << " elements differ)";
+  result.message = out.str();
+  return result;
+}
+} // namespace
+
 Comparison compareTensors(const at::Tensor& actualIn, const at::Tensor& expectedIn, const AllClose& tolerance) {
   if (!actualIn.defined() || !expectedIn.defined() || actualIn.is_nested() || expectedIn.is_nested())
     return compareContainers(actualIn, expectedIn, tolerance);
   if (isStringTensor(actualIn) || isStringTensor(expectedIn))
     return compareStrings(actualIn, expectedIn);
-  Comparison result;
   at::Tensor actual = actualIn.to(at::kCPU), expected = expectedIn.to(at::kCPU);
   if (actual.sizes() != expected.sizes()) {
     std::ostringstream out;
@@ -91,33 +132,16 @@ Comparison compareTensors(const at::Tensor& actualIn, const at::Tensor& expected
     return {false, out.str()};
   }
   if (actual.numel() == 0)
-    return result;
+    return {};
   if (at::isComplexType(actual.scalar_type())) {
     actual = at::view_as_real(actual.contiguous());
     expected = at::view_as_real(expected.contiguous());
   }
-  at::Tensor a = actual.to(at::kDouble).reshape({-1}), e = expected.to(at::kDouble).reshape({-1});
-  at::Tensor diff = (a - e).abs();
-  at::Tensor bound = tolerance.atol + tolerance.rtol * e.abs();
-  at::Tensor bothNan = a.isnan().logical_and(e.isnan());
-  at::Tensor sameInfinity = a.isinf().logical_and(a == e);
-  at::Tensor ok = (diff <= bound).logical_or(bothNan).logical_or(sameInfinity);
-  result.maxAbs = at::where(bothNan.logical_or(sameInfinity), at::zeros_like(diff), diff).max().item<double>();
-  if (ok.all().item<bool>())
-    return result;
-  at::Tensor excess = at::where(ok, at::full_like(diff, -1.0), at::where(diff.isnan(), at::full_like(diff, INFINITY),
-                                                                            diff - bound));
-  std::int64_t worst = excess.argmax().item<std::int64_t>();
-  result.equal = false;
-  result.worstIndex = unflatten(worst, actual.sizes());
-  std::ostringstream out;
-  out.precision(9);
-  out << "element " << formatIndex(result.worstIndex) << " is " << a[worst].item<double>() << ", expected "
-      << e[worst].item<double>() << " (|diff| " << diff[worst].item<double>() << " > atol " << tolerance.atol
-      << " + rtol " << tolerance.rtol << " * |expected|; " << (ok.logical_not().sum().item<std::int64_t>())
-      << " of " << a.numel() << " elements differ)";
-  result.message = out.str();
-  return result;
+  AllClose rule = tolerance;
+  if (at::isIntegralType(actual.scalar_type(), /*includeBool=*/true))
+    rule.scale = ToleranceScale::Element; // an index or a count is right or wrong, whatever its neighbours' size
+  return compareNumbers(actual.to(at::kDouble).reshape({-1}), expected.to(at::kDouble).reshape({-1}), actual.sizes(),
+                        rule);
 }
 
 } // namespace cleave::runtime

@@ -48,7 +48,7 @@ Expected<std::pair<ir::Graph, TensorMap>> extractNodes(const ReferenceRun& refer
 }
 
 TrialResult tryNodes(const ReferenceRun& reference, const std::vector<NodeId>& nodes, const Backend& backend,
-                     const Tolerance& tolerance) {
+                     const AllClose& tolerance) {
   TrialResult result;
   Expected<std::pair<ir::Graph, TensorMap>> part = extractNodes(reference, nodes);
   if (!part)
@@ -69,21 +69,20 @@ TrialResult tryNodes(const ReferenceRun& reference, const std::vector<NodeId>& n
     }
     if (want.numel() == 0 || !(at::isFloatingType(want.scalar_type()) || at::isIntegralType(want.scalar_type(), true)))
       continue;
-    at::Tensor a = want.to(at::kDouble), b = got.to(at::kDouble), diff = (a - b).abs();
-    double maxAbs = diff.max().item<double>(), maxRel = (diff / a.abs().clamp_min(1e-12)).max().item<double>();
-    result.maxAbs = std::max(result.maxAbs, maxAbs);
-    result.maxRel = std::max(result.maxRel, maxRel);
-    if (!(diff <= tolerance.atol + tolerance.rtol * a.abs()).all().item<bool>() && result.passed()) {
+    Comparison comparison = compareTensors(got, want, tolerance);
+    result.maxAbs = std::max(result.maxAbs, comparison.maxAbs);
+    result.maxRel = std::max(result.maxRel, comparison.maxElementRel);
+    result.maxScaled = std::max(result.maxScaled, comparison.scaledError());
+    if (!comparison.equal && result.passed()) {
       result.outcome = TrialOutcome::Mismatch;
-      result.message = "output '" + name + "' differs: max abs " + std::to_string(maxAbs) + ", max rel " +
-                       std::to_string(maxRel);
+      result.message = "output '" + name + "' differs: " + comparison.message;
     }
   }
   return result;
 }
 
 std::vector<SubmoduleTrial> tryAccSubmodules(const ReferenceRun& reference, const plan::CutPlan& plan,
-                                             const Backend& backend, const Tolerance& tolerance) {
+                                             const Backend& backend, const AllClose& tolerance) {
   std::vector<SubmoduleTrial> trials;
   for (const plan::Submodule& submodule : plan.submodules) {
     if (submodule.role != plan::SubmoduleRole::Accelerator)

@@ -5,14 +5,15 @@
 // ReferenceRun runs the whole model once and keeps every value (inputs and op outputs).
 // A trial takes any set of op nodes, extracts it as a standalone graph (its inputs: the values it
 // reads from outside; its outputs: the values it makes that others read, or graph outputs), lowers
-// it on the backend, feeds it the reference values and compares its outputs with theirs:
-// |got - want| <= atol + rtol * |want| element-wise.
+// it on the backend, feeds it the reference values and compares its outputs with theirs by
+// runtime/compare.h's rule (kCutTolerance by default: scaled by each output's largest magnitude).
 // Complexity: a reference run keeps every value (memory: the sum of all activations); a trial is
 // O(V + E) to extract plus the subgraph's run.
 #pragma once
 
 #include "plan/plan.h"
 #include "runtime/backend.h"
+#include "runtime/compare.h"
 
 namespace cleave::runtime {
 
@@ -34,20 +35,17 @@ private:
 enum class TrialOutcome : std::uint8_t { Passed, LoweringFailed, RunFailed, Mismatch };
 std::string_view trialOutcomeName(TrialOutcome outcome);
 
-struct Tolerance {
-  double rtol = 1e-4, atol = 1e-5;
-};
-
 struct TrialResult {
   TrialOutcome outcome = TrialOutcome::Passed;
   std::string message; // the error, or which output disagreed by how much
-  double maxAbs = 0.0, maxRel = 0.0;
+  double maxAbs = 0.0, maxRel = 0.0; // element-wise: largest |diff| and |diff| / |want|
+  double maxScaled = 0.0;            // largest |diff| / (the output's largest |want|)
   bool passed() const { return outcome == TrialOutcome::Passed; }
 };
 
 // Runs the op nodes `nodes` (topological order) of the reference's graph on `backend`.
 TrialResult tryNodes(const ReferenceRun& reference, const std::vector<ir::NodeId>& nodes, const Backend& backend,
-                     const Tolerance& tolerance);
+                     const AllClose& tolerance);
 
 // The standalone graph of `nodes` and the reference values for its inputs (a repro).
 Expected<std::pair<ir::Graph, TensorMap>> extractNodes(const ReferenceRun& reference,
@@ -62,6 +60,6 @@ struct SubmoduleTrial {
   TrialResult culpritResult;
 };
 std::vector<SubmoduleTrial> tryAccSubmodules(const ReferenceRun& reference, const plan::CutPlan& plan,
-                                             const Backend& backend, const Tolerance& tolerance);
+                                             const Backend& backend, const AllClose& tolerance);
 
 } // namespace cleave::runtime

@@ -6,7 +6,7 @@ using ir::NodeId;
 namespace {
 class Search {
 public:
-  Search(const ReferenceRun& reference, const Backend& backend, const Tolerance& tolerance, MinimizeResult& result)
+  Search(const ReferenceRun& reference, const Backend& backend, const AllClose& tolerance, MinimizeResult& result)
       : reference_(reference), backend_(backend), tolerance_(tolerance), result_(result) {}
 
   TrialResult trial(const std::vector<NodeId>& nodes) {
@@ -34,7 +34,7 @@ public:
 private:
   const ReferenceRun& reference_;
   const Backend& backend_;
-  const Tolerance& tolerance_;
+  const AllClose& tolerance_;
   MinimizeResult& result_;
 };
 
@@ -44,7 +44,7 @@ std::vector<NodeId> range(const std::vector<NodeId>& nodes, std::size_t begin, s
 } // namespace
 
 MinimizeResult minimize(const ReferenceRun& reference, const std::vector<NodeId>& candidates, const Backend& b,
-                        const Tolerance& tolerance, MinimizeMode mode) {
+                        const AllClose& tolerance, MinimizeMode mode) {
   MinimizeResult result;
   if (candidates.empty())
     return result;

@@ -36,6 +36,6 @@ struct MinimizeResult {
 };
 
 MinimizeResult minimize(const ReferenceRun& reference, const std::vector<ir::NodeId>& candidates, const Backend& b,
-                        const Tolerance& tolerance, MinimizeMode mode);
+                        const AllClose& tolerance, MinimizeMode mode);
 
 } // namespace cleave::runtime

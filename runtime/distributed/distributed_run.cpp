@@ -69,6 +69,8 @@ public:
         if (!shape)
           continue;
         declared_.insert({rows, routes_.id.at(name)});
+        if (!shape->declared) // keyed all the same: the key's first message carries its shape
+          continue;
         for (int reader : readers->second)
           if (reader != producer && (reader == me_ || producer == me_))
             comm_.declareShape(reader == me_ ? producer : reader, keyOf(name, m), shape->type, shape->dims);
@@ -150,7 +152,8 @@ private:
   std::uint64_t keyOf(const std::string& name, std::size_t microbatch) const {
     return 1 + static_cast<std::uint64_t>(rows_[microbatch]) * routes_.id.size() + routes_.id.at(name);
   }
-  // Its key when its shape was declared, else 0 (a header with the message).
+  // Its key when the plan fixes its shape for these rows (declared or learned), else 0 (a header
+  // with every message).
   std::uint64_t declaredKey(const std::string& name, std::size_t microbatch) const {
     if (microbatch >= rows_.size() || !declared_.count({rows_[microbatch], routes_.id.at(name)}))
       return 0;
@@ -163,7 +166,7 @@ private:
   int me_;
   std::vector<std::int64_t> rows_;                              // per microbatch
   std::set<std::int64_t> declaredRows_;                         // row counts already declared
-  std::set<std::pair<std::int64_t, std::uint32_t>> declared_;   // (rows, value id) with a declared shape
+  std::set<std::pair<std::int64_t, std::uint32_t>> declared_;   // (rows, value id) keyed: a shape from the plan
 };
 } // namespace
 

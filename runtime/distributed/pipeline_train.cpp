@@ -71,7 +71,7 @@ struct PipelineTrainer::State {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   StepTiming timing; // the last step's
   std::vector<std::int64_t> microbatchRows; // this step's, per microbatch
-  std::set<std::pair<std::int64_t, std::uint32_t>> planGivesShape; // (rows, value id) declared
+  std::set<std::pair<std::int64_t, std::uint32_t>> planGivesShape; // (rows, value id) keyed (declared or learned)
   std::optional<PlanShapes> planShapes; // the plan's value types
   std::set<std::int64_t> declaredRows; // microbatch row counts whose message shapes are declared
 
@@ -86,7 +86,8 @@ struct PipelineTrainer::State {
     return static_cast<std::uint32_t>(t);
   }
   // The communicator's shape key of a message: its value, reading stage and direction, and the
-  // rows of its microbatch (a value's shape follows them), declared on both ranks from the plan.
+  // rows of its microbatch (a value's shape follows them), declared on both ranks from the plan
+  // (or learned from the key's first message: plan_shapes.h's static-batch exports).
   // 0 (no key: a header with every message, as inference sends them) when the plan leaves the
   // value's shape open, so a shape that changes from one message to the next still travels.
   std::uint64_t shapeKey(std::size_t m, const std::string& value, int reader, bool backward) const {
@@ -138,6 +139,8 @@ void PipelineTrainer::State::declareMessageShapes(const TensorMap& chunk, std::s
         continue;
       if (std::optional<MessageShape> shape = planShapes->shapeOf(name, symbols)) {
         planGivesShape.insert({microbatchRows[m], valueId.at(name)});
+        if (!shape->declared) // keyed all the same: the key's first message carries its shape
+          continue;
         int peer = from == rank ? to : from;
         comm->declareShape(peer, shapeKey(m, name, reader, false), shape->type, shape->dims);
         comm->declareShape(peer, shapeKey(m, name, reader, true), shape->type, shape->dims);

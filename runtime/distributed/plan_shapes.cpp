@@ -18,6 +18,8 @@ SymbolSizes PlanShapes::bind(const TensorMap& tensors) const {
     const plan::PlanFileValue* type = value(name);
     if (!type || !type->rankKnown || static_cast<std::int64_t>(type->shape.size()) != tensor.dim())
       continue;
+    if (tensor.dim() > 0 && type->shape[0].extent >= 0 && type->shape[0].extent != tensor.size(0))
+      symbols.rowsDifferFromExport = true;
     for (std::size_t d = 0; d < type->shape.size(); ++d) {
       const std::string& symbol = type->shape[d].symbol;
       if (symbol.empty())
@@ -76,6 +78,7 @@ std::optional<MessageShape> PlanShapes::shapeOf(const std::string& name, const S
     else
       return std::nullopt;
   }
+  shape.declared = !symbols.rowsDifferFromExport;
   return shape;
 }
 

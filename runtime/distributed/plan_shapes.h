@@ -4,6 +4,12 @@
 //
 // Guarantees: a shape is given only when every dim is static or a symbol bound consistently (a
 // symbol seen with two sizes binds nothing); ranks given the same plan and inputs agree.
+// Static-batch exports: an export that fixed the batch writes its rows as a static dim into every
+// value type. When a microbatch's rows differ from that batch, the plan's static dims no longer
+// say which of them are rows (a [16, 32] activation and a [16, 32] weight look alike), so such a
+// shape is not declared: it is `learned`, its key's first message carrying the header. A value's
+// shape is still a function of the microbatch's rows there (the graph's other dims are fixed), so
+// later messages of the key travel without one.
 // Complexity: bind is O(the tensors' dims); shapeOf is O(the value's dims + log values).
 #pragma once
 
@@ -22,11 +28,17 @@ namespace cleave::runtime::distributed {
 struct SymbolSizes {
   std::map<std::string, std::int64_t> sizes;
   std::set<std::string> conflicting;
+  // A bound tensor's rows (dim 0) differ from the static rows its plan type has: an export with a
+  // fixed batch, run on microbatches of another size.
+  bool rowsDifferFromExport = false;
 };
 
 struct MessageShape {
   at::ScalarType type;
   std::vector<std::int64_t> dims;
+  // False: the plan fixes the shape for these rows but cannot tell it (rowsDifferFromExport); the
+  // communicator learns it from the key's first message, and `dims` are the export's.
+  bool declared = true;
 };
 
 class PlanShapes {
@@ -36,7 +48,8 @@ public:
   const plan::PlanFileValue* value(const std::string& name) const;
   // The symbols' sizes in `tensors` (values of the plan by name, e.g. a microbatch's inputs).
   SymbolSizes bind(const TensorMap& tensors) const;
-  // `name`'s dtype and dims under `symbols`, when the plan determines them.
+  // `name`'s dtype and dims under `symbols`, when the plan determines them (declared), or when it
+  // determines them only as a function of the rows (not declared: see above).
   std::optional<MessageShape> shapeOf(const std::string& name, const SymbolSizes& symbols) const;
   // Whether `tensor` fits value `name` whose dim 0 is rows (data split into batches): its dtype,
   // rank and every static dim after the first; a value the plan leaves open fits.
