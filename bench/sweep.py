@@ -10,7 +10,12 @@ then ROUNDS interleaved rounds (order alternating), each timing one block per si
 blocks sized to about BUDGET ms. Printed: each side's median over the rounds and the median of
 the per-round ratios cleave / ORT with their [min, max]: a range straddling 1.0 is noise.
 
-usage: /usr/bin/python3 bench/sweep.py CLEAVE [--rounds R] [--budget-ms B] [--zoo DIR] [MODEL ...]
+--verify instead cuts each model twice (examples/profiles/gpu.json, and a profile that leaves Relu,
+Softmax, Erf, Gather, HardSwish, Sigmoid and Tanh on the CPU, so every model is cut many times) and runs
+`cleave verify` on each cut: its verdict, the largest error against the output's scale, and how
+many elements the element-wise rule would have failed (issue 41's false alarms).
+
+usage: /usr/bin/python3 bench/sweep.py CLEAVE [--rounds R] [--budget-ms B] [--zoo DIR] [--verify] [MODEL ...]
 """
 import argparse
 import json
@@ -116,6 +121,30 @@ def relative_error(want_path, got_path):
     return worst
 
 
+def verify_cuts(cleave, zoo, name, model, inputs):
+    """One line per profile: `cleave verify`'s verdict on the model's cut."""
+    import onnx
+    ops = {n.op_type for n in onnx.load(model, load_external_data=False).graph.node}
+    holes = os.path.join(zoo, f"{name}.holes.json")
+    with open(holes, "w") as f:
+        json.dump({"name": "holes", "ops": sorted(ops - {"Relu", "Softmax", "Erf", "Gather", "HardSwish", "Sigmoid",
+                                                        "Tanh"})}, f)
+    for profile in (os.path.join(ROOT, "examples", "profiles", "gpu.json"), holes):
+        cut = os.path.join(zoo, f"{name}.cut")
+        subprocess.run([cleave, "split", model, "--profile", profile, "-o", cut, "--force"], check=True,
+                       capture_output=True)
+        proc = subprocess.run([cleave, "verify", model, cut, "--inputs", inputs, "--json"], capture_output=True, text=True)
+        if not proc.stdout.strip():
+            print(f"{name:20} {profile:12} FAILED TO RUN: {proc.stderr.strip()}", flush=True)
+            continue
+        report = json.loads(proc.stdout)
+        scaled = max(o["max_scaled"] for o in report["outputs"].values())
+        past = sum(o["past_elementwise"] for o in report["outputs"].values())
+        label = "gpu" if profile != holes else "holes"
+        print(f"{name:20} {label:12} {report['submodules']:6d} {scaled:12.2e} {past:10d} "
+              f"{'ok' if report['ok'] else 'FAILS'}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cleave")
@@ -123,6 +152,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budget-ms", type=float, default=1500.0)
     parser.add_argument("--zoo", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "cleave_sweep"))
+    parser.add_argument("--verify", action="store_true", help="verify cuts of each model instead of timing it")
     args = parser.parse_args()
     catalog = models()
     names = args.models or list(catalog)
@@ -130,6 +160,11 @@ def main():
     if unknown:
         parser.error(f"unknown model {unknown[0]} (known: {', '.join(catalog)})")
     os.makedirs(args.zoo, exist_ok=True)
+    if args.verify:
+        print(f"{'model':20} {'profile':12} {'subs':>6} {'max_scaled':>12} {'past_elem':>10} verdict", flush=True)
+        for name in names:
+            verify_cuts(args.cleave, args.zoo, name, *export(args.zoo, name, catalog[name]))
+        return
     print(f"{'model':20} {'ort_ms':>9} {'cleave_ms':>10} {'cleave/ORT [range]':>22} {'rel_err':>9}", flush=True)
     for name in names:
         model, inputs = export(args.zoo, name, catalog[name])

@@ -94,8 +94,9 @@ class TwoHosts:
 
 
 class Distributed(TempDirTest):
-    def mlp_with_skip(self):
-        """x [N, 8] -> 4 Linear+Relu blocks; block 3 adds block 0's output back (a skip over stages)."""
+    def mlp_with_skip(self, rows="N"):
+        """x [N, 8] -> 4 Linear+Relu blocks; block 3 adds block 0's output back (a skip over stages).
+        rows: a static batch instead (every value type then says that many rows)."""
         rng = np.random.default_rng(2)
         inits, nodes, h = [], [], "x"
         for k in range(4):
@@ -106,9 +107,9 @@ class Distributed(TempDirTest):
                 nodes.append(helper.make_node("Add", ["a3", "h0"], ["s3"]))
             nodes.append(helper.make_node("Tanh" if k == 3 else "Relu", ["s3" if k == 3 else f"a{k}"], [f"h{k}"]))
             h = f"h{k}"
-        graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
-                                  [helper.make_tensor_value_info("h3", TensorProto.FLOAT, ["N", 8])], inits)
-        path = self.path("mlp.onnx")
+        graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 8])],
+                                  [helper.make_tensor_value_info("h3", TensorProto.FLOAT, [rows, 8])], inits)
+        path = self.path(f"mlp_{rows}.onnx")
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
         return path
 
@@ -202,6 +203,29 @@ class Distributed(TempDirTest):
                       "over 2 ranks", err)
         code, _, err = run("run", plan, "--pipeline", "--schedule", "1f1b", "--inputs", self.path("x.npz"))
         self.assertOneLineError(code, err, "--schedule goes with --distributed", exit_code=2)
+
+    def test_a_static_batch_export_runs_in_microbatches_across_ranks(self):
+        # The plan's value types say 7 rows; microbatches of 3, 3 and 1 rows cannot take their
+        # message shapes from it (issue 41): each key's first message carries its shape.
+        model = self.mlp_with_skip(rows=7)
+        plan = self.path("static_plan")
+        run("pipeline", model, "--stages", 3, "--microbatches", 3, "-o", plan, check=True)
+        np.savez(self.path("x.npz"), x=np.random.default_rng(1).standard_normal((7, 8)).astype(np.float32))
+        single = self.path("static_single.npz")
+        run("run", plan, "--pipeline", "--microbatches", 3, "--inputs", self.path("x.npz"), "--save-outputs", single,
+            check=True)
+        for nproc in (3, 2):
+            with self.subTest(nproc=nproc):
+                got = self.path(f"static_dist{nproc}.npz")
+                code, out, err = launch(nproc, "cleave", "run", plan, "--distributed", "--microbatches", 3,
+                                        "--inputs", self.path("x.npz"), "--save-outputs", got)
+                self.assertEqual(code, 0, err)
+                with open(single, "rb") as a, open(got, "rb") as b:
+                    self.assertEqual(a.read(), b.read())
+                self.assertNotIn("(0 shape header(s) sent)", err)  # learned, not declared
+        whole = self.path("static_whole.npz")
+        run("run", model, "--inputs", self.path("x.npz"), "--save-outputs", whole, check=True)
+        np.testing.assert_allclose(np.load(whole)["h3"], np.load(single)["h3"], rtol=1e-5, atol=1e-5)
 
     def test_two_launchers_are_two_nodes(self):
         """`--nnodes 2`: one launcher per node (here both on loopback), 2 ranks each; the 4 ranks run a

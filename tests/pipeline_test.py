@@ -145,15 +145,16 @@ class PipelineFx(TempDirTest):
 
 
 class PipelineOnnx(TempDirTest):
-    def export(self, module, rows, name, output="y"):
+    def export(self, module, rows, name, output="y", static=False):
         path = self.path(f"{name}.onnx")
+        axes = "None" if static else "{'x': {0: 'batch'}}"
         script = ("import sys, torch\n"
                   f"sys.path.insert(0, {os.path.join(SOURCE_DIR, 'tests')!r})\n"
                   "from pipeline_test import MLPStack\n"
                   "torch.manual_seed(0)\n"
                   f"m = MLPStack({module}).eval()\n"
                   f"torch.onnx.export(m, (torch.randn({rows}, {D}),), {path!r}, input_names=['x'],\n"
-                  f"                  output_names=[{output!r}], dynamic_axes={{'x': {{0: 'batch'}}}}, opset_version=17)\n")
+                  f"                  output_names=[{output!r}], dynamic_axes={axes}, opset_version=17)\n")
         subprocess.run(["/usr/bin/python3", "-c", script], check=True, capture_output=True, text=True)
         return path
 
@@ -203,6 +204,85 @@ class PipelineOnnx(TempDirTest):
             json.dump({"split_spec": {"decoder": "MIDDLE"}}, f)
         code, _, err = run("pipeline", model, "--split-spec", self.path("spec.json"))
         self.assertOneLineError(code, err, "split_spec.decoder")
+
+
+class HeadsMse(torch.nn.Module):
+    """Attention's head split as PyTorch code writes it: view(b * heads, s, d / heads). Exported
+    with a static batch, the exporter folds b * heads into Reshape's shape constant; the loss (MSE
+    against a target) makes it trainable."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.out = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x, target):
+        b, s, d = x.shape
+        h = torch.relu(self.fc(x).view(b * 2, s, 4)).view(b, s, d)
+        return ((self.out(h) - target) ** 2).mean()
+
+
+class FixedBatch(TempDirTest):
+    """A static-batch export whose constants hold the batch (issue 41): known before anything runs,
+    refused in one line naming the node wherever microbatches of other rows are asked for; a free
+    batch (a dynamic axis, or no constant holding it) microbatches as before."""
+
+    def export(self, name, dynamic):
+        path = self.path(f"{name}.onnx")
+        script = ("import sys, torch\n"
+                  f"sys.path.insert(0, {os.path.join(SOURCE_DIR, 'tests')!r})\n"
+                  "from pipeline_test import HeadsMse\n"
+                  "torch.manual_seed(0)\n"
+                  "x, t = torch.randn(4, 5, 8), torch.randn(4, 5, 8)\n"
+                  f"axes = {{'x': {{0: 'b'}}, 't': {{0: 'b'}}}} if {dynamic} else None\n"
+                  f"torch.onnx.export(HeadsMse(), (x, t), {path!r}, input_names=['x', 't'], output_names=['loss'],\n"
+                  "                  opset_version=17, dynamic_axes=axes)\n")
+        subprocess.run(["/usr/bin/python3", "-c", script], check=True, capture_output=True, text=True)
+        return path
+
+    def test_a_batch_held_in_a_constant_shape_is_refused_before_running(self):
+        model = self.export("static", False)
+        code, out, err = run("inspect", model, "--json")
+        self.assertEqual(code, 0, err)
+        batch = json.loads(out)["batch"]
+        self.assertEqual((batch["exported_rows"], batch["free"]), (4, False))
+        self.assertEqual(batch["holders"][0], {"node": "/Reshape", "op": "Reshape", "shape": [8, 5, 4]})
+        code, out, err = run("inspect", model)
+        self.assertIn("batch:       fixed at 4 rows: node '/Reshape'", out)
+        refused = self.path("refused")
+        code, _, err = run("pipeline", model, "--stages", 2, "--microbatches", 2, "-o", refused)
+        self.assertOneLineError(code, err, "2 microbatches cannot run", "'/Reshape'", "[8, 5, 4]",
+                                "exported batch of 4", "dynamic_axes={'x': {0: 'batch'}}")
+        self.assertFalse(os.path.exists(refused))
+        plan = self.path("plan")
+        run("pipeline", model, "--stages", 2, "-o", plan, check=True)
+        code, _, err = run("run", plan, "--pipeline", "--microbatches", 2)
+        self.assertOneLineError(code, err, "submodule 'stage_0'", "'/Reshape'", "exported batch of 4")
+        code, _, err = run("run", plan, "--pipeline", "--microbatches", 1)
+        self.assertEqual(code, 0, err)
+        # Training: microbatches of other rows refused at load; the exported batch trains.
+        import numpy as np
+        rng = np.random.default_rng(0)
+        np.savez(self.path("data.npz"), x=rng.standard_normal((8, 5, 8)).astype(np.float32),
+                 t=rng.standard_normal((8, 5, 8)).astype(np.float32))
+        common = ["train", plan, "--data", self.path("data.npz"), "--batch", 4, "--steps", 2]
+        code, _, err = run(*common, "--microbatches", 2)
+        self.assertOneLineError(code, err, "training --batch 4 in 2 microbatch(es) cannot run", "'/Reshape'")
+        code, _, err = run(*common, "--microbatches", 1)
+        self.assertEqual(code, 0, err)
+
+    def test_a_free_batch_microbatches(self):
+        model = self.export("dynamic", True)
+        code, out, err = run("inspect", model, "--json")
+        self.assertEqual(json.loads(out)["batch"], {"exported_rows": None, "free": True, "holders": []})
+        plan = self.path("plan")
+        run("pipeline", model, "--stages", 2, "--microbatches", 2, "-o", plan, check=True)
+        code, _, err = run("run", plan, "--pipeline", "--microbatches", 2, "--dim", "b=4")
+        self.assertEqual(code, 0, err)
+        # A static export with no constant shape holding the batch (an MLP) is free too.
+        mlp = PipelineOnnx.export(self, 2, 4, "mlp", static=True)
+        code, out, err = run("inspect", mlp)
+        self.assertIn("batch:       4 rows exported; free", out)
+        run("pipeline", mlp, "--stages", 2, "--microbatches", 2, "-o", self.path("mlp_plan"), check=True)
 
 
 class ScheduleCli(TempDirTest):

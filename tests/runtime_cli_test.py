@@ -341,6 +341,54 @@ class RuntimeCli(TempDirTest):
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
         return path
 
+    def test_verify_passes_a_correct_cut_and_fails_planted_errors(self):
+        """verify's rule (docs/runtime.md): |cut - original| <= atol + rtol * (the output's largest
+        |original|). A correct cut passes; a submodule with a wrong op, a swapped operand or a lost
+        transpose fails, each naming the worst element."""
+        rng = np.random.default_rng(3)
+        w = numpy_helper.from_array(rng.standard_normal((6, 6)).astype(np.float32), "w")
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Transpose", ["m"], ["t"], perm=[1, 0]),
+                 helper.make_node("Sub", ["t", "z"], ["d"]), helper.make_node("Tanh", ["d"], ["h"]),
+                 helper.make_node("Relu", ["h"], ["r"]), helper.make_node("Mul", ["r", "t"], ["y"])]
+        graph = helper.make_graph(nodes, "planted", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [6, 6])
+                                                     for n in ("x", "z")],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 6])], [w])
+        model = self.path("planted.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+        profile = self.path("no_relu.json")
+        with open(profile, "w") as f:
+            json.dump({"name": "no-relu", "ops": ["MatMul", "Transpose", "Sub", "Tanh", "Mul"]}, f)
+        cut = self.path("cut")
+        run("split", model, "--profile", profile, "-o", cut, check=True)
+        code, out, err = run("verify", model, cut, "--seed", 5, "--json")
+        self.assertEqual(code, 0, err)
+        report = json.loads(out)
+        self.assertEqual((report["ok"], report["scale"]), (True, "output"))
+        self.assertEqual(set(report["outputs"]["y"]), {"max_abs", "scale", "max_scaled", "max_rel", "past_elementwise",
+                                                      "within_tolerance"})
+        plan = json.load(open(os.path.join(cut, "plan.json")))
+        first = os.path.join(cut, plan["submodules"][0]["file"])  # MatMul, Transpose, Sub, Tanh
+        pristine = onnx.load(first)
+
+        def planted(change):
+            sub = onnx.ModelProto()
+            sub.CopyFrom(pristine)
+            change({n.op_type: n for n in sub.graph.node})
+            onnx.save(sub, first)
+            code, _, err = run("verify", model, cut, "--seed", 5)
+            self.assertOneLineError(code, err, "output 'y' differs past tolerance: element [",
+                                    "the output's largest |expected|")
+
+        with self.subTest(planted="wrong op"):
+            planted(lambda ops: setattr(ops["Sub"], "op_type", "Add"))
+        with self.subTest(planted="swapped operand"):
+            planted(lambda ops: ops["Sub"].input.reverse())
+        with self.subTest(planted="lost transpose"):
+            planted(lambda ops: ops["Transpose"].attribute[0].ints.__setitem__(slice(None), [0, 1]))
+        onnx.save(pristine, first)
+        code, _, err = run("verify", model, cut, "--seed", 5, "--elementwise")
+        self.assertEqual(code, 0, err)
+
     def test_tensors_in_npz_npy_pb_and_folders(self):
         model = self.two_input_model()
         rng = np.random.default_rng(5)
