@@ -40,7 +40,11 @@ Status inspect(const InspectFlags& flags, std::ostream& out, std::ostream&) {
   if (graph.modelInfo().format == ir::SourceFormat::Onnx)
     options.missingKernels = runtime::missingKernels(graph);
   if (graph.modelInfo().format == ir::SourceFormat::Onnx && !flags.noInfer) {
-    CLEAVE_TRY(options.batch, io::findFixedBatch(flags.path));
+    Expected<io::FixedBatch> batch = io::findFixedBatch(flags.path);
+    if (batch)
+      options.batch = std::move(*batch);
+    else
+      options.batchUnknown = batch.error().message();
   }
   if (flags.json)
     out << dumpJson(report::inspectJson(graph, stats, flags.path, options));

@@ -53,10 +53,11 @@ Status pipelineModel(const PipelineFlags& flags, std::ostream& out, std::ostream
   CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.specPath}));
   CLEAVE_TRY(ir::Graph graph, io::loadModel(flags.path));
   if (flags.microbatches > 1 && graph.modelInfo().format == ir::SourceFormat::Onnx) {
-    CLEAVE_TRY(io::FixedBatch fixed, io::findFixedBatch(flags.path));
-    if (!fixed.batchIsFree())
+    // An analysis that fails (onnx's inference cannot type the model) leaves it unknown, not held.
+    Expected<io::FixedBatch> fixed = io::findFixedBatch(flags.path);
+    if (fixed && !fixed->batchIsFree())
       return Error(ErrorCode::InvalidArgument) << flags.path << ": " << flags.microbatches
-                                               << " microbatches cannot run: " << io::describeFixedBatch(fixed);
+                                               << " microbatches cannot run: " << io::describeFixedBatch(*fixed);
   }
   CLEAVE_TRY(pipeline::PipelinePlan plan, pipeline::planPipeline(graph, options));
   Json summary = report::pipelineReportJson(graph, plan, options);

@@ -4,7 +4,8 @@
 //
 // Guarantees: a plan whose inputs have no static dim 0 (a dynamic batch) passes without reading
 // any submodel; otherwise each submodel's inputs of the exported rows are freed and the first
-// node (in plan order) whose constant shape holds them is named, with its submodule, in one line.
+// node (in plan order) whose constant shape holds them is named, with its submodule, in one line;
+// a submodel whose analysis fails (onnx's inference cannot type it) counts as unknown, not held.
 // Complexity: io/fixed_batch.h's, once per submodel file, for static-batch plans only.
 #pragma once
 

@@ -109,6 +109,8 @@ Json inspectJson(const ir::Graph& graph, const ir::GraphStats& stats, const std:
     out["runtime_missing_ops"] = *options.missingKernels;
   if (options.batch)
     out["batch"] = batchJson(*options.batch);
+  else if (!options.batchUnknown.empty())
+    out["batch"] = {{"free", nullptr}, {"unknown", options.batchUnknown}};
   if (options.includeNodes) {
     Json nodes = Json::array();
     for (std::uint32_t n = 0; n < graph.numNodes(); ++n)
@@ -167,6 +169,8 @@ void printInspectText(const ir::Graph& graph, const ir::GraphStats& stats, const
   }
   if (options.batch)
     printBatchText(*options.batch, out);
+  else if (!options.batchUnknown.empty())
+    out << "batch:       not analysed (" << options.batchUnknown << ")\n";
   if (options.includeNodes) {
     out << "\n";
     ir::printGraph(graph, out);

@@ -19,6 +19,7 @@ struct InspectOptions {
   std::optional<std::vector<std::string>> missingKernels;
   // Whether the batch is free (io/fixed_batch.h; ONNX models, unless shape inference is off).
   std::optional<io::FixedBatch> batch;
+  std::string batchUnknown; // why the analysis could not run (then `batch` is empty)
 };
 
 Json inspectJson(const ir::Graph& graph, const ir::GraphStats& stats, const std::string& path,

@@ -106,6 +106,16 @@ def chain_model(nodes, inputs=("x",), outputs=("y",), dims=(4,)):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
+def batch_held_model():
+    """x [4, 6] -> Reshape to the constant [4, 2, 3] (the exported batch of 4 held) -> Relu."""
+    shape = helper.make_tensor("shape", TensorProto.INT64, [3], [4, 2, 3])
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["r"], name="held"),
+                               helper.make_node("Relu", ["r"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2, 3])], [shape])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
 def non_utf8_model():
     """A model whose node and value names hold bytes that are not UTF-8 (protobuf's Python API
     refuses to set them, so same-length placeholders are patched in the serialized bytes)."""
@@ -474,6 +484,12 @@ CASES = [
     Case("schedule", "csv-fifo", fifo("s.csv"), ["schedule", "--from-csv", "{models}/s.csv"], r"is a FIFO", timeout=10),
     Case("schedule", "pipeline-billion-stages", example("cnn.onnx"), ["pipeline", CNN, "--stages", "1000000000"],
          r"usage error: --stages: .*not in range", exit=2),
+    Case("schedule", "pipeline-zero-microbatches", example("cnn.onnx"),
+         ["pipeline", CNN, "--stages", "2", "--microbatches", "0"], r"usage error: --microbatches: .*not in range", exit=2),
+    Case("schedule", "pipeline-batch-held-in-a-constant", model(batch_held_model),
+         ["pipeline", "{models}/m.onnx", "--stages", "2", "--microbatches", "2", "-o", "{work}/out"],
+         r"2 microbatches cannot run: node 'held' \(Reshape\) has the constant shape \[4, 2, 3\], which holds the "
+         r"exported batch of 4"),
     Case("schedule", "run-billion-microbatches", split_plan(lambda p, s: None),
          ["run", "{models}/plan", "--pipeline", "--microbatches", "1000000000"],
          r"usage error: --microbatches: .*not in range", exit=2),
