@@ -56,27 +56,20 @@ void JsonWriter::beginArray() {
   levels_.push_back({false, 0, false});
 }
 
-void JsonWriter::endObject() {
-  assert(!levels_.empty() && levels_.back().object && !levels_.back().keyPending);
+void JsonWriter::close(bool object) {
+  assert(!levels_.empty() && levels_.back().object == object && !levels_.back().keyPending);
   const bool empty = levels_.back().entries == 0;
   levels_.pop_back();
-  if (!empty) {
+  if (!empty) { // entries end on their own line; an empty container is {} or []
     out_ += '\n';
     indent();
   }
-  out_ += '}';
+  out_ += object ? '}' : ']';
 }
 
-void JsonWriter::endArray() {
-  assert(!levels_.empty() && !levels_.back().object);
-  const bool empty = levels_.back().entries == 0;
-  levels_.pop_back();
-  if (!empty) {
-    out_ += '\n';
-    indent();
-  }
-  out_ += ']';
-}
+void JsonWriter::endObject() { close(true); }
+
+void JsonWriter::endArray() { close(false); }
 
 void JsonWriter::string(std::string_view text) {
   beforeValue();

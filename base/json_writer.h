@@ -23,6 +23,9 @@ namespace cleave {
 
 class JsonWriter {
 public:
+  // `expectedBytes`: room reserved up front, so a document of tens of megabytes is not copied at
+  // each doubling of its buffer (a guess; any value is correct).
+  explicit JsonWriter(std::size_t expectedBytes = 0) { out_.reserve(expectedBytes); }
   void beginObject();
   void endObject();
   void beginArray();
@@ -43,6 +46,7 @@ public:
 private:
   void beforeValue(); // the comma, newline and indent a value needs where it goes
   void indent();
+  void close(bool object); // the container's closing bracket, on its own line unless it is empty
   void writeString(std::string_view text); // quoted and escaped
   struct Level {
     bool object = false;

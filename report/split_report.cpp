@@ -227,7 +227,7 @@ void writeCpuReasons(JsonWriter& out, const ir::Graph& graph, const plan::CutPla
 std::string splitReportJson(const ir::Graph& graph, const SplitReport& report) {
   const split::SplitResult& result = report.result;
   const plan::CutPlan& plan = result.plan;
-  JsonWriter out;
+  JsonWriter out(40 * graph.numNodes() + 160 * plan.reasons.size()); // a name a node, a record a CPU node
   out.beginObject();
   std::uint32_t acc = accSubmodules(plan);
   out.key("acc_subgraphs").unsignedInteger(acc);
