@@ -48,14 +48,14 @@ for ((r = 1; r <= rounds; r++)); do
   json_s=$1
   awk -v r="$r" -v a="$read_s" -v b="$split_s" -v c="$json_s" -v m="$split_kib" -v n="$read_kib" -v z="$base_s" \
     'BEGIN { printf "%-6d %10.2f %10.2f %10.2f %10.2f %12.0f %12.0f %10.2f %8.3f\n", r, a, b, c, b - a, m / 1024,
-             n / 1024, z, z > 0 ? b / z : 0 }' | tee -a "$tmp/rows"
+             n / 1024, z, (z > 0 ? b / z : 0) }' | tee -a "$tmp/rows"
 done
 # Medians and spreads over the rounds (columns: 2 read, 3 split, 4 json, 5 beyond, 6 peak, 8-9 baseline).
 columns="2 3 4 5 6"
 [ -n "${BASELINE:-}" ] && columns="$columns 8 9"
 for column in $columns; do
   sort -g -k"$column","$column" "$tmp/rows" | awk -v c="$column" '{ v[NR] = $c } END {
-    name = (c == 2 ? "read" : c == 3 ? "split" : c == 4 ? "split --json" : c == 5 ? "beyond reading" :
-            c == 6 ? "split peak MiB" : c == 8 ? "baseline split" : "split / baseline")
+    split("x read split split_--json beyond_reading split_peak_MiB x baseline_split split_/_baseline", names, " ")
+    name = names[c]
     printf "%-16s median %8.3f  [%.3f, %.3f]\n", name, v[int((NR + 1) / 2)], v[1], v[NR] }'
 done
