@@ -4,6 +4,7 @@
 // Complexity: linear in the actions.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

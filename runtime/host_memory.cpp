@@ -16,6 +16,8 @@
 #include <tuple>
 #include <vector>
 
+#include "runtime/torch_compat.h"
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -273,9 +275,9 @@ HostMemory& hostMemory() {
 
 void releaseBlock(void* data) { hostMemory().release(data); }
 
-class KeepingCpuAllocator final : public c10::Allocator {
+class KeepingCpuAllocator final : public HostAllocatorBase {
 public:
-  c10::DataPtr allocate(std::size_t bytes) const override {
+  c10::DataPtr allocateBytes(std::size_t bytes) const override {
     void* data = hostMemory().allocate(bytes);
     return {data, data, &releaseBlock, c10::Device(c10::DeviceType::CPU)};
   }

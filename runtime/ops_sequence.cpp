@@ -8,6 +8,7 @@
 
 #include "runtime/executor.h"
 #include "runtime/kernel.h"
+#include "runtime/torch_compat.h"
 
 namespace cleave::runtime {
 
@@ -149,10 +150,7 @@ at::Tensor makeSequence(const std::vector<at::Tensor>& elements, at::ScalarType 
       throw KernelError("sequence elements of different ranks (" + std::to_string(elements[0].dim()) + " and " +
                         std::to_string(element.dim()) + ") are not supported");
   // Nested tensors warn once that their API is a prototype; the runtime's use of them is internal.
-  struct Quiet : c10::WarningHandler {
-    void process(const c10::SourceLocation&, const std::string&, const bool) override {}
-  } quiet;
-  c10::Warning::WarningHandlerGuard guard(&quiet);
+  QuietWarnings quiet;
   std::vector<at::Tensor> contiguous;
   for (const at::Tensor& element : elements)
     contiguous.push_back(toDense(element).to(type).contiguous());

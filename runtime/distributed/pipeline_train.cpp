@@ -1,5 +1,6 @@
 #include "runtime/distributed/pipeline_train.h"
 
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
