@@ -16,6 +16,7 @@
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/pipeline_train.h"
 #include "runtime/host_memory.h"
+#include "runtime/microbatch.h"
 #include "runtime/tensor_files.h"
 #include "runtime/train.h"
 
@@ -195,6 +196,14 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   if (!fits)
     return std::move(fits.error().withContext("--data " + flags.dataPath));
   std::optional<pipeline::Schedule> schedule;
+  const std::int64_t made = runtime::microbatchCount(flags.options.batch, flags.options.microbatches);
+  if (flags.schedule && made != flags.options.microbatches)
+    return usageError() << "--schedule " << pipeline::kScheduleKinds.name(*flags.schedule) << " needs --batch "
+                        << flags.options.batch << " to split into " << flags.options.microbatches
+                        << " microbatches, and it makes " << made << " (of at most "
+                        << (flags.options.batch + flags.options.microbatches - 1) / flags.options.microbatches
+                        << " rows, as torch.chunk splits): take --microbatches " << made
+                        << " or a batch that splits into " << flags.options.microbatches;
   if (flags.schedule && ranks > 1) {
     CLEAVE_TRY(schedule, rankSchedule(*flags.schedule, trainer->stages(), flags.options.microbatches, ranks));
   }

@@ -2,6 +2,11 @@
 
 namespace cleave::runtime {
 
+std::int64_t microbatchCount(std::int64_t rows, std::int64_t microbatches) {
+  const std::int64_t perChunk = (rows + microbatches - 1) / microbatches;
+  return perChunk ? (rows + perChunk - 1) / perChunk : 0;
+}
+
 Expected<std::vector<TensorMap>> splitMicrobatches(const TensorMap& inputs, std::int64_t microbatches) {
   if (microbatches < 1)
     return Error(ErrorCode::InvalidArgument) << "microbatches must be at least 1";
@@ -16,9 +21,7 @@ Expected<std::vector<TensorMap>> splitMicrobatches(const TensorMap& inputs, std:
   }
   if (rows && *rows < microbatches)
     return Error(ErrorCode::InvalidArgument) << *rows << " rows cannot make " << microbatches << " microbatches";
-  std::int64_t chunks = rows ? (*rows + ((*rows + microbatches - 1) / microbatches) - 1) /
-                                   ((*rows + microbatches - 1) / microbatches)
-                             : 1;
+  std::int64_t chunks = rows ? microbatchCount(*rows, microbatches) : 1;
   std::vector<TensorMap> split(static_cast<std::size_t>(rows ? chunks : microbatches));
   for (const auto& [name, tensor] : inputs) {
     if (tensor.dim() == 0) {

@@ -11,6 +11,10 @@
 
 namespace cleave::runtime {
 
+// How many microbatches `rows` rows make when asked for M (at::chunk's rule: ceil(rows / M) rows
+// each, so 10 rows asked for 6 make 5 of 2): at most M, and M exactly when M divides rows.
+std::int64_t microbatchCount(std::int64_t rows, std::int64_t microbatches);
+
 // Fails: InvalidArgument (M < 1, or inputs whose batch sizes differ, or fewer rows than M).
 Expected<std::vector<TensorMap>> splitMicrobatches(const TensorMap& inputs, std::int64_t microbatches);
 TensorMap mergeMicrobatches(const std::vector<TensorMap>& outputs);

@@ -1119,6 +1119,8 @@ at::Tensor convolution(const at::Tensor&, const at::Tensor&, const at::Tensor&, 
 }
 
 bool usesWinograd(const PackedConvolution&) { return false; }
+bool runsBlocked(const PackedConvolution&) { return false; }
+bool packsProductWeight(std::int64_t, std::int64_t) { return false; }
 bool isBlockedActivation(const at::Tensor&) { return false; }
 at::Tensor denseFromBlocked(const at::Tensor& t) { return t; }
 struct OnlyReorderedWeight {};

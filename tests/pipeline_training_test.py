@@ -5,8 +5,9 @@ later one; a pre-norm transformer block with cross-entropy) train 3 steps with t
 the whole batch (SGD with momentum, and AdamW), and as 2- and 4-stage pipeline plans with
 `cleave train` in one process and under `cleave launch` on 2 and 4 ranks, for gpipe, 1f1b,
 interleaved (4 stages on 2 ranks) and zero_bubble. The batch of 10 rows splits into 4 uneven
-microbatches (3, 3, 2, 2). The MLP is also exported with a static batch (torch.onnx.export's
-default), whose plan's value types say 10 rows, and trained on 2 and 3 ranks under every schedule. Losses and trained parameters agree with torch within torch's own
+microbatches (3, 3, 3, 1: torch.chunk's rule). The MLP is also exported with a static batch
+(torch.onnx.export's default), whose plan's value types say 10 rows, and trained on 2 and 3 ranks
+under every schedule. Losses and trained parameters agree with torch within torch's own
 pipeline tests' tolerances (rtol 1e-5, atol 4e-5); every distributed run gives the single-process
 run's losses and trained stage files byte for byte."""
 import json
@@ -122,10 +123,10 @@ class PipelineTrainingMatchesTorch(TempDirTest):
             losses.append(loss.item())
         return losses, {k: v.detach().numpy() for k, v in module.state_dict().items()}
 
-    def train(self, ranks, plan, model, flags, out, schedule=None):
+    def train(self, ranks, plan, model, flags, out, schedule=None, microbatches=MICROBATCHES):
         """`cleave train PLAN` in one process (ranks 0) or under launch; its losses."""
         command = ["train", plan, "--data", self.path("data.npz"), "--batch", BATCH, "--steps", STEPS,
-                   "--microbatches", MICROBATCHES, *flags, "--model", model, "-o", out, "--json"]
+                   "--microbatches", microbatches, *flags, "--model", model, "-o", out, "--json"]
         if schedule:
             command += ["--schedule", schedule]
         code, stdout, err = launch(ranks, "cleave", *command) if ranks else run(*command)
@@ -151,7 +152,9 @@ class PipelineTrainingMatchesTorch(TempDirTest):
         torch.onnx.export(module, (x[:BATCH], target[:BATCH]), model, input_names=["x", "target"],
                           output_names=["loss"], opset_version=13, do_constant_folding=False,
                           dynamic_axes={"x": {0: "n"}, "target": {0: "n"}} if dynamic_batch else None)
-        stage_counts = sorted({stages for runs in runs_by_optimizer.values() for _, stages, _ in runs})
+        # A run is (ranks, stages, schedule) or (ranks, stages, schedule, microbatches).
+        runs_by_optimizer = {kind: [(*r, MICROBATCHES)[:4] for r in runs] for kind, runs in runs_by_optimizer.items()}
+        stage_counts = sorted({r[1] for runs in runs_by_optimizer.values() for r in runs})
         plans = {}
         for stages in stage_counts:
             plans[stages] = self.path(f"{name}_plan{stages}")
@@ -159,32 +162,42 @@ class PipelineTrainingMatchesTorch(TempDirTest):
         for kind, runs in runs_by_optimizer.items():
             flags, make_optimizer = OPTIMIZERS[kind]
             want_losses, want_weights = self.torch_reference(module, initial, x, target, make_optimizer)
-            single = {}
-            for stages in stage_counts:
-                with self.subTest(model=name, optimizer=kind, stages=stages, ranks=1):
-                    out = self.path(f"{name}_{kind}_{stages}_single")
-                    single[stages] = (self.train(0, plans[stages], model, flags, out), out)
-                    self.check_against_torch(os.path.join(out, "trained.onnx"), want_losses, single[stages][0],
-                                             want_weights)
-            for ranks, stages, schedule in runs:
-                with self.subTest(model=name, optimizer=kind, stages=stages, ranks=ranks, schedule=schedule):
-                    out = self.path(f"{name}_{kind}_{stages}_{ranks}_{schedule}")
-                    losses = self.train(ranks, plans[stages], model, flags, out, schedule)
-                    self.assertEqual(losses, single[stages][0])
+            single = {}  # (stages, microbatches) -> (losses, output folder) of one process
+            for stages, microbatches in sorted({(r[1], r[3]) for r in runs} | {(n, MICROBATCHES) for n in stage_counts}):
+                with self.subTest(model=name, optimizer=kind, stages=stages, ranks=1, microbatches=microbatches):
+                    out = self.path(f"{name}_{kind}_{stages}_{microbatches}_single")
+                    single[stages, microbatches] = (self.train(0, plans[stages], model, flags, out,
+                                                               microbatches=microbatches), out)
+                    self.check_against_torch(os.path.join(out, "trained.onnx"), want_losses,
+                                             single[stages, microbatches][0], want_weights)
+            for ranks, stages, schedule, microbatches in runs:
+                with self.subTest(model=name, optimizer=kind, stages=stages, ranks=ranks, schedule=schedule,
+                                  microbatches=microbatches):
+                    out = self.path(f"{name}_{kind}_{stages}_{ranks}_{schedule}_{microbatches}")
+                    losses = self.train(ranks, plans[stages], model, flags, out, schedule, microbatches)
+                    want_losses_here, want_dir = single[stages, microbatches]
+                    self.assertEqual(losses, want_losses_here)
                     stage_files = sorted(f for f in os.listdir(plans[stages]) if f.endswith(".onnx"))
                     for file in stage_files + ["trained.onnx"]:
-                        with open(os.path.join(single[stages][1], file), "rb") as a, open(os.path.join(out, file), "rb") as b:
+                        with open(os.path.join(want_dir, file), "rb") as a, open(os.path.join(out, file), "rb") as b:
                             self.assertEqual(a.read(), b.read(), file)
 
     def test_an_mlp_stack_with_mse(self):
         self.check_model("mlp", MlpMse())
 
     def test_an_mlp_exported_with_a_static_batch_on_2_and_3_ranks(self):
-        # The plan's value types say 10 rows; the microbatches have 3, 3, 2 and 2 (issue 41).
-        # (Interleaved needs the microbatches to be a multiple of the ranks: 4 on 2 ranks only.)
+        # The plan's value types say 10 rows; the microbatches have 3, 3, 3 and 1 (issue 41).
+        # Interleaved needs the microbatches to be a multiple of the ranks: on 3 ranks it runs 6
+        # stages over 3 microbatches (4, 4, 2).
         runs = [(2, 2, "gpipe"), (2, 2, "1f1b"), (2, 2, "zero_bubble"), (2, 4, "interleaved"),
-                (3, 3, "gpipe"), (3, 3, "1f1b"), (3, 3, "zero_bubble")]
+                (3, 3, "gpipe"), (3, 3, "1f1b"), (3, 3, "zero_bubble"), (3, 6, "interleaved", 3)]
         self.check_model("mlp", MlpMse(), dynamic_batch=False, runs_by_optimizer={"sgd": runs})
+        # 10 rows asked for 6 microbatches make 5 (torch.chunk's rule); a schedule for 6 would read
+        # a sixth that is not there (it crashed a rank before): refused before connecting.
+        code, _, err = run("train", self.path("mlp_plan6"), "--data", self.path("data.npz"), "--batch", BATCH,
+                           "--microbatches", 6, "--schedule", "interleaved")
+        self.assertOneLineError(code, err, "--schedule interleaved needs --batch 10 to split into 6 microbatches, "
+                                "and it makes 5", "take --microbatches 5", exit_code=2)
 
     def test_a_skip_connection_across_non_adjacent_stages(self):
         self.check_model("skip", SkipMse())

@@ -547,6 +547,9 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   const double transportBefore = s.comm->transportCpuSeconds();
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
+  if (schedule && schedule->microbatches != chunks.size())
+    return Error(ErrorCode::InvalidArgument) << "the schedule is for " << schedule->microbatches << " microbatches; "
+                                             << s.options.batch << " rows make " << chunks.size();
   s.timing.actionSeconds.assign(StepTiming::kSlotFields * StepTiming::kComputeTypes * s.stages.size() * chunks.size(),
                                 0.0);
   std::vector<double> shares;
