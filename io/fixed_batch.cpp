@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "base/mapped_file.h"
 #include "io/onnx.h"
@@ -66,17 +67,14 @@ std::map<std::string, std::vector<std::int64_t>> shapeConstants(const onnx::Grap
   return constants;
 }
 
-bool isInitializer(const onnx::GraphProto& graph, const std::string& name) {
-  for (const onnx::TensorProto& tensor : graph.initializer())
-    if (tensor.name() == name)
-      return true;
-  return false;
-}
 
 // Makes dim 0 of every graph input that has `batch` rows the rows symbol; fills `fixed`.
 void freeTheRows(onnx::GraphProto& graph, FixedBatch& fixed) {
+  std::unordered_set<std::string> initializers; // old exports list every initializer as an input too
+  for (const onnx::TensorProto& tensor : graph.initializer())
+    initializers.insert(tensor.name());
   for (onnx::ValueInfoProto& input : *graph.mutable_input()) {
-    if (!input.type().has_tensor_type() || !input.type().tensor_type().has_shape() || isInitializer(graph, input.name()))
+    if (!input.type().has_tensor_type() || !input.type().tensor_type().has_shape() || initializers.count(input.name()))
       continue;
     onnx::TensorShapeProto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
     if (shape->dim_size() == 0 || !shape->dim(0).has_dim_value())
