@@ -47,8 +47,9 @@ for ((r = 1; r <= rounds; r++)); do
   set -- $(timed "$cleave" split "$model" --profile "$tmp/profile.json" --plan-only -o "$tmp/out" --json)
   json_s=$1
   awk -v r="$r" -v a="$read_s" -v b="$split_s" -v c="$json_s" -v m="$split_kib" -v n="$read_kib" -v z="$base_s" \
-    'BEGIN { printf "%-6d %10.2f %10.2f %10.2f %10.2f %12.0f %12.0f %10.2f %8.3f\n", r, a, b, c, b - a, m / 1024,
-             n / 1024, z, (z > 0 ? b / z : 0) }' | tee -a "$tmp/rows"
+    'BEGIN { ratio = 0; if (z > 0) ratio = b / z  # outside printf: there a ">" redirects to a file
+             printf "%-6d %10.2f %10.2f %10.2f %10.2f %12.0f %12.0f %10.2f %8.3f\n", r, a, b, c, b - a, m / 1024,
+             n / 1024, z, ratio }' | tee -a "$tmp/rows"
 done
 # Medians and spreads over the rounds (columns: 2 read, 3 split, 4 json, 5 beyond, 6 peak, 8-9 baseline).
 columns="2 3 4 5 6"

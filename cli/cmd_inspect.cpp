@@ -5,7 +5,7 @@
 #include "io/model_loader.h"
 #include "ir/analysis.h"
 #include "report/inspect_report.h"
-#include "runtime/kernel.h"
+#include "runtime/engine/kernel.h"
 
 namespace cleave::cli {
 

@@ -81,6 +81,9 @@ Status partitionModel(const PartitionFlags& flags, std::ostream& out, std::ostre
   Json summary = report::partitionReportJson(graph, result);
   PlanReport files{report::partitionReportText(result), dumpJson(summary)};
   files.planExtra["mode"] = summary["mode"];
+  // Where cleave run lowers each partition: its device's backend (runtime/model/cut_model.h).
+  if (Json backends = report::deviceBackendsJson(result); !backends.empty())
+    files.planExtra["device_backends"] = std::move(backends);
   if (flags.memorySvg)
     files.moreFiles.push_back({"memory.svg", report::renderMemorySvg(report::partitionMemoryRows(result))});
   return writePlanAndPrint(graph, result.result.plan, flags.path, flags.output, outDir, std::move(files), flags.json,

@@ -12,11 +12,11 @@
 #include "plan/plan_file.h"
 #include "runtime/distributed/distributed_run.h"
 #include "runtime/distributed/environment.h"
-#include "runtime/host_memory.h"
-#include "runtime/microbatch.h"
+#include "runtime/engine/host_memory.h"
+#include "runtime/model/microbatch.h"
 #include "plan/fixed_batch_check.h"
-#include "runtime/onednn.h"
-#include "runtime/tensor_files.h"
+#include "runtime/cpu/onednn.h"
+#include "runtime/model/tensor_files.h"
 
 namespace cleave::cli {
 namespace {
@@ -77,8 +77,8 @@ struct RunMeasurements {
   double lastRunSeconds = 0.0; // the run whose stats are kept
   std::vector<runtime::SubmoduleTiming> timings; // per submodule: the fastest run
   runtime::RunStats stats; // of the last run
-  std::int64_t peakTensorBytes = 0; // ATen's bytes in use at the last run's peak (runtime/host_memory.h)
-  std::size_t heldWeightBytes = 0;   // oneDNN's weight copies after the last run (runtime/onednn.h)
+  std::int64_t peakTensorBytes = 0; // ATen's bytes in use at the last run's peak (runtime/engine/host_memory.h)
+  std::size_t heldWeightBytes = 0;   // oneDNN's weight copies after the last run (runtime/cpu/onednn.h)
   std::vector<double> baselineSeconds; // --baseline: its run of each pair, sorted
   std::vector<double> ratios;          // --baseline: this run / the baseline's run, per pair, sorted
 };

@@ -6,7 +6,7 @@
 #include "cli/runtime_options.h"
 #include "io/model_loader.h"
 #include "io/onnx.h"
-#include "runtime/shape_propagation.h"
+#include "runtime/model/shape_propagation.h"
 
 namespace cleave::cli {
 

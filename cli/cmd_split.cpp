@@ -1,13 +1,13 @@
 // cli/cmd_split.cpp - `cleave split MODEL --profile P -o DIR [...]`: accelerator/CPU split.
 // Options, one call to split::splitGraph, one render (report/split_report.h); --preview with
-// --backend or --dump-inputs also run the model (runtime/lower_and_run.h).
+// --backend or --dump-inputs also run the model (runtime/model/lower_and_run.h).
 #include "base/json.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/runtime_options.h"
 #include "io/model_loader.h"
 #include "report/split_report.h"
-#include "runtime/lower_and_run.h"
+#include "runtime/model/lower_and_run.h"
 #include "split/preview.h"
 #include "split/splitter.h"
 

@@ -15,10 +15,10 @@
 #include "plan/plan_file.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/pipeline_train.h"
-#include "runtime/host_memory.h"
-#include "runtime/microbatch.h"
-#include "runtime/tensor_files.h"
-#include "runtime/train.h"
+#include "runtime/engine/host_memory.h"
+#include "runtime/model/microbatch.h"
+#include "runtime/model/tensor_files.h"
+#include "runtime/training/train.h"
 
 namespace cleave::cli {
 namespace {

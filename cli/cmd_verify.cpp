@@ -1,6 +1,6 @@
 // cli/cmd_verify.cpp - `cleave verify MODEL OUT_DIR [--rtol R --atol A] [--elementwise]`: the
 // original and its cut on the same inputs; per output the largest error against the output's scale
-// and element by element (runtime/compare.h); exit 1 past tolerance.
+// and element by element (runtime/model/compare.h); exit 1 past tolerance.
 #include <sstream>
 
 #include "base/json.h"
@@ -8,7 +8,7 @@
 #include "cli/options.h"
 #include "cli/runtime_options.h"
 #include "plan/plan_file.h"
-#include "runtime/compare.h"
+#include "runtime/model/compare.h"
 
 namespace cleave::cli {
 
@@ -50,7 +50,7 @@ std::string compareOutputs(const runtime::TensorMap& want, const runtime::Tensor
       failure = "output '" + name + "' is missing from the cut";
       continue;
     }
-    // The one comparison rule (runtime/compare.h), against the original.
+    // The one comparison rule (runtime/model/compare.h), against the original.
     runtime::AllClose rule = flags.tolerance;
     if (flags.elementwise)
       rule.scale = runtime::ToleranceScale::Element;

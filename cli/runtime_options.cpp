@@ -1,7 +1,7 @@
 #include "cli/runtime_options.h"
 
 #include "pipeline/schedule_sim.h"
-#include "runtime/tensor_files.h"
+#include "runtime/model/tensor_files.h"
 
 namespace cleave::cli {
 
@@ -53,7 +53,8 @@ Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOpti
   OpenedRunnable opened;
   CLEAVE_TRY(opened.acc, runtime::makeBackend(options.backend, options.optimizations));
   CLEAVE_TRY(opened.cpu, runtime::makeBackend("aten-cpu", options.optimizations));
-  CLEAVE_TRY(opened.runnable, runtime::Runnable::open(path, *opened.acc, *opened.cpu, options.optimizations.joinSeams));
+  CLEAVE_TRY(opened.runnable, runtime::Runnable::open(path, *opened.acc, *opened.cpu, options.optimizations.joinSeams,
+                                                                options.optimizations));
   return opened;
 }
 

@@ -8,7 +8,7 @@
 
 #include "cli/commands.h"
 #include "pipeline/schedule.h"
-#include "runtime/runnable.h"
+#include "runtime/model/runnable.h"
 
 namespace cleave::cli {
 

@@ -49,7 +49,7 @@ if(NOT GLOO_INCLUDE_DIR)
   cleave_stop_missing(Gloo libgloo-dev)
 endif()
 
-# oneDNN, called directly for matrix products and convolutions (runtime/onednn.h). Debian's
+# oneDNN, called directly for matrix products and convolutions (runtime/cpu/onednn.h). Debian's
 # dnnl-config.cmake asks for OpenCL (its GPU runtime) as REQUIRED, which is a hard CMake error when
 # ocl-icd-opencl-dev (only a Recommends of libdnnl-dev) is absent: look for OpenCL first so that
 # case gets the one-line message too. CLEAVE_WITH_DNNL=OFF builds without it (products on ATen),

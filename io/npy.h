@@ -1,5 +1,5 @@
 // io/npy.h - NumPy's .npy array format (versions 1.0, 2.0 and 3.0), read and written without
-// libtorch; runtime/tensor_files.h turns arrays into ATen tensors.
+// libtorch; runtime/model/tensor_files.h turns arrays into ATen tensors.
 //
 //   \x93NUMPY <major> <minor> <header length: u16 (1.0) or u32 (2.0, 3.0)>
 //   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }   (padded with spaces, '\n')

@@ -57,6 +57,11 @@ Expected<DeviceSet> parseDocument(const nlohmann::json& doc, const std::string& 
     CLEAVE_TRY(device.availableMemBytes, jsonInteger(entry["available_mem_bytes"], sourceName,
                                                      at + ".available_mem_bytes", 1, kMaxDeviceMemBytes));
     device.kind = entry.value("kind", "");
+    if (entry.contains("backend")) {
+      if (!entry["backend"].is_string() || entry["backend"].get<std::string>().empty())
+        return fail(at + ".backend: expected a backend name (aten-cpu, aten-cpu-bf16, aten-cuda, ...)");
+      device.backend = entry["backend"].get<std::string>();
+    }
     if (!ids.insert(device.logicalId).second)
       return Error(ErrorCode::InvalidArgument) << sourceName << ": " << at << " ('" << device.name
                                                << "') repeats logical id " << device.logicalId;

@@ -1,11 +1,14 @@
 // partition/devices.h - the devices a model is partitioned across (JSON).
 //
 //   {"devices": [{"name": "dev_0", "logical_id": 0, "available_mem_bytes": 125,
-//                 "kind": "npu", "profile": "npu.json"}, ...],
+//                 "kind": "npu", "profile": "npu.json", "backend": "aten-cpu"}, ...],
 //    "transfer_rate_bytes_per_sec": 2.0}
 //
 // `profile` (optional) is a support profile (support/profile.h), a path relative to the devices
 // file or an inline object: the device runs only the nodes it supports (heterogeneous devices).
+// `backend` (optional) names the runtime backend the device's submodules run on (`aten-cpu`,
+// `aten-cpu-bf16`, `aten-cuda`, ...): the partition's plan.json keeps it, and `cleave run` lowers
+// each partition on its device's backend (runtime/model/cut_model.h); without it, on `--backend`.
 // `transfer_rate_bytes_per_sec` is one rate for every pair of devices, or a matrix in device
 // order (row: sender, column: receiver; the diagonal is unused).
 //
@@ -34,6 +37,7 @@ struct Device {
   std::int64_t logicalId = 0;
   std::int64_t availableMemBytes = 0;
   std::string kind;                               // optional: "gpu", "npu", ...
+  std::string backend;                            // optional: the runtime backend its submodules run on
   std::shared_ptr<const support::Profile> profile; // null: runs every node
 };
 

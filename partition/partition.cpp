@@ -43,7 +43,7 @@ Expected<PartitionResult> runMode(const ir::Graph& graph, const DeviceSet& devic
 std::vector<DeviceUsage> usageOf(const DeviceSet& devices, const PartitionResult& result) {
   std::vector<DeviceUsage> usage;
   for (const Device& device : devices.devices) {
-    DeviceUsage row{device.logicalId, device.name, device.availableMemBytes, 0, {}};
+    DeviceUsage row{device.logicalId, device.name, device.availableMemBytes, 0, {}, device.backend};
     for (std::uint32_t p = 0; p < result.partitions.size(); ++p)
       for (std::int64_t id : result.partitions[p].logicalDeviceIds)
         if (id == device.logicalId) {

@@ -48,6 +48,7 @@ struct DeviceUsage {
   std::string name;
   std::int64_t availableMemBytes = 0, usedMemBytes = 0;
   std::vector<std::uint32_t> partitions; // placed on it (replicas included), in plan order
+  std::string backend;                   // the devices file's, or empty
 };
 
 struct PartitionTiming {

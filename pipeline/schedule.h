@@ -55,10 +55,18 @@ inline constexpr auto kScheduleKinds = enumTable<ScheduleKind>({{ScheduleKind::G
                                                                {ScheduleKind::LoopedBFS, "looped_bfs"},
                                                                {ScheduleKind::ZeroBubble, "zero_bubble"}});
 
+// The rank that runs stage (or submodule) `stage` of a run on `ranks` ranks: loop placement. The
+// one stage-to-rank rule: schedules, the distributed runner and the pipeline trainer all use it.
+constexpr int stageRank(std::size_t stage, int ranks) {
+  return static_cast<int>(stage % static_cast<std::size_t>(ranks));
+}
+
 struct Schedule {
   std::uint32_t stages = 0, ranks = 0, microbatches = 0;
   std::vector<std::vector<Action>> perRank; // ranks entries
-  std::uint32_t rankOf(std::uint32_t stage) const { return stage % ranks; }
+  std::uint32_t rankOf(std::uint32_t stage) const {
+    return static_cast<std::uint32_t>(stageRank(stage, static_cast<int>(ranks)));
+  }
   bool hasCommunication() const;
 };
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/json.h"
-#include "runtime/minimizer.h"
+#include "runtime/model/minimizer.h"
 
 namespace cleave::report {
 

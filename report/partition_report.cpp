@@ -36,6 +36,14 @@ Json partitionJson(const ir::Graph& graph, const PartitionReport& report, std::s
 }
 } // namespace
 
+Json deviceBackendsJson(const PartitionReport& report) {
+  Json backends = Json::object();
+  for (const partition::DeviceUsage& device : report.devices)
+    if (!device.backend.empty())
+      backends[std::to_string(device.logicalId)] = device.backend;
+  return backends;
+}
+
 Json partitionReportJson(const ir::Graph& graph, const PartitionReport& report) {
   Json out;
   out["single_partition"] = report.result.singlePartition;
@@ -47,11 +55,14 @@ Json partitionReportJson(const ir::Graph& graph, const PartitionReport& report) 
   if (report.mode == partition::PartitionMode::Optimal)
     out["objective"] = std::string(partition::kObjectives.name(report.objective));
   Json devices = Json::array();
-  for (const partition::DeviceUsage& device : report.devices)
+  for (const partition::DeviceUsage& device : report.devices) {
     devices.push_back({{"logical_id", device.logicalId},
                        {"name", device.name},
                        {"available_mem_bytes", device.availableMemBytes},
                        {"used_mem_bytes", device.usedMemBytes}});
+    if (!device.backend.empty())
+      devices.back()["backend"] = device.backend;
+  }
   out["devices"] = std::move(devices);
   if (report.timing) {
     out["critical_path"] = report.timing->criticalPath.latencySec;

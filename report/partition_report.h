@@ -14,6 +14,9 @@
 namespace cleave::report {
 
 Json partitionReportJson(const ir::Graph& graph, const partition::PartitionReport& report);
+// plan.json's "device_backends": logical device id (as a string) -> the backend its devices-file entry
+// names; empty when no device names one.
+Json deviceBackendsJson(const partition::PartitionReport& report);
 std::string partitionReportText(const partition::PartitionReport& report);
 std::vector<DeviceMemoryRow> partitionMemoryRows(const partition::PartitionReport& report);
 

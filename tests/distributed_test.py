@@ -181,7 +181,7 @@ class Distributed(TempDirTest):
         whole = self.path("whole.npz")
         run("run", model, "--inputs", self.path("x.npz"), "--save-outputs", whole, check=True)
         # Up to float rounding: 7 rows run the product primitive, microbatches of at most 4 rows run
-        # sgemm (runtime/onednn.h), whose sums round differently by a few ulps.
+        # sgemm (runtime/cpu/onednn.h), whose sums round differently by a few ulps.
         np.testing.assert_allclose(np.load(whole)["h3"], np.load(self.path("dist3_3.npz"))["h3"], rtol=1e-5, atol=1e-5)
         # In a schedule's order (its forwards): the same bytes. Interleaved puts stages 0 and 2 on
         # rank 0, which runs several microbatches through stage 0 before stage 2.

@@ -51,6 +51,44 @@ class Partition(TempDirTest):
                     if name.endswith(".onnx"):
                         onnx.checker.check_model(os.path.join(out, name), full_check=True)
 
+    def write_backend_devices(self, second_backend):
+        devices = self.path(f"devices_{second_backend}.json")
+        with open(devices, "w") as f:
+            json.dump({"devices": [
+                {"name": "fp32", "logical_id": 0, "available_mem_bytes": 400000, "backend": "aten-cpu"},
+                {"name": "low", "logical_id": 1, "available_mem_bytes": 400000, "backend": second_backend}]}, f)
+        return devices
+
+    def test_partitions_run_on_their_devices_backends(self):
+        # Two CPU "devices" with different backends: `cleave run` lowers each partition on its
+        # device's backend, named in plan.json, whatever --backend says.
+        out = self.path("on_backends")
+        code, _, err = run("partition", self.model, "--devices", self.write_backend_devices("aten-cpu-bf16"),
+                           "--mode", "size_based", "-o", out)
+        self.assertEqual(code, 0, err)
+        plan = json.load(open(os.path.join(out, "plan.json")))
+        self.assertEqual(plan["device_backends"], {"0": "aten-cpu", "1": "aten-cpu-bf16"})
+        expected = {sub["name"]: ("aten-cpu", "aten-cpu-bf16")[sub["devices"][0]] for sub in plan["submodules"]}
+        self.assertEqual(set(expected.values()), {"aten-cpu", "aten-cpu-bf16"}, plan["submodules"])
+        code, stdout, err = run("run", out, "--json", "--backend", "aten-cpu")
+        self.assertEqual(code, 0, err)
+        steps = json.loads(stdout)["timing"]["steps"]
+        self.assertEqual({step["name"]: step["backend"] for step in steps}, expected)
+        # The bf16 partition computes in bfloat16: close to the whole model, not equal to it.
+        code, stdout, err = run("verify", self.model, out, "--json")
+        self.assertEqual(code, 1, err)
+        code, _, err = run("verify", self.model, out, "--json", "--rtol", "0.1", "--atol", "0.1")
+        self.assertEqual(code, 0, err)
+
+    def test_an_unknown_device_backend_is_one_line_naming_the_device(self):
+        out = self.path("unknown_backend")
+        code, _, err = run("partition", self.model, "--devices", self.write_backend_devices("tpu-9"),
+                           "--mode", "size_based", "-o", out)
+        self.assertEqual(code, 0, err)
+        code, _, err = run("run", out)
+        self.assertOneLineError(code, err, "runs on device 1, whose backend fails")
+        self.assertIn("tpu-9", err)
+
     def test_output_is_deterministic(self):
         for mode in ("cost_aware", "kl_based", "optimal"):
             with self.subTest(mode=mode):
@@ -117,6 +155,8 @@ class BadInput(TempDirTest):
                  ({"devices": [{"logical_id": 0, "available_mem_bytes": 10}], "transfer_rate_bytes_per_sec": [[1, 2]]},
                   "needs 1 numbers"),
                  ({"devices": [{"logical_id": 0, "available_mem_bytes": 10, "profile": "missing.json"}]}, "missing.json"),
+                 ({"devices": [{"logical_id": 0, "available_mem_bytes": 10, "backend": 5}]},
+                  "devices[0].backend: expected a backend name"),
                  ("{not json", "invalid JSON")]
         for content, message in cases:
             with self.subTest(message=message):

@@ -52,7 +52,7 @@ class RuntimeCli(TempDirTest):
     def test_repeated_runs_fault_no_pages_in_again(self):
         """A chain of 4 MiB values, each freed after its reader: with glibc's defaults every run
         after the first faulted about 1,100 pages in again (the freed heap top was trimmed);
-        `cleave run` keeps freed large blocks for the next run (runtime/host_memory.h), whatever
+        `cleave run` keeps freed large blocks for the next run (runtime/engine/host_memory.h), whatever
         the heap's layout (the model path's length moved it)."""
         model = self.chain("chain.onnx", 8)
 

@@ -14,7 +14,7 @@
 #include <map>
 #include <set>
 
-#include "runtime/kernel.h"
+#include "runtime/engine/kernel.h"
 #include "base/resources.h"
 #include "base/strings.h"
 

@@ -3,8 +3,8 @@
 #include <map>
 #include <set>
 
-#include "runtime/cut_model.h"
-#include "runtime/microbatch.h"
+#include "runtime/model/cut_model.h"
+#include "runtime/model/microbatch.h"
 #include "pipeline/schedule.h"
 
 namespace cleave::runtime::distributed {
@@ -23,7 +23,7 @@ ValueRoutes routeValues(const CutModel& model, int world) {
     routes.id.emplace(name, static_cast<std::uint32_t>(routes.id.size()));
   };
   for (std::size_t i = 0; i < model.size(); ++i) {
-    int rank = static_cast<int>(i % static_cast<std::size_t>(world));
+    int rank = pipeline::stageRank(i, world);
     for (const std::string& name : model.stepInputs(i)) {
       idOf(name);
       routes.readerRanks[name].insert(rank);
@@ -173,7 +173,7 @@ private:
 Expected<CutModel> loadRankModel(const std::string& planDir, int rank, int worldSize, const Backend& acc,
                                  const Backend& cpu) {
   CutModelOptions options;
-  options.lowers = [&](std::size_t i) { return static_cast<int>(i % static_cast<std::size_t>(worldSize)) == rank; };
+  options.lowers = [&](std::size_t i) { return pipeline::stageRank(i, worldSize) == rank; };
   return CutModel::load(planDir, acc, cpu, options);
 }
 
@@ -191,7 +191,7 @@ Expected<DistributedRunResult> runDistributed(CutModel& model, const TensorMap& 
                                              << " and " << world;
   DistributedRunResult result;
   for (std::size_t i = 0; i < model.size(); ++i)
-    if (static_cast<int>(i % static_cast<std::size_t>(world)) == me)
+    if (pipeline::stageRank(i, world) == me)
       result.ownSteps.push_back(model.stepName(i));
   RankRunner runner(model, comm, routes);
   if (shapes)

@@ -1,6 +1,6 @@
 // runtime/distributed/distributed_run.h - a cut model (plan.json directory: pipeline stages,
-// partitions or split submodules) run across ranks: submodule i lives on rank i % world size and
-// is lowered only there; inputs are split into microbatches (runtime/microbatch.h) and each
+// partitions or split submodules) run across ranks: submodule i lives on rank i % world size
+// (pipeline::stageRank) and is lowered only there; inputs are split into microbatches (runtime/model/microbatch.h) and each
 // microbatch goes through the submodules in plan order. A rank runs its forwards in GPipe's
 // order (microbatch by microbatch), or in a pipeline schedule's (its F actions, e.g. interleaved:
 // several microbatches through one stage before the next stage on the same rank).
@@ -23,11 +23,11 @@
 #include <string>
 
 #include "base/expected.h"
-#include "runtime/backend.h"
-#include "runtime/cut_model.h"
+#include "runtime/model/backend.h"
+#include "runtime/model/cut_model.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/plan_shapes.h"
-#include "runtime/tensors.h"
+#include "runtime/engine/tensors.h"
 #include "pipeline/schedule.h"
 
 namespace cleave::runtime::distributed {

@@ -12,9 +12,9 @@
 #include "io/onnx.h"
 #include "pipeline/schedule.h"
 #include "plan/plan_file.h"
-#include "runtime/executor.h"
-#include "runtime/microbatch.h"
-#include "runtime/split_backward.h"
+#include "runtime/engine/executor.h"
+#include "runtime/model/microbatch.h"
+#include "runtime/training/split_backward.h"
 #include "runtime/distributed/plan_shapes.h"
 #include "base/file_io.h"
 #include "base/strings.h"
@@ -182,7 +182,7 @@ Status PipelineTrainer::State::loadPlan(const std::string& dir) {
     Stage stage;
     stage.name = sub.name;
     stage.file = sub.file;
-    stage.rank = index % worldSize;
+    stage.rank = pipeline::stageRank(static_cast<std::size_t>(index), worldSize);
     for (const plan::PlanFileInput& input : sub.inputs) {
       stage.inputs.push_back(input.value);
       readers[input.value].push_back(index);

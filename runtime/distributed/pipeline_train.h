@@ -1,7 +1,7 @@
 // runtime/distributed/pipeline_train.h - training a cut model's stages (a plan.json directory whose
 // outputs include the loss) across ranks on c10d, or in one process with Communicator::local().
 //
-// Stage i lives on rank i % ranks (loop placement). A step takes the next `batch` rows of the data,
+// Stage i lives on rank i % ranks (loop placement: pipeline::stageRank). A step takes the next `batch` rows of the data,
 // splits them into microbatches, and runs GPipe: every microbatch forward through the stages in
 // plan order, then every microbatch backward through them in reverse. Each stage runs on its own
 // trainable executor (ATen autograd); a value entering a stage is an autograd leaf there, so each
@@ -9,7 +9,7 @@
 // value (received from other ranks, or read from the local leaf), plus the loss's share of the
 // batch's rows for the loss. A parameter held by several stages (pipeline's multi_use replicate)
 // gets the sum of their gradients on every holder (an all-reduce), so the copies stay equal. Then
-// one libtorch optimizer step per rank (runtime/train.h's options).
+// one libtorch optimizer step per rank (runtime/training/train.h's options).
 // Guarantees: no deadlock (every rank walks the same (phase, microbatch, stage) order; sends never
 // wait; a receive waits only for what an earlier step of that order sent); the loss reported on
 // every rank is the batch's mean loss; losses follow the whole model's `cleave train` within float
@@ -28,7 +28,7 @@
 #include "base/expected.h"
 #include "runtime/distributed/communicator.h"
 #include "pipeline/schedule.h"
-#include "runtime/train.h"
+#include "runtime/training/train.h"
 
 namespace cleave::runtime::distributed {
 
@@ -77,7 +77,7 @@ public:
   ~PipelineTrainer();
   // One step; every rank returns the batch's mean loss. `schedule` (stages and microbatches as
   // the plan's and the options'; stage s on rank s % ranks) orders this rank's F and B / I
-  // actions (I gives the inputs' gradients, W later the parameters': runtime/split_backward.h); none: GPipe.
+  // actions (I gives the inputs' gradients, W later the parameters': runtime/training/split_backward.h); none: GPipe.
   Expected<double> step(const TensorMap& data, std::int64_t stepIndex, const pipeline::Schedule* schedule = nullptr);
   // Whether `whole` is the model the plan was cut from, as far as training goes: it trains the
   // same parameters (names, dtypes, shapes) as the plan's stages together. Fails naming the first

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "plan/plan_file.h"
-#include "runtime/tensors.h"
+#include "runtime/engine/tensors.h"
 
 namespace cleave::runtime::distributed {
 

@@ -5,7 +5,7 @@
 //
 // For every case DATA_DIR/SUITE/CASE (model.onnx and test_data_set_N/{input,output}_K.pb): read
 // the model, lower it on aten-cpu, feed each data set's inputs to the graph inputs in order and
-// compare each output with numpy's allclose rule (rtol 1e-3, atol 1e-7: runtime/compare.h). Each
+// compare each output with numpy's allclose rule (rtol 1e-3, atol 1e-7: runtime/model/compare.h). Each
 // case runs in a forked child with a time limit, so a crash or a hang is a failed case, not a
 // failed run. Prints the pass count per suite, and fails when a case fails that
 // EXPECTED_FAILURES ("suite/case<TAB>reason" lines) does not list; listed cases that pass are
@@ -21,10 +21,10 @@
 #include "base/file_io.h"
 #include "base/isolated_call.h"
 #include "io/onnx.h"
-#include "runtime/backend.h"
-#include "runtime/compare.h"
-#include "runtime/tensor_files.h"
-#include "runtime/tensors.h"
+#include "runtime/model/backend.h"
+#include "runtime/model/compare.h"
+#include "runtime/model/tensor_files.h"
+#include "runtime/engine/tensors.h"
 
 namespace fs = std::filesystem;
 using namespace cleave;
@@ -46,7 +46,7 @@ std::string reasonOf(std::string message, const std::string& caseDir) {
 }
 
 // ONNX 1.13's test data stores bfloat16 tensors as uint16 bit patterns (held widened in int32,
-// runtime/tensors.h): where the model declares bf16, take those bits as bf16.
+// runtime/engine/tensors.h): where the model declares bf16, take those bits as bf16.
 at::Tensor asDeclared(const at::Tensor& tensor, const ir::Graph& graph, ir::ValueId value) {
   if (graph.dtype(value) != ir::DType::BF16 || tensor.scalar_type() != at::kInt)
     return tensor;

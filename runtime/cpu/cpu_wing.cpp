@@ -1,0 +1,173 @@
+#include "runtime/cpu/cpu_wing.h"
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "runtime/engine/executor.h"
+#include "runtime/engine/fusion.h"
+
+namespace cleave::runtime::cpu {
+namespace {
+using ir::NodeId;
+
+// Per storage-owning parameter: whether it has readers and `takes` holds for each of them (every
+// operand use of every name it goes by, aliases included). O(nodes + operands).
+std::vector<bool> readOnlyBy(const ir::Graph& g, const std::function<bool(NodeId user, ir::ValueId value)>& takes) {
+  enum : std::uint8_t { Unread, Taken, Other };
+  std::vector<std::uint8_t> readAs(g.numParameters(), Unread); // per storage owner
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    if (g.kind(NodeId{n}) != ir::NodeKind::Parameter)
+      continue;
+    const std::uint32_t owner = index(g.storageOf(g.parameters(NodeId{n})[0]));
+    const ir::ValueId value = g.outputs(NodeId{n})[0];
+    for (NodeId user : g.users(value))
+      readAs[owner] = readAs[owner] != Other && g.kind(user) == ir::NodeKind::Op && takes(user, value) ? Taken : Other;
+  }
+  std::vector<bool> only(g.numParameters());
+  for (std::uint32_t p = 0; p < g.numParameters(); ++p)
+    only[p] = readAs[p] == Taken;
+  return only;
+}
+
+// A [K, N] float32 parameter (both dims above 1) that only MatMuls read, as their right operand:
+// stored as [N, K] rows, the layout onednn::linear computes with, so it reads the weight in place
+// instead of keeping a reordered copy beside it (ViT's weights were held twice). Decided before
+// the parameters load, so each is written so once (a copy made afterwards would leave the first
+// one's freed memory resident).
+std::vector<bool> productOnlyWeights(const ir::Graph& g) {
+  std::vector<bool> storeAsRows = readOnlyBy(g, [&](NodeId user, ir::ValueId value) {
+    auto operands = g.inputs(user);
+    return g.opType(user) == "MatMul" && g.opDomain(user).empty() && operands.size() == 2 && operands[1] == value &&
+           operands[0] != value;
+  });
+  for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
+    const ir::Parameter& parameter = g.parameter(ir::ParamId{p});
+    storeAsRows[p] = storeAsRows[p] && parameter.dtype == ir::DType::F32 && parameter.dims.size() == 2 &&
+                     parameter.dims[0] > 1 && parameter.dims[1] > 1;
+  }
+  return storeAsRows;
+}
+
+// A float32 parameter that only convolutions read, as their weight, where they run on oneDNN
+// (Conv of rank 4 or 5, ConvTranspose of rank 4), and not through a fused normalization (whose
+// kernel reads it to fold the normalization in).
+std::vector<bool> convolutionOnlyWeights(const ir::Graph& g, const FusionPlan& fusion) {
+  auto foldsNormalization = [&](NodeId user) {
+    const std::int32_t group = fusion.groupOf[user];
+    if (group < 0)
+      return false;
+    const FusedGroup::Kind kind = fusion.groups[group].kind;
+    return kind == FusedGroup::Kind::ConvBatchNorm || kind == FusedGroup::Kind::ConvBatchNormRelu ||
+           kind == FusedGroup::Kind::ConvTransposeBatchNorm || kind == FusedGroup::Kind::ConvTransposeBatchNormRelu;
+  };
+  std::vector<bool> convolutionOnly = readOnlyBy(g, [&](NodeId user, ir::ValueId value) {
+    auto operands = g.inputs(user);
+    const std::string_view op = g.opType(user);
+    const std::size_t rank = g.parameter(g.parameters(g.producer(value))[0]).dims.size();
+    const bool onOneDnn = (op == "Conv" && (rank == 4 || rank == 5)) || (op == "ConvTranspose" && rank == 4);
+    return onOneDnn && g.opDomain(user).empty() && operands.size() >= 2 && operands[1] == value &&
+           std::count(operands.begin(), operands.end(), value) == 1 && !foldsNormalization(user);
+  });
+  for (std::uint32_t p = 0; p < g.numParameters(); ++p)
+    convolutionOnly[p] = convolutionOnly[p] && g.parameter(ir::ParamId{p}).dtype == ir::DType::F32;
+  return convolutionOnly;
+}
+
+class CpuWeightPlan final : public WeightPlan {
+public:
+  CpuWeightPlan(const ir::Graph& g, const FusionPlan& fusion, const ExecutorOptions& options)
+      : optimizations_(options.optimizations), packed_(g.numParameters()) {
+    // oneDNN holds weights in its own layouts for inference on the CPU in float32 only.
+    if (!onednn::available() || options.trainable || !options.device.is_cpu() || options.floatType) {
+      rows_.assign(g.numParameters(), false);
+      packs_ = convolutionOnly_ = rows_;
+      return;
+    }
+    rows_ = productOnlyWeights(g);
+    packs_.assign(g.numParameters(), false);
+    for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
+      const std::vector<std::int64_t>& dims = g.parameter(ir::ParamId{p}).dims;
+      // Packed only where oneDNN's layout for it is blocked; else stored as rows (onednn.h).
+      packs_[p] = rows_[p] && optimizations_.packedWeights && onednn::packsProductWeight(dims[0], dims[1]);
+      rows_[p] = rows_[p] && !packs_[p];
+    }
+    convolutionOnly_ = optimizations_.packedWeights ? convolutionOnlyWeights(g, fusion)
+                                                    : std::vector<bool>(g.numParameters(), false);
+  }
+
+  bool loadsAsRows(ir::ParamId owner) const override { return rows_[index(owner)]; }
+  // A weight held only reordered later has memory of its own, unmapped when it goes.
+  bool loadsIntoOwnMemory(ir::ParamId owner) const override { return convolutionOnly_[index(owner)]; }
+
+  at::Tensor adopt(ir::ParamId owner, at::Tensor loaded) override {
+    if (packs_[index(owner)]) { // the packed copy is the only one (the loaded tensor is freed here)
+      packed_[index(owner)] = onednn::packWeight(loaded);
+      if (packed_[index(owner)])
+        return at::Tensor();
+    }
+    if (convolutionOnly_[index(owner)]) // its stand-in; the tensor lives on in the pool until a copy converts back
+      if (at::Tensor standIn = onednn::holdOnlyReordered(*pool_, loaded); standIn.defined())
+        return standIn;
+    return loaded;
+  }
+
+  at::Tensor observable(ir::ParamId owner, const at::Tensor& bound) const override {
+    if (!bound.defined() && packed_[index(owner)])
+      return onednn::unpackWeight(*packed_[index(owner)]);
+    if (bound.defined() && bound.is_meta())
+      return onednn::plainWeight(*pool_, bound);
+    return bound;
+  }
+
+  void prepareCache(KernelCache& cache, std::optional<ir::ParamId> weightOwner) override {
+    auto state = std::make_shared<CpuKernelState>();
+    state->convolutions.weights = pool_;
+    state->convolutions.allowWinograd = optimizations_.winograd;
+    state->convolutions.allowBlockedDirect = optimizations_.blockedConvolutions;
+    if (weightOwner)
+      state->packedWeight = packed_[index(*weightOwner)];
+    cache.deviceState = std::move(state);
+  }
+
+  std::size_t heldAloneCount() const override {
+    return static_cast<std::size_t>(
+        std::count_if(packed_.begin(), packed_.end(), [](const auto& packed) { return packed != nullptr; }));
+  }
+  std::size_t reorderedOnlyCount() const override { return onednn::releasedPlainWeights(*pool_); }
+
+private:
+  Optimizations optimizations_;
+  std::vector<bool> rows_, packs_, convolutionOnly_; // per storage owner
+  std::vector<std::shared_ptr<const onednn::PackedWeight>> packed_;
+  // Every convolution's reordered weights (prepareCache), and the weights held only so.
+  std::shared_ptr<onednn::ReorderedWeights> pool_ = std::make_shared<onednn::ReorderedWeights>();
+};
+
+class CpuWing final : public DeviceWing {
+public:
+  std::string_view name() const override { return "cpu"; }
+  bool serves(const at::Device& device) const override { return device.is_cpu(); }
+  std::unique_ptr<WeightPlan> planWeights(const ir::Graph& graph, const FusionPlan& fusion,
+                                          const ExecutorOptions& options) const override {
+    return std::make_unique<CpuWeightPlan>(graph, fusion, options);
+  }
+  // Blocked values are oneDNN's CPU float32 layouts: none in another float type.
+  bool keepsPrivateLayout(const ExecutorOptions& options) const override {
+    return options.optimizations.blockedLayout && options.device.is_cpu() && !options.floatType;
+  }
+  bool holdsPrivateLayout(const at::Tensor& t) const override { return onednn::isBlockedActivation(t); }
+  at::Tensor dense(const at::Tensor& t) const override { return onednn::denseFromBlocked(t); }
+};
+
+const CpuWing theCpuWing;
+// Installed before main. This file is linked wherever kernels are: they reach kernelState().
+[[maybe_unused]] const bool installed = installWing(theCpuWing);
+
+} // namespace
+
+CpuKernelState* kernelState(const KernelContext& c) {
+  return c.cache() ? dynamic_cast<CpuKernelState*>(c.cache()->deviceState.get()) : nullptr;
+}
+
+} // namespace cleave::runtime::cpu

@@ -1,0 +1,53 @@
+#include "runtime/engine/device_wing.h"
+
+#include <array>
+
+namespace cleave::runtime {
+namespace {
+
+// Installed during static initialization, read afterwards: no lock (nothing installs later).
+struct InstalledWings {
+  std::array<const DeviceWing*, 4> wings{};
+  std::size_t count = 0;
+};
+
+InstalledWings& installed() {
+  static InstalledWings wings;
+  return wings;
+}
+
+} // namespace
+
+bool installWing(const DeviceWing& wing) {
+  InstalledWings& all = installed();
+  if (all.count == all.wings.size())
+    return false;
+  all.wings[all.count++] = &wing;
+  return true;
+}
+
+const DeviceWing* wingServing(const at::Device& device) {
+  const InstalledWings& all = installed();
+  for (std::size_t i = 0; i < all.count; ++i)
+    if (all.wings[i]->serves(device))
+      return all.wings[i];
+  return nullptr;
+}
+
+bool inPrivateLayout(const at::Tensor& t) {
+  const InstalledWings& all = installed();
+  for (std::size_t i = 0; i < all.count; ++i)
+    if (all.wings[i]->holdsPrivateLayout(t))
+      return true;
+  return false;
+}
+
+at::Tensor denseFromPrivateLayout(const at::Tensor& t) {
+  const InstalledWings& all = installed();
+  for (std::size_t i = 0; i < all.count; ++i)
+    if (all.wings[i]->holdsPrivateLayout(t))
+      return all.wings[i]->dense(t);
+  return t;
+}
+
+} // namespace cleave::runtime

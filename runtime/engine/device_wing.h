@@ -1,0 +1,87 @@
+// runtime/engine/device_wing.h - the hooks by which a device wing takes part in execution, so that
+// the engine (executor, kernel context, fusion, values) never names a device library. The model is
+// ONNX Runtime's execution provider, cut to what cleave's engine asks of one:
+//   - PrePack: a WeightPlan decides, before an executor loads its parameters, how each weight is
+//     held (stored transposed, packed in the wing's own layout, or held only reordered) and what
+//     every node's kernel cache starts with;
+//   - a preferred layout: a wing may keep values in a private layout (oneDNN's blocked one) while
+//     every reader takes it; the engine asks the wing whether a tensor is in it and for its dense
+//     form at a boundary (graph outputs, observers, a module boundary, a send to another rank);
+//   - per-node state: a kernel cache carries a DeviceKernelState that only its wing reads.
+// Wings install themselves once, before main (a static registration in the wing's own source);
+// adding one (CUDA) touches no engine file. The CPU wing is runtime/cpu/cpu_wing.h.
+// Complexity: every lookup scans the installed wings (at most a handful); no hook allocates.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "ir/graph.h"
+
+namespace cleave::runtime {
+
+struct ExecutorOptions;
+struct FusionPlan;
+struct KernelCache;
+
+// What a wing keeps in a node's kernel cache (reordered weights, primitives); only it reads it.
+struct DeviceKernelState {
+  virtual ~DeviceKernelState() = default;
+};
+
+// How one executor holds its weights, decided once per executor before any parameter loads.
+// Parameters are named by their storage owner (ir::Graph::storageOf).
+class WeightPlan {
+public:
+  virtual ~WeightPlan() = default;
+  // Whether the loader stores the parameter as the rows of its transpose (a [K, N] weight held as
+  // [N, K] rows, read through a transposed view): same values, other strides.
+  virtual bool loadsAsRows(ir::ParamId owner) const = 0;
+  // Whether the loader gives it memory of its own (the wing may release it later).
+  virtual bool loadsIntoOwnMemory(ir::ParamId owner) const = 0;
+  // The loaded tensor handed to the wing: what the executor binds for it from now on. `loaded`
+  // itself; a stand-in the wing's kernels recognize; or undefined when the wing alone holds it
+  // (its readers' caches get it in prepareCache).
+  virtual at::Tensor adopt(ir::ParamId owner, at::Tensor loaded) = 0;
+  // The dense tensor an observer sees for a parameter bound as `bound` (which adopt returned).
+  virtual at::Tensor observable(ir::ParamId owner, const at::Tensor& bound) const = 0;
+  // Readies one kernel cache (each shared cache once): `weightOwner` is the stored weight the
+  // node's product or convolution reads through it, or none.
+  virtual void prepareCache(KernelCache& cache, std::optional<ir::ParamId> weightOwner) = 0;
+  // How many parameters the wing alone holds (adopt returned undefined).
+  virtual std::size_t heldAloneCount() const = 0;
+  // How many weights it now holds only in reordered copies, their plain tensor let go.
+  virtual std::size_t reorderedOnlyCount() const = 0;
+};
+
+class DeviceWing {
+public:
+  virtual ~DeviceWing() = default;
+  virtual std::string_view name() const = 0;
+  // Whether this wing runs executors on `device` (the CPU wing: every CPU device).
+  virtual bool serves(const at::Device& device) const = 0;
+  // The weight plan of an executor of `graph` under `options` (never null for a wing that serves
+  // the executor's device; it may hold every weight as loaded).
+  virtual std::unique_ptr<WeightPlan> planWeights(const ir::Graph& graph, const FusionPlan& fusion,
+                                                  const ExecutorOptions& options) const = 0;
+  // Whether an executor under `options` may keep values in this wing's private layout.
+  virtual bool keepsPrivateLayout(const ExecutorOptions& options) const = 0;
+  // Whether `t` is in this wing's private layout, and its dense form (one conversion, which the
+  // wing may remember; callers must not write the result).
+  virtual bool holdsPrivateLayout(const at::Tensor& t) const = 0;
+  virtual at::Tensor dense(const at::Tensor& t) const = 0;
+};
+
+// Installs a wing (its lifetime is the program's); returns true, for a static registration.
+bool installWing(const DeviceWing& wing);
+// The wing serving `device`, or null (the executor then holds every weight as loaded).
+const DeviceWing* wingServing(const at::Device& device);
+// Whether any wing holds `t` in its private layout; and `t` made dense by that wing (else `t`).
+bool inPrivateLayout(const at::Tensor& t);
+at::Tensor denseFromPrivateLayout(const at::Tensor& t);
+
+} // namespace cleave::runtime

@@ -1,0 +1,455 @@
+#include "runtime/engine/executor.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "io/onnx.h"
+#include "runtime/engine/fusion.h"
+#include "base/strings.h"
+
+namespace cleave::runtime {
+using ir::NodeId;
+
+Executor::~Executor() = default;
+
+std::int64_t defaultOpset(const ir::Graph& graph) {
+  for (const auto& [domain, version] : graph.modelInfo().opsetImports)
+    if (domain.empty() || domain == "ai.onnx")
+      return version;
+  return 0;
+}
+
+Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::Graph> graph,
+                                                     const ExecutorOptions& options) {
+  configureThreads();
+  std::unique_ptr<Executor> executor(new Executor());
+  const ir::Graph& g = *graph;
+  if (g.modelInfo().format == ir::SourceFormat::Fx)
+    return Error(ErrorCode::Unsupported) << "the runtime executes ONNX graphs; FX graphs carry torch targets, not ops";
+  executor->graph_ = std::move(graph);
+  executor->options_ = options;
+  if (options.trainable)
+    executor->options_.optimizations = Optimizations{.fusion = false, .blockedLayout = false};
+  executor->opset_ = defaultOpset(g);
+  executor->kernels_ = IdVector<NodeId, KernelEntry>(g.numNodes());
+  executor->parameters_ = IdVector<NodeId, at::Tensor>(g.numNodes());
+  executor->caches_ = IdVector<NodeId, KernelCache>(g.numNodes());
+  executor->fusion_ = planFusions(g);
+  const DeviceWing* wing = wingServing(options.device);
+  if (wing)
+    executor->weightPlan_ = wing->planWeights(g, executor->fusion_, executor->options_);
+  const KernelTable& table = kernelTable();
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    NodeId node{n};
+    if (g.kind(node) == ir::NodeKind::Op) {
+      const KernelEntry* kernel = table.find(g.opDomain(node), g.opType(node));
+      if (!kernel)
+        return Error(ErrorCode::Unsupported) << "no kernel for op " << g.target(node) << " (node '" << g.name(node)
+                                             << "', opset " << executor->opset_ << ")";
+      executor->kernels_[node] = *kernel;
+    } else if (g.kind(node) == ir::NodeKind::Parameter) {
+      CLEAVE_TRY(executor->parameters_[node], executor->parameterTensor(g.parameters(node)[0]));
+    } else if (g.kind(node) == ir::NodeKind::ModuleCall || g.kind(node) == ir::NodeKind::MethodCall) {
+      return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' is a module or method call";
+    }
+  }
+  if (g.modelFile()) // the parameters are copied out: the model file's pages need not stay resident
+    g.modelFile()->releaseResidentPages();
+  executor->uses_.assign(g.numValues(), 0);
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n)
+    for (ir::ValueId value : g.inputs(NodeId{n}))
+      if (value != ir::kNoValue)
+        ++executor->uses_[index(value)];
+  if (executor->options_.optimizations.rememberShapeArithmetic)
+    executor->memo_ = SmallOpMemo(g);
+  executor->shareWeightCaches();
+  executor->blockedReaders_.assign(g.numValues(), BlockedReaders::No);
+  for (std::uint32_t v = 0; v < g.numValues(); ++v) {
+    auto users = g.users(ir::ValueId{v});
+    bool takers = !users.empty(), output = false;
+    for (NodeId user : users) {
+      output = output || g.kind(user) == ir::NodeKind::Output;
+      takers = takers && (g.kind(user) == ir::NodeKind::Output ||
+                          (g.kind(user) == ir::NodeKind::Op && executor->readerLayouts(user) == Layouts::DenseOrBlocked));
+    }
+    if (wing && wing->keepsPrivateLayout(executor->options_))
+      executor->blockedReaders_[v] = !takers ? BlockedReaders::No : output ? BlockedReaders::IfOutputsMay : BlockedReaders::Yes;
+  }
+  return executor;
+}
+
+// The layouts op node `reader` takes its operands in when runs fuse: its fused group's kernel's
+// (a value read by a convolution group reaches the group's kernel), else its own kernel's. An
+// unfused (observed) run's kernel takes at most these: runOp makes operands dense for a kernel
+// that does not take blocked ones, so a value kept blocked for a reader costs a reorder there and
+// nothing else.
+Layouts Executor::readerLayouts(NodeId reader) const {
+  const std::int32_t group = options_.optimizations.fusion ? fusion_.groupOf[reader] : -1;
+  return group >= 0 ? fusedKernel(fusion_.groups[static_cast<std::size_t>(group)].kind).layouts
+                    : kernels_[reader].layouts;
+}
+
+// Products (MatMul, fused MatMul+Add) and fused convolutions reading one stored weight share one
+// kernel cache, so the device wing's reordered copy of it is made once, not once per node: an
+// exporter's deduplicated layers (a BERT encoder's twelve identical layers read one set of weights
+// through aliases) would otherwise hold a copy per layer. Shared only among nodes of one kind,
+// whose products have the same form (linear() rebuilds a cache whose row count or bias presence
+// differs); a convolution cache keeps an entry per input shape (a detector's head runs one weight
+// over every pyramid level). The weight plan then readies each op node's own cache once, told
+// which stored weight it reads (its packed copy, where the wing holds one). O(nodes log nodes).
+void Executor::shareWeightCaches() {
+  const ir::Graph& g = *graph_;
+  cacheSlot_ = IdVector<NodeId, NodeId>(g.numNodes());
+  std::vector<std::optional<ir::ParamId>> weightOwner(g.numNodes());
+  std::map<std::pair<std::string_view, ir::ParamId>, NodeId> firstReader;
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    NodeId node{n};
+    cacheSlot_[node] = node;
+    if (g.kind(node) != ir::NodeKind::Op)
+      continue;
+    std::string_view kind;
+    ir::ValueId weight = ir::kNoValue;
+    const std::int32_t group = fusion_.groupOf[node];
+    if (group >= 0 && fusion_.groups[group].nodes.back() == node && fusion_.groups[group].operands.size() > 1) {
+      kind = fusedName(fusion_.groups[group].kind);
+      weight = fusion_.groups[group].operands[1];
+    } else if (g.opType(node) == "MatMul" && g.opDomain(node).empty() && g.inputs(node).size() == 2) {
+      kind = "MatMul";
+      weight = g.inputs(node)[1];
+    }
+    if (weight == ir::kNoValue || g.kind(g.producer(weight)) != ir::NodeKind::Parameter)
+      continue;
+    ir::ParamId owner = g.storageOf(g.parameters(g.producer(weight))[0]);
+    cacheSlot_[node] = firstReader.try_emplace({kind, owner}, node).first->second;
+    weightOwner[index(cacheSlot_[node])] = owner;
+  }
+  if (!weightPlan_)
+    return;
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n)
+    if (g.kind(NodeId{n}) == ir::NodeKind::Op && cacheSlot_[NodeId{n}] == NodeId{n})
+      weightPlan_->prepareCache(caches_[NodeId{n}], weightOwner[n]);
+}
+
+// A parameter's tensor on the device, loaded once per storage: aliases (ONNX's Identity of an
+// initializer, an exporter's deduplicated copies) share their owner's tensor; with `trainable`,
+// trained tensors are autograd leaves. The device wing's weight plan says how it is loaded and
+// adopts it (it may hold it alone, or bind a stand-in).
+Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param) {
+  const ir::Graph& g = *graph_;
+  ir::ParamId owner = g.storageOf(param);
+  if (storageTensors_.empty()) {
+    storageTensors_.resize(g.numParameters());
+    storageLoaded_.assign(g.numParameters(), false);
+  }
+  if (storageLoaded_[index(owner)])
+    return storageTensors_[index(owner)];
+  const bool asRows = weightPlan_ && weightPlan_->loadsAsRows(owner);
+  const bool ownMemory = weightPlan_ && weightPlan_->loadsIntoOwnMemory(owner);
+  CLEAVE_TRY(at::Tensor tensor, loadParameter(g, owner, asRows, ownMemory));
+  // Copied out: its bytes need not stay resident (else the peak holds the model file as well as
+  // the tensors while the rest load).
+  const ir::ParameterData& data = g.parameter(owner).data;
+  if (g.modelFile() && data.source == ir::ParameterData::Source::ModelFile)
+    g.modelFile()->releaseResidentPages(data.offset, data.length);
+  if (options_.floatType && at::isFloatingType(tensor.scalar_type()))
+    tensor = tensor.to(*options_.floatType);
+  tensor = tensor.to(options_.device);
+  if (options_.trainable && at::isFloatingType(tensor.scalar_type()) && !g.parameter(owner).isBuffer)
+    tensor.requires_grad_(true);
+  if (weightPlan_)
+    tensor = weightPlan_->adopt(owner, std::move(tensor));
+  storageTensors_[index(owner)] = tensor;
+  storageLoaded_[index(owner)] = true;
+  return tensor;
+}
+
+std::size_t Executor::packedWeightCount() const { return weightPlan_ ? weightPlan_->heldAloneCount() : 0; }
+
+std::size_t Executor::reorderedOnlyWeightCount() const { return weightPlan_ ? weightPlan_->reorderedOnlyCount() : 0; }
+
+std::vector<std::pair<std::string, at::Tensor>> Executor::trainableParameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> trained;
+  for (std::uint32_t p = 0; p < storageTensors_.size(); ++p)
+    if (storageTensors_[p].defined() && storageTensors_[p].requires_grad())
+      trained.emplace_back(graph_->parameter(ir::ParamId{p}).name, storageTensors_[p]);
+  return trained;
+}
+
+Executor& Executor::subgraph(NodeId node, std::string_view attribute) {
+  auto key = std::make_pair(index(node), std::string(attribute));
+  auto found = subgraphs_.find(key);
+  if (found != subgraphs_.end())
+    return *found->second;
+  const ir::Graph& g = *graph_;
+  const ir::Attribute* attr = g.findAttribute(node, attribute);
+  if (!attr || attr->kind != ir::AttrKind::Graph)
+    throw KernelError("attribute '" + std::string(attribute) + "' is not a graph");
+  std::vector<std::string> outer;
+  auto inputs = g.inputs(node);
+  for (std::size_t i = inputs.size() - g.numImplicitInputs(node); i < inputs.size(); ++i)
+    outer.emplace_back(g.valueName(inputs[i]));
+  std::vector<std::pair<std::string, std::int64_t>> opsets = g.modelInfo().opsetImports;
+  Expected<ir::Graph> body = io::readOnnxSubgraph(attr->text, outer, opsets,
+                                                  std::string(g.name(node)) + "." + std::string(attribute));
+  if (!body)
+    throw KernelError(body.error().message());
+  Expected<std::unique_ptr<Executor>> executor =
+      create(std::make_shared<const ir::Graph>(std::move(*body)), options_);
+  if (!executor)
+    throw KernelError(executor.error().message());
+  return *(subgraphs_[key] = std::move(*executor));
+}
+
+Executor& KernelContext::subgraph(std::string_view attribute) const {
+  if (!owner_)
+    throw KernelError("no executor to build the subgraph '" + std::string(attribute) + "'");
+  return owner_->subgraph(node_, attribute);
+}
+
+struct Executor::RunState {
+  RunStats* stats = nullptr;
+  const Observer* observe = nullptr;
+  OutputLayout outputLayout = OutputLayout::Dense;
+  bool fuse = false; // an observer sees every value, so observed runs do not fuse
+  std::vector<at::Tensor> values;
+  std::vector<std::uint32_t> remaining;
+  std::int64_t live = 0, peak = 0;
+
+  bool mayStayBlocked(BlockedReaders readers) const {
+    return readers == BlockedReaders::Yes ||
+           (readers == BlockedReaders::IfOutputsMay && outputLayout == OutputLayout::AsComputed);
+  }
+  void observed(ir::ValueId value, const at::Tensor& tensor) const {
+    if (observe)
+      (*observe)(value, toDense(tensor));
+  }
+};
+
+namespace {
+std::int64_t bytesOf(const at::Tensor& tensor) {
+  return tensor.defined() ? static_cast<std::int64_t>(tensor.numel() * tensor.element_size()) : 0;
+}
+} // namespace
+
+Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, const Observer* observe,
+                                  OutputLayout outputLayout) {
+  const ir::Graph& g = *graph_;
+  RunState state{stats, observe, outputLayout, observe == nullptr && options_.optimizations.fusion,
+                 std::vector<at::Tensor>(g.numValues()), uses_};
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    NodeId node{n};
+    switch (g.kind(node)) {
+    case ir::NodeKind::Input: CLEAVE_CHECK(bindInput(node, inputs, state)); break;
+    case ir::NodeKind::Parameter: bindParameter(node, state); break;
+    case ir::NodeKind::Output: return collectOutputs(node, state);
+    default: CLEAVE_CHECK(runOp(node, state)); break;
+    }
+  }
+  return Error(ErrorCode::InvalidGraph) << "the graph has no output node";
+}
+
+Status Executor::bindInput(NodeId node, const TensorMap& inputs, RunState& state) const {
+  const ir::Graph& g = *graph_;
+  ir::ValueId value = g.outputs(node)[0];
+  auto found = inputs.find(std::string(g.valueName(value)));
+  if (found == inputs.end())
+    return Error(ErrorCode::InvalidArgument) << "no value for input '" << g.valueName(value) << "'";
+  // A blocked input (another submodel's output) stays so only for readers taking it, on the CPU.
+  const bool keepBlocked = state.mayStayBlocked(blockedReaders_[index(value)]);
+  at::Tensor& bound = state.values[index(value)];
+  if (!found->second.defined()) { // an empty optional
+    if (g.valueKind(value) != ir::ValueKind::Sequence)
+      return Error(ErrorCode::InvalidArgument) << "input '" << g.valueName(value) << "' has no value";
+    return {};
+  }
+  if (isStringTensor(found->second)) { // strings stay on the CPU, as they are
+    if (!options_.device.is_cpu())
+      return Error(ErrorCode::Unsupported) << "input '" << g.valueName(value) << "' holds strings, which run on the CPU only";
+    bound = found->second;
+    state.observed(value, bound);
+    return {};
+  }
+  bound = keepBlocked && isBlocked(found->second) ? found->second : toDense(found->second).to(options_.device);
+  if (options_.floatType && at::isFloatingType(found->second.scalar_type()))
+    bound = bound.to(*options_.floatType);
+  state.observed(value, bound);
+  return {};
+}
+
+void Executor::bindParameter(NodeId node, RunState& state) const {
+  ir::ValueId value = graph_->outputs(node)[0];
+  state.values[index(value)] = parameters_[node];
+  if (!state.observe)
+    return;
+  const ir::ParamId owner = graph_->storageOf(graph_->parameters(node)[0]);
+  if (!parameters_[node].defined() && weightPlan_) {
+    // Held by the wing alone: an observer sees (and this run's unfused products read) a dense copy.
+    state.values[index(value)] = weightPlan_->observable(owner, parameters_[node]);
+  } else if (parameters_[node].is_meta() && weightPlan_) {
+    // A stand-in: the observer sees the plain weight; the wing's kernels read the stand-in.
+    state.observed(value, weightPlan_->observable(owner, parameters_[node]));
+    return;
+  }
+  state.observed(value, state.values[index(value)]);
+}
+
+TensorMap Executor::collectOutputs(NodeId node, RunState& state) const {
+  const ir::Graph& g = *graph_;
+  TensorMap outputs;
+  for (ir::ValueId value : g.inputs(node)) {
+    at::Tensor tensor = state.values[index(value)];
+    if (options_.floatType && tensor.defined() && !isStringTensor(tensor) && tensor.scalar_type() == *options_.floatType)
+      tensor = tensor.to(at::kFloat);
+    outputs[std::string(g.valueName(value))] = tensor;
+  }
+  if (state.stats) // several executors (a cut model's submodels) report their largest
+    state.stats->peakActivationBytes = std::max(state.stats->peakActivationBytes, state.peak);
+  return outputs;
+}
+
+// A fused group (fusion.h) runs at its last node, on the group's operands, for all its nodes.
+Status Executor::runOp(NodeId node, RunState& state) {
+  const ir::Graph& g = *graph_;
+  const FusedGroup* group =
+      state.fuse && fusion_.groupOf[node] >= 0 ? &fusion_.groups[fusion_.groupOf[node]] : nullptr;
+  if (group && node != group->nodes.back())
+    return {};
+  const NodeId single[] = {node};
+  std::span<const NodeId> members = group ? std::span<const NodeId>(group->nodes) : std::span<const NodeId>(single);
+  std::span<const ir::ValueId> operandValues = group ? std::span<const ir::ValueId>(group->operands) : g.inputs(node);
+  KernelEntry kernel = group ? fusedKernel(group->kind) : kernels_[node];
+  std::vector<at::Tensor> operands;
+  operands.reserve(operandValues.size());
+  std::int64_t handedOverBytes = 0;
+  for (ir::ValueId value : operandValues) {
+    if (value == ir::kNoValue) {
+      operands.emplace_back();
+    } else if (handsOver(value, members, operandValues, state)) {
+      handedOverBytes += bytesOf(state.values[index(value)]);
+      operands.push_back(std::move(state.values[index(value)]));
+    } else {
+      operands.push_back(state.values[index(value)]);
+    }
+    if (kernel.layouts == Layouts::Dense) // no-op: values stay blocked only for readers taking them
+      operands.back() = toDense(operands.back());
+  }
+  const bool outputMayStayBlocked =
+      !g.outputs(node).empty() && state.mayStayBlocked(blockedReaders_[index(g.outputs(node)[0])]);
+  CLEAVE_TRY(std::vector<at::Tensor> results,
+             computeOrRecall(node, group, kernel, std::move(operands), outputMayStayBlocked, state.stats));
+  CLEAVE_CHECK(storeResults(node, std::move(results), state));
+  state.live -= handedOverBytes; // after storeResults counted the peak with them still live
+  releaseDeadValues(members, node, state);
+  return {};
+}
+
+// Whether `value` goes to the kernel rather than a copy of its handle: this node (or group) is its
+// last reader, it is read once here, and an op made it (a graph input is the caller's tensor, a
+// parameter lives on). Then the kernel holds the only handle (KernelContext::mayOverwrite).
+bool Executor::handsOver(ir::ValueId value, std::span<const NodeId> members, std::span<const ir::ValueId> operands,
+                         const RunState& state) const {
+  const ir::Graph& g = *graph_;
+  if (g.kind(g.producer(value)) != ir::NodeKind::Op || std::count(operands.begin(), operands.end(), value) != 1)
+    return false;
+  std::uint32_t readsHere = 0;
+  for (NodeId member : members)
+    readsHere += static_cast<std::uint32_t>(std::count(g.inputs(member).begin(), g.inputs(member).end(), value));
+  return state.remaining[index(value)] == readsHere;
+}
+
+// The kernel's results, or those it gave for equal operands on the last run (small_op_memo.h).
+Expected<std::vector<at::Tensor>> Executor::computeOrRecall(NodeId node, const FusedGroup* group,
+                                                            const KernelEntry& kernel, std::vector<at::Tensor> operands,
+                                                            bool outputMayStayBlocked, RunStats* stats) {
+  if (group || !memo_.applies(node, operands))
+    return callKernel(node, group, kernel, std::move(operands), outputMayStayBlocked, stats);
+  if (const std::vector<at::Tensor>* remembered = memo_.recall(node, operands))
+    return *remembered;
+  std::vector<at::Tensor> kept = operands; // handles, for remember()
+  CLEAVE_TRY(std::vector<at::Tensor> results, callKernel(node, group, kernel, std::move(operands), false, stats));
+  memo_.remember(node, kept, results);
+  return results;
+}
+
+// Any exception a kernel throws becomes one line naming the node, its op and the opset.
+Expected<std::vector<at::Tensor>> Executor::callKernel(NodeId node, const FusedGroup* group, const KernelEntry& kernel,
+                                                       std::vector<at::Tensor> operands, bool outputMayStayBlocked,
+                                                       RunStats* stats) {
+  const ir::Graph& g = *graph_;
+  auto opName = [&] { return group ? std::string(fusedName(group->kind)) : g.target(node); };
+  auto fail = [&](std::string_view what) {
+    std::string_view text = firstLine(what);
+    return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << opName() << ", opset " << opset_
+                                         << "): " << text;
+  };
+  // A fused group's kernel reads its first node's attributes (a Conv's window, fusion.h).
+  KernelContext context(g, group ? group->nodes.front() : node, opset_, std::move(operands), this,
+                        &caches_[cacheSlot_[node]], outputMayStayBlocked);
+  try {
+    if (!stats || !stats->profileOps)
+      return kernel.kernel(context);
+    auto start = std::chrono::steady_clock::now();
+    std::vector<at::Tensor> results = kernel.kernel(context);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stats->secondsByOp[opName()] += seconds;
+    stats->secondsByNode[std::string(g.name(node))] += seconds;
+    return results;
+  } catch (const KernelError& e) {
+    return fail(e.what());
+  } catch (const c10::Error& e) {
+    return fail(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+}
+
+Status Executor::storeResults(NodeId node, std::vector<at::Tensor> results, RunState& state) const {
+  const ir::Graph& g = *graph_;
+  auto outputs = g.outputs(node);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (i >= results.size() || !results[i].defined()) {
+      // Undefined is an empty optional where the output is a sequence or optional value.
+      bool emptyOptional = i < results.size() && g.valueKind(outputs[i]) == ir::ValueKind::Sequence;
+      if (!g.users(outputs[i]).empty() && !emptyOptional)
+        return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' (" << g.target(node) << ", opset "
+                                             << opset_ << "): output " << i
+                                             << " is used but the kernel does not produce it";
+      continue;
+    }
+    if (isBlocked(results[i]) && !state.mayStayBlocked(blockedReaders_[index(outputs[i])]))
+      results[i] = toDense(results[i]);
+    at::Tensor& stored = state.values[index(outputs[i])];
+    stored = std::move(results[i]);
+    state.live += bytesOf(stored);
+    state.observed(outputs[i], stored);
+  }
+  state.peak = std::max(state.peak, state.live);
+  return {};
+}
+
+// Frees the operands whose last reader this was (parameters stay; graph outputs are read by the
+// output node, so they stay until the end), then `producer`'s outputs nobody reads. A group's
+// members all read now; its inner values were never made.
+void Executor::releaseDeadValues(std::span<const NodeId> readers, NodeId producer, RunState& state) const {
+  const ir::Graph& g = *graph_;
+  for (NodeId reader : readers)
+    for (ir::ValueId value : g.inputs(reader)) {
+      if (value == ir::kNoValue || --state.remaining[index(value)] > 0)
+        continue;
+      ir::NodeKind producerKind = g.kind(g.producer(value));
+      if (producerKind == ir::NodeKind::Parameter)
+        continue;
+      if (producerKind == ir::NodeKind::Op)
+        state.live -= bytesOf(state.values[index(value)]);
+      state.values[index(value)] = at::Tensor();
+    }
+  for (ir::ValueId value : g.outputs(producer))
+    if (state.remaining[index(value)] == 0 && state.values[index(value)].defined()) {
+      state.live -= bytesOf(state.values[index(value)]);
+      state.values[index(value)] = at::Tensor();
+    }
+}
+
+} // namespace cleave::runtime

@@ -1,0 +1,167 @@
+// runtime/engine/executor.h - runs an ONNX graph of cleave's IR on ATen.
+//
+// create() resolves a kernel for every op node (an op without one is an error naming the op, the
+// node and the opset) and loads the parameters onto the device once. run() walks the nodes in
+// their (topological) order; each value is freed as soon as its last user ran, unless it is a
+// graph output or a parameter. Outputs come back by name. A value a kernel made in a device wing's
+// private layout (the CPU wing's: oneDNN's blocked one) stays so while every reader takes that
+// layout (kernel.h, Layouts), and is made dense once otherwise; graph outputs and observed values
+// are always dense. Unobserved runs run fused node groups (fusion.h: MatMul+Add bias, GELU) as one
+// kernel each. How weights are held is the device wing's (device_wing.h, WeightPlan).
+// Complexity: O(V + E) bookkeeping per run besides the kernels.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+
+#include "base/expected.h"
+#include "ir/graph.h"
+#include "runtime/engine/device_wing.h"
+#include "runtime/engine/fusion.h"
+#include "runtime/engine/kernel.h"
+#include "runtime/engine/small_op_memo.h"
+#include "runtime/engine/tensors.h"
+
+namespace cleave::runtime {
+
+// Optimizations a run may turn off (the weight and layout ones are the CPU wing's to apply:
+// runtime/cpu/cpu_wing.h), to measure what each one gives or to rule it out when
+// debugging (cleave run --no-fusion / --no-blocked-layout). Results agree either way, up to
+// float rounding.
+struct Optimizations {
+  bool fusion = true;        // run fused node groups (fusion.h) as one kernel each
+  // Keep convolution activations in oneDNN's blocked layout between ops (onednn.h's blocked
+  // activations; ATen's mkldnn tensors when built without libdnnl) while every reader takes them.
+  bool blockedLayout = true;
+  // Hold a float32 weight that only MatMuls read (as their right operand) in oneDNN's own product
+  // layout, as the only copy (onednn::PackedWeight), and one that only convolutions read in the
+  // layouts their primitives want, without the plain one once a copy converts back
+  // (onednn::holdOnlyReordered; cleave run --no-packed-weights: both kept plain).
+  bool packedWeights = true;
+  // Reuse the results of small pure ops (shape arithmetic) whose operands repeat from the last run
+  // (small_op_memo.h; cleave run --no-shape-memo).
+  bool rememberShapeArithmetic = true;
+  // Let 3x3 convolutions run as Winograd's where it pays (onednn::usesWinograd): faster, but its
+  // weights are 1.8-4x the plain ones (cleave run --no-winograd: less memory, slower).
+  bool winograd = true;
+  // Let 2-D convolutions with kernels larger than 1x1 run in oneDNN's blocked layout, with
+  // reorders around them, where its channels-last kernel is not a native one (onednn::runsBlocked:
+  // AVX2; cleave run --no-blocked-convolutions).
+  bool blockedConvolutions = true;
+  // Not the executor's: a cut model's neighbouring submodules on one backend run as one joined
+  // graph, fusing across their seams (cut_model.h).
+  bool joinSeams = true;
+};
+
+struct ExecutorOptions {
+  at::Device device = at::kCPU;
+  Optimizations optimizations;
+  // When set (e.g. bfloat16): floating parameters and inputs are cast to it, and floating outputs
+  // cast back to float32: a lower-precision device, for exercising disagreement paths.
+  std::optional<at::ScalarType> floatType;
+  // Training: floating parameters that are not buffers are autograd leaves (requires_grad), one
+  // tensor per storage (an ONNX alias of a parameter is the same tensor); fusion, the blocked
+  // layout and oneDNN's direct products are off, so every op records its backward.
+  bool trainable = false;
+};
+
+enum class OutputLayout : std::uint8_t { Dense, AsComputed };
+
+struct RunStats {
+  // Live values other than parameters at their peak within one executor run (the largest over the
+  // runs sharing these stats: a cut model's submodels; what a cut holds between them is not counted).
+  std::int64_t peakActivationBytes = 0;
+  bool profileOps = false;              // in: time every kernel
+  std::map<std::string, double> secondsByOp;   // out with profileOps: kernel seconds per op type
+  std::map<std::string, double> secondsByNode; // out with profileOps: kernel seconds per node name
+};
+
+class Executor {
+public:
+  ~Executor();
+  // Fails: Unsupported (an op without a kernel, named with node and opset; a dtype ATen lacks),
+  // ParseError/IoError (parameter data).
+  static Expected<std::unique_ptr<Executor>> create(std::shared_ptr<const ir::Graph> graph,
+                                                    const ExecutorOptions& options = {});
+
+  // Called with every value as it is made (graph inputs, parameters, op outputs), before it may
+  // be freed.
+  using Observer = std::function<void(ir::ValueId, const at::Tensor&)>;
+
+  // `inputs` by graph-input name (extra names are ignored). Fails: InvalidArgument (a missing
+  // input), Unsupported/InvalidArgument (a kernel refused its operands: message names the node).
+  // `outputLayout` AsComputed lets graph outputs come back in oneDNN's blocked layout, for a
+  // caller that feeds them to another executor on the CPU (a cut model, between submodels).
+  Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats = nullptr, const Observer* observe = nullptr,
+                          OutputLayout outputLayout = OutputLayout::Dense);
+
+  const ir::Graph& graph() const { return *graph_; }
+  // With ExecutorOptions::trainable: each trained tensor once, under its storage owner's name, in
+  // parameter order; the optimizer updates them in place and later runs read the new values.
+  std::vector<std::pair<std::string, at::Tensor>> trainableParameters() const;
+  std::int64_t opset() const { return opset_; }
+  // How many parameters (by storage) it holds only packed (Optimizations::packedWeights).
+  std::size_t packedWeightCount() const;
+  // How many convolution weights (by storage) it holds only reordered now: their plain tensor let
+  // go after the first run made a copy that converts back (Optimizations::packedWeights).
+  std::size_t reorderedOnlyWeightCount() const;
+
+private:
+  friend class KernelContext; // builds subgraph executors through subgraph()
+  Executor() = default;
+  Executor& subgraph(ir::NodeId node, std::string_view attribute);
+  Expected<at::Tensor> parameterTensor(ir::ParamId param);
+
+  // One run's values in flight: by value id, the uses still to come, live and peak bytes.
+  struct RunState;
+  // The steps of run(), one node kind each.
+  Status bindInput(ir::NodeId node, const TensorMap& inputs, RunState& state) const;
+  void bindParameter(ir::NodeId node, RunState& state) const;
+  TensorMap collectOutputs(ir::NodeId node, RunState& state) const;
+  Status runOp(ir::NodeId node, RunState& state);
+  void shareWeightCaches();
+  Layouts readerLayouts(ir::NodeId reader) const;
+  Expected<std::vector<at::Tensor>> computeOrRecall(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
+                                                    std::vector<at::Tensor> operands, bool outputMayStayBlocked,
+                                                    RunStats* stats);
+  Expected<std::vector<at::Tensor>> callKernel(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
+                                               std::vector<at::Tensor> operands, bool outputMayStayBlocked,
+                                               RunStats* stats);
+  Status storeResults(ir::NodeId node, std::vector<at::Tensor> results, RunState& state) const;
+  void releaseDeadValues(std::span<const ir::NodeId> readers, ir::NodeId producer, RunState& state) const;
+  bool handsOver(ir::ValueId value, std::span<const ir::NodeId> members, std::span<const ir::ValueId> operands,
+                 const RunState& state) const;
+
+  std::shared_ptr<const ir::Graph> graph_;
+  ExecutorOptions options_;
+  std::int64_t opset_ = 0;
+  IdVector<ir::NodeId, KernelEntry> kernels_;
+  IdVector<ir::NodeId, at::Tensor> parameters_; // Parameter nodes' tensors
+  // Per storage-owning parameter, once loaded: the tensor its Parameter nodes bind (undefined
+  // where the device wing alone holds it: its readers' caches do), and whether it was loaded.
+  std::vector<at::Tensor> storageTensors_;
+  std::vector<bool> storageLoaded_;
+  // The device wing's say over how weights are held (device_wing.h); null where no wing serves
+  // the device (every weight then held as loaded).
+  std::unique_ptr<WeightPlan> weightPlan_;
+  IdVector<ir::NodeId, KernelCache> caches_;    // per op node: what its kernel keeps (packed weights)
+  IdVector<ir::NodeId, ir::NodeId> cacheSlot_;  // per node: whose cache it uses (shareWeightCaches)
+  std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)
+  FusionPlan fusion_;                            // node groups run as one kernel (unobserved runs)
+  SmallOpMemo memo_;                             // shape arithmetic's results from the last run
+  // Per value: whether it may stay in the blocked layout: every reader is a kernel taking it, or
+  // the graph's output (then only when the run's outputs may be blocked). All No off the CPU, in
+  // another float type, or with Optimizations::blockedLayout off.
+  enum class BlockedReaders : std::uint8_t { No, Yes, IfOutputsMay };
+  std::vector<BlockedReaders> blockedReaders_;
+  std::map<std::pair<std::uint32_t, std::string>, std::unique_ptr<Executor>> subgraphs_;
+};
+
+// The opset of the default domain a graph imports (0 when none).
+std::int64_t defaultOpset(const ir::Graph& graph);
+
+} // namespace cleave::runtime

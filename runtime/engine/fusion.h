@@ -1,0 +1,86 @@
+// runtime/engine/fusion.h - which groups of ONNX nodes the executor runs as one kernel call.
+//
+// Patterns (PyTorch's ONNX exports of Linear and of the exact GELU):
+//   MatMulBias  MatMul(x, W) -> Add(., b)          one oneDNN product with the bias (kernel.h linear)
+//   Gelu        Div(x, sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)     one at::gelu
+//   MatMulBiasGelu  MatMulBias whose output only that Gelu reads (a transformer's first FFN
+//               layer): one oneDNN product with the bias and GELU as its post-op
+//   ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid
+//               Conv -> Relu | Clip(., lo, hi) | HardSwish | HardSigmoid
+//   ConvSilu    Conv -> Sigmoid -> Mul(conv, sigmoid)   (SiLU / swish)
+//   ConvHardSwish also from Conv -> HardSigmoid(alpha 1/6, beta 0.5) -> Mul(conv, that): HardSwish
+//               as exported before opset 14
+//   ConvAdd, ConvAddRelu                Conv -> Add(., residual) [-> Relu]
+//               one oneDNN convolution with post-ops (kernel.h fusedConvolution); Clip's bounds
+//               must be single-element constants
+//   ConvBatchNorm, ConvBatchNormRelu, ConvTransposeBatchNorm, ConvTransposeBatchNormRelu
+//               Conv | ConvTranspose -> BatchNormalization (inference: one output, training_mode
+//               0; its scale, shift, mean and variance are parameters) [-> Relu]: the
+//               normalization folded into the convolution's weight and bias once (w * s per
+//               output channel, (b - mean) * s + shift, s = scale / sqrt(variance + epsilon));
+//               a Conv's Relu is its post-op, a ConvTranspose's is applied with its bias after it
+//               (onednn::transposedConvolution2d)
+//   LayerNorm   ReduceMean(x) -> Sub(x, .) -> Pow(., 2) -> ReduceMean -> Add(., eps) -> Sqrt,
+//               Div(Sub's output, Sqrt's) -> Mul(., gamma) -> Add(., beta), both means over the
+//               last axis: PyTorch's export of LayerNorm before opset 17; one at::layer_norm
+//   BatchNormRelu  BatchNormalization (inference, one output) -> Relu, the normalization not after
+//               a convolution (DenseNet's pre-activation): one pass x * m + s per channel, Relu in
+//               place (kernel.h batchNormInference)
+//   ConcatBatchNormRelu  Concat -> BatchNormalization (inference, of the concatenation) -> Relu
+//               (every DenseNet layer's input): one pass from the pieces to the normalized output,
+//               the concatenation never made (kernel.h scaleShiftConcatenation)
+//   ChannelShuffle, ConcatChannelShuffle  [Concat ->] Reshape -> Transpose (perm swapping dims 1
+//               and 2, the rest in place) -> Reshape (ShuffleNet's channel shuffle, after the
+//               Concat of its two branches): one pass from the pieces (kernel.h shuffleChannels)
+//               when the shapes turn out to be [N, g, C/g, spatial...] and back; otherwise the
+//               nodes' own reshapes and permutation
+// Add and Mul operands may come in either order. A group is fused only when each of its inner
+// values is read by the next node of the group alone (LayerNorm's centered x: by its Pow and Div;
+// not by other nodes, not a graph output);
+// the constants (sqrt 2, 1, 0.5) must be single-element Constant nodes or parameters.
+// A group runs at its last node (every operand exists by then) and makes that node's output;
+// the inner values are never made. Its kernel reads attributes from the group's first node. Observed runs (dumps, previews) do not fuse: they need
+// every value.
+// Guarantees: a group computes what its nodes compute, up to float rounding (GELU's formula is
+// evaluated in one pass; a bias that is not 1-D [N] is added after the product instead).
+// Complexity: O(N + E) to plan; each pattern is matched from its first node in O(1) steps.
+#pragma once
+
+#include <vector>
+
+#include "base/ids.h"
+#include "ir/graph.h"
+#include "runtime/engine/kernel.h"
+
+namespace cleave::runtime {
+
+struct FusedGroup {
+  enum class Kind : std::uint8_t {
+    MatMulBias, MatMulBiasGelu, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu, ConvBatchNorm,
+    ConvBatchNormRelu, ConvTransposeBatchNorm, ConvTransposeBatchNormRelu, LayerNorm, BatchNormRelu, ConcatBatchNormRelu,
+    ChannelShuffle, ConcatChannelShuffle
+  };
+  Kind kind;
+  std::vector<ir::NodeId> nodes;     // in graph order; the last one makes the group's output
+  // MatMulBias, MatMulBiasGelu: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*),
+  // Clip's lo and hi (ConvClip) or the normalization's scale, shift, mean and variance (*BatchNorm*);
+  // LayerNorm: x, eps, gamma, beta; BatchNormRelu: the normalization's x, scale, shift, mean, variance;
+  // ConcatBatchNormRelu: the normalization's scale, shift, mean, variance, then the Concat's pieces;
+  // ChannelShuffle, ConcatChannelShuffle: both Reshapes' shapes, then the Concat's pieces (or the
+  // first Reshape's data).
+  std::vector<ir::ValueId> operands;
+};
+
+struct FusionPlan {
+  std::vector<FusedGroup> groups;
+  IdVector<ir::NodeId, std::int32_t> groupOf; // index into groups; -1 for nodes run alone
+};
+
+FusionPlan planFusions(const ir::Graph& graph);
+
+// The kernel running a group (runtime/kernels/fused.cpp), with the layouts it takes its operands in
+// (blocked values for the convolution kinds), and its name in profiles ("MatMul+Add").
+KernelEntry fusedKernel(FusedGroup::Kind kind);
+const char* fusedName(FusedGroup::Kind kind);
+
+} // namespace cleave::runtime

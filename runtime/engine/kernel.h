@@ -1,0 +1,149 @@
+// runtime/engine/kernel.h - the interface between the executor and the ATen implementation of each
+// ONNX op. A kernel reads its operands and attributes from a KernelContext and returns its
+// outputs; it throws KernelError (or lets ATen throw) on input it cannot handle, and the executor
+// turns either into an error naming the op, the node and the opset.
+// Complexity: kernels are resolved once per node at Executor::create (one hash lookup each);
+// operand and attribute access is O(1) or a short scan of the node's attributes.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "runtime/engine/device_wing.h"
+#include "runtime/engine/tensors.h"
+
+namespace cleave::runtime {
+
+class Executor;
+
+// What a kernel keeps between runs of its node: a derived form of an operand (a prepacked
+// weight) and the operand it was derived from, to know when it still applies; and what the device
+// wing keeps for it (the CPU wing: a product's reordered weight with its oneDNN primitive).
+struct KernelCache {
+  at::Tensor source, derived;
+  // Set by the executor's weight plan (device_wing.h); read only by the wing's kernels.
+  std::shared_ptr<DeviceKernelState> deviceState;
+  // A convolution's weight and bias with the BatchNormalization after it folded in (a fused
+  // Conv+BatchNormalization), and the tensors they were computed from: weight, bias (or none),
+  // then the normalization's scale, shift, mean and variance. For a BatchNormalization alone
+  // (batchNormInference): its per-channel multiplier and shift, from its four parameters.
+  std::vector<at::Tensor> foldedFrom;
+  at::Tensor foldedWeight, foldedBias;
+};
+
+struct KernelError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class KernelContext {
+public:
+  // `owner` builds subgraph executors (Loop/If bodies); null where there are none to build.
+  KernelContext(const ir::Graph& graph, ir::NodeId node, std::int64_t opset, std::vector<at::Tensor> inputs,
+                Executor* owner = nullptr, KernelCache* cache = nullptr, bool outputMayStayBlocked = false)
+      : graph_(graph), node_(node), opset_(opset), inputs_(std::move(inputs)), owner_(owner), cache_(cache),
+        outputMayStayBlocked_(outputMayStayBlocked) {}
+
+  std::int64_t opset() const { return opset_; }
+  const ir::Graph& graph() const { return graph_; }
+  ir::NodeId node() const { return node_; }
+  std::size_t numOutputs() const { return graph_.outputs(node_).size(); }
+  // Explicit operands (implicit, outer-scope operands of subgraph ops come after them).
+  std::size_t numInputs() const { return inputs_.size() - graph_.numImplicitInputs(node_); }
+  bool has(std::size_t i) const { return i < numInputs() && inputs_[i].defined(); }
+  const at::Tensor& input(std::size_t i) const; // throws KernelError when absent
+  const std::vector<at::Tensor>& allInputs() const { return inputs_; }
+  bool outputUsed(std::size_t i) const;
+  // Whether the kernel may write its result into operand i's buffer: the executor handed the
+  // operand over (this node is its value's last reader, and it is an op's result, not a graph
+  // input or a parameter) and no other tensor or view shares its buffer. The way a convolution
+  // accumulates onto its residual in place, as ONNX Runtime's planner reuses a dying buffer.
+  bool mayOverwrite(std::size_t i) const;
+
+  const ir::Attribute* attribute(std::string_view name) const { return graph_.findAttribute(node_, name); }
+  std::int64_t intAttr(std::string_view name, std::int64_t fallback) const;
+  float floatAttr(std::string_view name, float fallback) const;
+  std::string stringAttr(std::string_view name, std::string fallback) const;
+  std::vector<std::int64_t> intsAttr(std::string_view name, std::vector<std::int64_t> fallback = {}) const;
+  std::vector<float> floatsAttr(std::string_view name) const;
+  at::Tensor tensorAttr(std::string_view name) const; // undefined when absent
+
+  // Whether the node's (a fused group's) first output may be returned as a blocked value: every
+  // reader takes blocked operands (Layouts), so none pays a reorder for it.
+  bool outputMayStayBlocked() const { return outputMayStayBlocked_; }
+  // A tensor slot that lives as long as the executor, one per node (a prepacked weight); null
+  // when the executor keeps none.
+  KernelCache* cache() const { return cache_; }
+
+  // Integer values of a small operand tensor (shapes, axes, pads).
+  std::vector<std::int64_t> ints(std::size_t i) const;
+  // The executor for a subgraph attribute ("body", "then_branch"), built once per node.
+  Executor& subgraph(std::string_view attribute) const;
+
+private:
+  const ir::Graph& graph_;
+  ir::NodeId node_;
+  std::int64_t opset_;
+  std::vector<at::Tensor> inputs_;
+  Executor* owner_;
+  KernelCache* cache_;
+  bool outputMayStayBlocked_;
+};
+
+using Kernel = std::vector<at::Tensor> (*)(KernelContext&);
+
+// The layouts a kernel takes its operands in. Blocked: oneDNN's blocked activation layout, which
+// convolutions compute in; keeping a value blocked from one convolution to the next saves two
+// reorders per op. Built with libdnnl, blocked values are the CPU wing's blocked activations (runtime/cpu/onednn.h), which
+// only convolutions and MaxPool read; without it, ATen's mkldnn tensors, which Relu, Add and
+// pooling read too (atenBlockedOrDense). The executor gives blocked operands only to kernels that take them and
+// turns them dense for every other reader.
+enum class Layouts : std::uint8_t { Dense, DenseOrBlocked };
+
+struct KernelEntry {
+  Kernel kernel = nullptr;
+  Layouts layouts = Layouts::Dense;
+};
+
+// Op type (in the default ONNX domain unless spelled "domain::Op") -> kernel.
+class KernelTable {
+public:
+  void add(std::string opType, Kernel kernel, Layouts layouts = Layouts::Dense);
+  const KernelEntry* find(std::string_view domain, std::string_view opType) const; // null when none
+  std::vector<std::string> names() const; // sorted
+
+private:
+  std::vector<std::pair<std::string, KernelEntry>> entries_; // sorted by name after building
+  friend const KernelTable& kernelTable();
+};
+
+const KernelTable& kernelTable();
+
+// The op targets of `graph` (ONNX op nodes, subgraph bodies not included) that have no kernel,
+// sorted and unique. O(nodes * log kernels).
+std::vector<std::string> missingKernels(const ir::Graph& graph);
+
+// Every kernel family's registration (runtime/kernels/families.cpp): the engine's table is built
+// from it once.
+void registerKernelFamilies(KernelTable& table);
+
+// The runtime's thread count: the hardware's, unless OMP_NUM_THREADS says otherwise (some
+// libtorch builds start with one thread). Idempotent.
+void configureThreads();
+
+// A value made dense (no-op when it is): ATen's blocked (mkldnn) tensors, or a device wing's
+// private layout (device_wing.h). isBlocked: whether t is in either.
+at::Tensor toDense(const at::Tensor& t);
+bool isBlocked(const at::Tensor& t);
+
+// ONNX sequences are held as ATen nested tensors (elements of one dtype and rank, shapes free); an
+// empty optional is an undefined tensor. makeSequence throws KernelError on elements of different
+// ranks; sequenceElements on a value that is not a sequence.
+bool isSequence(const at::Tensor& t);
+std::vector<at::Tensor> sequenceElements(const at::Tensor& sequence);
+at::Tensor makeSequence(const std::vector<at::Tensor>& elements, at::ScalarType type);
+
+} // namespace cleave::runtime

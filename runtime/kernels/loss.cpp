@@ -1,0 +1,44 @@
+// runtime/kernels/loss.cpp - ONNX's loss ops (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss) on
+// ATen's nll_loss: the losses a model is exported with for training (targets are ordinary inputs).
+// ONNX and torch agree on the semantics: class axis 1, optional per-class weights, `mean`
+// divides by the summed weights of the counted elements, targets equal to ignore_index count for
+// nothing. Without an ignore_index attribute nothing is ignored.
+#include <limits>
+
+#include "runtime/kernels/helpers.h"
+
+namespace cleave::runtime {
+
+namespace {
+using Outputs = std::vector<at::Tensor>;
+
+at::Tensor negativeLogLikelihood(const KernelContext& c, const at::Tensor& logProb, const at::Tensor& target,
+                                 const at::Tensor& weight) {
+  std::string reduction = c.stringAttr("reduction", "mean");
+  std::int64_t mode = reduction == "none" ? at::Reduction::None
+                      : reduction == "sum"  ? at::Reduction::Sum
+                      : reduction == "mean" ? at::Reduction::Mean
+                                            : throw KernelError("unknown reduction '" + reduction + "'");
+  std::int64_t ignore = c.attribute("ignore_index") ? c.intAttr("ignore_index", 0)
+                                                    : std::numeric_limits<std::int64_t>::min();
+  c10::optional<at::Tensor> weights;
+  if (weight.defined())
+    weights = weight.to(logProb.scalar_type());
+  return at::nll_loss_nd(logProb, target.to(at::kLong), weights, mode, ignore);
+}
+} // namespace
+
+void registerLossKernels(KernelTable& t) {
+  t.add("NegativeLogLikelihoodLoss", [](KernelContext& c) -> Outputs {
+    return {negativeLogLikelihood(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor())};
+  });
+  t.add("SoftmaxCrossEntropyLoss", [](KernelContext& c) -> Outputs {
+    at::Tensor logProb = at::log_softmax(c.input(0), 1);
+    Outputs out{negativeLogLikelihood(c, logProb, c.input(1), c.has(2) ? c.input(2) : at::Tensor())};
+    if (c.numOutputs() > 1)
+      out.push_back(logProb);
+    return out;
+  });
+}
+
+} // namespace cleave::runtime

@@ -1,0 +1,727 @@
+// runtime/kernels/nn.cpp - neural-network ONNX ops on ATen: Conv/ConvTranspose and pooling (auto_pad,
+// asymmetric pads applied as explicit padding, ceil_mode, count_include_pad), normalizations,
+// Gemm (transposes, alpha, beta), MatMul, Softmax/LogSoftmax (the pre-13 2-D coercion), Einsum.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <string>
+
+#include "runtime/cpu/cpu_wing.h"
+#include "runtime/kernels/helpers.h"
+
+namespace cleave::runtime {
+
+namespace {
+using Outputs = std::vector<at::Tensor>;
+
+// Spatial padding of a window op: begin and end per spatial dim, from auto_pad or pads.
+struct WindowPads {
+  std::vector<std::int64_t> begin, end;
+  bool symmetric() const { return begin == end; }
+  std::vector<std::int64_t> atenOrder() const { // last dim first, (begin, end) pairs
+    std::vector<std::int64_t> out;
+    for (std::size_t d = begin.size(); d-- > 0;) {
+      out.push_back(begin[d]);
+      out.push_back(end[d]);
+    }
+    return out;
+  }
+};
+
+WindowPads windowPads(KernelContext& c, const at::Tensor& x, const std::vector<std::int64_t>& kernel,
+                      const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& dilations,
+                      bool ceilMode = false) {
+  std::size_t n = kernel.size();
+  WindowPads pads{std::vector<std::int64_t>(n, 0), std::vector<std::int64_t>(n, 0)};
+  std::string autoPad = c.stringAttr("auto_pad", "NOTSET");
+  if (autoPad == "NOTSET") {
+    std::vector<std::int64_t> given = c.intsAttr("pads");
+    if (!given.empty()) {
+      if (given.size() != 2 * n)
+        throw KernelError("pads has " + std::to_string(given.size()) + " entries for " + std::to_string(n) + " spatial dims");
+      for (std::size_t d = 0; d < n; ++d) {
+        pads.begin[d] = given[d];
+        pads.end[d] = given[d + n];
+      }
+    }
+  } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+    for (std::size_t d = 0; d < n; ++d) {
+      std::int64_t in = x.size(static_cast<std::int64_t>(d) + 2);
+      std::int64_t out = (in + strides[d] - 1) / strides[d];
+      std::int64_t total = std::max<std::int64_t>(0, (out - 1) * strides[d] + (kernel[d] - 1) * dilations[d] + 1 - in);
+      std::int64_t small = total / 2;
+      pads.begin[d] = autoPad == "SAME_UPPER" ? small : total - small;
+      pads.end[d] = total - pads.begin[d];
+    }
+  } else if (autoPad != "VALID") {
+    throw KernelError("auto_pad '" + autoPad + "' is not supported");
+  }
+  (void)ceilMode;
+  return pads;
+}
+
+std::vector<std::int64_t> orOnes(std::vector<std::int64_t> values, std::size_t n) {
+  if (values.empty())
+    values.assign(n, 1);
+  return values;
+}
+
+Outputs conv(KernelContext& c) {
+  return {convolution(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor())};
+}
+
+// ConvTranspose's pads per spatial axis as (begin, end), from `pads`, or from `output_shape` /
+// auto_pad SAME_* (total padding = full output - wanted output, split as ONNX says: SAME_UPPER puts
+// the smaller half first, otherwise the larger; a negative total adds zero rows). `full` is the
+// unpadded output length per axis.
+std::vector<std::pair<std::int64_t, std::int64_t>> transposedPads(const KernelContext& c, const at::Tensor& x,
+                                                                  const std::vector<std::int64_t>& full,
+                                                                  const std::vector<std::int64_t>& strides) {
+  std::size_t n = full.size();
+  std::string autoPad = c.stringAttr("auto_pad", "NOTSET");
+  std::vector<std::int64_t> wanted = c.intsAttr("output_shape");
+  if (wanted.size() == n + 2)
+    wanted.erase(wanted.begin(), wanted.begin() + 2);
+  std::vector<std::pair<std::int64_t, std::int64_t>> pads(n, {0, 0});
+  if (wanted.empty() && (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER"))
+    for (std::size_t d = 0; d < n; ++d)
+      wanted.push_back(x.size(2 + d) * strides[d]);
+  if (wanted.empty()) {
+    std::vector<std::int64_t> given = c.intsAttr("pads");
+    for (std::size_t d = 0; d < n && given.size() == 2 * n; ++d)
+      pads[d] = {given[d], given[d + n]};
+    return pads;
+  }
+  if (wanted.size() != n)
+    throw KernelError("output_shape must have one entry per spatial axis");
+  for (std::size_t d = 0; d < n; ++d) {
+    std::int64_t total = full[d] - wanted[d];
+    std::int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2); // floor(total / 2)
+    pads[d] = autoPad == "SAME_UPPER" ? std::make_pair(half, total - half) : std::make_pair(total - half, half);
+  }
+  return pads;
+}
+
+Outputs convTranspose(KernelContext& c) {
+  return {transposedConvolution(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor())};
+}
+
+// w as ATen reads it: the plain weight behind a stand-in of the executor's (a weight held only in
+// oneDNN's layouts, onednn::holdOnlyReordered), reordered back for this call; else w itself.
+at::Tensor plainConvolutionWeight(const KernelContext& c, const at::Tensor& w) {
+  const cpu::CpuKernelState* state = cpu::kernelState(c);
+  if (!w.is_meta() || !state)
+    return w;
+  at::Tensor plain = onednn::plainWeight(*state->convolutions.weights, w);
+  if (!plain.defined())
+    throw KernelError("the convolution's weight has no data (a stand-in of another executor's)");
+  return plain;
+}
+
+// ConvTranspose on ATen: its own padding where the pads are symmetric, else a crop of the
+// unpadded output.
+at::Tensor atenTransposedConvolution(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                                     const std::vector<std::int64_t>& strides,
+                                     const std::vector<std::int64_t>& dilations,
+                                     const std::vector<std::int64_t>& extra, std::int64_t groups,
+                                     const std::vector<std::pair<std::int64_t, std::int64_t>>& pads, bool thenRelu) {
+  const std::size_t n = pads.size();
+  const std::vector<std::int64_t> zeros(n, 0);
+  bool symmetric = std::all_of(pads.begin(), pads.end(), [](auto p) { return p.first == p.second && p.first >= 0; });
+  if (symmetric) { // ATen pads itself
+    std::vector<std::int64_t> padding(n);
+    for (std::size_t d = 0; d < n; ++d)
+      padding[d] = pads[d].first;
+    at::Tensor y = at::convolution(x, w, bias, strides, padding, dilations, true, extra, groups);
+    return thenRelu ? at::relu(y) : y;
+  }
+  at::Tensor y = at::convolution(x, w, at::Tensor(), strides, zeros, dilations, true, extra, groups);
+  std::vector<std::int64_t> crop; // constant_pad_nd order: last axis first, negative crops
+  for (std::size_t d = n; d-- > 0;) {
+    crop.push_back(-pads[d].first);
+    crop.push_back(-pads[d].second);
+  }
+  y = at::constant_pad_nd(y, crop, 0.0);
+  if (bias.defined()) {
+    std::vector<std::int64_t> shape(y.dim(), 1);
+    shape[1] = bias.size(0);
+    y = y + bias.reshape(shape);
+  }
+  return thenRelu ? at::relu(y) : y;
+}
+
+} // namespace
+
+at::Tensor transposedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                                 bool thenRelu) {
+  std::size_t n = static_cast<std::size_t>(w.dim() - 2);
+  std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
+  std::vector<std::int64_t> outputPadding = c.intsAttr("output_padding"), extra(n, 0), full(n, 0);
+  for (std::size_t d = 0; d < n; ++d) {
+    extra[d] = d < outputPadding.size() ? outputPadding[d] : 0;
+    full[d] = strides[d] * (x.size(2 + d) - 1) + extra[d] + (w.size(2 + d) - 1) * dilations[d] + 1;
+  }
+  std::vector<std::pair<std::int64_t, std::int64_t>> pads = transposedPads(c, x, full, strides);
+  std::int64_t groups = c.intAttr("group", 1);
+  if (n == 2 && onednn::available()) { // oneDNN's deconvolution, the weight reordered once
+    std::vector<std::int64_t> padBegin{pads[0].first, pads[1].first}, padEnd{pads[0].second, pads[1].second};
+    onednn::ConvolutionCache uncached;
+    cpu::CpuKernelState* state = cpu::kernelState(c);
+    onednn::ConvolutionCache& cache = state ? state->convolutions : uncached;
+    at::Tensor y = onednn::transposedConvolution2d(x, w, bias, strides, padBegin, padEnd, dilations, extra, groups, thenRelu,
+                                                   onednn::cacheEntryFor(cache, x.sizes()), &cache);
+    if (y.defined())
+      return y;
+  }
+  return atenTransposedConvolution(x, plainConvolutionWeight(c, w), bias, strides, dilations, extra, groups, pads,
+                                   thenRelu);
+}
+
+namespace {
+
+// MaxPool's Indices output: ATen's per-plane flat indices made flat over the whole input (N, C
+// and the spatial axes, ONNX's convention), column-major within a plane with storage_order 1.
+at::Tensor onnxPoolIndices(const at::Tensor& x, at::Tensor planeIndices, bool columnMajor) {
+  std::int64_t planeSize = 1;
+  for (std::int64_t d = 2; d < x.dim(); ++d)
+    planeSize *= x.size(d);
+  if (columnMajor && x.dim() == 4) {
+    std::int64_t height = x.size(2), width = x.size(3);
+    planeIndices = (planeIndices % width) * height + planeIndices.div(width, "floor");
+  }
+  std::vector<std::int64_t> planeShape(x.dim(), 1);
+  planeShape[0] = x.size(0);
+  planeShape[1] = x.size(1);
+  at::Tensor planeStart = at::arange(x.size(0) * x.size(1), planeIndices.options()).reshape(planeShape) * planeSize;
+  return planeIndices + planeStart;
+}
+
+Outputs maxPoolWithIndices(const KernelContext& c, const at::Tensor& x, const std::vector<std::int64_t>& kernel,
+                           const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padding,
+                           const std::vector<std::int64_t>& dilations, bool ceil) {
+  std::tuple<at::Tensor, at::Tensor> pooled;
+  switch (kernel.size()) {
+  case 1: {
+    pooled = at::max_pool2d_with_indices(x.unsqueeze(2), {1, kernel[0]}, {1, strides[0]}, {0, padding[0]},
+                                         {1, dilations[0]}, ceil);
+    std::get<0>(pooled) = std::get<0>(pooled).squeeze(2);
+    std::get<1>(pooled) = std::get<1>(pooled).squeeze(2);
+    break;
+  }
+  case 2: pooled = at::max_pool2d_with_indices(x, kernel, strides, padding, dilations, ceil); break;
+  case 3: pooled = at::max_pool3d_with_indices(x, kernel, strides, padding, dilations, ceil); break;
+  default: throw KernelError("MaxPool over " + std::to_string(kernel.size()) + " spatial dims");
+  }
+  return {std::get<0>(pooled), onnxPoolIndices(x, std::get<1>(pooled), c.intAttr("storage_order", 0) == 1)};
+}
+
+// 8-bit inputs (opset 12) pool as float, which holds them exactly.
+Outputs maxPool(KernelContext& c) {
+  at::Tensor x = c.input(0);
+  at::ScalarType type = x.scalar_type();
+  bool narrowInteger = type == at::kByte || type == at::kChar;
+  if (narrowInteger)
+    x = x.to(at::kFloat);
+  std::vector<std::int64_t> kernel = c.intsAttr("kernel_shape");
+  std::size_t n = kernel.size();
+  std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), dilations = orOnes(c.intsAttr("dilations"), n);
+  bool ceil = c.intAttr("ceil_mode", 0) != 0;
+  WindowPads pads = windowPads(c, x, kernel, strides, dilations);
+  std::vector<std::int64_t> padding = pads.begin;
+  bool fits = pads.symmetric();
+  for (std::size_t d = 0; d < n && fits; ++d)
+    fits = padding[d] * 2 <= kernel[d]; // ATen's limit on implicit padding
+  if (c.outputUsed(1)) {
+    if (!fits)
+      throw KernelError("the Indices output needs symmetric pads of at most half the kernel");
+    Outputs pooled = maxPoolWithIndices(c, toDense(x), kernel, strides, padding, dilations, ceil);
+    pooled[0] = pooled[0].to(type);
+    return pooled;
+  }
+  if (n == 2 || n == 3) { // oneDNN directly, in x's layout, any pads
+    at::Tensor y = onednn::pool(x, onednn::PoolKind::Max, kernel, strides, pads.begin, pads.end, dilations, ceil,
+                                c.outputMayStayBlocked());
+    if (y.defined())
+      return {narrowInteger ? y.to(type) : y};
+  }
+  x = onednn::denseFromBlocked(x); // ATen's pooling reads no blocked activation
+  // oneDNN's blocked pooling: 2-D, implicit padding, no dilation.
+  bool undilated = std::all_of(dilations.begin(), dilations.end(), [](std::int64_t d) { return d == 1; });
+  if (x.is_mkldnn() && !(n == 2 && fits && undilated))
+    x = x.to_dense();
+  if (!fits) {
+    x = at::constant_pad_nd(x, pads.atenOrder(), -std::numeric_limits<double>::infinity());
+    padding.assign(n, 0);
+  }
+  at::Tensor y;
+  switch (n) {
+  case 1: y = at::max_pool1d(x, kernel, strides, padding, dilations, ceil); break;
+  case 2: y = at::max_pool2d(x, kernel, strides, padding, dilations, ceil); break;
+  case 3: y = at::max_pool3d(x, kernel, strides, padding, dilations, ceil); break;
+  default: throw KernelError("MaxPool over " + std::to_string(n) + " spatial dims");
+  }
+  return {narrowInteger ? y.to(type) : y};
+}
+
+at::Tensor averagePool(const at::Tensor& x, const std::vector<std::int64_t>& kernel, const std::vector<std::int64_t>& strides,
+                       const std::vector<std::int64_t>& padding, bool ceil, bool includePad) {
+  switch (kernel.size()) {
+  case 1: return at::avg_pool1d(x, kernel, strides, padding, ceil, includePad);
+  case 2: return at::avg_pool2d(x, kernel, strides, padding, ceil, includePad);
+  case 3: return at::avg_pool3d(x, kernel, strides, padding, ceil, includePad);
+  default: throw KernelError("AveragePool over " + std::to_string(kernel.size()) + " spatial dims");
+  }
+}
+
+Outputs avgPool(KernelContext& c) {
+  at::Tensor x = c.input(0);
+  std::vector<std::int64_t> kernel = c.intsAttr("kernel_shape");
+  std::size_t n = kernel.size();
+  std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), ones(n, 1);
+  bool ceil = c.intAttr("ceil_mode", 0) != 0, includePad = c.intAttr("count_include_pad", 0) != 0;
+  WindowPads pads = windowPads(c, x, kernel, strides, ones);
+  if (n == 2 || n == 3) { // oneDNN directly, in x's layout, any pads
+    using K = onednn::PoolKind;
+    at::Tensor y = onednn::pool(x, includePad ? K::AverageWithPadding : K::AverageWithoutPadding, kernel, strides,
+                                pads.begin, pads.end, ones, ceil);
+    if (y.defined())
+      return {y};
+  }
+  bool fits = pads.symmetric();
+  for (std::size_t d = 0; d < n && fits; ++d)
+    fits = pads.begin[d] * 2 <= kernel[d];
+  if (x.is_mkldnn() && !(n == 2 && fits)) // oneDNN's blocked pooling: 2-D, implicit padding
+    x = x.to_dense();
+  if (fits)
+    return {averagePool(x, kernel, strides, pads.begin, ceil, includePad)};
+  // Explicit padding: the sum over the window divided by the count of real (or all) elements.
+  std::vector<std::int64_t> zero(n, 0);
+  at::Tensor padded = at::constant_pad_nd(x, pads.atenOrder(), 0.0);
+  at::Tensor sums = averagePool(padded, kernel, strides, zero, ceil, true);
+  if (includePad)
+    return {sums};
+  at::Tensor mask = at::constant_pad_nd(at::ones_like(x), pads.atenOrder(), 0.0);
+  return {sums / averagePool(mask, kernel, strides, zero, ceil, true)};
+}
+
+// sum[i] = the sum over `count` rows of rows[r * width + i], in row order. On x86-64, compiled for
+// AVX-512, AVX2 and the base ISA and picked at load: the build targets the base ISA, whose 4-wide
+// adds left it slower than oneDNN's pooling on EfficientNet-B0's largest maps (84 against 67 us).
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void sumRows(const float* __restrict rows, std::int64_t count, std::int64_t width, float* __restrict sum) {
+  std::fill(sum, sum + width, 0.0f);
+  for (std::int64_t r = 0; r < count; ++r)
+    for (std::int64_t i = 0; i < width; ++i)
+      sum[i] += rows[r * width + i];
+}
+
+constexpr std::int64_t kRowsPerChunk = 256;
+
+// [N, chunks, C]: each batch entry's channels-last rows [rows, C] summed per chunk of
+// kRowsPerChunk rows (the last may be shorter), chunks in parallel.
+at::Tensor chunkSums(const at::Tensor& x, std::int64_t rows, std::int64_t chunks) {
+  const std::int64_t batch = x.size(0), channels = x.size(1);
+  at::Tensor partial = at::empty({batch, chunks, channels}, x.options());
+  const float* in = x.data_ptr<float>();
+  float* sums = partial.data_ptr<float>();
+  at::parallel_for(0, batch * chunks, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t task = begin; task < end; ++task) {
+      const std::int64_t n = task / chunks, first = (task % chunks) * kRowsPerChunk;
+      const std::int64_t last = std::min(rows, first + kRowsPerChunk);
+      sumRows(in + (n * rows + first) * channels, last - first, channels, sums + task * channels);
+    }
+  });
+  return partial;
+}
+
+// out[n, c] = (the chunk sums of entry n added in chunk order) / rows.
+void meanOfChunkSums(const at::Tensor& partial, std::int64_t rows, at::Tensor& out) {
+  const std::int64_t batch = partial.size(0), chunks = partial.size(1), channels = partial.size(2);
+  const float* sums = partial.data_ptr<float>();
+  float* mean = out.data_ptr<float>();
+  const float count = static_cast<float>(rows);
+  for (std::int64_t n = 0; n < batch; ++n) {
+    float* dst = mean + n * channels;
+    std::copy(sums + n * chunks * channels, sums + (n * chunks + 1) * channels, dst);
+    for (std::int64_t chunk = 1; chunk < chunks; ++chunk) {
+      const float* src = sums + (n * chunks + chunk) * channels;
+      for (std::int64_t ch = 0; ch < channels; ++ch)
+        dst[ch] += src[ch];
+    }
+    for (std::int64_t ch = 0; ch < channels; ++ch)
+      dst[ch] /= count;
+  }
+}
+} // namespace
+
+at::Tensor globalAverageChannelsLast(const at::Tensor& x) {
+  if ((x.dim() != 4 && x.dim() != 5) || x.scalar_type() != at::kFloat || !x.device().is_cpu() || x.is_mkldnn() ||
+      x.requires_grad() || x.numel() == 0 ||
+      !x.is_contiguous(x.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast))
+    return {};
+  const std::int64_t rows = x.numel() / (x.size(0) * x.size(1));
+  const at::Tensor partial = chunkSums(x, rows, (rows + kRowsPerChunk - 1) / kRowsPerChunk);
+  std::vector<std::int64_t> outSizes{x.size(0), x.size(1)};
+  outSizes.resize(static_cast<std::size_t>(x.dim()), 1);
+  at::Tensor out = at::empty(outSizes, x.options());
+  meanOfChunkSums(partial, rows, out);
+  return out;
+}
+
+namespace {
+std::vector<std::int64_t> spatialDims(const at::Tensor& x) {
+  std::vector<std::int64_t> dims;
+  for (std::int64_t d = 2; d < x.dim(); ++d)
+    dims.push_back(d);
+  return dims;
+}
+
+// BatchNormalization's training mode (opset 14+): normalized by the batch's mean and (biased)
+// variance over every axis but the channels; running mean and variance updated with `momentum`.
+Outputs batchNormTraining(KernelContext& c) {
+  const at::Tensor x = toDense(c.input(0));
+  std::vector<std::int64_t> axes{0};
+  for (std::int64_t d = 2; d < x.dim(); ++d)
+    axes.push_back(d);
+  std::vector<std::int64_t> channelShape(static_cast<std::size_t>(x.dim()), 1);
+  channelShape[1] = x.size(1);
+  at::Tensor mean = x.mean(axes, true), variance = x.var(axes, /*unbiased=*/false, true);
+  at::Tensor y = (x - mean) / at::sqrt(variance + c.floatAttr("epsilon", 1e-5f)) * c.input(1).reshape(channelShape) +
+                 c.input(2).reshape(channelShape);
+  const double momentum = c.floatAttr("momentum", 0.9f);
+  return {y, c.input(3) * momentum + mean.flatten() * (1 - momentum),
+          c.input(4) * momentum + variance.flatten() * (1 - momentum)};
+}
+
+// oneDNN's kernel where it takes x (over x when `inPlace`: the caller's to overwrite), else ATen's.
+at::Tensor softmaxAlong(const at::Tensor& x, std::int64_t axis, bool logarithm, bool inPlace) {
+  at::Tensor y = onednn::softmax(x, axis, logarithm, inPlace);
+  if (y.defined())
+    return y;
+  return logarithm ? at::log_softmax(x, axis) : at::softmax(x, axis);
+}
+
+Outputs softmaxLike(KernelContext& c, bool logarithm) {
+  const at::Tensor& x = c.input(0);
+  if (c.opset() >= 13)
+    return {softmaxAlong(x, normalizeAxis(c.intAttr("axis", -1), x.dim()), logarithm, c.mayOverwrite(0))};
+  // Before opset 13: the input is coerced to 2-D at `axis` (default 1), normalized per row.
+  // (A view of x: writing over it writes over x, which is as much the kernel's to overwrite.)
+  return {softmaxAlong(flattenTo2d(x, c.intAttr("axis", 1)), 1, logarithm, c.mayOverwrite(0)).reshape(x.sizes())};
+}
+
+// A Conv node's window: kernel dims, strides, dilations, groups and pads.
+struct ConvWindow {
+  std::vector<std::int64_t> strides, dilations;
+  std::int64_t groups = 1;
+  WindowPads pads;
+};
+
+ConvWindow convWindow(KernelContext& c, const at::Tensor& x, const at::Tensor& w) {
+  std::size_t n = static_cast<std::size_t>(std::max<std::int64_t>(w.dim() - 2, 0));
+  std::vector<std::int64_t> kernel(w.sizes().begin() + static_cast<std::ptrdiff_t>(w.dim() - n), w.sizes().end());
+  ConvWindow window{orOnes(c.intsAttr("strides"), n), orOnes(c.intsAttr("dilations"), n), c.intAttr("group", 1), {}};
+  window.pads = windowPads(c, x, kernel, window.strides, window.dilations);
+  return window;
+}
+
+at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                             const ConvWindow& window, const onednn::ConvPostOps& post, const at::Tensor& residual,
+                             bool residualIsScratch, bool mayReturnBlocked);
+
+// A 1-D convolution as a 2-D one over a single row ([N, C, L] read as [N, C, 1, L]): oneDNN has
+// no 1-D primitive, and ATen 1.13's 1-D convolution was 1.29x ONNX Runtime's time on a
+// wav2letter-like stack. The output is [N, OC, L'] with the channels innermost, as a 2-D
+// convolution's is channels-last; elementwise ops and the next convolution read it as it is. The
+// weight's 4-D view is kept in the node's cache (source: the weight), so its packed primitive,
+// which checks the weight's identity, is not rebuilt every run; the ATen path never reads that
+// slot for a 1-D convolution.
+at::Tensor convolutionOfOneRow(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                               const ConvWindow& window, const onednn::ConvPostOps& post, const at::Tensor& residual,
+                               bool residualIsScratch) {
+  KernelCache* cache = c.cache();
+  at::Tensor rowWeight;
+  if (cache && cache->source.is_same(w) && cache->derived.defined() && cache->derived.dim() == 4) {
+    rowWeight = cache->derived;
+  } else {
+    rowWeight = w.unsqueeze(2);
+    if (cache) {
+      cache->source = w;
+      cache->derived = rowWeight;
+    }
+  }
+  const ConvWindow rows{{1, window.strides[0]},
+                        {1, window.dilations[0]},
+                        window.groups,
+                        {{0, window.pads.begin[0]}, {0, window.pads.end[0]}}};
+  const at::Tensor y = directConvolution(c, x.unsqueeze(2), rowWeight, bias, rows, post,
+                                         residual.defined() ? residual.unsqueeze(2) : residual, residualIsScratch, false);
+  return y.defined() ? y.squeeze(2) : y;
+}
+
+// oneDNN directly (channels-last, the weight reordered once, kept in the node's cache), or
+// undefined where it does not take the operands. x and the residual may be blocked activations;
+// the output is one only with `mayReturnBlocked` (onednn::convolution).
+at::Tensor directConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                             const ConvWindow& window, const onednn::ConvPostOps& post, const at::Tensor& residual,
+                             bool residualIsScratch, bool mayReturnBlocked) {
+  if (w.dim() == 3 && x.dim() == 3 && onednn::available() && (!residual.defined() || residual.dim() == 3))
+    return convolutionOfOneRow(c, x, w, bias, window, post, residual, residualIsScratch);
+  if ((w.dim() != 4 && w.dim() != 5) || !onednn::available())
+    return {};
+  onednn::ConvolutionCache uncached;
+  cpu::CpuKernelState* state = cpu::kernelState(c);
+  onednn::ConvolutionCache& cache = state ? state->convolutions : uncached;
+  // The input in the layout the primitive reads (an image's planes interleaved here, faster than
+  // the copy onednn::convolution would make).
+  const bool blocked = onednn::isBlockedActivation(x);
+  const bool denseFloat = !blocked && x.scalar_type() == at::kFloat && x.device().is_cpu() && !x.is_mkldnn() &&
+                          !x.requires_grad() && x.dim() == w.dim();
+  return onednn::convolution(denseFloat ? channelsLastDense(x) : x, w, bias, window.strides, window.pads.begin,
+                             window.pads.end, window.dilations, window.groups, post, residual, residualIsScratch,
+                             onednn::cacheEntryFor(cache, x.sizes()), &cache, mayReturnBlocked);
+}
+
+// The convolution on ATen: in its blocked layout (2-D float32 on the CPU, weight prepacked once),
+// else at::convolution.
+at::Tensor atenConvolution(KernelContext& c, at::Tensor x, const at::Tensor& w, const at::Tensor& bias,
+                           const ConvWindow& window) {
+  std::size_t n = window.strides.size();
+  const std::vector<std::int64_t>& strides = window.strides;
+  const std::vector<std::int64_t>& dilations = window.dilations;
+  const std::int64_t groups = window.groups;
+  const WindowPads& pads = window.pads;
+  std::vector<std::int64_t> padding = pads.begin;
+  if (!pads.symmetric()) {
+    x = at::constant_pad_nd(toDense(x), pads.atenOrder(), 0.0);
+    padding.assign(n, 0);
+  }
+  bool blocked = n == 2 && x.dim() == 4 && x.numel() > 0 && blockable(x) && blockable(w) && !w.is_mkldnn() &&
+                 (!bias.defined() || (blockable(bias) && !bias.is_mkldnn())) && x.size(1) == w.size(1) * groups;
+  if (!blocked)
+    return at::convolution(toDense(x), w, bias, strides, padding, dilations, false, std::vector<std::int64_t>(n, 0),
+                            groups);
+  KernelCache* cache = c.cache();
+  at::Tensor packed;
+  if (cache && cache->derived.defined() && cache->source.is_same(w)) {
+    packed = cache->derived;
+  } else {
+    packed = at::mkldnn_reorder_conv2d_weight(w.contiguous().to_mkldnn(), padding, strides, dilations, groups);
+    if (cache) { // the source stays referenced, so its identity cannot be reused by another tensor
+      cache->source = w;
+      cache->derived = packed;
+    }
+  }
+  return at::mkldnn_convolution(toBlocked(x), packed, bias.defined() ? bias.contiguous() : bias, padding, strides,
+                                dilations, groups);
+}
+
+// Whether an inference normalization of `channels` channels with these parameters (scale, shift,
+// mean, variance) folds into a multiplier and shift: float32 vectors, nothing recording autograd.
+bool foldableNormalization(const std::vector<at::Tensor>& from, std::int64_t channels) {
+  return std::all_of(from.begin(), from.end(), [&](const at::Tensor& t) {
+    return t.dim() == 1 && t.size(0) == channels && t.scalar_type() == at::kFloat && !t.requires_grad();
+  });
+}
+
+// m = scale / sqrt(variance + epsilon) and s = shift - mean * m (1-D), computed once while the same
+// parameter tensors come back (kept in the node's cache).
+std::pair<at::Tensor, at::Tensor> multiplierAndShift(KernelContext& c, const std::vector<at::Tensor>& from,
+                                                     double epsilon) {
+  KernelCache* cache = c.cache();
+  if (cache && holdsFoldOf(*cache, from))
+    return {cache->foldedWeight, cache->foldedBias};
+  at::Tensor multiplier = (from[0] / at::sqrt(from[3] + epsilon)).contiguous();
+  at::Tensor shift = (from[1] - from[2] * multiplier).contiguous();
+  if (cache) {
+    cache->foldedFrom = from;
+    cache->foldedWeight = multiplier;
+    cache->foldedBias = shift;
+  }
+  return {multiplier, shift};
+}
+
+} // namespace
+
+at::Tensor batchNormInference(KernelContext& c, const std::vector<at::Tensor>& pieces, const std::vector<at::Tensor>& from,
+                              double epsilon, bool thenRelu) {
+  const std::int64_t channels = std::accumulate(pieces.begin(), pieces.end(), std::int64_t{0},
+                                                [](std::int64_t sum, const at::Tensor& t) { return sum + (t.dim() >= 2 ? t.size(1) : 0); });
+  if (foldableNormalization(from, channels)) {
+    auto [multiplier, shift] = multiplierAndShift(c, from, epsilon);
+    if (at::Tensor y = scaleShiftConcatenation(pieces, multiplier, shift, thenRelu); y.defined())
+      return y;
+  }
+  // Autograd, other dtypes, layouts or shapes: the nodes one by one.
+  at::Tensor x = pieces.size() == 1 ? pieces.front() : at::cat(pieces, 1);
+  at::Tensor y = at::batch_norm(x, from[0], from[1], from[2], from[3], false, 0.0, epsilon, false);
+  return thenRelu ? at::relu(y) : y;
+}
+
+// Why not at::einsum for these: ATen 1.13's einsum permutes, copies and calls its own bmm, where
+// oneDNN reads the transposed views in place. MaxViT's 56 attention Einsums took 40 ms that way and
+// 5.6 ms this way.
+at::Tensor einsumAsBatchedMatmul(std::string equation, const at::Tensor& a, const at::Tensor& b) {
+  equation.erase(std::remove(equation.begin(), equation.end(), ' '), equation.end());
+  const std::size_t comma = equation.find(','), arrow = equation.find("->");
+  if (comma == std::string::npos || arrow == std::string::npos || arrow < comma)
+    return {};
+  const std::string left = equation.substr(0, comma), right = equation.substr(comma + 1, arrow - comma - 1),
+                    out = equation.substr(arrow + 2);
+  const std::size_t rank = left.size();
+  auto distinctLetters = [](const std::string& s) {
+    return std::all_of(s.begin(), s.end(), [](char ch) { return std::isalpha(static_cast<unsigned char>(ch)); }) &&
+           std::set<char>(s.begin(), s.end()).size() == s.size();
+  };
+  if (rank < 2 || right.size() != rank || out.size() != rank || !distinctLetters(left) || !distinctLetters(right) ||
+      !distinctLetters(out) || a.dim() != static_cast<std::int64_t>(rank) || b.dim() != static_cast<std::int64_t>(rank))
+    return {};
+  const std::size_t batch = rank - 2;
+  if (left.compare(0, batch, out, 0, batch) != 0 || right.compare(0, batch, out, 0, batch) != 0)
+    return {};
+  for (std::size_t d = 0; d < batch; ++d)
+    if (a.size(static_cast<std::int64_t>(d)) != b.size(static_cast<std::int64_t>(d)))
+      return {};
+  // The contracted letter is in both operands' last two and not in the output's.
+  const char l0 = left[batch], l1 = left[batch + 1], r0 = right[batch], r1 = right[batch + 1];
+  const char o0 = out[batch], o1 = out[batch + 1];
+  char contracted = 0;
+  for (char ch : {l0, l1})
+    if ((ch == r0 || ch == r1) && ch != o0 && ch != o1)
+      contracted = ch;
+  if (contracted == 0)
+    return {};
+  const char rows = l0 == contracted ? l1 : l0, cols = r0 == contracted ? r1 : r0;
+  if (rows == cols || !((o0 == rows && o1 == cols) || (o0 == cols && o1 == rows)))
+    return {};
+  const at::Tensor lhs = l1 == contracted ? a : a.transpose(-1, -2), rhs = r0 == contracted ? b : b.transpose(-1, -2);
+  if (lhs.size(-1) != rhs.size(-2))
+    return {};
+  const at::Tensor product = batchedMatmul(lhs, rhs);
+  return o0 == rows ? product : product.transpose(-1, -2);
+}
+
+at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                            const onednn::ConvPostOps& post, const at::Tensor& residual, bool residualIsScratch) {
+  const ConvWindow window = convWindow(c, x, w);
+  at::Tensor y =
+      directConvolution(c, x, w, bias, window, post, residual, residualIsScratch, c.outputMayStayBlocked());
+  if (y.defined())
+    return y;
+  const at::Tensor denseX = onednn::denseFromBlocked(x); // ATen reads no blocked activation
+  const bool withPost = post.addResidual || post.activation != onednn::ConvPostOps::Activation::None;
+  if (withPost) // e.g. a residual that broadcasts: the convolution alone may still go direct
+    y = directConvolution(c, denseX, w, bias, window, {}, at::Tensor(), false, false);
+  if (!y.defined())
+    y = atenConvolution(c, denseX, plainConvolutionWeight(c, w), bias, window);
+  if (!withPost)
+    return y;
+  y = toDense(y);
+  if (post.addResidual)
+    y = y + toDense(residual);
+  using A = onednn::ConvPostOps::Activation;
+  switch (post.activation) {
+  case A::None: return y;
+  case A::Relu: return at::relu(y);
+  case A::Clip: return at::clamp(y, post.clipLow, post.clipHigh);
+  case A::HardSwish: return at::hardswish(y);
+  case A::HardSigmoid: return at::clamp(y * post.alpha + post.beta, 0.0, 1.0);
+  case A::Swish: return y * at::sigmoid(y);
+  }
+  return y;
+}
+
+at::Tensor convolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  return fusedConvolution(c, x, w, bias, {}, at::Tensor());
+}
+
+void registerNnKernels(KernelTable& t) {
+  // Blocked values: onednn.h's with libdnnl, ATen's without (Layouts).
+  t.add("Conv", conv, Layouts::DenseOrBlocked);
+  t.add("ConvTranspose", convTranspose);
+  t.add("MaxPool", maxPool, Layouts::DenseOrBlocked); // blocked values of either kind (Layouts)
+  t.add("AveragePool", avgPool, atenBlockedOrDense());
+  t.add("GlobalAveragePool", [](KernelContext& c) -> Outputs {
+    const at::Tensor& x = c.input(0);
+    if (at::Tensor y = globalAverageChannelsLast(x); y.defined())
+      return {y};
+    if (x.dim() == 4) { // one window over the whole plane, on oneDNN in x's layout
+      at::Tensor y = onednn::pool(x, onednn::PoolKind::AverageWithoutPadding, {x.size(2), x.size(3)}, {1, 1},
+                                  {0, 0}, {0, 0}, {1, 1}, false);
+      if (y.defined())
+        return {y};
+    }
+    if (x.is_mkldnn() && x.dim() == 4)
+      return {at::adaptive_avg_pool2d(x, {1, 1})}; // oneDNN's blocked pooling
+    at::Tensor dense = toDense(x);
+    return {dense.mean(spatialDims(dense), true)};
+  }, atenBlockedOrDense());
+  t.add("GlobalMaxPool", [](KernelContext& c) -> Outputs { return {c.input(0).amax(spatialDims(c.input(0)), true)}; });
+  t.add("BatchNormalization", [](KernelContext& c) -> Outputs {
+    if (c.intAttr("training_mode", 0) != 0)
+      return batchNormTraining(c);
+    return {batchNormInference(c, {c.input(0)}, {c.input(1), c.input(2), c.input(3), c.input(4)},
+                               c.floatAttr("epsilon", 1e-5f), false)};
+  });
+  t.add("InstanceNormalization", [](KernelContext& c) -> Outputs {
+    return {at::instance_norm(c.input(0), c.input(1), c.input(2), {}, {}, true, 0.0, c.floatAttr("epsilon", 1e-5f), false)};
+  });
+  t.add("LayerNormalization", [](KernelContext& c) -> Outputs {
+    const at::Tensor& x = c.input(0);
+    std::int64_t axis = normalizeAxis(c.intAttr("axis", -1), x.dim());
+    std::vector<std::int64_t> shape(x.sizes().begin() + axis, x.sizes().end());
+    at::Tensor scale = c.input(1).expand(shape), bias = c.has(2) ? c.input(2).expand(shape) : at::Tensor();
+    auto [y, mean, rstd] = at::native_layer_norm(x, shape, scale.contiguous(), bias.defined() ? bias.contiguous() : bias,
+                                                 c.floatAttr("epsilon", 1e-5f));
+    return {y, mean, rstd};
+  });
+  t.add("Gemm", [](KernelContext& c) -> Outputs {
+    at::Tensor a = c.input(0);
+    if (c.intAttr("transA", 0))
+      a = a.t();
+    double alpha = c.floatAttr("alpha", 1.0f), beta = c.floatAttr("beta", 1.0f);
+    at::Tensor bias = c.has(2) && beta != 0.0 ? c.input(2) : at::Tensor();
+    // torch.nn.Linear's export: Gemm(x, W, b, transB=1) with a 1-D bias and unit scales.
+    if (alpha == 1.0 && (!bias.defined() || (beta == 1.0 && bias.dim() == 1)))
+      return {linear(c, a, c.input(1), c.intAttr("transB", 0) != 0, bias)};
+    at::Tensor b = c.intAttr("transB", 0) ? c.input(1).t() : c.input(1);
+    if (bias.defined())
+      return {at::addmm(bias, a, b, beta, alpha)};
+    at::Tensor product = at::mm(a, b);
+    return {alpha == 1.0 ? product : product * alpha};
+  });
+  t.add("MatMul", [](KernelContext& c) -> Outputs { return {matmul(c, c.input(0), productWeight(c, 1))}; });
+  t.add("Softmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, false); });
+  t.add("LogSoftmax", [](KernelContext& c) -> Outputs { return softmaxLike(c, true); });
+  t.add("Hardmax", [](KernelContext& c) -> Outputs { // one-hot of the first maximum along the axis
+    const at::Tensor& x = c.input(0);
+    auto oneHot = [](const at::Tensor& t, std::int64_t axis) {
+      return at::zeros_like(t).scatter_(axis, t.argmax(axis, /*keepdim=*/true), 1);
+    };
+    if (c.opset() >= 13)
+      return {oneHot(x, normalizeAxis(c.intAttr("axis", -1), x.dim()))};
+    return {oneHot(flattenTo2d(x, c.intAttr("axis", 1)), 1).reshape(x.sizes())};
+  });
+  t.add("Det", [](KernelContext& c) -> Outputs { return {at::linalg_det(c.input(0))}; });
+  t.add("Einsum", [](KernelContext& c) -> Outputs {
+    const std::string equation = c.stringAttr("equation", "");
+    if (c.numInputs() == 2) {
+      at::Tensor product = einsumAsBatchedMatmul(equation, c.input(0), c.input(1));
+      if (product.defined())
+        return {product};
+    }
+    std::vector<at::Tensor> operands;
+    for (std::size_t i = 0; i < c.numInputs(); ++i)
+      operands.push_back(c.input(i));
+    return {at::einsum(equation, operands)};
+  });
+}
+
+} // namespace cleave::runtime

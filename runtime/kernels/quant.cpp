@@ -1,0 +1,112 @@
+// runtime/kernels/quant.cpp - ONNX's linear quantization ops: QuantizeLinear, DequantizeLinear,
+// DynamicQuantizeLinear, and the integer products ConvInteger, MatMulInteger, QLinearConv,
+// QLinearMatMul. Per-tensor or per-axis (a 1-D scale along `axis`); rounding is to the nearest
+// even integer and results saturate to the target type, as ONNX specifies. Integer products
+// accumulate in float64, exact for 8-bit operands up to 2^37 terms per output.
+#include "runtime/kernels/helpers.h"
+
+namespace cleave::runtime {
+
+namespace {
+using Outputs = std::vector<at::Tensor>;
+
+// A scale or zero point shaped to broadcast against `x`: per tensor, or along `axis`.
+at::Tensor alongAxis(const at::Tensor& parameter, const at::Tensor& x, std::int64_t axis) {
+  if (parameter.dim() == 0 || parameter.numel() == 1)
+    return parameter.reshape({});
+  std::vector<std::int64_t> shape(static_cast<std::size_t>(x.dim()), 1);
+  shape[static_cast<std::size_t>(normalizeAxis(axis, x.dim()))] = parameter.numel();
+  return parameter.reshape(shape);
+}
+
+at::Tensor saturate(const at::Tensor& values, at::ScalarType type) {
+  double low = type == at::kByte ? 0 : type == at::kChar ? -128 : type == at::kInt ? -2147483648.0 : 0;
+  double high = type == at::kByte ? 255 : type == at::kChar ? 127 : type == at::kInt ? 2147483647.0 : 255;
+  return values.clamp(low, high).to(type);
+}
+
+Outputs quantize(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  std::int64_t axis = c.intAttr("axis", 1);
+  at::Tensor scale = alongAxis(c.input(1).to(at::kFloat), x, axis);
+  at::ScalarType type = c.has(2) ? c.input(2).scalar_type() : at::kByte;
+  at::Tensor zero = c.has(2) ? alongAxis(c.input(2).to(at::kFloat), x, axis) : at::zeros({}, scale.options());
+  return {saturate(at::round(x.to(at::kFloat) / scale) + zero, type)};
+}
+
+Outputs dequantize(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  std::int64_t axis = c.intAttr("axis", 1);
+  at::Tensor scale = alongAxis(c.input(1).to(at::kFloat), x, axis);
+  at::Tensor zero = c.has(2) ? alongAxis(c.input(2).to(at::kFloat), x, axis) : at::zeros({}, scale.options());
+  return {(x.to(at::kFloat) - zero) * scale};
+}
+
+Outputs dynamicQuantize(KernelContext& c) {
+  at::Tensor x = c.input(0).to(at::kFloat);
+  at::Tensor low = at::minimum(x.min(), at::zeros({}, x.options()));
+  at::Tensor high = at::maximum(x.max(), at::zeros({}, x.options()));
+  at::Tensor scale = (high - low) / 255.0;
+  at::Tensor zero = saturate(at::round(-low / scale), at::kByte);
+  at::Tensor y = saturate(at::round(x / scale) + zero.to(at::kFloat), at::kByte);
+  return {y, scale, zero};
+}
+// An 8-bit operand minus its zero point (absent: 0), in float64. A 1-D zero point of several
+// entries applies along `axis` (a matrix's rows, a weight's output channels).
+at::Tensor centered(KernelContext& c, std::size_t operand, std::size_t zeroPoint, std::int64_t axis) {
+  at::Tensor x = c.input(operand).to(at::kDouble);
+  if (!c.has(zeroPoint))
+    return x;
+  return x - alongAxis(c.input(zeroPoint).to(at::kDouble), x, axis);
+}
+
+// A product's accumulator requantized: round(acc * scale / outScale) + outZero, saturated to the
+// output zero point's type (uint8 when absent). `scale` may be per output channel along `axis`.
+at::Tensor requantize(KernelContext& c, const at::Tensor& acc, const at::Tensor& scale, std::size_t outScale,
+                      std::size_t outZero, std::int64_t axis) {
+  at::Tensor multiplier = alongAxis(scale.to(at::kFloat), acc, axis) / c.input(outScale).to(at::kFloat).reshape({});
+  at::Tensor y = at::round(acc.to(at::kFloat) * multiplier);
+  if (!c.has(outZero))
+    return saturate(y, at::kByte);
+  return saturate(y + c.input(outZero).to(at::kFloat).reshape({}), c.input(outZero).scalar_type());
+}
+
+Outputs convInteger(KernelContext& c) {
+  return {convolution(c, centered(c, 0, 2, 1), centered(c, 1, 3, 0), at::Tensor()).to(at::kInt)};
+}
+
+Outputs matmulInteger(KernelContext& c) {
+  // a's zero point is per row (axis -2 of a), b's per column (axis -1 of b).
+  at::Tensor a = centered(c, 0, 2, -2), b = centered(c, 1, 3, -1);
+  return {at::matmul(a, b).to(at::kInt)};
+}
+
+// QLinearConv(x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, B): B is int32 at scale
+// x_scale * w_scale.
+Outputs qlinearConv(KernelContext& c) {
+  at::Tensor acc = convolution(c, centered(c, 0, 2, 1), centered(c, 3, 5, 0), at::Tensor());
+  if (c.has(8))
+    acc = acc + alongAxis(c.input(8).to(at::kDouble), acc, 1);
+  at::Tensor scale = c.input(1).to(at::kFloat).reshape({}) * c.input(4).to(at::kFloat);
+  return {requantize(c, acc, scale, 6, 7, 1)};
+}
+
+// QLinearMatMul(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero).
+Outputs qlinearMatmul(KernelContext& c) {
+  at::Tensor acc = at::matmul(centered(c, 0, 2, -2), centered(c, 3, 5, -1));
+  at::Tensor scale = c.input(1).to(at::kFloat).reshape({}) * c.input(4).to(at::kFloat).reshape({});
+  return {requantize(c, acc, scale, 6, 7, -1)};
+}
+} // namespace
+
+void registerQuantKernels(KernelTable& t) {
+  t.add("QuantizeLinear", quantize);
+  t.add("DequantizeLinear", dequantize);
+  t.add("DynamicQuantizeLinear", dynamicQuantize);
+  t.add("ConvInteger", convInteger);
+  t.add("MatMulInteger", matmulInteger);
+  t.add("QLinearConv", qlinearConv);
+  t.add("QLinearMatMul", qlinearMatmul);
+}
+
+} // namespace cleave::runtime

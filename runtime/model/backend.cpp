@@ -1,0 +1,88 @@
+#include "runtime/model/backend.h"
+
+namespace cleave::runtime {
+
+namespace {
+class ExecutorModule final : public LoweredModule {
+public:
+  explicit ExecutorModule(std::unique_ptr<Executor> executor, at::Device device)
+      : executor_(std::move(executor)), device_(device) {}
+  Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats, const Executor::Observer* observe,
+                          OutputLayout outputLayout) override {
+    return executor_->run(inputs, stats, observe, outputLayout);
+  }
+  at::Device device() const override { return device_; }
+
+private:
+  std::unique_ptr<Executor> executor_;
+  at::Device device_;
+};
+
+class AtenBackend final : public Backend {
+public:
+  AtenBackend(std::string name, at::Device device, Optimizations optimizations,
+              std::optional<at::ScalarType> floatType = std::nullopt)
+      : name_(std::move(name)), device_(device), optimizations_(optimizations), floatType_(floatType) {}
+  const std::string& name() const override { return name_; }
+  Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const override {
+    if (device_.is_cuda() && !at::hasCUDA())
+      return Error(ErrorCode::Unsupported) << "backend " << name_
+                                           << ": this build's libtorch has no CUDA (configure with -DCLEAVE_TORCH_DIR "
+                                              "pointing at a CUDA-enabled libtorch)";
+    ExecutorOptions options;
+    options.device = device_;
+    options.floatType = floatType_;
+    options.optimizations = optimizations_;
+    CLEAVE_TRY(std::unique_ptr<Executor> executor, Executor::create(std::move(graph), options));
+    return std::unique_ptr<LoweredModule>(new ExecutorModule(std::move(executor), device_));
+  }
+
+private:
+  std::string name_;
+  at::Device device_;
+  Optimizations optimizations_;
+  std::optional<at::ScalarType> floatType_;
+};
+
+class ProfileBackend final : public Backend {
+public:
+  ProfileBackend(std::string name, support::Profile profile, Optimizations optimizations)
+      : name_(std::move(name)), profile_(std::move(profile)), optimizations_(optimizations) {}
+  const std::string& name() const override { return name_; }
+  Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const override {
+    for (std::uint32_t n = 0; n < graph->numNodes(); ++n) {
+      ir::NodeId node{n};
+      if (!graph->isCallable(node))
+        continue;
+      support::Decision decision = profile_.decide(*graph, node);
+      if (!decision.supported)
+        return Error(ErrorCode::Unsupported) << "backend " << name_ << " refuses node '" << graph->name(node) << "' ("
+                                             << graph->target(node) << "): " << support::reasonName(decision.reason)
+                                             << (decision.detail.empty() ? "" : ", " + decision.detail);
+    }
+    return AtenBackend("aten-cpu", at::kCPU, optimizations_).lower(std::move(graph));
+  }
+
+private:
+  std::string name_;
+  support::Profile profile_;
+  Optimizations optimizations_;
+};
+} // namespace
+
+Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec, const Optimizations& optimizations) {
+  if (spec == "aten-cpu")
+    return std::unique_ptr<Backend>(new AtenBackend(spec, at::kCPU, optimizations));
+  if (spec == "aten-cpu-bf16")
+    return std::unique_ptr<Backend>(new AtenBackend(spec, at::kCPU, optimizations, at::kBFloat16));
+  if (spec == "aten-cuda")
+    return std::unique_ptr<Backend>(new AtenBackend(spec, at::Device(at::kCUDA, 0), optimizations));
+  if (spec.rfind("profile:", 0) == 0) {
+    CLEAVE_TRY(support::Profile profile, support::Profile::load(spec.substr(8)));
+    return std::unique_ptr<Backend>(new ProfileBackend(spec, std::move(profile), optimizations));
+  }
+  return Error(ErrorCode::InvalidArgument) << "unknown backend '" << spec
+                                           << "' (backends: aten-cpu, aten-cpu-bf16, aten-cuda, profile:FILE)";
+}
+
+} // namespace cleave::runtime

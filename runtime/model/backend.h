@@ -1,0 +1,47 @@
+// runtime/model/backend.h - where a (sub)model runs: lower it once, run it many times.
+//
+//   aten-cpu       the ATen executor on the CPU
+//   aten-cpu-bf16  the ATen executor on the CPU computing in bfloat16 (floating inputs and
+//                  parameters cast, outputs cast back to float32): a low-precision device whose
+//                  disagreements exercise verify, preview and minimize
+//   aten-cuda      the ATen executor on CUDA device 0; lowering fails unless libtorch was built
+//                  with CUDA (configure with -DCLEAVE_TORCH_DIR pointing at such a libtorch)
+//   profile:FILE   refuses, at lowering, any node the support profile FILE does not support
+//                  (naming the node and the profile's reason), else runs like aten-cpu: a
+//                  stand-in accelerator to exercise failure paths
+// Outputs stay on the backend's device; callers move values where the next module needs them.
+// Complexity: lowering is linear in the graph plus loading parameters once; a run is the
+// executor's (runtime/engine/executor.h: O(V + E) besides the kernels).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/engine/executor.h"
+#include "support/profile.h"
+
+namespace cleave::runtime {
+
+class LoweredModule {
+public:
+  virtual ~LoweredModule() = default;
+  // `observe`, when given, sees every value made (Executor::Observer); `outputLayout` as
+  // Executor::run's.
+  virtual Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats = nullptr,
+                                  const Executor::Observer* observe = nullptr,
+                                  OutputLayout outputLayout = OutputLayout::Dense) = 0;
+  virtual at::Device device() const = 0;
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual const std::string& name() const = 0;
+  // Fails: Unsupported (an op this backend cannot run, named with its node).
+  virtual Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const = 0;
+};
+
+// Fails: InvalidArgument (unknown backend name), what loading the profile fails with.
+Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec, const Optimizations& optimizations = {});
+
+} // namespace cleave::runtime

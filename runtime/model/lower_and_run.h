@@ -1,0 +1,65 @@
+// runtime/model/lower_and_run.h - trying parts of a model on a backend, against what the whole model
+// computes on a reference backend (the seeds' split_preview lower-and-run,
+// generate_inputs_for_submodules and net_min_base's minimizer).
+//
+// ReferenceRun runs the whole model once and keeps every value (inputs and op outputs).
+// A trial takes any set of op nodes, extracts it as a standalone graph (its inputs: the values it
+// reads from outside; its outputs: the values it makes that others read, or graph outputs), lowers
+// it on the backend, feeds it the reference values and compares its outputs with theirs by
+// runtime/model/compare.h's rule (kCutTolerance by default: scaled by each output's largest magnitude).
+// Complexity: a reference run keeps every value (memory: the sum of all activations); a trial is
+// O(V + E) to extract plus the subgraph's run.
+#pragma once
+
+#include "plan/plan.h"
+#include "runtime/model/backend.h"
+#include "runtime/model/compare.h"
+
+namespace cleave::runtime {
+
+class ReferenceRun {
+public:
+  // Fails like Executor::create and run.
+  static Expected<ReferenceRun> run(std::shared_ptr<const ir::Graph> graph, const Backend& backend,
+                                    const TensorMap& inputs);
+  const ir::Graph& graph() const { return *graph_; }
+  const at::Tensor& value(ir::ValueId value) const { return values_[index(value)]; }
+  // The values a submodule reads, by name (the seed's generate_inputs_for_submodules).
+  TensorMap valuesByName(const std::vector<ir::ValueId>& values) const;
+
+private:
+  std::shared_ptr<const ir::Graph> graph_;
+  std::vector<at::Tensor> values_; // by ValueId, on the CPU
+};
+
+enum class TrialOutcome : std::uint8_t { Passed, LoweringFailed, RunFailed, Mismatch };
+std::string_view trialOutcomeName(TrialOutcome outcome);
+
+struct TrialResult {
+  TrialOutcome outcome = TrialOutcome::Passed;
+  std::string message; // the error, or which output disagreed by how much
+  double maxAbs = 0.0, maxRel = 0.0; // element-wise: largest |diff| and |diff| / |want|
+  double maxScaled = 0.0;            // largest |diff| / (the output's largest |want|)
+  bool passed() const { return outcome == TrialOutcome::Passed; }
+};
+
+// Runs the op nodes `nodes` (topological order) of the reference's graph on `backend`.
+TrialResult tryNodes(const ReferenceRun& reference, const std::vector<ir::NodeId>& nodes, const Backend& backend,
+                     const AllClose& tolerance);
+
+// The standalone graph of `nodes` and the reference values for its inputs (a repro).
+Expected<std::pair<ir::Graph, TensorMap>> extractNodes(const ReferenceRun& reference,
+                                                       const std::vector<ir::NodeId>& nodes);
+
+// split_preview's lower-and-run: every accelerator submodule of `plan` tried on `backend`; for a
+// failing one, the first of its nodes that fails alone (the culprit), if any does.
+struct SubmoduleTrial {
+  std::string name;
+  TrialResult result;
+  std::optional<ir::NodeId> culprit;
+  TrialResult culpritResult;
+};
+std::vector<SubmoduleTrial> tryAccSubmodules(const ReferenceRun& reference, const plan::CutPlan& plan,
+                                             const Backend& backend, const AllClose& tolerance);
+
+} // namespace cleave::runtime

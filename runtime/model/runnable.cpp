@@ -1,0 +1,54 @@
+#include "runtime/model/runnable.h"
+
+#include <chrono>
+
+#include "io/model_loader.h"
+#include "plan/plan_file.h"
+
+namespace cleave::runtime {
+
+Expected<Runnable> Runnable::open(const std::string& path, const Backend& acc, const Backend& cpu, bool joinSeams,
+                                  const Optimizations& optimizations) {
+  Runnable runnable;
+  if (plan::isPlanDirectory(path)) {
+    CutModelOptions options;
+    options.joinSeams = joinSeams;
+    options.optimizations = optimizations;
+    CLEAVE_TRY(CutModel cut, CutModel::load(path, acc, cpu, options));
+    runnable.cut_.emplace(std::move(cut));
+    return runnable;
+  }
+  CLEAVE_TRY(ir::Graph graph, io::loadModel(path));
+  runnable.graph_ = std::make_shared<const ir::Graph>(std::move(graph));
+  CLEAVE_TRY(runnable.module_, acc.lower(runnable.graph_));
+  runnable.backend_ = acc.name();
+  return runnable;
+}
+
+Expected<TensorMap> Runnable::run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings, RunStats* stats) {
+  if (cut_)
+    return cut_->run(inputs, timings, stats);
+  auto start = std::chrono::steady_clock::now();
+  CLEAVE_TRY(TensorMap outputs, module_->run(inputs, stats));
+  if (timings)
+    timings->push_back({"model", backend_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+  return outputs;
+}
+
+std::vector<std::string> Runnable::inputNames() const {
+  return cut_ ? cut_->graphInputs() : ir::graphInputNames(*graph_);
+}
+
+ProtoKinds Runnable::inputProtoKinds() const { return graph_ ? containerValues(*graph_) : ProtoKinds{}; }
+
+std::vector<std::string> Runnable::outputNames() const {
+  return cut_ ? cut_->graphOutputs() : ir::graphOutputNames(*graph_);
+}
+
+Expected<TensorMap> Runnable::randomInputs(std::uint64_t seed, const std::map<std::string, std::int64_t>& dims) const {
+  if (!cut_)
+    return runtime::randomInputs(*graph_, seed, 10, dims);
+  return cut_->randomInputs(seed, dims);
+}
+
+} // namespace cleave::runtime

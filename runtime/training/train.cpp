@@ -1,0 +1,148 @@
+#include "runtime/training/train.h"
+
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+#include "ir/extract.h"
+#include "runtime/engine/executor.h"
+#include "runtime/model/microbatch.h"
+#include "base/strings.h"
+
+namespace cleave::runtime {
+
+struct Trainer::State {
+  std::shared_ptr<const ir::Graph> graph;
+  std::unique_ptr<Executor> executor;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  TrainOptions options;
+  std::string lossName;
+};
+
+namespace {
+Expected<std::string> lossOutput(const ir::Graph& graph, const std::string& wanted) {
+  std::vector<std::string> scalars;
+  for (ir::ValueId value : graph.graphOutputs()) {
+    std::string name(graph.valueName(value));
+    if (!wanted.empty() ? name == wanted : name == "loss")
+      return name;
+    if (graph.dims(value).empty() && graph.valueKind(value) == ir::ValueKind::Tensor)
+      scalars.push_back(name);
+  }
+  if (!wanted.empty())
+    return Error(ErrorCode::InvalidArgument) << "the model has no output '" << wanted << "' (--loss)";
+  if (scalars.size() == 1)
+    return scalars[0];
+  return Error(ErrorCode::InvalidArgument) << "which output is the loss? none is named 'loss' and " << scalars.size()
+                                           << " are scalars (export the model with its loss; name it with --loss)";
+}
+
+} // namespace
+
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<at::Tensor> params, const OptimizerOptions& o) {
+  if (o.kind == OptimizerKind::Sgd)
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weightDecay.value_or(0.0)));
+  return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(o.lr)
+                                                           .betas({o.beta1, o.beta2})
+                                                           .eps(o.eps)
+                                                           .weight_decay(o.weightDecay.value_or(0.01)));
+}
+
+void clearGradients(torch::optim::Optimizer& optimizer) {
+  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups())
+    for (at::Tensor& param : group.params())
+      param.mutable_grad().reset();
+}
+
+void stepOptimizer(torch::optim::Optimizer& optimizer) {
+  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups())
+    for (at::Tensor& param : group.params())
+      if (!param.grad().defined())
+        param.mutable_grad() = at::zeros_like(param);
+  optimizer.step();
+}
+
+Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch) {
+  TensorMap rows;
+  for (const auto& [name, tensor] : data) {
+    if (tensor.dim() == 0 || tensor.size(0) == 0)
+      return Error(ErrorCode::InvalidArgument) << "data '" << name << "' has no rows (dim 0)";
+    at::Tensor index = (at::arange(batch, at::kLong) + stepIndex * batch) % tensor.size(0);
+    rows[name] = tensor.index_select(0, index);
+  }
+  return rows;
+}
+
+Trainer::~Trainer() = default;
+
+Expected<std::unique_ptr<Trainer>> Trainer::create(std::shared_ptr<const ir::Graph> graph, const TrainOptions& options) {
+  std::unique_ptr<Trainer> trainer(new Trainer());
+  trainer->state_ = std::make_unique<State>();
+  State& s = *trainer->state_;
+  s.graph = std::move(graph);
+  s.options = options;
+  CLEAVE_TRY(s.lossName, lossOutput(*s.graph, options.loss));
+  ExecutorOptions executorOptions;
+  executorOptions.trainable = true;
+  CLEAVE_TRY(s.executor, Executor::create(s.graph, executorOptions));
+  std::vector<at::Tensor> params;
+  for (auto& [name, tensor] : s.executor->trainableParameters())
+    params.push_back(tensor);
+  if (params.empty())
+    return Error(ErrorCode::InvalidArgument) << "the model has no floating parameters to train";
+  s.optimizer = makeOptimizer(params, options.optimizer);
+  return trainer;
+}
+
+std::size_t Trainer::trainedTensors() const { return state_->executor->trainableParameters().size(); }
+
+Expected<double> Trainer::step(const TensorMap& data, std::int64_t stepIndex) {
+  State& s = *state_;
+  CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
+  CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
+  clearGradients(*s.optimizer);
+  double total = 0.0;
+  for (const TensorMap& chunk : chunks) {
+    std::int64_t rows = chunk.begin()->second.dim() > 0 ? chunk.begin()->second.size(0) : s.options.batch;
+    CLEAVE_TRY(TensorMap outputs, s.executor->run(chunk));
+    const at::Tensor& loss = outputs.at(s.lossName);
+    if (loss.numel() != 1 || !loss.requires_grad())
+      return Error(ErrorCode::InvalidArgument) << "output '" << s.lossName
+                                               << "' is not a scalar that depends on the trained parameters";
+    at::Tensor share = loss.reshape({}) * (static_cast<double>(rows) / static_cast<double>(s.options.batch));
+    try {
+      share.backward();
+    } catch (const c10::Error& e) {
+      return Error(ErrorCode::Unsupported) << "backward failed: " << firstLine(e.what_without_backtrace());
+    }
+    total += share.item<double>();
+  }
+  stepOptimizer(*s.optimizer);
+  return total;
+}
+
+Expected<ir::Graph> Trainer::trainedGraph() const {
+  return withTrainedParameters(*state_->graph, state_->executor->trainableParameters());
+}
+
+Expected<ir::Graph> withTrainedParameters(const ir::Graph& g,
+                                          const std::vector<std::pair<std::string, at::Tensor>>& trained) {
+  std::map<std::string, std::string> bytes;
+  for (const auto& [name, tensor] : trained) {
+    at::Tensor plain = tensor.detach().to(at::kCPU).contiguous();
+    bytes[name] = std::string(static_cast<const char*>(plain.data_ptr()), plain.nbytes());
+  }
+  std::vector<ir::NodeId> ops;
+  std::vector<ir::ValueId> inputs;
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    ir::NodeId node{n};
+    if (g.kind(node) == ir::NodeKind::Op)
+      ops.push_back(node);
+    else if (g.kind(node) == ir::NodeKind::Input)
+      inputs.push_back(g.outputs(node)[0]);
+  }
+  std::vector<ir::ValueId> outputs(g.graphOutputs().begin(), g.graphOutputs().end());
+  return ir::extractSubgraph(g, {std::string(g.modelInfo().graphName), ops, inputs, outputs, nullptr, &bytes});
+}
+
+} // namespace cleave::runtime

@@ -1,0 +1,76 @@
+// runtime/training/train.h - training a model whose outputs include its loss (exported with its loss, like
+// the seeds' LossWrapper: targets are ordinary inputs), in one process, on ATen autograd and
+// libtorch's own optimizers (torch::optim::SGD, AdamW: PyTorch's update rules exactly).
+//
+// A step takes the next `batch` rows of the data (wrapping around), splits them into
+// microbatches (runtime/model/microbatch.h: the last may be smaller), and for each runs the forward
+// pass and backpropagates its loss scaled by its share of the batch's rows, so the accumulated
+// gradients are those of the full batch's mean loss even when microbatches are uneven; then one
+// optimizer step. Trained are the floating parameters that are not buffers, one tensor per
+// storage (an ONNX alias of a parameter is that parameter).
+// Guarantees: the losses and weights follow PyTorch's training of the same model on the same
+// rows (tests/train_test.py, within float rounding); `trainedGraph` is the model with the
+// trained values (inline), writable as ONNX.
+// Complexity: per step, one forward and one backward per microbatch, plus the optimizer's O(P).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <torch/optim/optimizer.h>
+
+#include "base/enum_table.h"
+#include "base/expected.h"
+#include "ir/graph.h"
+#include "runtime/engine/tensors.h"
+
+namespace cleave::runtime {
+
+enum class OptimizerKind : std::uint8_t { Sgd, AdamW };
+inline constexpr auto kOptimizerKinds = enumTable<OptimizerKind>({{OptimizerKind::Sgd, "sgd"}, {OptimizerKind::AdamW, "adamw"}});
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::Sgd;
+  double lr = 0.01, momentum = 0.0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  std::optional<double> weightDecay; // default: PyTorch's (SGD 0, AdamW 0.01)
+};
+
+struct TrainOptions {
+  std::int64_t batch = 1, microbatches = 1;
+  std::string loss; // the output that is the loss; empty: the output named "loss", else the only scalar one
+  OptimizerOptions optimizer;
+};
+
+// Rows (stepIndex * batch + i) mod N, i < batch, of every tensor (rows along dim 0).
+Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch);
+// libtorch's optimizer for `options` over `params` (PyTorch's defaults where options are unset).
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<at::Tensor> params, const OptimizerOptions& options);
+// Starts a step's gradient accumulation by dropping every parameter's gradient rather than
+// zeroing it: the first microbatch's backward then takes its gradient over (no memset of every
+// gradient, no add to zeros). The sums are the same, bit for bit (0 + g == g).
+void clearGradients(torch::optim::Optimizer& optimizer);
+// The optimizer's step over the accumulated gradients. A parameter no backward reached gets a
+// zero gradient first, so weight decay and moments treat it as after zero_grad().
+void stepOptimizer(torch::optim::Optimizer& optimizer);
+
+// `graph` with its trainable parameters' data replaced by `trained` (by name; others unchanged).
+Expected<ir::Graph> withTrainedParameters(const ir::Graph& graph,
+                                          const std::vector<std::pair<std::string, at::Tensor>>& trained);
+
+class Trainer {
+public:
+  static Expected<std::unique_ptr<Trainer>> create(std::shared_ptr<const ir::Graph> graph, const TrainOptions& options);
+  ~Trainer();
+
+  // One step on `data` (every graph input; rows along dim 0); returns the batch's mean loss.
+  Expected<double> step(const TensorMap& data, std::int64_t stepIndex);
+  Expected<ir::Graph> trainedGraph() const;
+  std::size_t trainedTensors() const;
+
+private:
+  Trainer() = default;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+} // namespace cleave::runtime
