@@ -200,31 +200,20 @@ at::Tensor upsampleWithAten(const at::Tensor& x, const ResizeSettings& s, const 
   return at::upsample_trilinear3d(x, spatial, alignCorners, scale(2), scale(3), scale(4));
 }
 
-Outputs resize(KernelContext& c) {
-  const at::Tensor& x = c.input(0);
-  if (c.intAttr("antialias", 0))
-    throw KernelError("antialias is not supported");
-  ResizeSettings s{c.stringAttr("mode", "nearest"), c.stringAttr("coordinate_transformation_mode", "half_pixel"),
-                   c.stringAttr("nearest_mode", "round_prefer_floor"), c.floatAttr("cubic_coeff_a", -0.75f),
-                   c.floatAttr("extrapolation_value", 0.0f), c.intAttr("exclude_outside", 0) != 0};
-  if (s.mode != "nearest" && s.mode != "linear" && s.mode != "cubic")
-    throw KernelError("unknown mode '" + s.mode + "'");
-  std::int64_t rank = x.dim();
-  std::vector<std::int64_t> axes = c.intsAttr("axes");
-  if (axes.empty())
-    for (std::int64_t d = 0; d < rank; ++d)
-      axes.push_back(d);
-  for (std::int64_t& a : axes)
-    a = normalizeAxis(a, rank);
-  std::size_t n = axes.size();
-  std::vector<double> roi;
-  if (c.has(1) && c.input(1).numel() == static_cast<std::int64_t>(2 * n)) {
-    at::Tensor r = c.input(1).to(at::kDouble).contiguous();
-    roi.assign(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
-  }
-  std::vector<double> scales(n, 1.0);
-  std::vector<std::int64_t> sizes(n);
-  std::vector<double> lengths(n);
+// Per resized axis: the output size, the scale and the output length before rounding, from the
+// `sizes` operand (3, with keep_aspect_ratio_policy) or else the `scales` operand (2).
+struct ResizeGeometry {
+  std::vector<double> scales;
+  std::vector<std::int64_t> sizes;
+  std::vector<double> lengths;
+};
+
+ResizeGeometry resizeGeometry(const KernelContext& c, const at::Tensor& x, const std::vector<std::int64_t>& axes) {
+  const std::size_t n = axes.size();
+  ResizeGeometry g{std::vector<double>(n, 1.0), std::vector<std::int64_t>(n), std::vector<double>(n)};
+  std::vector<double>& scales = g.scales;
+  std::vector<std::int64_t>& sizes = g.sizes;
+  std::vector<double>& lengths = g.lengths;
   if (c.has(3) && c.input(3).numel() > 0) {
     std::vector<std::int64_t> wanted = c.ints(3);
     if (wanted.size() != n)
@@ -259,6 +248,35 @@ Outputs resize(KernelContext& c) {
   } else {
     throw KernelError("Resize needs scales or sizes");
   }
+  return g;
+}
+
+Outputs resize(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  if (c.intAttr("antialias", 0))
+    throw KernelError("antialias is not supported");
+  ResizeSettings s{c.stringAttr("mode", "nearest"), c.stringAttr("coordinate_transformation_mode", "half_pixel"),
+                   c.stringAttr("nearest_mode", "round_prefer_floor"), c.floatAttr("cubic_coeff_a", -0.75f),
+                   c.floatAttr("extrapolation_value", 0.0f), c.intAttr("exclude_outside", 0) != 0};
+  if (s.mode != "nearest" && s.mode != "linear" && s.mode != "cubic")
+    throw KernelError("unknown mode '" + s.mode + "'");
+  std::int64_t rank = x.dim();
+  std::vector<std::int64_t> axes = c.intsAttr("axes");
+  if (axes.empty())
+    for (std::int64_t d = 0; d < rank; ++d)
+      axes.push_back(d);
+  for (std::int64_t& a : axes)
+    a = normalizeAxis(a, rank);
+  std::size_t n = axes.size();
+  std::vector<double> roi;
+  if (c.has(1) && c.input(1).numel() == static_cast<std::int64_t>(2 * n)) {
+    at::Tensor r = c.input(1).to(at::kDouble).contiguous();
+    roi.assign(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
+  }
+  const ResizeGeometry geometry = resizeGeometry(c, x, axes);
+  const std::vector<double>& scales = geometry.scales;
+  const std::vector<std::int64_t>& sizes = geometry.sizes;
+  const std::vector<double>& lengths = geometry.lengths;
   std::vector<std::int64_t> allSizes(x.sizes().begin(), x.sizes().end());
   std::vector<double> allScales(static_cast<std::size_t>(rank), 1.0), allLengths(static_cast<std::size_t>(rank));
   for (std::int64_t d = 0; d < rank; ++d)
