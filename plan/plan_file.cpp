@@ -2,6 +2,7 @@
 
 #include "base/json_writer.h"
 
+#include <charconv>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -245,6 +246,26 @@ std::string formatPlanFile(const PlanFile& plan) {
 bool isPlanDirectory(const std::string& path) {
   std::error_code ec;
   return std::filesystem::is_directory(path, ec) && std::filesystem::exists(std::filesystem::path(path) / "plan.json", ec);
+}
+
+Expected<std::map<std::int64_t, std::string>> deviceBackends(const PlanFile& plan, const std::string& dir) {
+  std::map<std::int64_t, std::string> names;
+  if (!plan.extra.contains("device_backends"))
+    return names;
+  const Json& entries = plan.extra["device_backends"];
+  auto bad = [&] {
+    return Error(ErrorCode::ParseError) << dir << "/plan.json: device_backends: expected {\"LOGICAL_ID\": \"BACKEND\", ...}";
+  };
+  if (!entries.is_object())
+    return bad();
+  for (const auto& [id, backend] : entries.items()) {
+    std::int64_t logicalId = 0;
+    auto [end, error] = std::from_chars(id.data(), id.data() + id.size(), logicalId);
+    if (!backend.is_string() || error != std::errc() || end != id.data() + id.size())
+      return bad();
+    names[logicalId] = backend.get<std::string>();
+  }
+  return names;
 }
 
 } // namespace cleave::plan

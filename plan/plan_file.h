@@ -14,6 +14,7 @@
 // Cost: linear in the size of plan.json.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,11 @@ PlanFileValue describeValue(const ir::Graph& graph, ir::ValueId value);
 
 // plan.json text: two-space indented JSON and a final newline.
 std::string formatPlanFile(const PlanFile& plan);
+
+// A partition plan's "device_backends" (written when its devices file names backends): logical
+// device id -> the runtime backend its partitions run on; empty when absent. `dir` names the plan
+// in messages. Fails: ParseError (not an object of integer ids to names).
+[[nodiscard]] Expected<std::map<std::int64_t, std::string>> deviceBackends(const PlanFile& plan, const std::string& dir);
 
 // DIR/plan.json exists (DIR is a plan directory).
 bool isPlanDirectory(const std::string& path);

@@ -63,6 +63,24 @@ TEST(PlanFile, RoundTripsForEveryKind) {
   }
 }
 
+// A partition's device backends: read back by logical id; anything but ids to names is refused.
+TEST(PlanFile, DeviceBackendsReadBackAndRefuseWhatIsNotIdsToNames) {
+  PlanFile plan;
+  Expected<std::map<std::int64_t, std::string>> none = deviceBackends(plan, "p");
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->empty());
+  plan.extra["device_backends"] = {{"0", "aten-cpu"}, {"3", "aten-cpu-bf16"}};
+  Expected<std::map<std::int64_t, std::string>> named = deviceBackends(plan, "p");
+  ASSERT_TRUE(named) << named.error().message();
+  EXPECT_EQ(*named, (std::map<std::int64_t, std::string>{{0, "aten-cpu"}, {3, "aten-cpu-bf16"}}));
+  for (Json bad : {Json::array(), Json{{"x", "aten-cpu"}}, Json{{"1", 5}}, Json{{"2a", "aten-cpu"}}}) {
+    plan.extra["device_backends"] = bad;
+    Expected<std::map<std::int64_t, std::string>> refused = deviceBackends(plan, "p");
+    ASSERT_FALSE(refused) << bad.dump();
+    EXPECT_NE(refused.error().message().find("device_backends"), std::string::npos);
+  }
+}
+
 TEST(PlanFile, RefusesPlansThatDoNotHold) {
   auto error = [](const std::string& text) {
     Expected<PlanFile> plan = parsePlanFile(text, ".", "plan.json");

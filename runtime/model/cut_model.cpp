@@ -1,6 +1,5 @@
 #include "runtime/model/cut_model.h"
 
-#include <charconv>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -11,29 +10,6 @@
 #include "plan/plan_file.h"
 
 namespace cleave::runtime {
-
-// plan.json's "device_backends" (partition plans whose devices file names backends): logical
-// device id -> backend name. Empty when absent.
-Expected<std::map<std::int64_t, std::string>> CutModel::deviceBackendNames(const plan::PlanFile& plan,
-                                                                          const std::string& dir) {
-  std::map<std::int64_t, std::string> names;
-  if (!plan.extra.contains("device_backends"))
-    return names;
-  const Json& entries = plan.extra["device_backends"];
-  auto bad = [&] {
-    return Error(ErrorCode::ParseError) << dir << "/plan.json: device_backends: expected {\"LOGICAL_ID\": \"BACKEND\", ...}";
-  };
-  if (!entries.is_object())
-    return bad();
-  for (const auto& [id, backend] : entries.items()) {
-    std::int64_t logicalId = 0;
-    auto [end, error] = std::from_chars(id.data(), id.data() + id.size(), logicalId);
-    if (!backend.is_string() || error != std::errc() || end != id.data() + id.size())
-      return bad();
-    names[logicalId] = backend.get<std::string>();
-  }
-  return names;
-}
 
 // Where submodule `sub` runs: its device's backend where the plan names one (the first of its
 // devices is the one it runs on; the rest hold replicas), else `acc` or `cpu` by its role.
@@ -63,7 +39,7 @@ Expected<const Backend*> CutModel::backendOf(const plan::PlanFileSubmodule& sub,
 Expected<CutModel> CutModel::load(const std::string& dir, const Backend& acc, const Backend& cpu,
                                   const CutModelOptions& options) {
   CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(dir));
-  CLEAVE_TRY(auto deviceBackends, deviceBackendNames(planFile, dir));
+  CLEAVE_TRY(auto deviceBackends, plan::deviceBackends(planFile, dir));
   CutModel model;
   std::set<std::string> graphInputs;
   std::vector<const Backend*> backends;

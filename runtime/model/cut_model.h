@@ -19,7 +19,6 @@
 #include "runtime/model/backend.h"
 
 namespace cleave::plan {
-struct PlanFile;
 struct PlanFileSubmodule;
 } // namespace cleave::plan
 
@@ -91,8 +90,6 @@ private:
     std::vector<std::string> dropAfter; // values no later unit or output reads
   };
   // The neighbouring steps [first, last] lowered as one unit (joined when more than one).
-  static Expected<std::map<std::int64_t, std::string>> deviceBackendNames(const plan::PlanFile& plan,
-                                                                          const std::string& dir);
   Expected<const Backend*> backendOf(const plan::PlanFileSubmodule& sub, const Backend& acc, const Backend& cpu,
                                      const std::map<std::int64_t, std::string>& deviceBackends,
                                      const Optimizations& optimizations);
