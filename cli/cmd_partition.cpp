@@ -22,7 +22,7 @@ void describe(CLI::App& app, PartitionFlags& flags) {
   app.description("Partition a model across devices with memory limits (torch.fx Partitioner semantics) and write "
                   "the partition DAG, submodels and reports.");
   addModelInput(app, flags.path);
-  app.add_option("--devices", flags.devicesPath, "devices (JSON: logical ids and available memory)")->required();
+  app.add_option("--devices", flags.devicesPath, "devices (JSON: logical ids and available memory; optional per device: profile, kind, backend, the runtime backend its partitions run on)")->required();
   addEnumOption(app, "--mode", flags.options.mode, partition::kPartitionModes, "partition mode");
   addEnumOption(app, "--objective", flags.options.objective, partition::kObjectives, "what optimal minimizes");
   app.add_option("--aot", flags.aotPath, "aot_based: node -> partition and partition -> logical devices (JSON)");
