@@ -608,6 +608,16 @@ at::Tensor einsumAsBatchedMatmul(std::string equation, const at::Tensor& a, cons
   return o0 == rows ? product : product.transpose(-1, -2);
 }
 
+// Whether a fused convolution's post-ops run on ATen's blocked (mkldnn) output: a residual of its
+// shape (blocked or blockable) and no activation or Relu, which ATen computes in that layout.
+bool postOpsStayBlocked(const onednn::ConvPostOps& post, const at::Tensor& y, const at::Tensor& residual) {
+  using A = onednn::ConvPostOps::Activation;
+  if (post.activation != A::None && post.activation != A::Relu)
+    return false;
+  return !post.addResidual ||
+         (residual.sizes() == y.sizes() && (residual.is_mkldnn() || blockable(residual)));
+}
+
 at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                             const onednn::ConvPostOps& post, const at::Tensor& residual, bool residualIsScratch) {
   const ConvWindow window = convWindow(c, x, w);
@@ -623,6 +633,14 @@ at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Ten
     y = atenConvolution(c, denseX, plainConvolutionWeight(c, w), bias, window);
   if (!withPost)
     return y;
+  if (!onednn::available() && y.is_mkldnn() && c.outputMayStayBlocked() && postOpsStayBlocked(post, y, residual)) {
+    // ATen's blocked convolution (a build without libdnnl, where ATen's blocked tensors are the
+    // blocked values): its residual and Relu run on the blocked output, so a chain of
+    // convolutions stays blocked across them.
+    if (post.addResidual)
+      y = at::add(y, toBlocked(residual));
+    return post.activation == onednn::ConvPostOps::Activation::Relu ? at::relu(y) : y;
+  }
   y = toDense(y);
   if (post.addResidual)
     y = y + toDense(residual);

@@ -7,7 +7,9 @@ A few cases are inputs cleave must accept (a name that is not UTF-8, an earlier 
 under -o): they assert exit 0 and what was written.
 
 usage: run_bad_inputs.py CLEAVE [NAME_FILTER]    (cases: tests/bad_inputs/cases.py)
-Prints one line per case and closes with "N passed, N failed".
+Prints one line per case and closes with "N passed, N failed". CLEAVE_BAD_INPUT_SHARD=K/N runs
+the K-th of N interleaved shares of the catalogue (ctest runs it as two tests, so that its half
+of the cases run beside the other half on two cores).
 """
 import hashlib
 import os
@@ -25,6 +27,7 @@ CLEAVE = os.path.abspath(sys.argv[1])
 FILTER = sys.argv[2] if len(sys.argv) > 2 else ""
 # The sanitizer build is several times slower; its ctest entry raises this.
 TIME_SCALE = float(os.environ.get("CLEAVE_BAD_INPUT_TIME_SCALE", "1"))
+SHARD = os.environ.get("CLEAVE_BAD_INPUT_SHARD", "1/1")
 ASAN_ALLOCATION_NOTE = re.compile(r"^==\d+==WARNING: AddressSanitizer failed to allocate 0x[0-9a-f]+ bytes$")
 
 
@@ -108,8 +111,17 @@ def run_case(case):
         shutil.rmtree(sandbox, ignore_errors=True)
 
 
+def shard_of(spec):
+    """(index, count) from 'K/N' (1 <= K <= N)."""
+    match = re.fullmatch(r"(\d+)/(\d+)", spec)
+    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
+        sys.exit(f"CLEAVE_BAD_INPUT_SHARD must be K/N with 1 <= K <= N, not {spec!r}")
+    return int(match.group(1)) - 1, int(match.group(2))
+
+
 def main():
-    selected = [c for c in cases.CASES if FILTER in c.kind + "/" + c.name]
+    index, count = shard_of(SHARD)
+    selected = [c for i, c in enumerate(cases.CASES) if i % count == index and FILTER in c.kind + "/" + c.name]
     names = [(c.kind, c.name) for c in cases.CASES]
     assert len(names) == len(set(names)), "case names must be unique"
     passed = failed = 0
