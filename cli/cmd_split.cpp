@@ -98,9 +98,12 @@ Expected<std::string> runTheModel(const SplitFlags& flags, const ir::Graph& grap
     }
     submoduleInputs = toJsonText(all) + "\n";
   }
-  if (flags.lowerAndRun)
-    for (const runtime::SubmoduleTrial& trial : runtime::tryAccSubmodules(reference, result.plan, *acc, flags.tolerance))
+  if (flags.lowerAndRun) {
+    CLEAVE_TRY(std::vector<runtime::SubmoduleTrial> tried,
+               runtime::tryAccSubmodules(reference, result.plan, *acc, flags.tolerance));
+    for (const runtime::SubmoduleTrial& trial : tried)
       trials.push_back(trialLine(reference, trial));
+  }
   return submoduleInputs;
 }
 

@@ -1,5 +1,6 @@
 // cli/cmd_train.cpp - `cleave train MODEL --data FILE --batch B --steps K [--microbatches M]
-// [--optimizer sgd|adamw --lr X --momentum --weight-decay --betas B1,B2] [--loss NAME] [-o OUT] [--json]`.
+// [--optimizer sgd|adamw --lr X --momentum --weight-decay --betas B1,B2] [--backend NAME] [--loss NAME]
+// [-o OUT] [--json]`.
 #include <algorithm>
 #include <chrono>
 #include <tuple>
@@ -24,6 +25,7 @@ namespace cleave::cli {
 namespace {
 struct TrainFlags {
   std::string path, dataPath, wholeModelPath;
+  std::string backend = "aten-cpu";
   std::int64_t steps = 1;
   std::vector<double> betas;
   runtime::TrainOptions options;
@@ -67,6 +69,10 @@ void describe(CLI::App& app, TrainFlags& flags) {
   addScheduleOption(app, flags.schedule,
                     "plan directories under launch: the pipeline schedule each rank follows (default gpipe; in one "
                     "process stages run in GPipe order)");
+  app.add_option("--backend", flags.backend,
+                 "where to train: aten-cpu or aten-cuda (a plan's stages on a device whose devices-file entry names a "
+                 "backend train there)")
+      ->capture_default_str();
   app.add_option("--loss", flags.options.loss, "the output that is the loss (default: 'loss', else the only scalar)");
   app.add_option("--model", flags.wholeModelPath,
                  "plan directories: the model the plan was cut from; -o DIR then gets its trained.onnx too");
@@ -182,7 +188,8 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
     return std::move(opened.error());
   std::optional<OutputDirectory>& outDir = *opened;
   CLEAVE_CHECK(checkTrainingRows(flags));
-  CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, rank, ranks));
+  CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));
+  CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, rank, ranks, *backend));
   std::optional<ir::Graph> whole;
   if (!flags.wholeModelPath.empty()) {
     Expected<ir::Graph> loaded = io::loadModel(flags.wholeModelPath);
@@ -246,7 +253,8 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path));
   auto graph = std::make_shared<const ir::Graph>(std::move(loaded));
   CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, ir::graphInputNames(*graph)));
-  CLEAVE_TRY(std::unique_ptr<runtime::Trainer> trainer, runtime::Trainer::create(graph, flags.options));
+  CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));
+  CLEAVE_TRY(std::unique_ptr<runtime::Trainer> trainer, runtime::Trainer::create(graph, flags.options, *backend));
   for (std::int64_t step = 0; step < flags.steps; ++step) {
     auto started = std::chrono::steady_clock::now();
     CLEAVE_TRY(double loss, trainer->step(data, step));

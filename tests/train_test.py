@@ -127,6 +127,32 @@ class Train(TempDirTest):
         code, _, err = run("train", self.model, "--data", self.path("data.npz"), "--batch", 0)
         self.assertEqual(code, 2, err)
 
+    def test_the_backend_it_trains_on(self):
+        common = ["--data", self.path("data.npz"), "--batch", 8, "--steps", 2, "--json"]
+        code, default, err = run("train", self.model, *common)
+        self.assertEqual(code, 0, err)
+        code, named, err = run("train", self.model, *common, "--backend", "aten-cpu")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(named, default)
+        code, _, err = run("train", self.model, *common, "--backend", "aten-cpu-bf16")
+        self.assertOneLineError(code, err, "backend aten-cpu-bf16 does not train", "float32 master weights")
+        code, _, err = run("train", self.model, *common, "--backend", "nope")
+        self.assertOneLineError(code, err, "unknown backend 'nope'")
+        # A plan's stage trains on the backend its device names (plan.json's device_backends).
+        plan = self.path("stages")
+        run("pipeline", self.model, "--stages", 2, "-o", plan, check=True)
+        code, staged, err = run("train", plan, *common, "--backend", "aten-cpu")
+        self.assertEqual(code, 0, err)
+        with open(os.path.join(plan, "plan.json")) as f:
+            planned = json.load(f)
+        second = planned["submodules"][1]
+        second["devices"] = [1]
+        planned["device_backends"] = {"1": "aten-cpu-bf16"}
+        with open(os.path.join(plan, "plan.json"), "w") as f:
+            json.dump(planned, f)
+        code, _, err = run("train", plan, *common)
+        self.assertOneLineError(code, err, f"stage '{second['name']}'", "backend aten-cpu-bf16 does not train")
+
     def test_a_plan_whose_only_scalar_output_is_the_loss(self):
         model = self.path("objective.onnx")
         torch.onnx.export(self.wrapper, (torch.randn(8, 6), torch.zeros(8, dtype=torch.long)), model,

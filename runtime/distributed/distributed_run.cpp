@@ -10,43 +10,40 @@
 namespace cleave::runtime::distributed {
 
 namespace {
-// Who makes and who reads each value, by plan index; values get dense ids for message tags.
-struct ValueRoutes {
-  std::map<std::string, std::uint32_t> id;
-  std::map<std::string, int> producerRank; // values made by a submodule (not graph inputs)
-  std::map<std::string, std::set<int>> readerRanks;
+// The ranks each value of the plan travels between, by value id (LoadedPlan's routes placed on
+// the world): the rank that makes it (-1: a graph input, which every rank has) and the ranks that
+// read it, rank 0 among them for a plan output (it gathers them).
+struct RankRoutes {
+  const LoadedPlan* plan = nullptr;
+  std::vector<int> producerRank;
+  std::vector<std::vector<int>> readerRanks; // ascending, no repeats
+  std::uint32_t id(const std::string& name) const { return *plan->valueId(name); }
+  std::uint32_t values() const { return static_cast<std::uint32_t>(producerRank.size()); }
 };
 
-ValueRoutes routeValues(const CutModel& model, int world) {
-  ValueRoutes routes;
-  auto idOf = [&](const std::string& name) {
-    routes.id.emplace(name, static_cast<std::uint32_t>(routes.id.size()));
-  };
-  for (std::size_t i = 0; i < model.size(); ++i) {
-    int rank = pipeline::stageRank(i, world);
-    for (const std::string& name : model.stepInputs(i)) {
-      idOf(name);
-      routes.readerRanks[name].insert(rank);
-    }
-    for (const std::string& name : model.stepOutputs(i)) {
-      idOf(name);
-      routes.producerRank[name] = rank;
-    }
-  }
-  for (const std::string& name : model.graphOutputs()) {
-    idOf(name);
-    routes.readerRanks[name].insert(0); // rank 0 gathers the outputs
+RankRoutes rankRoutes(const LoadedPlan& plan) {
+  RankRoutes routes;
+  routes.plan = &plan;
+  for (std::uint32_t v = 0; v < plan.values(); ++v) {
+    const ValueRoute& route = plan.route(v);
+    routes.producerRank.push_back(route.producer == kGraphInput ? -1 : plan.submodules()[route.producer].rank);
+    std::set<int> readers;
+    for (std::uint32_t reader : route.readers)
+      readers.insert(plan.submodules()[reader].rank);
+    if (route.planOutput)
+      readers.insert(0);
+    routes.readerRanks.emplace_back(readers.begin(), readers.end());
   }
   return routes;
 }
 
-std::uint32_t tagOf(const ValueRoutes& routes, const std::string& name, std::size_t microbatch) {
-  return static_cast<std::uint32_t>(microbatch * routes.id.size() + routes.id.at(name));
+std::uint32_t tagOf(const RankRoutes& routes, const std::string& name, std::size_t microbatch) {
+  return static_cast<std::uint32_t>(microbatch * routes.values() + routes.id(name));
 }
 
 class RankRunner {
 public:
-  RankRunner(CutModel& model, Communicator& comm, const ValueRoutes& routes)
+  RankRunner(CutModel& model, Communicator& comm, const RankRoutes& routes)
       : model_(model), comm_(comm), routes_(routes), me_(comm.rank()) {}
 
   // Declares to the communicator the shape of every message this rank sends or receives for the
@@ -61,17 +58,18 @@ public:
         continue;
       declaredRows_.insert(rows);
       const SymbolSizes symbols = shapes.bind(chunks[m]);
-      for (const auto& [name, producer] : routes_.producerRank) {
-        auto readers = routes_.readerRanks.find(name);
-        if (readers == routes_.readerRanks.end())
+      for (std::uint32_t v = 0; v < routes_.values(); ++v) {
+        const int producer = routes_.producerRank[v];
+        const std::string& name = routes_.plan->route(v).name;
+        if (producer < 0 || routes_.readerRanks[v].empty())
           continue;
         std::optional<MessageShape> shape = shapes.shapeOf(name, symbols);
         if (!shape)
           continue;
-        declared_.insert({rows, routes_.id.at(name)});
+        declared_.insert({rows, v});
         if (!shape->declared) // keyed all the same: the key's first message carries its shape
           continue;
-        for (int reader : readers->second)
+        for (int reader : routes_.readerRanks[v])
           if (reader != producer && (reader == me_ || producer == me_))
             comm_.declareShape(reader == me_ ? producer : reader, keyOf(name, m), shape->type, shape->dims);
       }
@@ -124,10 +122,10 @@ private:
   }
 
   Status receive(const std::string& name, TensorMap& values, std::size_t microbatch) {
-    auto producer = routes_.producerRank.find(name);
-    if (values.count(name) || producer == routes_.producerRank.end() || producer->second == me_)
+    const int producer = routes_.producerRank[routes_.id(name)];
+    if (values.count(name) || producer < 0 || producer == me_)
       return {};
-    CLEAVE_TRY(at::Tensor tensor, comm_.recv(producer->second, tagOf(routes_, name, microbatch), declaredKey(name, microbatch)));
+    CLEAVE_TRY(at::Tensor tensor, comm_.recv(producer, tagOf(routes_, name, microbatch), declaredKey(name, microbatch)));
     values[name] = std::move(tensor);
     return {};
   }
@@ -139,10 +137,7 @@ private:
   }
 
   Status sendToReaders(const std::string& name, const at::Tensor& tensor, std::size_t microbatch) {
-    auto readers = routes_.readerRanks.find(name);
-    if (readers == routes_.readerRanks.end())
-      return {};
-    for (int rank : readers->second)
+    for (int rank : routes_.readerRanks[routes_.id(name)])
       if (rank != me_)
         CLEAVE_CHECK(comm_.send(tensor, rank, tagOf(routes_, name, microbatch), declaredKey(name, microbatch)));
     return {};
@@ -150,19 +145,19 @@ private:
 
   // A message's shape key: its value and its microbatch's rows (never 0: no key).
   std::uint64_t keyOf(const std::string& name, std::size_t microbatch) const {
-    return 1 + static_cast<std::uint64_t>(rows_[microbatch]) * routes_.id.size() + routes_.id.at(name);
+    return 1 + static_cast<std::uint64_t>(rows_[microbatch]) * routes_.values() + routes_.id(name);
   }
   // Its key when the plan fixes its shape for these rows (declared or learned), else 0 (a header
   // with every message).
   std::uint64_t declaredKey(const std::string& name, std::size_t microbatch) const {
-    if (microbatch >= rows_.size() || !declared_.count({rows_[microbatch], routes_.id.at(name)}))
+    if (microbatch >= rows_.size() || !declared_.count({rows_[microbatch], routes_.id(name)}))
       return 0;
     return keyOf(name, microbatch);
   }
 
   CutModel& model_;
   Communicator& comm_;
-  const ValueRoutes& routes_;
+  const RankRoutes& routes_;
   int me_;
   std::vector<std::int64_t> rows_;                              // per microbatch
   std::set<std::int64_t> declaredRows_;                         // row counts already declared
@@ -173,7 +168,8 @@ private:
 Expected<CutModel> loadRankModel(const std::string& planDir, int rank, int worldSize, const Backend& acc,
                                  const Backend& cpu) {
   CutModelOptions options;
-  options.lowers = [&](std::size_t i) { return pipeline::stageRank(i, worldSize) == rank; };
+  options.rank = rank;
+  options.worldSize = worldSize;
   return CutModel::load(planDir, acc, cpu, options);
 }
 
@@ -181,7 +177,10 @@ Expected<DistributedRunResult> runDistributed(CutModel& model, const TensorMap& 
                                               Communicator& comm, const pipeline::Schedule* schedule,
                                               const PlanShapes* shapes) {
   int world = comm.worldSize(), me = comm.rank();
-  ValueRoutes routes = routeValues(model, world);
+  if (model.plan().worldSize() != world)
+    return Error(ErrorCode::InvalidArgument) << "the model was placed on " << model.plan().worldSize()
+                                             << " ranks; this run has " << world;
+  RankRoutes routes = rankRoutes(model.plan());
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(inputs, microbatches));
   if (schedule && (schedule->stages != model.size() || schedule->microbatches != chunks.size() ||
                    schedule->ranks != static_cast<std::uint32_t>(world)))
@@ -190,9 +189,9 @@ Expected<DistributedRunResult> runDistributed(CutModel& model, const TensorMap& 
                                              << " ranks; this run has " << model.size() << ", " << chunks.size()
                                              << " and " << world;
   DistributedRunResult result;
-  for (std::size_t i = 0; i < model.size(); ++i)
-    if (pipeline::stageRank(i, world) == me)
-      result.ownSteps.push_back(model.stepName(i));
+  for (const PlacedSubmodule& sub : model.plan().submodules())
+    if (sub.rank == me)
+      result.ownSteps.push_back(sub.name);
   RankRunner runner(model, comm, routes);
   if (shapes)
     runner.declareShapes(*shapes, chunks);

@@ -1,6 +1,7 @@
 // runtime/distributed/distributed_run.h - a cut model (plan.json directory: pipeline stages,
 // partitions or split submodules) run across ranks: submodule i lives on rank i % world size
-// (pipeline::stageRank) and is lowered only there; inputs are split into microbatches (runtime/model/microbatch.h) and each
+// (the model's LoadedPlan placement, pipeline::stageRank) and is lowered only there; messages
+// follow the plan's value routes (runtime/model/loaded_plan.h); inputs are split into microbatches (runtime/model/microbatch.h) and each
 // microbatch goes through the submodules in plan order. A rank runs its forwards in GPipe's
 // order (microbatch by microbatch), or in a pipeline schedule's (its F actions, e.g. interleaved:
 // several microbatches through one stage before the next stage on the same rank).

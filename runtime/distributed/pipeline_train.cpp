@@ -14,6 +14,7 @@
 #include "plan/plan_file.h"
 #include "runtime/engine/executor.h"
 #include "runtime/model/microbatch.h"
+#include "runtime/model/plan_backends.h"
 #include "runtime/training/split_backward.h"
 #include "runtime/distributed/plan_shapes.h"
 #include "base/file_io.h"
@@ -30,6 +31,7 @@ struct Stage {
   std::string name, file;
   std::vector<std::string> inputs, outputs;
   std::shared_ptr<const ir::Graph> graph;
+  const Backend* backend = nullptr;   // where it trains (PlanBackends: its device's, else the caller's)
   std::unique_ptr<Executor> executor; // own stages only
   int rank = 0;
 };
@@ -59,10 +61,8 @@ struct PipelineTrainer::State {
   Communicator* comm = nullptr;
   TrainOptions options;
   std::vector<Stage> stages;
-  std::vector<std::string> graphInputs;
-  std::map<std::string, int> producer;                 // value -> stage making it
-  std::map<std::string, std::vector<int>> readers;     // value -> stages reading it, in order
-  std::map<std::string, std::uint32_t> valueId;
+  std::optional<LoadedPlan> plan; // stages' placement, values' ids, producers and readers
+  std::unique_ptr<PlanBackends> backends; // the stages' (Stage::backend points into it)
   std::string loss;
   int lossStage = -1;
   // Parameters several stages hold: name -> (dtype, dims), and this rank's copies of each.
@@ -78,9 +78,13 @@ struct PipelineTrainer::State {
 
   int rank = 0, worldSize = 1; // this process's place (known before connecting)
   bool own(int stage) const { return stages[stage].rank == rank; }
+  // The stage that makes a value (kGraphInput: the data), the stages that read it, and its id.
+  int producerOf(const std::string& value) const { return plan->routeOf(value).producer; }
+  const std::vector<std::uint32_t>& readersOf(const std::string& value) const { return plan->routeOf(value).readers; }
+  std::uint32_t idOf(const std::string& value) const { return *plan->valueId(value); }
   // Tags: (microbatch, value, reading stage, direction) packed densely; < 2^30 (see communicator).
   Expected<std::uint32_t> tag(std::size_t m, const std::string& value, int reader, bool backward) const {
-    std::uint64_t t = ((static_cast<std::uint64_t>(m) * valueId.size() + valueId.at(value)) * stages.size() +
+    std::uint64_t t = ((static_cast<std::uint64_t>(m) * plan->values() + idOf(value)) * stages.size() +
                        static_cast<std::uint64_t>(reader)) * 2 + (backward ? 1 : 0);
     if (t >= (std::uint64_t(1) << 29))
       return Error(ErrorCode::Unsupported) << "too many microbatches x values x stages for message tags";
@@ -92,10 +96,10 @@ struct PipelineTrainer::State {
   // 0 (no key: a header with every message, as inference sends them) when the plan leaves the
   // value's shape open, so a shape that changes from one message to the next still travels.
   std::uint64_t shapeKey(std::size_t m, const std::string& value, int reader, bool backward) const {
-    const std::uint32_t id = valueId.at(value);
+    const std::uint32_t id = idOf(value);
     if (!planGivesShape.count({microbatchRows[m], id}))
       return 0;
-    return 1 + ((static_cast<std::uint64_t>(microbatchRows[m]) * valueId.size() + id) * stages.size() +
+    return 1 + ((static_cast<std::uint64_t>(microbatchRows[m]) * plan->values() + id) * stages.size() +
                 static_cast<std::uint64_t>(reader)) * 2 + (backward ? 1 : 0);
   }
 
@@ -133,13 +137,18 @@ constexpr std::size_t kReceiveLookahead = 2;
 
 void PipelineTrainer::State::declareMessageShapes(const TensorMap& chunk, std::size_t m) {
   const SymbolSizes symbols = planShapes->bind(chunk);
-  for (const auto& [name, made] : producer)
-    for (int reader : readers[name]) {
+  for (std::uint32_t v = 0; v < plan->values(); ++v) {
+    const ValueRoute& route = plan->route(v);
+    const std::string& name = route.name;
+    const int made = route.producer;
+    if (made == kGraphInput)
+      continue;
+    for (int reader : route.readers) {
       int from = stages[made].rank, to = stages[reader].rank;
       if (from == to || (from != rank && to != rank))
         continue;
       if (std::optional<MessageShape> shape = planShapes->shapeOf(name, symbols)) {
-        planGivesShape.insert({microbatchRows[m], valueId.at(name)});
+        planGivesShape.insert({microbatchRows[m], v});
         if (!shape->declared) // keyed all the same: the key's first message carries its shape
           continue;
         int peer = from == rank ? to : from;
@@ -147,6 +156,7 @@ void PipelineTrainer::State::declareMessageShapes(const TensorMap& chunk, std::s
         comm->declareShape(peer, shapeKey(m, name, reader, true), shape->type, shape->dims);
       }
     }
+  }
 }
 
 Status PipelineTrainer::State::postReceives(const pipeline::Action& action) {
@@ -154,15 +164,15 @@ Status PipelineTrainer::State::postReceives(const pipeline::Action& action) {
   const std::size_t m = action.microbatch;
   if (action.type == pipeline::ActionType::Forward) {
     for (const std::string& name : stages[i].inputs) {
-      auto made = producer.find(name);
-      if (made != producer.end() && !own(made->second)) {
+      const int made = producerOf(name);
+      if (made != kGraphInput && !own(made)) {
         CLEAVE_TRY(std::uint32_t t, tag(m, name, i, false));
-        CLEAVE_CHECK(comm->postRecv(stages[made->second].rank, t, shapeKey(m, name, i, false)));
+        CLEAVE_CHECK(comm->postRecv(stages[made].rank, t, shapeKey(m, name, i, false)));
       }
     }
   } else if (action.type == pipeline::ActionType::Backward || action.type == pipeline::ActionType::BackwardInput) {
     for (const std::string& name : stages[i].outputs)
-      for (int reader : readers[name])
+      for (int reader : readersOf(name))
         if (!own(reader)) {
           CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, true));
           CLEAVE_CHECK(comm->postRecv(stages[reader].rank, t, shapeKey(m, name, reader, true)));
@@ -172,31 +182,19 @@ Status PipelineTrainer::State::postReceives(const pipeline::Action& action) {
 }
 
 Status PipelineTrainer::State::loadPlan(const std::string& dir) {
-  CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(dir));
-  std::set<std::string> seenInputs;
+  CLEAVE_TRY(plan, LoadedPlan::load(dir, worldSize));
+  const plan::PlanFile& planFile = plan->file();
   std::map<std::string, int> holders;
-  for (const plan::PlanFileSubmodule& sub : planFile.submodules) {
-    if (sub.file.empty())
-      return Error(ErrorCode::ParseError) << dir << ": submodule '" << sub.name << "' has no model file";
-    int index = static_cast<int>(stages.size());
+  for (const PlacedSubmodule& sub : plan->submodules()) {
+    const int index = static_cast<int>(stages.size());
     Stage stage;
     stage.name = sub.name;
     stage.file = sub.file;
-    stage.rank = pipeline::stageRank(static_cast<std::size_t>(index), worldSize);
-    for (const plan::PlanFileInput& input : sub.inputs) {
-      stage.inputs.push_back(input.value);
-      readers[input.value].push_back(index);
-      valueId.emplace(input.value, static_cast<std::uint32_t>(valueId.size()));
-      if (input.from == "input" && seenInputs.insert(input.value).second)
-        graphInputs.push_back(input.value);
-    }
-    for (const std::string& output : sub.outputs) {
-      stage.outputs.push_back(output);
-      producer[output] = index;
-      valueId.emplace(output, static_cast<std::uint32_t>(valueId.size()));
-    }
-    CLEAVE_TRY(ir::Graph graph, io::readOnnx((std::filesystem::path(dir) / sub.file).string()));
-    stage.graph = std::make_shared<const ir::Graph>(std::move(graph));
+    stage.rank = sub.rank;
+    stage.inputs = sub.inputs;
+    stage.outputs = sub.outputs;
+    stage.graph = sub.graph;
+    CLEAVE_TRY(stage.backend, backends->of(sub));
     for (auto& [name, shape] : trainedShapes(*stage.graph)) {
       if (++holders[name] == 2)
         tied[name] = shape;
@@ -221,7 +219,7 @@ Status PipelineTrainer::State::loadPlan(const std::string& dir) {
                                              << (options.loss.empty() ? "loss" : options.loss)
                                              << "'" << (options.loss.empty() ? " and " + std::to_string(scalars.size()) + " scalar outputs" : "")
                                              << " (export the model with its loss; name it with --loss)";
-  lossStage = producer.at(loss);
+  lossStage = producerOf(loss);
   return {};
 }
 
@@ -232,27 +230,27 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
     StageRun& run = runs[m][i];
     TensorMap feeds;
     for (const std::string& name : stages[i].inputs) {
-      auto made = producer.find(name);
+      const int made = producerOf(name);
       at::Tensor value;
-      if (made == producer.end()) {
+      if (made == kGraphInput) {
         value = chunk.at(name);
-      } else if (own(made->second)) {
-        value = runs[m].at(made->second).outputs.at(name).detach();
+      } else if (own(made)) {
+        value = runs[m].at(made).outputs.at(name).detach();
       } else {
         CLEAVE_TRY(std::uint32_t t, tag(m, name, i, false));
-        CLEAVE_TRY(value, receive(stages[made->second].rank, t, shapeKey(m, name, i, false)));
+        CLEAVE_TRY(value, receive(stages[made].rank, t, shapeKey(m, name, i, false)));
       }
-      if (made != producer.end() && at::isFloatingType(value.scalar_type()))
+      if (made != kGraphInput && at::isFloatingType(value.scalar_type()))
         value.requires_grad_(true);
       feeds[name] = value;
-      if (made != producer.end())
+      if (made != kGraphInput)
         run.leaves[name] = value;
     }
     auto started = std::chrono::steady_clock::now();
     CLEAVE_TRY(run.outputs, stages[i].executor->run(feeds));
     timing.forwardSeconds[i] += secondsSince(started);
     for (const std::string& name : stages[i].outputs)
-      for (int reader : readers[name])
+      for (int reader : readersOf(name))
         if (!own(reader)) {
           CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, false));
           CLEAVE_CHECK(comm->send(run.outputs.at(name).detach(), stages[reader].rank, t, shapeKey(m, name, reader, false)));
@@ -273,7 +271,7 @@ Status PipelineTrainer::State::outputGradients(std::size_t m, int i, std::vector
   for (const std::string& name : stages[i].outputs) {
     const at::Tensor& output = run.outputs.at(name);
     at::Tensor grad = name == loss ? at::full_like(output, share) : at::Tensor();
-    for (int reader : readers[name]) {
+    for (int reader : readersOf(name)) {
       at::Tensor part;
       if (own(reader)) {
         const TensorMap& readerGrads = runs[m].at(reader).leafGrads;
@@ -328,7 +326,7 @@ Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<s
   timing.backwardSeconds[i] += secondsSince(started);
   for (std::size_t l = 0; l < leaves.size(); ++l) {
     const std::string& name = leafNames[l];
-    int made = producer.at(name);
+    int made = producerOf(name);
     if (own(made)) {
       run.leafGrads[name] = leafGrads[l];
       continue;
@@ -396,21 +394,21 @@ Status PipelineTrainer::State::broadcastTiedParameters() {
 PipelineTrainer::~PipelineTrainer() = default;
 
 Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::string& planDir,
-                                                                  const TrainOptions& options, int rank, int worldSize) {
+                                                                  const TrainOptions& options, int rank, int worldSize,
+                                                                  const Backend& backend) {
   std::unique_ptr<PipelineTrainer> trainer(new PipelineTrainer());
   trainer->state_ = std::make_unique<State>();
   State& s = *trainer->state_;
   s.rank = rank;
   s.worldSize = worldSize;
   s.options = options;
+  s.backends = std::make_unique<PlanBackends>(backend, backend, Optimizations{});
   CLEAVE_CHECK(s.loadPlan(planDir));
   std::vector<at::Tensor> params;
-  ExecutorOptions executorOptions;
-  executorOptions.trainable = true;
   for (int i = 0; i < static_cast<int>(s.stages.size()); ++i) {
     if (!s.own(i))
       continue;
-    Expected<std::unique_ptr<Executor>> executor = Executor::create(s.stages[i].graph, executorOptions);
+    Expected<std::unique_ptr<Executor>> executor = s.stages[i].backend->lowerTrainable(s.stages[i].graph);
     if (!executor)
       return std::move(executor.error().withContext("stage '" + s.stages[i].name + "'"));
     s.stages[i].executor = std::move(*executor);
@@ -436,7 +434,7 @@ Status PipelineTrainer::connect(Communicator& comm) {
 }
 
 Status PipelineTrainer::checkData(const TensorMap& data) const {
-  for (const std::string& name : state_->graphInputs)
+  for (const std::string& name : state_->plan->graphInputs())
     if (auto tensor = data.find(name); tensor != data.end())
       CLEAVE_CHECK(state_->planShapes->checkRows(name, tensor->second));
   return {};
@@ -520,7 +518,7 @@ Status PipelineTrainer::writeTrained(const std::string& planDir, const std::stri
 
 std::size_t PipelineTrainer::stages() const { return state_->stages.size(); }
 
-const std::vector<std::string>& PipelineTrainer::graphInputs() const { return state_->graphInputs; }
+const std::vector<std::string>& PipelineTrainer::graphInputs() const { return state_->plan->graphInputs(); }
 
 std::vector<std::string> PipelineTrainer::ownStages() const {
   std::vector<std::string> names;

@@ -27,6 +27,7 @@
 
 #include "base/expected.h"
 #include "runtime/distributed/communicator.h"
+#include "runtime/model/backend.h"
 #include "pipeline/schedule.h"
 #include "runtime/training/train.h"
 
@@ -65,10 +66,12 @@ struct StepTiming {
 
 class PipelineTrainer {
 public:
-  // Loads the plan and this rank's stages (stage s on rank s % worldSize); no communication, so
-  // every check of the user's input can come before connecting.
+  // Loads the plan (runtime/model/loaded_plan.h: stage s on rank s % worldSize) and lowers this
+  // rank's stages as trainable executors on `backend`, or on the backend a stage's device names
+  // (runtime/model/plan_backends.h); no communication, so every check of the user's input can come
+  // before connecting. Fails: what LoadedPlan::load and Backend::lowerTrainable fail with.
   static Expected<std::unique_ptr<PipelineTrainer>> create(const std::string& planDir, const TrainOptions& options,
-                                                          int rank, int worldSize);
+                                                          int rank, int worldSize, const Backend& backend);
   // Collective: joins the ranks on `comm` (its rank and size as create's) and makes tied copies
   // equal. Before the first step.
   Status connect(Communicator& comm);

@@ -25,6 +25,19 @@ public:
       : name_(std::move(name)), device_(device), optimizations_(optimizations), floatType_(floatType) {}
   const std::string& name() const override { return name_; }
   Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const override {
+    CLEAVE_TRY(std::unique_ptr<Executor> executor, makeExecutor(std::move(graph), false));
+    return std::unique_ptr<LoweredModule>(new ExecutorModule(std::move(executor), device_));
+  }
+  Expected<std::unique_ptr<Executor>> lowerTrainable(std::shared_ptr<const ir::Graph> graph) const override {
+    if (floatType_)
+      return Error(ErrorCode::Unsupported) << "backend " << name_ << " does not train: it computes in "
+                                           << c10::toString(*floatType_)
+                                           << " without float32 master weights (train on aten-cpu or aten-cuda)";
+    return makeExecutor(std::move(graph), true);
+  }
+
+private:
+  Expected<std::unique_ptr<Executor>> makeExecutor(std::shared_ptr<const ir::Graph> graph, bool trainable) const {
     if (device_.is_cuda() && !at::hasCUDA())
       return Error(ErrorCode::Unsupported) << "backend " << name_
                                            << ": this build's libtorch has no CUDA (configure with -DCLEAVE_TORCH_DIR "
@@ -33,11 +46,10 @@ public:
     options.device = device_;
     options.floatType = floatType_;
     options.optimizations = optimizations_;
-    CLEAVE_TRY(std::unique_ptr<Executor> executor, Executor::create(std::move(graph), options));
-    return std::unique_ptr<LoweredModule>(new ExecutorModule(std::move(executor), device_));
+    options.trainable = trainable;
+    return Executor::create(std::move(graph), options);
   }
 
-private:
   std::string name_;
   at::Device device_;
   Optimizations optimizations_;
@@ -50,20 +62,30 @@ public:
       : name_(std::move(name)), profile_(std::move(profile)), optimizations_(optimizations) {}
   const std::string& name() const override { return name_; }
   Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const override {
-    for (std::uint32_t n = 0; n < graph->numNodes(); ++n) {
-      ir::NodeId node{n};
-      if (!graph->isCallable(node))
-        continue;
-      support::Decision decision = profile_.decide(*graph, node);
-      if (!decision.supported)
-        return Error(ErrorCode::Unsupported) << "backend " << name_ << " refuses node '" << graph->name(node) << "' ("
-                                             << graph->target(node) << "): " << support::reasonName(decision.reason)
-                                             << (decision.detail.empty() ? "" : ", " + decision.detail);
-    }
+    CLEAVE_CHECK(checkSupported(*graph));
     return AtenBackend("aten-cpu", at::kCPU, optimizations_).lower(std::move(graph));
+  }
+  Expected<std::unique_ptr<Executor>> lowerTrainable(std::shared_ptr<const ir::Graph> graph) const override {
+    CLEAVE_CHECK(checkSupported(*graph));
+    return AtenBackend("aten-cpu", at::kCPU, optimizations_).lowerTrainable(std::move(graph));
   }
 
 private:
+  // Fails: Unsupported naming the first node the profile does not support, and why.
+  Status checkSupported(const ir::Graph& graph) const {
+    for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
+      ir::NodeId node{n};
+      if (!graph.isCallable(node))
+        continue;
+      support::Decision decision = profile_.decide(graph, node);
+      if (!decision.supported)
+        return Error(ErrorCode::Unsupported) << "backend " << name_ << " refuses node '" << graph.name(node) << "' ("
+                                             << graph.target(node) << "): " << support::reasonName(decision.reason)
+                                             << (decision.detail.empty() ? "" : ", " + decision.detail);
+    }
+    return {};
+  }
+
   std::string name_;
   support::Profile profile_;
   Optimizations optimizations_;

@@ -39,6 +39,11 @@ public:
   virtual const std::string& name() const = 0;
   // Fails: Unsupported (an op this backend cannot run, named with its node).
   virtual Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const = 0;
+  // The graph as a trainable executor on this backend's device (ExecutorOptions::trainable: its
+  // floating parameters are leaves that gather gradients; runtime/training/). Fails like lower,
+  // and Unsupported where the backend does not train (a low-precision one: training in bfloat16
+  // wants float32 master weights, which it does not keep).
+  virtual Expected<std::unique_ptr<Executor>> lowerTrainable(std::shared_ptr<const ir::Graph> graph) const = 0;
 };
 
 // Fails: InvalidArgument (unknown backend name), what loading the profile fails with.

@@ -1,6 +1,7 @@
 #include "runtime/model/lower_and_run.h"
 
 #include "ir/extract.h"
+#include "runtime/model/loaded_plan.h"
 
 namespace cleave::runtime {
 using ir::NodeId;
@@ -47,22 +48,22 @@ Expected<std::pair<ir::Graph, TensorMap>> extractNodes(const ReferenceRun& refer
   return std::make_pair(std::move(part), reference.valuesByName(boundary.inputs));
 }
 
-TrialResult tryNodes(const ReferenceRun& reference, const std::vector<NodeId>& nodes, const Backend& backend,
-                     const AllClose& tolerance) {
+TrialResult trySubgraph(const ReferenceRun& reference, std::shared_ptr<const ir::Graph> part, const Backend& backend,
+                        const AllClose& tolerance) {
   TrialResult result;
-  Expected<std::pair<ir::Graph, TensorMap>> part = extractNodes(reference, nodes);
-  if (!part)
-    return {TrialOutcome::LoweringFailed, part.error().message()};
-  auto graph = std::make_shared<const ir::Graph>(std::move(part->first));
-  Expected<std::unique_ptr<LoweredModule>> module = backend.lower(graph);
+  const ir::Graph& whole = reference.graph();
+  TensorMap feeds;
+  for (const std::string& name : ir::graphInputNames(*part))
+    feeds[name] = reference.value(whole.findValue(name));
+  Expected<std::unique_ptr<LoweredModule>> module = backend.lower(part);
   if (!module)
     return {TrialOutcome::LoweringFailed, module.error().message()};
-  Expected<TensorMap> outputs = (*module)->run(part->second);
+  Expected<TensorMap> outputs = (*module)->run(feeds);
   if (!outputs)
     return {TrialOutcome::RunFailed, outputs.error().message()};
-  for (ir::ValueId value : graph->graphOutputs()) {
-    std::string name(graph->valueName(value));
-    at::Tensor want = reference.value(reference.graph().findValue(name));
+  for (ir::ValueId value : part->graphOutputs()) {
+    std::string name(part->valueName(value));
+    at::Tensor want = reference.value(whole.findValue(name));
     at::Tensor got = outputs->at(name).to(at::kCPU);
     if (want.sizes() != got.sizes() || want.scalar_type() != got.scalar_type()) {
       return {TrialOutcome::Mismatch, "output '" + name + "' has another shape or dtype"};
@@ -81,17 +82,27 @@ TrialResult tryNodes(const ReferenceRun& reference, const std::vector<NodeId>& n
   return result;
 }
 
-std::vector<SubmoduleTrial> tryAccSubmodules(const ReferenceRun& reference, const plan::CutPlan& plan,
-                                             const Backend& backend, const AllClose& tolerance) {
+TrialResult tryNodes(const ReferenceRun& reference, const std::vector<NodeId>& nodes, const Backend& backend,
+                     const AllClose& tolerance) {
+  Expected<std::pair<ir::Graph, TensorMap>> part = extractNodes(reference, nodes);
+  if (!part)
+    return {TrialOutcome::LoweringFailed, part.error().message()};
+  return trySubgraph(reference, std::make_shared<const ir::Graph>(std::move(part->first)), backend, tolerance);
+}
+
+Expected<std::vector<SubmoduleTrial>> tryAccSubmodules(const ReferenceRun& reference, const plan::CutPlan& cut,
+                                                       const Backend& backend, const AllClose& tolerance) {
+  CLEAVE_TRY(LoadedPlan loaded, LoadedPlan::fromCut(reference.graph(), cut));
   std::vector<SubmoduleTrial> trials;
-  for (const plan::Submodule& submodule : plan.submodules) {
+  for (std::size_t s = 0; s < loaded.size(); ++s) {
+    const PlacedSubmodule& submodule = loaded.submodules()[s];
     if (submodule.role != plan::SubmoduleRole::Accelerator)
       continue;
     SubmoduleTrial trial;
     trial.name = submodule.name;
-    trial.result = tryNodes(reference, submodule.nodes, backend, tolerance);
+    trial.result = trySubgraph(reference, submodule.graph, backend, tolerance);
     if (!trial.result.passed())
-      for (NodeId node : submodule.nodes) {
+      for (NodeId node : cut.submodules[s].nodes) {
         TrialResult alone = tryNodes(reference, {node}, backend, tolerance);
         if (!alone.passed()) {
           trial.culprit = node;

@@ -43,6 +43,10 @@ struct TrialResult {
   bool passed() const { return outcome == TrialOutcome::Passed; }
 };
 
+// Runs `part`, a standalone graph whose inputs and outputs are values of the reference's graph
+// (by name), on `backend`, fed and checked with the reference's values.
+TrialResult trySubgraph(const ReferenceRun& reference, std::shared_ptr<const ir::Graph> part, const Backend& backend,
+                        const AllClose& tolerance);
 // Runs the op nodes `nodes` (topological order) of the reference's graph on `backend`.
 TrialResult tryNodes(const ReferenceRun& reference, const std::vector<ir::NodeId>& nodes, const Backend& backend,
                      const AllClose& tolerance);
@@ -51,15 +55,17 @@ TrialResult tryNodes(const ReferenceRun& reference, const std::vector<ir::NodeId
 Expected<std::pair<ir::Graph, TensorMap>> extractNodes(const ReferenceRun& reference,
                                                        const std::vector<ir::NodeId>& nodes);
 
-// split_preview's lower-and-run: every accelerator submodule of `plan` tried on `backend`; for a
-// failing one, the first of its nodes that fails alone (the culprit), if any does.
+// split_preview's lower-and-run: every accelerator submodule of `cut` (a plan of the reference's
+// graph, not yet written) tried on `backend`, as the submodel split would write (its graph from
+// LoadedPlan::fromCut, the model `cleave run` loads from the directory); for a failing one, the
+// first of its nodes that fails alone (the culprit), if any does. Fails: what fromCut fails with.
 struct SubmoduleTrial {
   std::string name;
   TrialResult result;
   std::optional<ir::NodeId> culprit;
   TrialResult culpritResult;
 };
-std::vector<SubmoduleTrial> tryAccSubmodules(const ReferenceRun& reference, const plan::CutPlan& plan,
-                                             const Backend& backend, const AllClose& tolerance);
+Expected<std::vector<SubmoduleTrial>> tryAccSubmodules(const ReferenceRun& reference, const plan::CutPlan& cut,
+                                                       const Backend& backend, const AllClose& tolerance);
 
 } // namespace cleave::runtime

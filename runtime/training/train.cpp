@@ -75,16 +75,15 @@ Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std
 
 Trainer::~Trainer() = default;
 
-Expected<std::unique_ptr<Trainer>> Trainer::create(std::shared_ptr<const ir::Graph> graph, const TrainOptions& options) {
+Expected<std::unique_ptr<Trainer>> Trainer::create(std::shared_ptr<const ir::Graph> graph, const TrainOptions& options,
+                                                   const Backend& backend) {
   std::unique_ptr<Trainer> trainer(new Trainer());
   trainer->state_ = std::make_unique<State>();
   State& s = *trainer->state_;
   s.graph = std::move(graph);
   s.options = options;
   CLEAVE_TRY(s.lossName, lossOutput(*s.graph, options.loss));
-  ExecutorOptions executorOptions;
-  executorOptions.trainable = true;
-  CLEAVE_TRY(s.executor, Executor::create(s.graph, executorOptions));
+  CLEAVE_TRY(s.executor, backend.lowerTrainable(s.graph));
   std::vector<at::Tensor> params;
   for (auto& [name, tensor] : s.executor->trainableParameters())
     params.push_back(tensor);

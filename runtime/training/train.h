@@ -23,6 +23,7 @@
 #include "base/expected.h"
 #include "ir/graph.h"
 #include "runtime/engine/tensors.h"
+#include "runtime/model/backend.h"
 
 namespace cleave::runtime {
 
@@ -59,7 +60,10 @@ Expected<ir::Graph> withTrainedParameters(const ir::Graph& graph,
 
 class Trainer {
 public:
-  static Expected<std::unique_ptr<Trainer>> create(std::shared_ptr<const ir::Graph> graph, const TrainOptions& options);
+  // Lowers the graph as a trainable executor on `backend` (Backend::lowerTrainable). Fails: what
+  // that fails with, InvalidArgument (no loss output, no floating parameters).
+  static Expected<std::unique_ptr<Trainer>> create(std::shared_ptr<const ir::Graph> graph, const TrainOptions& options,
+                                                   const Backend& backend);
   ~Trainer();
 
   // One step on `data` (every graph input; rows along dim 0); returns the batch's mean loss.
