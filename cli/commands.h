@@ -29,7 +29,7 @@ struct Command {
 
 extern const Command kInspectCommand, kGenCommand, kConvertCommand, kSupportCommand, kSplitCommand,
     kPartitionCommand, kPipelineCommand, kScheduleCommand, kRunCommand, kVerifyCommand, kShapesCommand,
-    kMinimizeCommand, kLaunchCommand, kTrainCommand;
+    kMinimizeCommand, kLaunchCommand, kTrainCommand, kSimplifyCommand;
 
 // The command kernel: parses `args` with `app` (its name is the command's, "cleave split"), then
 // runs `body`. Exit 0 after --help or when the body succeeds; 2 on a usage error (CLI11's, or an

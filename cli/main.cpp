@@ -43,10 +43,10 @@ int runCommand(CLI::App& app, const Args& args, std::ostream& out, std::ostream&
 Error usageError() { return Error(ErrorCode::Usage); }
 
 namespace {
-const Command* const kCommands[] = {&kInspectCommand,  &kGenCommand,      &kConvertCommand, &kSupportCommand,
-                                    &kSplitCommand,    &kPartitionCommand, &kPipelineCommand, &kScheduleCommand,
-                                    &kRunCommand,      &kVerifyCommand,   &kShapesCommand,  &kMinimizeCommand,
-                                    &kTrainCommand,    &kLaunchCommand};
+const Command* const kCommands[] = {&kInspectCommand, &kGenCommand,      &kConvertCommand,  &kSimplifyCommand,
+                                    &kSupportCommand, &kSplitCommand,    &kPartitionCommand, &kPipelineCommand,
+                                    &kScheduleCommand, &kRunCommand,     &kVerifyCommand,   &kShapesCommand,
+                                    &kMinimizeCommand, &kTrainCommand,   &kLaunchCommand};
 
 void printUsage(std::ostream& out) {
   out << "cleave - cut neural-network graphs across devices\n\n"

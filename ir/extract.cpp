@@ -134,6 +134,16 @@ Expected<Graph> extractSubgraph(const Graph& graph, const SubgraphSpec& spec) {
       builder.addParameter(std::move(copy), graph.valueType(graph.outputs(paramNode)[0]));
     }
   }
+  for (const AddedParameter& added : spec.addedParameters) {
+    Parameter parameter;
+    parameter.name = std::string(graph.valueName(added.value));
+    parameter.dtype = added.dtype;
+    parameter.dims = added.dims;
+    parameter.bytes = static_cast<std::int64_t>(added.bytes.size());
+    parameter.isBuffer = true; // a constant, never trained
+    parameter.data = builder.appendInlineData(added.bytes);
+    builder.addParameter(std::move(parameter), ValueType::tensor(added.dtype, added.dims));
+  }
   for (NodeId node : spec.nodes)
     builder.addNode(copyOf(graph, node, spec.types));
   std::vector<std::string> outputs;

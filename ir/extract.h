@@ -35,6 +35,15 @@ struct NodeSetBoundary {
 };
 NodeSetBoundary boundaryOf(const Graph& graph, std::span<const NodeId> nodes);
 
+// A constant the cut holds as a new parameter named as `value` (a value its source graph computes,
+// e.g. folded shape arithmetic), its bytes inline; the node that made it need not be in the cut.
+struct AddedParameter {
+  ValueId value = kNoValue;
+  DType dtype = DType::Undefined;
+  std::vector<std::int64_t> dims;
+  std::string bytes;
+};
+
 struct SubgraphSpec {
   std::string name;                     // the new graph's name
   std::span<const NodeId> nodes;        // topological order
@@ -43,6 +52,7 @@ struct SubgraphSpec {
   const IdVector<ValueId, ValueType>* types = nullptr; // replaces the source's value types
   // Replaces the bytes of the named parameters (and of their aliases), e.g. trained weights.
   const std::map<std::string, std::string>* parameterBytes = nullptr;
+  std::span<const AddedParameter> addedParameters = {}; // new parameters (not buffers of the source)
 };
 [[nodiscard]] Expected<Graph> extractSubgraph(const Graph& graph, const SubgraphSpec& spec);
 
