@@ -3,6 +3,7 @@
 #include "base/file_io.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/planning_model.h"
 #include "io/model_loader.h"
 #include "partition/partition.h"
 #include "report/partition_report.h"
@@ -14,7 +15,7 @@ struct PartitionFlags {
   std::string path, devicesPath, latencyPath, aotPath;
   OutputDirectoryFlags output;
   partition::PartitionOptions options;
-  bool json = false, estimate = false, memorySvg = false;
+  bool json = false, estimate = false, memorySvg = false, noSimplify = false;
   double flops = 1e12, bandwidth = 1e11;
 };
 
@@ -29,6 +30,7 @@ void describe(CLI::App& app, PartitionFlags& flags) {
   app.add_flag("--saturate-host", flags.options.saturateHost,
                "replicate the partitions onto idle devices (torch's saturate_host)");
   CLI::Option* output = addPlanOutput(app, flags.output);
+  addSimplifyFlag(app, flags.noSimplify);
   CLI::Option* latency =
       app.add_option("--latency", flags.latencyPath, "node latencies (JSON: node -> mem_latency_sec, computer_latency_sec)");
   app.add_flag("--estimate", flags.estimate, "estimate node latencies from FLOPs and bytes (--flops, --bandwidth)")
@@ -70,7 +72,10 @@ Status partitionModel(const PartitionFlags& flags, std::ostream& out, std::ostre
   CLEAVE_TRY(std::optional<OutputDirectory> outDir,
              openOutputDirectory(flags.output, {flags.path, flags.devicesPath, flags.latencyPath, flags.aotPath}));
   CLEAVE_TRY(partition::DeviceSet devices, partition::loadDevices(flags.devicesPath));
-  CLEAVE_TRY(ir::Graph graph, io::loadModel(flags.path));
+  // --latency and --aot name the nodes of the model as read, so it is planned as read.
+  const bool namesNodes = !flags.latencyPath.empty() || !flags.aotPath.empty();
+  CLEAVE_TRY(PlanningModel model, loadPlanningModel(flags.path, {.simplify = !flags.noSimplify && !namesNodes}));
+  const ir::Graph& graph = model.graph;
   partition::PartitionOptions options = flags.options;
   CLEAVE_CHECK(loadLatencies(graph, flags, options));
   if (!flags.aotPath.empty()) {
@@ -79,7 +84,9 @@ Status partitionModel(const PartitionFlags& flags, std::ostream& out, std::ostre
   }
   CLEAVE_TRY(partition::PartitionReport result, partition::partitionGraph(graph, devices, options));
   Json summary = report::partitionReportJson(graph, result);
-  PlanReport files{report::partitionReportText(result), dumpJson(summary)};
+  if (model.folding)
+    summary["simplify"] = report::foldingJson(*model.folding);
+  PlanReport files{withFoldingLine(model, report::partitionReportText(result)), dumpJson(summary)};
   files.planExtra["mode"] = summary["mode"];
   // Where cleave run lowers each partition: its device's backend (runtime/model/cut_model.h).
   if (Json backends = report::deviceBackendsJson(result); !backends.empty())

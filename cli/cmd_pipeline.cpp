@@ -4,6 +4,7 @@
 #include "base/file_io.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/planning_model.h"
 #include "io/fixed_batch.h"
 #include "io/model_loader.h"
 #include "report/pipeline_report.h"
@@ -16,7 +17,7 @@ struct PipelineFlags {
   OutputDirectoryFlags output;
   pipeline::PipelineOptions options;
   std::int64_t microbatches = 1; // the run it is planned for: checks that the batch can be split
-  bool json = false;
+  bool json = false, noSimplify = false;
 };
 
 void describe(CLI::App& app, PipelineFlags& flags) {
@@ -39,6 +40,7 @@ void describe(CLI::App& app, PipelineFlags& flags) {
                  "is refused, naming the node")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
   addPlanOutput(app, flags.output);
+  addSimplifyFlag(app, flags.noSimplify);
   addJsonFlag(app, flags.json);
 }
 
@@ -51,7 +53,11 @@ Status pipelineModel(const PipelineFlags& flags, std::ostream& out, std::ostream
     CLEAVE_TRY(options.spec, pipeline::parseSplitSpec(text, flags.specPath));
   }
   CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.specPath}));
-  CLEAVE_TRY(ir::Graph graph, io::loadModel(flags.path));
+  // Folds only what holds for any batch, so microbatches run; a split spec names the nodes of the
+  // model as read, so it is planned as read.
+  CLEAVE_TRY(PlanningModel model,
+             loadPlanningModel(flags.path, {.simplify = !flags.noSimplify && flags.specPath.empty(), .anyRows = true}));
+  const ir::Graph& graph = model.graph;
   if (flags.microbatches > 1 && graph.modelInfo().format == ir::SourceFormat::Onnx) {
     // An analysis that fails (onnx's inference cannot type the model) leaves it unknown, not held.
     Expected<io::FixedBatch> fixed = io::findFixedBatch(flags.path);
@@ -61,7 +67,11 @@ Status pipelineModel(const PipelineFlags& flags, std::ostream& out, std::ostream
   }
   CLEAVE_TRY(pipeline::PipelinePlan plan, pipeline::planPipeline(graph, options));
   Json summary = report::pipelineReportJson(graph, plan, options);
-  PlanReport files{report::pipelineReportText(graph, plan, options), dumpJson(summary)};
+  if (model.folding)
+    summary["simplify"] = report::foldingJson(*model.folding);
+  else if (!model.skipped.empty())
+    summary["simplify"] = {{"skipped", model.skipped}};
+  PlanReport files{withFoldingLine(model, report::pipelineReportText(graph, plan, options)), dumpJson(summary)};
   files.planExtra["pipeline"] = summary;
   files.transmitted = plan.transmitted;
   return writePlanAndPrint(graph, plan.plan, flags.path, flags.output, outDir, std::move(files), flags.json, out);

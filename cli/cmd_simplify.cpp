@@ -1,10 +1,10 @@
 // cli/cmd_simplify.cpp - `cleave simplify MODEL -o OUT.onnx [--json]`: the shape arithmetic of an
 // ONNX export folded to constants where the shapes are static (simplify/shape_folding.h), then
-// written back as ONNX. Prints what it folded.
+// written back as ONNX (cli/planning_model.h, as split/partition/pipeline fold). Prints what it folded.
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "io/model_loader.h"
-#include "simplify/shape_folding.h"
+#include "cli/planning_model.h"
+#include "io/onnx.h"
 
 namespace cleave::cli {
 
@@ -12,7 +12,7 @@ namespace {
 struct SimplifyFlags {
   std::string input, output;
   std::int64_t externalThreshold = 0;
-  bool json = false;
+  bool json = false, anyBatch = false;
 };
 
 void describe(CLI::App& app, SimplifyFlags& flags) {
@@ -24,35 +24,28 @@ void describe(CLI::App& app, SimplifyFlags& flags) {
   app.add_option("-o,--output", flags.output, "the .onnx file to write")->required();
   app.add_option("--external-data", flags.externalThreshold,
                  "write parameters of at least this many bytes to OUT.onnx.data (0: inline)");
+  app.add_flag("--any-batch", flags.anyBatch,
+               "fold only what holds for any batch (the inputs' dim 0 read as free), as pipeline does, so the "
+               "model still runs other batch sizes");
   addJsonFlag(app, flags.json);
 }
 
 Status simplify(const SimplifyFlags& flags, std::ostream& out, std::ostream&) {
-  CLEAVE_TRY(ir::Graph graph, io::loadModel(flags.input));
-  if (graph.modelInfo().format != ir::SourceFormat::Onnx)
+  CLEAVE_TRY(PlanningModel model, loadPlanningModel(flags.input, {.anyRows = flags.anyBatch}));
+  if (model.graph.modelInfo().format != ir::SourceFormat::Onnx)
     return Error(ErrorCode::InvalidArgument) << flags.input << ": simplify folds ONNX models (an FX graph keeps torch's "
                                                                "shape logic: split it as it is)";
-  const simplify::FoldPlan plan = simplify::planShapeFolding(graph);
-  CLEAVE_TRY(ir::Graph folded, simplify::applyFoldPlan(graph, plan));
-  CLEAVE_CHECK(io::writeOnnx(folded, flags.output, {.externalDataThreshold = flags.externalThreshold}));
-  Json byOp = Json::object();
-  for (const auto& [op, count] : plan.foldedByOp)
-    byOp[op] = count;
+  if (!model.skipped.empty())
+    return Error(ErrorCode::Unsupported) << flags.input << ": " << model.skipped;
+  CLEAVE_CHECK(io::writeOnnx(model.graph, flags.output, {.externalDataThreshold = flags.externalThreshold}));
+  const report::FoldingReport folding = model.folding.value_or(report::FoldingReport{.anyRows = flags.anyBatch});
   if (flags.json) {
-    out << toJsonText(Json{{"model", flags.input}, {"output", flags.output}, {"folded_nodes", plan.folded},
-                           {"removed_nodes", plan.removed}, {"constants", plan.constants.size()},
-                           {"kept_nodes", plan.kept.size()}, {"folded_by_op", byOp}})
-        << "\n";
+    Json json{{"model", flags.input}, {"output", flags.output}};
+    json.update(report::foldingJson(folding));
+    out << toJsonText(json) << "\n";
     return {};
   }
-  out << "folded " << plan.folded << " nodes to constants and removed " << plan.removed << " (" << plan.kept.size()
-      << " op nodes remain, " << plan.constants.size() << " new initializers)";
-  if (!plan.foldedByOp.empty()) {
-    out << ":";
-    for (const auto& [op, count] : plan.foldedByOp)
-      out << " " << op << " " << count;
-  }
-  out << "\nwrote " << flags.output << "\n";
+  out << report::foldingText(folding) << "wrote " << flags.output << "\n";
   return {};
 }
 } // namespace

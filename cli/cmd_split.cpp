@@ -4,6 +4,7 @@
 #include "base/json.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/planning_model.h"
 #include "cli/runtime_options.h"
 #include "io/model_loader.h"
 #include "report/split_report.h"
@@ -18,7 +19,7 @@ struct SplitFlags {
   std::string path, profilePath;
   OutputDirectoryFlags output;
   split::SplitOptions options;
-  bool json = false, preview = false, dumpInputs = false, lowerAndRun = false, dot = false;
+  bool json = false, preview = false, dumpInputs = false, lowerAndRun = false, dot = false, noSimplify = false;
   double pcieGiBps = 100.0;
   RuntimeOptions runtime;
   runtime::AllClose tolerance = runtime::kCutTolerance;
@@ -44,6 +45,7 @@ void describe(CLI::App& app, SplitFlags& flags) {
   app.add_flag("--move-non-tensor-boundary", options.moveNonTensorBoundary,
                "move non-tensor acc nodes next to their users in another submodule (torch's "
                "move_non_tensor_nodes_on_boundary; useful with --allow-non-tensor)");
+  addSimplifyFlag(app, flags.noSimplify);
   app.add_flag("--preview", flags.preview, "report per acc subgraph sizes, PCIe-bound max QPS and the bottleneck");
   app.add_option("--pcie-gbps", flags.pcieGiBps, "PCIe bandwidth for --preview, GiB/s")
       ->capture_default_str()
@@ -117,18 +119,31 @@ Json splitSettings(const support::Profile& profile, const split::SplitOptions& o
   return extra;
 }
 
+Expected<split::SplitResult> splitWithProfile(const ir::Graph& graph, const support::Profile& profile,
+                                             const split::SplitOptions& options) {
+  IdVector<ir::NodeId, support::Decision> decisions = support::decideAll(graph, profile);
+  return split::splitGraph(graph, decisions, options);
+}
+
 Status splitModel(const SplitFlags& flags, std::ostream& out, std::ostream&) {
   if (flags.output.path.empty() && !flags.preview)
     return usageError() << "-o DIR is required (or --preview alone)";
   CLEAVE_TRY(std::optional<OutputDirectory> outDir,
              openOutputDirectory(flags.output, {flags.path, flags.profilePath, flags.runtime.inputsPath}));
   CLEAVE_TRY(support::Profile profile, support::Profile::load(flags.profilePath));
-  CLEAVE_TRY(ir::Graph graph, io::loadModel(flags.path));
-  IdVector<ir::NodeId, support::Decision> decisions = support::decideAll(graph, profile);
-  CLEAVE_TRY(split::SplitResult result, split::splitGraph(graph, decisions, flags.options));
+  CLEAVE_TRY(PlanningModel model, loadPlanningModel(flags.path, {.simplify = !flags.noSimplify, .keepUnfolded = true}));
+  const ir::Graph& graph = model.graph;
+  CLEAVE_TRY(split::SplitResult result, splitWithProfile(graph, profile, flags.options));
+  if (model.folding && model.unfolded) { // what folding saved: the same split of the model as read
+    CLEAVE_TRY(split::SplitResult unfolded, splitWithProfile(*model.unfolded, profile, flags.options));
+    model.folding->submodulesUnfolded = unfolded.plan.submodules.size();
+    model.folding->submodulesFolded = result.plan.submodules.size();
+    model.unfolded.reset();
+  }
   std::vector<plan::Boundary> boundaries = plan::computeBoundaries(graph, result.plan);
   split::SplitPreview preview = split::previewSplit(graph, result.plan, boundaries, flags.pcieGiBps * double(1ull << 30));
-  report::SplitReport splitReport{result, preview, flags.lowerAndRun ? flags.runtime.backend : "", {}};
+  report::SplitReport splitReport{result, preview, flags.lowerAndRun ? flags.runtime.backend : "", {},
+                                  model.folding ? &*model.folding : nullptr};
   std::string submoduleInputs;
   if (flags.lowerAndRun || flags.dumpInputs) {
     CLEAVE_TRY(submoduleInputs, runTheModel(flags, graph, result, boundaries, splitReport.trials));

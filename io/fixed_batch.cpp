@@ -68,30 +68,6 @@ std::map<std::string, std::vector<std::int64_t>> shapeConstants(const onnx::Grap
 }
 
 
-// Makes dim 0 of every graph input that has `batch` rows the rows symbol; fills `fixed`.
-void freeTheRows(onnx::GraphProto& graph, FixedBatch& fixed) {
-  std::unordered_set<std::string> initializers; // old exports list every initializer as an input too
-  for (const onnx::TensorProto& tensor : graph.initializer())
-    initializers.insert(tensor.name());
-  for (onnx::ValueInfoProto& input : *graph.mutable_input()) {
-    if (!input.type().has_tensor_type() || !input.type().tensor_type().has_shape() || initializers.count(input.name()))
-      continue;
-    onnx::TensorShapeProto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
-    if (shape->dim_size() == 0 || !shape->dim(0).has_dim_value())
-      continue;
-    if (fixed.batch < 0)
-      fixed.batch = shape->dim(0).dim_value();
-    if (shape->dim(0).dim_value() != fixed.batch)
-      continue;
-    shape->mutable_dim(0)->set_dim_param(kRowsSymbol);
-    fixed.batchedInputs.push_back(input.name());
-  }
-  graph.clear_value_info(); // inferred anew, from the free rows
-  for (onnx::ValueInfoProto& output : *graph.mutable_output())
-    if (output.type().has_tensor_type())
-      output.mutable_type()->mutable_tensor_type()->clear_shape();
-}
-
 // Whether Reshape's constant target can follow the rows: -1 infers a dim, 0 copies one (unless
 // allowzero says 0 is an extent).
 bool targetAdapts(const onnx::NodeProto& node, const std::vector<std::int64_t>& target) {
@@ -127,6 +103,29 @@ std::vector<BatchHolder> reshapesHoldingRows(const onnx::GraphProto& graph, cons
   return holders;
 }
 } // namespace
+
+void freeTheRows(onnx::GraphProto& graph, FixedBatch& fixed) {
+  std::unordered_set<std::string> initializers; // old exports list every initializer as an input too
+  for (const onnx::TensorProto& tensor : graph.initializer())
+    initializers.insert(tensor.name());
+  for (onnx::ValueInfoProto& input : *graph.mutable_input()) {
+    if (!input.type().has_tensor_type() || !input.type().tensor_type().has_shape() || initializers.count(input.name()))
+      continue;
+    onnx::TensorShapeProto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
+    if (shape->dim_size() == 0 || !shape->dim(0).has_dim_value())
+      continue;
+    if (fixed.batch < 0)
+      fixed.batch = shape->dim(0).dim_value();
+    if (shape->dim(0).dim_value() != fixed.batch)
+      continue;
+    shape->mutable_dim(0)->set_dim_param(kRowsSymbol);
+    fixed.batchedInputs.push_back(input.name());
+  }
+  graph.clear_value_info(); // inferred anew, from the free rows
+  for (onnx::ValueInfoProto& output : *graph.mutable_output())
+    if (output.type().has_tensor_type())
+      output.mutable_type()->mutable_tensor_type()->clear_shape();
+}
 
 Expected<FixedBatch> findFixedBatch(const std::string& path, std::int64_t batch) {
   CLEAVE_TRY(std::shared_ptr<const MappedFile> file, MappedFile::open(path));

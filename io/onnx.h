@@ -28,6 +28,11 @@ enum class ShapeInference : std::uint8_t {
 
 struct OnnxReadOptions {
   ShapeInference shapeInference = ShapeInference::Auto;
+  // Read the model as any batch would see it: dim 0 of the graph inputs that share the first
+  // input's static dim 0 becomes a symbol, and every other type is inferred anew from it (onnx's
+  // inference, as io/fixed_batch.h does). Value and node ids are those of a plain read, so a plan
+  // computed on this graph applies to that one (simplify's folding of what holds for any batch).
+  bool freeRows = false;
 };
 
 inline constexpr std::int64_t kMinOnnxOpset = 11;
@@ -61,6 +66,22 @@ inline constexpr std::int64_t kMaxOnnxOpset = 18;
                                                    const std::vector<std::string>& outerValues,
                                                    const std::vector<std::pair<std::string, std::int64_t>>& opsetImports,
                                                    const std::string& what);
+
+// A tensor attribute's value (the serialized TensorProto an ir::Attribute of kind Tensor holds):
+// its dtype, dims and little-endian bytes. Fails: ParseError (not a TensorProto, an unknown
+// dtype), Unsupported (external or string data).
+struct TensorValue {
+  ir::DType dtype = ir::DType::Undefined;
+  std::vector<std::int64_t> dims;
+  std::string bytes;
+};
+[[nodiscard]] Expected<TensorValue> decodeTensorAttribute(std::string_view proto, const std::string& what);
+
+// onnx's shape inference run anew on `graph` as it now is (folding can make shapes computable that
+// were not), without its large weights' bytes: each value's type as inference sees it, indexed by
+// ValueId (ValueKind::Unknown where it says nothing). In a child process, as on reading.
+// Fails: what inference refuses (a conflict between a declared and an inferred type).
+[[nodiscard]] Expected<std::vector<ir::ValueType>> inferValueTypes(const ir::Graph& graph);
 
 struct OnnxWriteOptions {
   // Parameters of at least this many bytes go to `<file>.data` beside the model (ONNX external

@@ -24,6 +24,7 @@
 #include "base/file_io.h"
 #include "base/isolated_call.h"
 #include "base/mapped_file.h"
+#include "io/fixed_batch.h"
 #include "io/onnx.h"
 #include "io/onnx_inference.h"
 #include "io/protobuf_wire.h"
@@ -559,6 +560,10 @@ Status OnnxScanner::declareInferredTypes() {
     return corrupt("the model");
   std::string().swap(stripped);
   CLEAVE_CHECK(checkBeforeInference(model.graph(), {}));
+  if (options_.freeRows) {
+    FixedBatch rows;
+    freeTheRows(*model.mutable_graph(), rows);
+  }
   CLEAVE_TRY(onnx::GraphProto graph, inferTypesIsolated(model));
   for (const auto* list : {&graph.input(), &graph.value_info(), &graph.output()})
     for (const onnx::ValueInfoProto& info : *list)
@@ -723,6 +728,9 @@ Status OnnxScanner::addInput(std::string_view valueInfo,
     return {}; // old-style models list initializers as inputs too
   if (name.empty())
     return Error(ErrorCode::ParseError) << "a graph input has no name";
+  if (options_.freeRows) // the input as inference saw it: its dim 0 the rows symbol
+    if (const std::string_view* declared = declared_.find(builder_, name))
+      typeBytes = *declared;
   ir::ValueType type;
   if (!typeBytes.empty())
     CLEAVE_CHECK(fillValueType(typeBytes, "input '" + std::string(name) + "'", type));
@@ -874,18 +882,14 @@ Expected<bool> OnnxScanner::addAsParameter(const ir::NodeSpec& spec) {
   std::string bytes;
   const std::string what = "Constant '" + name + "'";
   if (attr.name == "value" && attr.kind == ir::AttrKind::Tensor) {
-    onnx::TensorProto tensor;
-    if (!tensor.ParseFromString(attr.text))
-      return corrupt(what);
-    if (tensor.data_location() == onnx::TensorProto::EXTERNAL || tensor.data_type() == onnx::TensorProto::STRING)
+    Expected<TensorValue> tensor = decodeTensorAttribute(attr.text, what);
+    if (!tensor && tensor.error().code() == ErrorCode::Unsupported)
       return false;
-    CLEAVE_TRY(param.dtype, toDType(tensor.data_type(), what));
-    param.dims.assign(tensor.dims().begin(), tensor.dims().end());
-    if (tensor.has_raw_data()) {
-      bytes = tensor.raw_data();
-    } else {
-      CLEAVE_TRY(bytes, typedFieldsToRaw(tensor, param.dtype));
-    }
+    if (!tensor)
+      return std::move(tensor.error());
+    param.dtype = tensor->dtype;
+    param.dims = std::move(tensor->dims);
+    bytes = std::move(tensor->bytes);
   } else if (attr.name == "value_float" && attr.kind == ir::AttrKind::Float) {
     param.dtype = DType::F32;
     appendAs<std::vector<double>, float>(bytes, {attr.floatValue});
@@ -923,7 +927,7 @@ Expected<ir::GraphBuilder> OnnxScanner::scan() {
   builder_.setModelFile(file_);
   std::size_t nodes = spans_.nodes.size() + spans_.inputs.size() + spans_.initializers.size();
   builder_.reserve(nodes, spans_.nodes.size() * 2 + spans_.inputs.size() + spans_.initializers.size());
-  if (options_.shapeInference == ShapeInference::Always)
+  if (options_.shapeInference == ShapeInference::Always || options_.freeRows)
     CLEAVE_CHECK(declareInferredTypes());
   else
     CLEAVE_CHECK(declareTypes());
@@ -1100,6 +1104,38 @@ Expected<ir::Graph> readMappedOnnx(std::shared_ptr<const MappedFile> file, const
   return graph;
 }
 } // namespace
+
+Expected<TensorValue> decodeTensorAttribute(std::string_view proto, const std::string& what) {
+  onnx::TensorProto tensor;
+  if (!tensor.ParseFromArray(proto.data(), static_cast<int>(proto.size())))
+    return Error(ErrorCode::ParseError) << what << " is not a valid TensorProto";
+  if (tensor.data_location() == onnx::TensorProto::EXTERNAL || tensor.data_type() == onnx::TensorProto::STRING)
+    return Error(ErrorCode::Unsupported) << what << " holds external or string data";
+  TensorValue value;
+  CLEAVE_TRY(value.dtype, toDType(tensor.data_type(), what));
+  value.dims.assign(tensor.dims().begin(), tensor.dims().end());
+  if (tensor.has_raw_data()) {
+    value.bytes = tensor.raw_data();
+  } else {
+    CLEAVE_TRY(value.bytes, typedFieldsToRaw(tensor, value.dtype));
+  }
+  return value;
+}
+
+Expected<std::vector<ir::ValueType>> inferValueTypes(const ir::Graph& graph) {
+  CLEAVE_TRY(onnx::ModelProto model, modelForInference(graph));
+  CLEAVE_CHECK(checkBeforeInference(model.graph(), {}));
+  CLEAVE_TRY(onnx::GraphProto inferred, inferTypesIsolated(model));
+  std::vector<ir::ValueType> types(graph.numValues());
+  for (const auto* list : {&inferred.input(), &inferred.value_info(), &inferred.output()})
+    for (const onnx::ValueInfoProto& info : *list) {
+      const ir::ValueId value = graph.findValue(info.name());
+      if (value == ir::kNoValue || !info.has_type())
+        continue;
+      CLEAVE_CHECK(fillValueType(info.type().SerializeAsString(), "value '" + info.name() + "'", types[index(value)]));
+    }
+  return types;
+}
 
 Expected<ir::Graph> readOnnx(const std::string& path, const OnnxReadOptions& options) {
   CLEAVE_TRY(std::shared_ptr<const MappedFile> file, MappedFile::open(path));

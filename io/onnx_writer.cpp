@@ -86,7 +86,12 @@ Status writeAttribute(const ir::Attribute& attr, onnx::AttributeProto* out, std:
 struct ExternalDataSink {
   std::string fileName; // relative to the model
   std::string bytes;
+  bool forInference = false; // initializers over kLargeForInference bytes keep dtype and dims only
 };
+
+// What onnx's inference needs of a large initializer is its dtype and dims (the reader strips the
+// same, io/onnx_inference.h); small integer ones stay, as data propagation reads them.
+constexpr std::int64_t kLargeForInference = 64 * 1024;
 
 // The parameter owning the tensor of the Parameter node `node` when that is a second name of a
 // tensor this graph also holds (ir::Parameter::aliasOf), else null.
@@ -130,6 +135,8 @@ Status writeInitializer(const Graph& graph, NodeId node, onnx::TensorProto* tens
     tensor->set_data_type(static_cast<int>(p.dtype));
     for (std::int64_t dim : p.dims)
       tensor->add_dims(dim);
+    if (sink.forInference && p.bytes > kLargeForInference)
+      continue;
     CLEAVE_TRY(std::string data, graph.readParameterData(param));
     if (options.externalDataThreshold > 0 &&
         static_cast<std::int64_t>(data.size()) >= options.externalDataThreshold) {
@@ -232,6 +239,12 @@ Expected<onnx::ModelProto> toModelProto(const Graph& graph, const OnnxWriteOptio
 }
 
 } // namespace
+
+Expected<onnx::ModelProto> modelForInference(const Graph& graph) {
+  ExternalDataSink sink;
+  sink.forInference = true;
+  return toModelProto(graph, {}, sink);
+}
 
 Status writeOnnx(const Graph& graph, const std::string& path, const OnnxWriteOptions& options) {
   ExternalDataSink sink;

@@ -66,7 +66,26 @@ std::vector<NodeId> ownersOfAliases(const Graph& graph, const std::vector<NodeId
 // neighbouring cuts joined again (joinGraphs), or a pipeline's stages, then hold one tensor, not
 // one per name (a deduplicated BERT encoder's twelve layers read one set of weights through
 // aliases; its cut held twelve).
-std::vector<NodeId> parametersToCopy(const Graph& graph, const SubgraphSpec& spec) {
+// The value a node of the set reads for `value` (SubgraphSpec::readsInstead); dense, and empty
+// (no cost) when nothing is replaced.
+class ReadMap {
+public:
+  ReadMap(const Graph& graph, std::span<const std::pair<ValueId, ValueId>> instead) {
+    if (instead.empty())
+      return;
+    to_.assign(graph.numValues(), kNoValue);
+    for (const auto& [from, to] : instead)
+      to_[index(from)] = to;
+  }
+  ValueId operator()(ValueId value) const {
+    return to_.empty() || value == kNoValue || to_[index(value)] == kNoValue ? value : to_[index(value)];
+  }
+
+private:
+  std::vector<ValueId> to_;
+};
+
+std::vector<NodeId> parametersToCopy(const Graph& graph, const SubgraphSpec& spec, const ReadMap& read) {
   std::vector<NodeId> params;
   auto consider = [&](ValueId value) {
     if (value != kNoValue && graph.kind(graph.producer(value)) == NodeKind::Parameter)
@@ -74,7 +93,7 @@ std::vector<NodeId> parametersToCopy(const Graph& graph, const SubgraphSpec& spe
   };
   for (NodeId node : spec.nodes)
     for (ValueId value : graph.inputs(node))
-      consider(value);
+      consider(read(value));
   for (ValueId value : spec.outputs)
     consider(value);
   std::sort(params.begin(), params.end());
@@ -88,7 +107,7 @@ std::vector<NodeId> parametersToCopy(const Graph& graph, const SubgraphSpec& spe
   return params;
 }
 
-NodeSpec copyOf(const Graph& graph, NodeId node, const IdVector<ValueId, ValueType>* types) {
+NodeSpec copyOf(const Graph& graph, NodeId node, const IdVector<ValueId, ValueType>* types, const ReadMap& read) {
   NodeSpec spec;
   spec.kind = graph.kind(node);
   spec.name = graph.name(node);
@@ -97,7 +116,7 @@ NodeSpec copyOf(const Graph& graph, NodeId node, const IdVector<ValueId, ValueTy
   spec.scope = graph.scope(node);
   spec.implicitInputs = graph.numImplicitInputs(node);
   for (ValueId value : graph.inputs(node))
-    spec.inputs.emplace_back(value == kNoValue ? std::string_view() : graph.valueName(value));
+    spec.inputs.emplace_back(value == kNoValue ? std::string_view() : graph.valueName(read(value)));
   for (ValueId value : graph.outputs(node))
     spec.outputs.push_back({std::string(graph.valueName(value)), types ? (*types)[value] : graph.valueType(value)});
   spec.attributes.assign(graph.attributes(node).begin(), graph.attributes(node).end());
@@ -117,7 +136,8 @@ Expected<Graph> extractSubgraph(const Graph& graph, const SubgraphSpec& spec) {
   builder.setModelFile(graph.modelFile());
   for (ValueId value : spec.inputs)
     builder.addInput(graph.valueName(value), typeOf(value));
-  for (NodeId paramNode : parametersToCopy(graph, spec)) {
+  const ReadMap read(graph, spec.readsInstead);
+  for (NodeId paramNode : parametersToCopy(graph, spec, read)) {
     for (ParamId param : graph.parameters(paramNode)) {
       Parameter copy = graph.parameter(param);
       auto replaced = spec.parameterBytes ? spec.parameterBytes->find(copy.aliasOf.empty() ? copy.name : copy.aliasOf)
@@ -145,7 +165,7 @@ Expected<Graph> extractSubgraph(const Graph& graph, const SubgraphSpec& spec) {
     builder.addParameter(std::move(parameter), ValueType::tensor(added.dtype, added.dims));
   }
   for (NodeId node : spec.nodes)
-    builder.addNode(copyOf(graph, node, spec.types));
+    builder.addNode(copyOf(graph, node, spec.types, read));
   std::vector<std::string> outputs;
   for (ValueId value : spec.outputs)
     outputs.emplace_back(graph.valueName(value));
@@ -236,7 +256,7 @@ Expected<Graph> joinGraphs(const JoinSpec& spec) {
         }
         continue;
       }
-      builder.addNode(copyOf(*part, node, nullptr));
+      builder.addNode(copyOf(*part, node, nullptr, ReadMap(*part, {})));
       for (ValueId value : part->outputs(node))
         made.emplace(part->valueName(value));
     }

@@ -19,6 +19,7 @@
 
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/expected.h"
@@ -53,6 +54,9 @@ struct SubgraphSpec {
   // Replaces the bytes of the named parameters (and of their aliases), e.g. trained weights.
   const std::map<std::string, std::string>* parameterBytes = nullptr;
   std::span<const AddedParameter> addedParameters = {}; // new parameters (not buffers of the source)
+  // A node of the set that reads `first` reads `second` instead (a bypassed Identity's output and
+  // its input); `second` is never itself replaced.
+  std::span<const std::pair<ValueId, ValueId>> readsInstead = {};
 };
 [[nodiscard]] Expected<Graph> extractSubgraph(const Graph& graph, const SubgraphSpec& spec);
 

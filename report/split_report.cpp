@@ -229,6 +229,8 @@ std::string splitReportJson(const ir::Graph& graph, const SplitReport& report) {
   const plan::CutPlan& plan = result.plan;
   JsonWriter out(40 * graph.numNodes() + 160 * plan.reasons.size()); // a name a node, a record a CPU node
   out.beginObject();
+  if (report.folding)
+    out.key("simplify").tree(foldingJson(*report.folding));
   std::uint32_t acc = accSubmodules(plan);
   out.key("acc_subgraphs").unsignedInteger(acc);
   out.key("cpu_subgraphs").unsignedInteger(static_cast<std::uint32_t>(plan.submodules.size()) - acc);
@@ -340,6 +342,8 @@ std::string splitReportText(const ir::Graph& graph, const SplitReport& report, b
   const split::SplitResult& result = report.result;
   std::uint32_t acc = accSubmodules(result.plan);
   std::ostringstream out;
+  if (report.folding)
+    out << foldingText(*report.folding);
   out << "subgraphs: " << acc << " acc, " << result.plan.submodules.size() - acc << " cpu"
       << " (before removing small acc subgraphs: " << result.beforeMinSize.acc << " acc, " << result.beforeMinSize.cpu
       << " cpu; after: " << result.afterMinSize.acc << " acc, " << result.afterMinSize.cpu << " cpu)\n";

@@ -8,6 +8,7 @@
 
 #include "plan/materialize.h"
 #include "base/json.h"
+#include "report/simplify_report.h"
 #include "split/preview.h"
 #include "split/splitter.h"
 #include "support/profile.h"
@@ -33,6 +34,7 @@ struct SplitReport {
   const split::SplitPreview& preview;
   std::string trialBackend; // empty: no lower-and-run section
   std::vector<SubmoduleTrialLine> trials;
+  const FoldingReport* folding = nullptr; // what folding did before the split (null: nothing)
 };
 // report.json / --json. CPU nodes come twice: grouped by (op, reason) with a count and an
 // example, then one by one with the rule behind each.

@@ -7,17 +7,19 @@
 #include <functional>
 #include <limits>
 
+#include "io/onnx.h"
+
 namespace cleave::simplify {
 namespace {
 using ir::DType;
 using Dims = std::vector<std::int64_t>;
 using Result = std::optional<std::vector<Constant>>;
 
-constexpr std::array<std::string_view, 36> kFoldable = {
+constexpr std::array<std::string_view, 38> kFoldable = {
     "Abs",   "Add",       "And",       "Cast",  "Ceil",          "Concat",  "ConstantOfShape", "Div",     "Equal",
     "Expand", "Floor",    "Gather",    "Greater", "GreaterOrEqual", "Identity", "Less",        "LessOrEqual", "Max",
     "Min",   "Mod",       "Mul",       "Neg",   "Not",           "Or",      "Range",           "Reshape", "Shape",
-    "Size",  "Slice",     "Sqrt",      "Squeeze", "Sub",         "Unsqueeze", "Where",         "Xor",     "Sign"};
+    "Size",  "Slice",     "Sqrt",      "Squeeze", "Sub",         "Unsqueeze", "Where",         "Xor",     "Sign", "Transpose", "ScatterND"};
 
 std::int64_t product(const Dims& dims) {
   std::int64_t n = 1;
@@ -503,6 +505,88 @@ Result slice(const OpToFold& op, std::int64_t maxElements) {
   return std::vector<Constant>{gathered(x, std::move(dims), picks)};
 }
 
+// Transpose by `perm` (default: the dims reversed); a perm that is not a permutation of the dims
+// does not fold.
+Result transpose(const OpToFold& op) {
+  const Constant& x = *op.inputs[0];
+  const std::size_t rank = x.dims.size();
+  Dims perm(rank);
+  const ir::Attribute* given = findAttribute(op.attributes, "perm");
+  for (std::size_t k = 0; k < rank; ++k)
+    perm[k] = given ? (k < given->ints.size() ? given->ints[k] : -1) : static_cast<std::int64_t>(rank - 1 - k);
+  if (given && given->ints.size() != rank)
+    return std::nullopt;
+  std::vector<bool> seen(rank, false);
+  for (std::int64_t axis : perm) {
+    if (axis < 0 || axis >= static_cast<std::int64_t>(rank) || seen[static_cast<std::size_t>(axis)])
+      return std::nullopt;
+    seen[static_cast<std::size_t>(axis)] = true;
+  }
+  Constant out = scalarLike(x.dtype, Dims(rank));
+  for (std::size_t k = 0; k < rank; ++k)
+    out.dims[k] = x.dims[static_cast<std::size_t>(perm[k])];
+  Dims inStrides(rank, 1);
+  for (std::size_t k = rank; k-- > 1;)
+    inStrides[k - 1] = inStrides[k] * x.dims[k];
+  const std::int64_t total = x.numel();
+  Dims at(rank, 0); // the output's index, odometer order
+  for (std::int64_t flat = 0; flat < total; ++flat) {
+    std::int64_t from = 0;
+    for (std::size_t k = 0; k < rank; ++k)
+      from += at[k] * inStrides[static_cast<std::size_t>(perm[k])];
+    if (x.floating())
+      out.reals.push_back(x.reals[static_cast<std::size_t>(from)]);
+    else
+      out.ints.push_back(x.ints[static_cast<std::size_t>(from)]);
+    for (std::size_t k = rank; k-- > 0;) {
+      if (++at[k] < out.dims[k])
+        break;
+      at[k] = 0;
+    }
+  }
+  return std::vector<Constant>{std::move(out)};
+}
+
+// ScatterND without reduction: `data` with the slices `indices` names replaced by `updates`;
+// indices may count from the end; one out of range does not fold.
+Result scatterND(const OpToFold& op, std::int64_t maxElements) {
+  if (op.inputs.size() != 3 || !op.inputs[1] || !op.inputs[2] || op.inputs[1]->floating())
+    return std::nullopt;
+  if (const ir::Attribute* reduction = findAttribute(op.attributes, "reduction"); reduction && reduction->text != "none")
+    return std::nullopt;
+  const Constant &data = *op.inputs[0], &indices = *op.inputs[1], &updates = *op.inputs[2];
+  if (indices.dims.empty() || updates.dtype != data.dtype || data.numel() > maxElements)
+    return std::nullopt;
+  const auto depth = static_cast<std::size_t>(indices.dims.back());
+  if (depth == 0 || depth > data.dims.size())
+    return std::nullopt;
+  const std::int64_t slice = product(Dims(data.dims.begin() + static_cast<std::ptrdiff_t>(depth), data.dims.end()));
+  const std::int64_t count = indices.numel() / static_cast<std::int64_t>(depth);
+  if (updates.numel() != count * slice)
+    return std::nullopt;
+  Constant out = data;
+  for (std::int64_t u = 0; u < count; ++u) {
+    std::int64_t offset = 0;
+    for (std::size_t j = 0; j < depth; ++j) {
+      std::int64_t at = indices.ints[static_cast<std::size_t>(u) * depth + j];
+      const std::int64_t extent = data.dims[j];
+      at = at < 0 ? at + extent : at;
+      if (at < 0 || at >= extent)
+        return std::nullopt;
+      offset = offset * extent + at;
+    }
+    offset *= slice;
+    for (std::int64_t e = 0; e < slice; ++e) {
+      const auto to = static_cast<std::size_t>(offset + e), from = static_cast<std::size_t>(u * slice + e);
+      if (data.floating())
+        out.reals[to] = updates.reals[from];
+      else
+        out.ints[to] = updates.ints[from];
+    }
+  }
+  return std::vector<Constant>{std::move(out)};
+}
+
 Result reshape(const OpToFold& op) {
   if (op.inputs.size() != 2 || !op.inputs[0] || !op.inputs[1] || op.inputs[1]->floating())
     return std::nullopt;
@@ -609,18 +693,32 @@ Result where(const OpToFold& op, std::int64_t maxElements) {
 }
 
 Result constantOfShape(const OpToFold& op, std::int64_t maxElements) {
-  // A `value` attribute is a serialized TensorProto, which the core does not decode: only the
-  // default (float32 zeros) folds.
-  if (op.inputs.size() != 1 || !op.inputs[0] || op.inputs[0]->floating() || findAttribute(op.attributes, "value"))
+  if (op.inputs.size() != 1 || !op.inputs[0] || op.inputs[0]->floating())
     return std::nullopt;
+  Constant fill = scalarLike(DType::F32, {}); // the default: float32 zeros
+  fill.reals = {0.0};
+  if (const ir::Attribute* value = findAttribute(op.attributes, "value")) {
+    if (value->kind != ir::AttrKind::Tensor)
+      return std::nullopt;
+    Expected<io::TensorValue> tensor = io::decodeTensorAttribute(value->text, "ConstantOfShape's value");
+    if (!tensor)
+      return std::nullopt;
+    std::optional<Constant> decoded = constantFromBytes(tensor->dtype, tensor->dims, tensor->bytes);
+    if (!decoded || decoded->numel() != 1)
+      return std::nullopt;
+    fill = std::move(*decoded);
+  }
   Dims dims = op.inputs[0]->ints;
   for (std::int64_t d : dims)
     if (d < 0)
       return std::nullopt;
   if (product(dims) > maxElements)
     return std::nullopt;
-  Constant out = scalarLike(DType::F32, dims);
-  out.reals.assign(static_cast<std::size_t>(product(dims)), 0.0);
+  Constant out = scalarLike(fill.dtype, dims);
+  if (fill.floating())
+    out.reals.assign(static_cast<std::size_t>(product(dims)), fill.reals[0]);
+  else
+    out.ints.assign(static_cast<std::size_t>(product(dims)), fill.ints[0]);
   return std::vector<Constant>{std::move(out)};
 }
 
@@ -734,6 +832,10 @@ std::optional<std::vector<Constant>> evaluateOp(const OpToFold& op, std::int64_t
     return slice(op, maxElements);
   if (type == "Reshape")
     return reshape(op);
+  if (type == "Transpose")
+    return transpose(op);
+  if (type == "ScatterND")
+    return scatterND(op, maxElements);
   if (type == "Range")
     return range(op, maxElements);
   if (type == "Expand")

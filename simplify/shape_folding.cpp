@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <deque>
+#include <unordered_map>
 
+#include "io/onnx.h"
 #include "ir/extract.h"
 
 namespace cleave::simplify {
@@ -58,7 +60,9 @@ private:
     std::int64_t elements = 1;
     for (std::int64_t d : p.dims)
       elements *= d;
-    if (!holdsDType(p.dtype) || elements > maxElements_)
+    // A trained weight never folds, however small: training must still see it as a parameter.
+    const bool trained = !p.isBuffer && (p.dtype == ir::DType::F32 || p.dtype == ir::DType::F64);
+    if (!holdsDType(p.dtype) || elements > maxElements_ || trained)
       return std::nullopt;
     Expected<std::string> bytes = graph_.readParameterData(param);
     if (!bytes)
@@ -73,13 +77,37 @@ private:
   std::deque<Constant> pool_; // a deque: find() hands out pointers that later sets must not move
 };
 
-// Shape (opset 15's start/end) or Size of `value` when its dims in that range are static.
-std::optional<Constant> staticShape(const ir::Graph& graph, NodeId node, bool size) {
-  const ValueId value = graph.inputs(node)[0];
+// The extents of `value`'s dims (-1: not static): a constant's own (it may be a fold whose type the
+// graph never knew), else inference's anew where it knows the rank, else the graph's; nullopt when
+// none knows the rank.
+std::optional<std::vector<std::int64_t>> extentsOf(const ir::Graph& graph, ValueId value, const FoldOptions& options,
+                                                   KnownValues& known) {
+  if (const Constant* constant = known.find(value))
+    return constant->dims;
+  if (index(value) < options.inferredTypes.size()) {
+    const ir::Shape& inferred = options.inferredTypes[index(value)].shape;
+    if (inferred.rankKnown) {
+      std::vector<std::int64_t> extents;
+      for (const ir::Dim& dim : inferred.dims)
+        extents.push_back(dim.extent);
+      return extents;
+    }
+  }
   if (!graph.rankKnown(value))
     return std::nullopt;
-  std::span<const ir::DimEntry> dims = graph.dims(value);
-  const auto rank = static_cast<std::int64_t>(dims.size());
+  std::vector<std::int64_t> extents;
+  for (const ir::DimEntry& dim : graph.dims(value))
+    extents.push_back(dim.extent);
+  return extents;
+}
+
+// Shape (opset 15's start/end) or Size of `value` when its dims in that range are static.
+std::optional<Constant> staticShape(const ir::Graph& graph, NodeId node, bool size, const FoldOptions& options,
+                                    KnownValues& known) {
+  const std::optional<std::vector<std::int64_t>> dims = extentsOf(graph, graph.inputs(node)[0], options, known);
+  if (!dims)
+    return std::nullopt;
+  const auto rank = static_cast<std::int64_t>(dims->size());
   std::int64_t start = 0, end = rank;
   if (!size) {
     if (const ir::Attribute* a = graph.findAttribute(node, "start"))
@@ -93,11 +121,11 @@ std::optional<Constant> staticShape(const ir::Graph& graph, NodeId node, bool si
   out.dtype = ir::DType::I64;
   std::int64_t elements = 1;
   for (std::int64_t k = start; k < end; ++k) {
-    const ir::DimEntry& dim = dims[static_cast<std::size_t>(k)];
-    if (dim.extent < 0)
+    const std::int64_t extent = (*dims)[static_cast<std::size_t>(k)];
+    if (extent < 0)
       return std::nullopt;
-    out.ints.push_back(dim.extent);
-    elements *= dim.extent;
+    out.ints.push_back(extent);
+    elements *= extent;
   }
   if (size) {
     out.ints.assign(1, elements);
@@ -107,14 +135,65 @@ std::optional<Constant> staticShape(const ir::Graph& graph, NodeId node, bool si
   return out;
 }
 
+// Gather(Shape(x), indices) when the dims it picks are static, although others of x are not (the
+// exporters' `x.size(2)` on a dynamic batch): an int64 constant of the picked dims.
+std::optional<Constant> gatheredStaticDims(const ir::Graph& graph, NodeId node, KnownValues& known,
+                                           const FoldOptions& options) {
+  std::span<const ValueId> inputs = graph.inputs(node);
+  if (inputs.size() != 2 || inputs[0] == ir::kNoValue || inputs[1] == ir::kNoValue)
+    return std::nullopt;
+  const NodeId shapeNode = graph.producer(inputs[0]);
+  const std::string_view domain = graph.opDomain(shapeNode);
+  if (graph.kind(shapeNode) != ir::NodeKind::Op || graph.opType(shapeNode) != "Shape" ||
+      !(domain.empty() || domain == "ai.onnx"))
+    return std::nullopt;
+  if (const ir::Attribute* axis = graph.findAttribute(node, "axis"); axis && axis->intValue != 0)
+    return std::nullopt;
+  const Constant* indices = known.find(inputs[1]);
+  if (!indices || indices->floating() || indices->dims.size() > 1)
+    return std::nullopt;
+  const std::optional<std::vector<std::int64_t>> dims = extentsOf(graph, graph.inputs(shapeNode)[0], options, known);
+  if (!dims)
+    return std::nullopt;
+  const auto rank = static_cast<std::int64_t>(dims->size());
+  std::int64_t start = 0, end = rank;
+  if (const ir::Attribute* a = graph.findAttribute(shapeNode, "start"))
+    start = a->intValue;
+  if (const ir::Attribute* a = graph.findAttribute(shapeNode, "end"))
+    end = a->intValue;
+  start = std::clamp(start < 0 ? start + rank : start, std::int64_t{0}, rank);
+  end = std::clamp(end < 0 ? end + rank : end, start, rank);
+  Constant out;
+  out.dtype = ir::DType::I64;
+  out.dims = indices->dims;
+  for (std::int64_t index : indices->ints) {
+    const std::int64_t length = end - start;
+    if (index < -length || index >= length)
+      return std::nullopt;
+    const std::int64_t extent = (*dims)[static_cast<std::size_t>(start + (index < 0 ? index + length : index))];
+    if (extent < 0)
+      return std::nullopt;
+    out.ints.push_back(extent);
+  }
+  return out;
+}
+
 // Evaluates op node `node` when it folds; its outputs' constants then join `known`.
-bool fold(const ir::Graph& graph, NodeId node, std::int64_t opset, KnownValues& known, std::int64_t maxElements) {
+bool fold(const ir::Graph& graph, NodeId node, std::int64_t opset, KnownValues& known, const FoldOptions& options) {
   const std::string_view type = graph.opType(node);
   if (type == "Shape" || type == "Size") {
-    std::optional<Constant> shape = staticShape(graph, node, type == "Size");
+    std::optional<Constant> shape = staticShape(graph, node, type == "Size", options, known);
     if (!shape)
       return false;
     known.set(graph.outputs(node)[0], std::move(*shape));
+    return true;
+  }
+  if (type == "Gather" && graph.inputs(node).size() == 2 && graph.inputs(node)[0] != ir::kNoValue &&
+      !known.find(graph.inputs(node)[0])) {
+    std::optional<Constant> picked = gatheredStaticDims(graph, node, known, options);
+    if (!picked)
+      return false;
+    known.set(graph.outputs(node)[0], std::move(*picked));
     return true;
   }
   OpToFold op{type, opset, graph.attributes(node), {}, graph.outputs(node).size()};
@@ -128,7 +207,7 @@ bool fold(const ir::Graph& graph, NodeId node, std::int64_t opset, KnownValues& 
       return false;
     op.inputs.push_back(constant);
   }
-  std::optional<std::vector<Constant>> outputs = evaluateOp(op, maxElements);
+  std::optional<std::vector<Constant>> outputs = evaluateOp(op, options.maxElements);
   if (!outputs)
     return false;
   std::span<const ValueId> values = graph.outputs(node);
@@ -139,28 +218,92 @@ bool fold(const ir::Graph& graph, NodeId node, std::int64_t opset, KnownValues& 
     known.set(values[k], std::move((*outputs)[k]));
   return true;
 }
+// Whether `value` is read only as an explicit operand of op nodes: not a graph output, and no
+// subgraph body reads it by name (an If or Loop's implicit operand).
+bool readOnlyExplicitly(const ir::Graph& graph, ValueId value) {
+  for (NodeId user : graph.users(value)) {
+    if (graph.kind(user) != ir::NodeKind::Op)
+      return false;
+    std::span<const ValueId> inputs = graph.inputs(user);
+    const std::size_t implicitFrom = inputs.size() - graph.numImplicitInputs(user);
+    for (std::size_t k = implicitFrom; k < inputs.size(); ++k)
+      if (inputs[k] == value)
+        return false;
+  }
+  return true;
+}
+
+// An Identity, or a Dropout that passes everything on (no training_mode, a constant false one, or
+// a constant ratio of 0) whose mask nothing reads: its readers can read its input instead. Its output must be read only explicitly.
+bool bypassable(const ir::Graph& graph, NodeId node, KnownValues& known) {
+  const std::string_view type = graph.opType(node);
+  std::span<const ValueId> inputs = graph.inputs(node), outputs = graph.outputs(node);
+  if ((type != "Identity" && type != "Dropout") || inputs.empty() || inputs[0] == ir::kNoValue ||
+      graph.numImplicitInputs(node) > 0 || graph.valueKind(inputs[0]) != ir::ValueKind::Tensor)
+    return false;
+  if (type == "Dropout") {
+    auto scalarIs = [&](std::size_t input, double value) {
+      const Constant* c = input < inputs.size() && inputs[input] != ir::kNoValue ? known.find(inputs[input]) : nullptr;
+      if (!c || c->numel() != 1)
+        return false;
+      return c->floating() ? c->reals[0] == value : static_cast<double>(c->ints[0]) == value;
+    };
+    const bool inference = inputs.size() <= 2 || inputs[2] == ir::kNoValue || scalarIs(2, 0.0);
+    if (!inference && !scalarIs(1, 0.0)) // training with a ratio of 0 also passes everything on
+      return false;
+    if (outputs.size() > 1 && !graph.users(outputs[1]).empty())
+      return false;
+  }
+  return readOnlyExplicitly(graph, outputs[0]);
+}
 } // namespace
 
-FoldPlan planShapeFolding(const ir::Graph& graph, const FoldOptions& options) {
-  FoldPlan plan;
+namespace {
+// What the forward pass decided, per node and per value.
+struct Decisions {
+  std::vector<bool> folded, bypassed;    // by node
+  std::vector<ValueId> readInstead;      // by value (empty: none): a bypassed output's source
+};
+
+// Forward, in topological order: each op node folded (its outputs join `known`), bypassed, or
+// left; counts go into `plan`.
+Decisions foldForward(const ir::Graph& graph, const FoldOptions& options, KnownValues& known, FoldPlan& plan) {
   const std::int64_t opset = aiOnnxOpset(graph);
-  KnownValues known(graph, options.maxElements);
-  std::vector<bool> folded(graph.numNodes(), false);
+  Decisions decided{std::vector<bool>(graph.numNodes(), false), std::vector<bool>(graph.numNodes(), false), {}};
+  std::unordered_map<std::uint32_t, bool> candidateType; // by interned op type: a few entries
   for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
     const NodeId node{n};
-    const std::string_view domain = graph.opDomain(node);
-    if (graph.kind(node) != ir::NodeKind::Op || !(domain.empty() || domain == "ai.onnx") ||
-        !foldable(graph.opType(node)))
+    if (graph.kind(node) != ir::NodeKind::Op)
       continue;
-    if (fold(graph, node, opset, known, options.maxElements)) {
-      folded[n] = true;
+    auto [type, added] = candidateType.try_emplace(graph.opTypeId(node), false);
+    if (added) // what folds, and what can be bypassed
+      type->second = foldable(graph.opType(node)) || graph.opType(node) == "Dropout";
+    const std::string_view domain = type->second ? graph.opDomain(node) : std::string_view("-");
+    if (!(domain.empty() || domain == "ai.onnx"))
+      continue;
+    if (fold(graph, node, opset, known, options)) {
+      decided.folded[n] = true;
       ++plan.folded;
       ++plan.foldedByOp[std::string(graph.opType(node))];
+    } else if (bypassable(graph, node, known)) {
+      std::vector<ValueId>& instead = decided.readInstead;
+      if (instead.empty())
+        instead.assign(graph.numValues(), ir::kNoValue);
+      const ValueId input = graph.inputs(node)[0];
+      instead[index(graph.outputs(node)[0])] = instead[index(input)] == ir::kNoValue ? input : instead[index(input)];
+      decided.bypassed[n] = true;
+      ++plan.bypassedByOp[std::string(graph.opType(node))];
     }
   }
-  // Liveness, backwards from the graph's outputs: a folded value read by a live node or an output
-  // becomes an initializer; an op node none of whose outputs is read goes.
-  std::vector<bool> live(graph.numValues(), false);
+  return decided;
+}
+
+// Liveness, backwards from the graph's outputs: a folded value read by a live node or an output
+// becomes an initializer; a bypassed node, and an op node none of whose outputs is read, goes;
+// a kept node's read of a bypassed output becomes a read of its source.
+void keepWhatIsRead(const ir::Graph& graph, const Decisions& decided, KnownValues& known, FoldPlan& plan) {
+  const std::vector<ValueId>& instead = decided.readInstead;
+  std::vector<bool> live(graph.numValues(), false), substituted(instead.empty() ? 0 : graph.numValues(), false);
   for (ValueId output : graph.graphOutputs())
     live[index(output)] = true;
   std::vector<NodeId> keptReversed;
@@ -171,21 +314,73 @@ FoldPlan planShapeFolding(const ir::Graph& graph, const FoldOptions& options) {
     bool read = false;
     for (ValueId value : graph.outputs(node))
       read = read || live[index(value)];
-    if (!read || folded[n]) {
+    if (!read || decided.folded[n] || decided.bypassed[n]) {
       ++plan.removed;
-      if (read)
+      if (read && decided.folded[n])
         for (ValueId value : graph.outputs(node))
           if (live[index(value)])
             plan.constants.emplace_back(value, known.take(value));
       continue;
     }
     keptReversed.push_back(node);
-    for (ValueId value : graph.inputs(node))
-      if (value != ir::kNoValue)
-        live[index(value)] = true;
+    if (graph.kind(node) == ir::NodeKind::Op && (graph.opType(node) == "Shape" || graph.opType(node) == "Size"))
+      ++plan.shapesLeft;
+    for (ValueId value : graph.inputs(node)) {
+      if (value == ir::kNoValue)
+        continue;
+      if (!instead.empty() && instead[index(value)] != ir::kNoValue) {
+        if (!substituted[index(value)])
+          plan.readsInstead.emplace_back(value, instead[index(value)]);
+        substituted[index(value)] = true;
+        value = instead[index(value)];
+      }
+      live[index(value)] = true;
+    }
   }
   plan.kept.assign(keptReversed.rbegin(), keptReversed.rend());
   std::reverse(plan.constants.begin(), plan.constants.end()); // graph order
+}
+} // namespace
+
+FoldPlan planShapeFolding(const ir::Graph& graph, const FoldOptions& options) {
+  FoldPlan plan;
+  KnownValues known(graph, options.maxElements);
+  const Decisions decided = foldForward(graph, options, known, plan);
+  keepWhatIsRead(graph, decided, known, plan);
+  return plan;
+}
+
+namespace {
+// Inference's types on the graph `plan` leaves, by `graph`'s value ids (the names are kept).
+Expected<std::vector<ir::ValueType>> typesAfter(const ir::Graph& graph, const FoldPlan& plan) {
+  CLEAVE_TRY(ir::Graph folded, applyFoldPlan(graph, plan));
+  CLEAVE_TRY(std::vector<ir::ValueType> inferred, io::inferValueTypes(folded));
+  std::vector<ir::ValueType> types(graph.numValues());
+  for (std::uint32_t v = 0; v < folded.numValues(); ++v) {
+    const ValueId value = graph.findValue(folded.valueName(ValueId{v}));
+    if (value != ir::kNoValue)
+      types[index(value)] = std::move(inferred[v]);
+  }
+  return types;
+}
+} // namespace
+
+FoldPlan foldToFixedPoint(const ir::Graph& graph, const FoldOptions& options) {
+  FoldPlan plan = planShapeFolding(graph, options);
+  std::vector<ir::ValueType> types;
+  for (std::size_t round = 2; round <= kMaxFoldRounds && plan.changes() && plan.shapesLeft > 0; ++round) {
+    Expected<std::vector<ir::ValueType>> inferred = typesAfter(graph, plan);
+    if (!inferred)
+      break;
+    types = std::move(*inferred);
+    FoldOptions next = options;
+    next.inferredTypes = types;
+    FoldPlan better = planShapeFolding(graph, next);
+    if (better.folded <= plan.folded)
+      break;
+    plan = std::move(better);
+    plan.rounds = round;
+  }
   return plan;
 }
 
@@ -198,7 +393,7 @@ Expected<ir::Graph> applyFoldPlan(const ir::Graph& graph, const FoldPlan& plan) 
   for (const auto& [value, constant] : plan.constants)
     added.push_back({value, constant.dtype, constant.dims, constant.bytes()});
   return ir::extractSubgraph(graph, {std::string(graph.modelInfo().graphName), plan.kept, inputs, outputs, nullptr,
-                                     nullptr, added});
+                                     nullptr, added, plan.readsInstead});
 }
 
 } // namespace cleave::simplify

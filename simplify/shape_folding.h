@@ -4,8 +4,14 @@
 //
 // planShapeFolding computes the plan; applyFoldPlan materializes it (one home each):
 //  - a `Shape` or `Size` of a value whose dims (in the range asked for) are static is a constant;
+//  - so is a Gather of such a Shape whose picked dims are static, although others are not (a
+//    dynamic batch's `x.size(2)`);
 //  - so is every op of simplify/constant.h's foldableOps() whose inputs are all constants
-//    (initializers, Constant nodes read as parameters, earlier folds), when it evaluates exactly;
+//    (untrained initializers and float buffers, Constant nodes read as parameters, earlier
+//    folds), when it evaluates exactly; a trained (float, not buffer) weight never folds;
+//  - an Identity, or an inference Dropout whose mask nothing reads, is bypassed: its readers read
+//    its input (ONNX Runtime's basic level removes both); not when it makes a graph output or a
+//    subgraph body reads its output by name;
 //  - folded values that a remaining node or the graph's outputs read become initializers named as
 //    the values; every op node whose outputs nothing reads any more is removed.
 // Guarantees: the graph's inputs and outputs keep their names, order and types; every remaining
@@ -14,11 +20,13 @@
 // a value over `maxElements` elements never does (shape tensors are small; a large constant would
 // only grow the model).
 // Complexity: O(nodes + operands) plus the elements evaluated (each result <= maxElements) and the
-// bytes of the small initializers read.
+// bytes of the small initializers read; foldToFixedPoint: that per round, plus an extraction and
+// onnx's inference (without large weights' bytes) between rounds.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,7 +38,10 @@
 namespace cleave::simplify {
 
 struct FoldOptions {
-  std::int64_t maxElements = 4096;
+  std::int64_t maxElements = 1 << 20;
+  // Types by ValueId that onnx's inference gave anew (foldToFixedPoint); where one knows its rank,
+  // its dims stand for the graph's. Empty: the graph's own.
+  std::span<const ir::ValueType> inferredTypes;
 };
 
 struct FoldPlan {
@@ -39,10 +50,22 @@ struct FoldPlan {
   std::size_t folded = 0;                                   // op nodes evaluated to constants
   std::size_t removed = 0;                                  // op nodes gone (folded or unread)
   std::map<std::string, std::size_t> foldedByOp;            // op type -> nodes folded
+  std::vector<std::pair<ir::ValueId, ir::ValueId>> readsInstead; // a bypassed node's output -> its input
+  std::map<std::string, std::size_t> bypassedByOp;          // Identity / Dropout -> nodes bypassed
+  std::size_t shapesLeft = 0; // Shape and Size nodes kept: what inference anew might still fold
+  std::size_t rounds = 1;     // foldToFixedPoint's rounds of planning
   bool changes() const { return removed > 0; }
 };
 
 FoldPlan planShapeFolding(const ir::Graph& graph, const FoldOptions& options = {});
+
+// planShapeFolding to a fixed point. A fold can make a shape computable that was not (a Pad whose
+// pads were a computed chain): while a round folds more than the last and leaves Shape or Size
+// nodes, onnx's inference runs anew on the graph that round leaves (io::inferValueTypes) and the
+// next round plans with those types. At most kMaxFoldRounds rounds; an inference that fails ends
+// it with the last round's plan. Rounds after the first run only where Shape or Size nodes remain.
+inline constexpr std::size_t kMaxFoldRounds = 32;
+FoldPlan foldToFixedPoint(const ir::Graph& graph, const FoldOptions& options = {});
 
 // The graph without the plan's removed nodes, its constants as initializers. Fails: what
 // ir::extractSubgraph fails with (a plan of another graph).

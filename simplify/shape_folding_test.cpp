@@ -44,9 +44,33 @@ public:
     builder_.addNode(concat);
     op("Reshape", {"x", "shape"}, "y", DType::F32, {2, 3, 8});
     op("Relu", {"y"}, "out", DType::F32, {2, 3, 8});
-    builder_.setOutputs({"out"});
+    outputs_.push_back("out");
   }
-  ir::Graph build() { return std::move(*std::move(builder_).finish()); }
+  ir::Graph build() {
+    builder_.setOutputs(outputs_);
+    return std::move(*std::move(builder_).finish());
+  }
+  void output(std::string name) { outputs_.push_back(std::move(name)); }
+  void addNode(const ir::NodeSpec& node) { builder_.addNode(node); }
+  void op(std::string type, std::vector<std::string> inputs, std::string out, DType dtype, std::vector<std::int64_t> dims,
+          std::vector<ir::Attribute> attributes = {}) {
+    ir::NodeSpec node = spec(std::move(type), std::move(inputs), std::move(out), dtype, std::move(dims));
+    node.attributes = std::move(attributes);
+    builder_.addNode(node);
+  }
+  void float32(std::string name, std::vector<std::int64_t> dims, bool isBuffer) {
+    ir::Parameter p;
+    p.name = name;
+    p.dtype = DType::F32;
+    p.dims = dims;
+    p.isBuffer = isBuffer;
+    std::vector<float> values(static_cast<std::size_t>(dims.empty() ? 1 : dims[0]), 1.5f);
+    p.bytes = static_cast<std::int64_t>(values.size() * 4);
+    std::string bytes(values.size() * 4, '\0');
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    p.data = builder_.appendInlineData(bytes);
+    builder_.addParameter(std::move(p), tensorType(DType::F32, std::move(dims)));
+  }
 
 private:
   static ir::NodeSpec spec(std::string type, std::vector<std::string> inputs, std::string out, DType dtype,
@@ -57,9 +81,6 @@ private:
     node.inputs = std::move(inputs);
     node.outputs.push_back({out, tensorType(dtype, std::move(dims))});
     return node;
-  }
-  void op(std::string type, std::vector<std::string> inputs, std::string out, DType dtype, std::vector<std::int64_t> dims) {
-    builder_.addNode(spec(std::move(type), std::move(inputs), std::move(out), dtype, std::move(dims)));
   }
   void int64(std::string name, std::vector<std::int64_t> dims, std::vector<std::int64_t> values) {
     ir::Parameter p;
@@ -73,6 +94,7 @@ private:
     builder_.addParameter(std::move(p), tensorType(DType::I64, std::move(dims)));
   }
   ir::GraphBuilder builder_{ir::SourceFormat::Onnx};
+  std::vector<std::string> outputs_;
 };
 
 TEST(ShapeFolding, AStaticViewFoldsToOneConstantShape) {
@@ -113,10 +135,103 @@ TEST(ShapeFolding, AStaticViewFoldsToOneConstantShape) {
 TEST(ShapeFolding, ASymbolicBatchKeepsTheChainThatReadsIt) {
   ir::Graph graph = ViewGraph("batch").build();
   FoldPlan plan = planShapeFolding(graph);
-  // Shape(x) is not static, so nothing downstream of it folds.
-  EXPECT_EQ(plan.folded, 0u);
-  EXPECT_FALSE(plan.changes());
-  EXPECT_EQ(plan.kept.size(), 8u);
+  // Shape(x) is not static, so the batch's chain stays; x.size(1) is static and folds.
+  EXPECT_EQ(plan.folded, 2u); // Gather(s, 1) and its Unsqueeze
+  EXPECT_EQ(plan.foldedByOp.at("Gather"), 1u);
+  ASSERT_EQ(plan.kept.size(), 6u);
+  EXPECT_EQ(graph.opType(plan.kept[0]), "Shape");
+  ASSERT_EQ(plan.constants.size(), 1u);
+  EXPECT_EQ(graph.valueName(plan.constants[0].first), "tu");
+  EXPECT_EQ(plan.constants[0].second.ints, (std::vector<std::int64_t>{3}));
+}
+
+TEST(ShapeFolding, ATrainedWeightNeverFoldsButABufferDoes) {
+  for (bool isBuffer : {false, true}) {
+    ViewGraph built;
+    built.float32("w", {4}, isBuffer);
+    built.op("Cast", {"w"}, "w64", DType::F64, {4}, {intAttribute("to", 11)});
+    built.op("Cast", {"w64"}, "w32", DType::F32, {4}, {intAttribute("to", 1)});
+    built.output("w32");
+    ir::Graph graph = built.build();
+    FoldPlan plan = planShapeFolding(graph);
+    EXPECT_EQ(plan.foldedByOp.count("Cast") ? plan.foldedByOp.at("Cast") : 0u, isBuffer ? 2u : 0u);
+  }
+}
+
+TEST(ShapeFolding, IdentityAndInferenceDropoutAreBypassed) {
+  for (bool maskRead : {false, true}) {
+    ViewGraph built;
+    built.op("Identity", {"out"}, "same", DType::F32, {2, 3, 8});
+    ir::NodeSpec dropout;
+    dropout.opType = "Dropout";
+    dropout.name = "drop";
+    dropout.inputs = {"same"};
+    dropout.outputs.push_back({"dropped", tensorType(DType::F32, {2, 3, 8})});
+    dropout.outputs.push_back({"mask", tensorType(DType::Bool, {2, 3, 8})});
+    built.addNode(dropout);
+    built.op("Relu", {"dropped"}, "final", DType::F32, {2, 3, 8});
+    built.output("final");
+    if (maskRead)
+      built.output("mask");
+    ir::Graph graph = built.build();
+    FoldPlan plan = planShapeFolding(graph);
+    EXPECT_EQ(plan.bypassedByOp.count("Identity"), 1u);
+    EXPECT_EQ(plan.bypassedByOp.count("Dropout"), maskRead ? 0u : 1u);
+    Expected<ir::Graph> folded = applyFoldPlan(graph, plan);
+    ASSERT_TRUE(folded) << folded.error().message();
+    // The final Relu reads what the bypassed nodes passed on.
+    const ir::NodeId relu = folded->producer(folded->findValue("final"));
+    EXPECT_EQ(folded->valueName(folded->inputs(relu)[0]), maskRead ? "dropped" : "out");
+    EXPECT_EQ(folded->findValue("same") == ir::kNoValue, true);
+  }
+}
+
+// pads computed from constants, then Shape of the Pad's output, whose type the graph does not know
+// until the pads fold: a second round, with onnx's inference run anew, folds the Shape.
+TEST(ShapeFolding, AFoldThatMakesAShapeKnownFoldsItInTheNextRound) {
+  ir::GraphBuilder builder{ir::SourceFormat::Onnx};
+  builder.modelInfo().opsetImports = {{"", 13}};
+  builder.addInput("x", tensorType(DType::F32, {1, 2, 4, 4}));
+  auto int64 = [&](std::string name, std::vector<std::int64_t> values) {
+    ir::Parameter p;
+    p.name = name;
+    p.dtype = DType::I64;
+    p.dims = {static_cast<std::int64_t>(values.size())};
+    p.bytes = static_cast<std::int64_t>(values.size() * 8);
+    std::string bytes(values.size() * 8, '\0');
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    p.data = builder.appendInlineData(bytes);
+    builder.addParameter(std::move(p), tensorType(DType::I64, {static_cast<std::int64_t>(values.size())}));
+  };
+  int64("base", {0, 0, 1, 1, 0, 0, 1, 1});
+  int64("zeros", {0, 0, 0, 0, 0, 0, 0, 0});
+  ir::ValueType unknownRank;
+  unknownRank.kind = ir::ValueKind::Tensor;
+  unknownRank.dtype = DType::F32;
+  auto op = [&](std::string type, std::vector<std::string> inputs, std::string out, ir::ValueType outType) {
+    ir::NodeSpec node;
+    node.opType = std::move(type);
+    node.name = out;
+    node.inputs = std::move(inputs);
+    node.outputs.push_back({out, std::move(outType)});
+    builder.addNode(node);
+  };
+  op("Add", {"base", "zeros"}, "pads", tensorType(DType::I64, {8}));
+  op("Pad", {"x", "pads"}, "padded", unknownRank);
+  op("Shape", {"padded"}, "shape", tensorType(DType::I64, {4}));
+  op("Reshape", {"padded", "shape"}, "same", unknownRank);
+  op("Relu", {"same"}, "y", unknownRank);
+  builder.setOutputs({"y"});
+  ir::Graph graph = std::move(*std::move(builder).finish());
+
+  FoldPlan once = planShapeFolding(graph);
+  EXPECT_EQ(once.folded, 1u); // the Add; the Shape reads a value of unknown rank
+  EXPECT_EQ(once.shapesLeft, 1u);
+  FoldPlan fixed = foldToFixedPoint(graph);
+  EXPECT_EQ(fixed.rounds, 2u);
+  EXPECT_EQ(fixed.foldedByOp.count("Shape"), 1u);
+  ASSERT_EQ(fixed.constants.size(), 2u); // the pads and the Reshape's shape
+  EXPECT_EQ(fixed.constants[1].second.ints, (std::vector<std::int64_t>{1, 2, 6, 6}));
 }
 
 Constant ints(std::vector<std::int64_t> dims, std::vector<std::int64_t> values, DType dtype = DType::I64) {
@@ -176,6 +291,22 @@ TEST(ShapeFolding, OpsFollowTheOnnxSpec) {
   EXPECT_EQ(truncated->ints, (std::vector<std::int64_t>{2, -2}));
   const Constant condition = ints({2}, {1, 0}, DType::Bool), left = ints({}, {5}), right = ints({2}, {8, 9});
   EXPECT_EQ(evaluate("Where", {&condition, &left, &right})->ints, (std::vector<std::int64_t>{5, 9}));
+  // Transpose with and without perm.
+  std::optional<Constant> swapped = evaluate("Transpose", {&matrix});
+  ASSERT_TRUE(swapped);
+  EXPECT_EQ(swapped->dims, (std::vector<std::int64_t>{3, 2}));
+  EXPECT_EQ(swapped->ints, (std::vector<std::int64_t>{1, 4, 2, 5, 3, 6}));
+  ir::Attribute perm = intAttribute("perm", 0);
+  perm.kind = ir::AttrKind::Ints;
+  perm.ints = {0, 0};
+  EXPECT_FALSE(evaluate("Transpose", {&matrix}, {perm}));
+  // ScatterND: rows 1 and -2 (0) of a 2x3 replaced.
+  const Constant rows = ints({2, 1}, {1, -2}), updates = ints({2, 3}, {7, 8, 9, 10, 11, 12});
+  std::optional<Constant> scattered = evaluate("ScatterND", {&matrix, &rows, &updates});
+  ASSERT_TRUE(scattered);
+  EXPECT_EQ(scattered->ints, (std::vector<std::int64_t>{10, 11, 12, 7, 8, 9}));
+  const Constant row5 = ints({1, 1}, {5}), oneRow = ints({1, 3}, {1, 1, 1});
+  EXPECT_FALSE(evaluate("ScatterND", {&matrix, &row5, &oneRow}));
   const Constant pair = ints({2}, {4, 6});
   const Constant six = ints({}, {6});
   EXPECT_EQ(evaluate("Equal", {&pair, &six})->ints, (std::vector<std::int64_t>{0, 1}));

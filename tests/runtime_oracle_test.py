@@ -75,7 +75,10 @@ class RuntimeOracle(TempDirTest):
             for profile in (GPU, holes):
                 with self.subTest(model=name, profile=os.path.basename(profile)):
                     out = self.path(f"{name}_{os.path.basename(profile)}")
-                    code, _, err = run("split", model, "--profile", profile, "-o", out)
+                    # Folded by default; with the holes, as read, so that the Gathers of shape
+                    # arithmetic (LSTM, GRU) still cut the model there.
+                    flags = ["--no-simplify"] if profile == holes else []
+                    code, _, err = run("split", model, "--profile", profile, "-o", out, *flags)
                     self.assertEqual(code, 0, err)
                     code, stdout, err = run("verify", model, out, "--inputs", inputs, "--json")
                     self.assertEqual(code, 0, err)

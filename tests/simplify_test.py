@@ -54,13 +54,14 @@ class SimplifyTest(TempDirTest):
     def ops(self, model):
         return [node.op_type for node in onnx.load(model).graph.node]
 
-    def split(self, model):
-        """(submodules, CPU nodes) of the model split with the GPU profile."""
-        code, stdout, err = run("split", model, "--profile", GPU, "--json", "--plan-only", "-o", model + ".split")
+    def split(self, model, *flags):
+        """(submodules, CPU nodes) of the model split with the GPU profile, and the report."""
+        out = model + ".split" + "".join(flags)
+        code, stdout, err = run("split", model, "--profile", GPU, "--json", "--plan-only", "-o", out, *flags)
         self.assertEqual(code, 0, err)
         report = json.loads(stdout)
         cpu = report["cpu_nodes"]
-        return len(report["subgraphs"]), len(cpu) if isinstance(cpu, list) else cpu
+        return len(report["subgraphs"]), len(cpu) if isinstance(cpu, list) else cpu, report
 
     def check_same_outputs(self, original, folded, x):
         np.testing.assert_allclose(self.ort(folded, x), self.ort(original, x), rtol=1e-6, atol=1e-6)
@@ -75,9 +76,26 @@ class SimplifyTest(TempDirTest):
         self.assertGreater(report["folded_by_op"].get("Shape", 0), 0)
         self.assertNotIn("Shape", self.ops(folded))
         self.check_same_outputs(model, folded, x.numpy())
-        (folded_parts, folded_cpu), (parts, cpu) = self.split(folded), self.split(model)
+        (folded_parts, folded_cpu, _), (parts, cpu, _) = self.split(folded), self.split(model, "--no-simplify")
         self.assertLessEqual(folded_parts, parts)
         self.assertLess(folded_cpu, cpu)  # 20 CPU nodes before, 6 after (Debian's torch 1.13)
+        # split folds by default: the same cut as the simplified model's, and the report says so.
+        by_default, default_cpu, report = self.split(model)
+        self.assertEqual((by_default, default_cpu), (folded_parts, folded_cpu))
+        self.assertEqual(report["simplify"]["folded_nodes"], report_folded := self.simplify(model)[1]["folded_nodes"])
+        self.assertGreater(report_folded, 0)
+        self.assertEqual(report["simplify"]["submodules"], by_default)
+        self.assertEqual(report["simplify"]["submodules_unfolded"], parts)
+        code, text, err = run("split", model, "--profile", GPU, "--preview")
+        self.assertEqual(code, 0, err)
+        self.assertTrue(text.startswith(f"simplify: folded {report_folded} node(s) to constants ("), text)
+        self.assertIn(f"the cut has {by_default} submodule(s), {parts} without folding", text)
+        # The cut of the folded model equals the whole model.
+        plan = self.path("encoder_cut")
+        run("split", model, "--profile", GPU, "-o", plan, check=True)
+        np.savez(self.path("x.npz"), x=x.numpy())
+        code, out, err = run("verify", model, plan, "--inputs", self.path("x.npz"))
+        self.assertEqual(code, 0, out + err)
         # Deterministic: the same model folds to the same bytes.
         with open(folded, "rb") as f:
             first = f.read()
@@ -98,6 +116,71 @@ class SimplifyTest(TempDirTest):
         self.assertNotIn("Shape", self.ops(folded_static))
         self.assertNotIn("Gather", self.ops(folded_static))
         self.check_same_outputs(static, folded_static, x.numpy())
+
+    def test_a_dynamic_encoder_folds_the_dims_it_knows(self):
+        layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
+        model = self.export("encoder_dynamic", torch.nn.TransformerEncoder(layer, num_layers=2), torch.randn(2, 6, 32),
+                            dynamic=True)
+        folded, report = self.simplify(model)
+        # x.size(2) and the head sizes are static although batch and sequence are not.
+        self.assertGreater(report["folded_by_op"].get("Gather", 0), 0)
+        self.assertIn("Shape", self.ops(folded))
+        for rows, steps in ((2, 6), (3, 5)):
+            sample = np.random.default_rng(rows).standard_normal((rows, steps, 32)).astype(np.float32)
+            self.check_same_outputs(model, folded, sample)
+
+    def viewed_by_hand(self, rows):
+        from onnx import TensorProto, helper
+        ints = lambda name, values: helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+        nodes = [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+            helper.make_node("Gather", ["s", "one"], ["t"], axis=0),
+            helper.make_node("Concat", ["b", "t", "tail"], ["target"], axis=0),
+            helper.make_node("Reshape", ["x", "target"], ["v"]),
+            helper.make_node("ReduceSum", ["v", "two"], ["r"], keepdims=0),
+            helper.make_node("Relu", ["r"], ["y"]),
+        ]
+        graph = helper.make_graph(
+            nodes, "viewed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 6, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, 6, 4])],
+            [ints("zero", [0]), ints("one", [1]), ints("tail", [2, 4]), ints("two", [2])])
+        path = self.path("viewed_by_hand.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+        return path
+
+    def test_a_pipeline_folds_only_what_any_batch_holds(self):
+        # x.view(x.size(0), x.size(1), 2, 4).sum(2) as exporters write it when they keep the shape
+        # logic (torch folds this one itself on a static export; its attention's views, sometimes not).
+        model = self.viewed_by_hand(rows=4)
+        x = np.random.default_rng(4).standard_normal((4, 6, 8)).astype(np.float32)
+        # Folded for the exported batch, the Reshape holds 4 rows: microbatches cannot run it.
+        whole_batch, _ = self.simplify(model)
+        code, _, err = run("pipeline", whole_batch, "--stages", 2, "--microbatches", 2, "-o", self.path("refused"))
+        self.assertOneLineError(code, err, "microbatches cannot run")
+        # Folded for any batch (pipeline's default, and simplify --any-batch), they run.
+        code, out, err = run("simplify", model, "-o", self.path("any.onnx"), "--any-batch", "--json")
+        self.assertEqual(code, 0, err)
+        self.assertTrue(json.loads(out)["any_batch"])
+        code, _, err = run("pipeline", self.path("any.onnx"), "--stages", 2, "--microbatches", 2, "--plan-only",
+                           "-o", self.path("any_plan"))
+        self.assertEqual(code, 0, err)
+        plan = self.path("plan")
+        code, out, err = run("pipeline", model, "--stages", 2, "--microbatches", 2, "-o", plan, "--json")
+        self.assertEqual(code, 0, err)
+        folding = json.loads(out)["simplify"]
+        self.assertTrue(folding["any_batch"])
+        self.assertGreater(folding["folded_nodes"], 0)  # the sequence and head sizes are not the batch
+        np.savez(self.path("x.npz"), x=x)
+        piped, whole = self.path("piped.npz"), self.path("whole.npz")
+        run("run", plan, "--pipeline", "--microbatches", 2, "--inputs", self.path("x.npz"), "--save-outputs", piped,
+            check=True)
+        run("run", model, "--inputs", self.path("x.npz"), "--save-outputs", whole, check=True)
+        np.testing.assert_allclose(np.load(piped)["y"], np.load(whole)["y"], rtol=1e-5, atol=1e-5)
+        # --no-simplify plans the model as read; a split spec names its nodes, so it is not folded.
+        code, out, err = run("pipeline", model, "--stages", 2, "--no-simplify", "--json", "-o", self.path("asread"))
+        self.assertEqual(code, 0, err)
+        self.assertNotIn("simplify", json.loads(out))
 
     def test_bad_requests(self):
         code, _, err = run("simplify", os.path.join(EXAMPLES, "cnn.fx.json"), "-o", self.path("o.onnx"))
