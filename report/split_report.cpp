@@ -112,6 +112,30 @@ void printSupportText(const Json& support, std::ostream& out) {
   out << "summary: " << supported << " of " << callable << " callable nodes supported (" << percent << "%)\n";
 }
 
+Json segmentCostJson(const std::vector<split::OpSegmentCost>& costs) {
+  Json list = Json::array();
+  for (const split::OpSegmentCost& cost : costs)
+    list.push_back({{"op", cost.op},
+                    {"cpu_nodes", cost.cpuNodes},
+                    {"submodules", cost.submodules},
+                    {"submodules_if_supported", cost.submodulesIfSupported},
+                    {"saved", cost.saved()}});
+  return list;
+}
+
+void printSegmentCosts(const Json& segments, std::ostream& out) {
+  if (segments.empty())
+    return;
+  out << "segments: submodules of the split if the accelerator also took an op (now "
+      << segments[0]["submodules"].get<std::size_t>() << "):\n";
+  for (const Json& cost : segments) {
+    std::string label = cost["op"].get<std::string>() + " x" + std::to_string(cost["cpu_nodes"].get<std::size_t>());
+    out << "  " << label << std::string(label.size() < 32 ? 32 - label.size() : 1, ' ')
+        << cost["submodules_if_supported"].get<std::size_t>() << " (saves " << cost["saved"].get<std::size_t>()
+        << ")\n";
+  }
+}
+
 std::string supportDot(const ir::Graph& graph, const IdVector<NodeId, support::Decision>& decisions) {
   std::ostringstream dot;
   dot << "digraph support {\n  node [shape=box, style=filled, fontname=\"Helvetica\"];\n";

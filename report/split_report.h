@@ -19,6 +19,10 @@ namespace cleave::report {
 Json supportJson(const ir::Graph& graph, const IdVector<ir::NodeId, support::Decision>& decisions,
                  const std::string& profileName);
 void printSupportText(const Json& support, std::ostream& out);
+// --segments: what each op type left on the CPU costs the split (split::segmentCostByOp), as
+// JSON, and the text printed from it.
+Json segmentCostJson(const std::vector<split::OpSegmentCost>& costs);
+void printSegmentCosts(const Json& segments, std::ostream& out);
 // Graphviz DOT: supported callable nodes green, unsupported red, the rest grey.
 std::string supportDot(const ir::Graph& graph, const IdVector<ir::NodeId, support::Decision>& decisions);
 

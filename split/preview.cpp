@@ -1,6 +1,7 @@
 #include "split/preview.h"
 
 #include <algorithm>
+#include <map>
 
 namespace cleave::split {
 using ir::ValueId;
@@ -39,6 +40,50 @@ SplitPreview previewSplit(const ir::Graph& graph, const plan::CutPlan& plan,
     }
   }
   return preview;
+}
+
+namespace {
+// The op types the profile itself leaves on the CPU, each with its nodes; the `maxOps` most
+// numerous (ties: by name).
+std::vector<std::pair<std::string, std::vector<ir::NodeId>>> cpuOpTypes(
+    const ir::Graph& graph, const IdVector<ir::NodeId, support::Decision>& decisions, std::size_t maxOps) {
+  std::map<std::string, std::vector<ir::NodeId>> byOp;
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
+    const ir::NodeId node{n};
+    const support::Reason reason = decisions[node].reason;
+    if (!graph.isCallable(node) || decisions[node].supported || reason == support::Reason::Denied ||
+        reason == support::Reason::Forced || reason == support::Reason::NotCallable)
+      continue;
+    byOp[graph.target(node)].push_back(node);
+  }
+  std::vector<std::pair<std::string, std::vector<ir::NodeId>>> types(byOp.begin(), byOp.end());
+  std::stable_sort(types.begin(), types.end(),
+                   [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+  if (types.size() > maxOps)
+    types.resize(maxOps);
+  return types;
+}
+} // namespace
+
+Expected<std::vector<OpSegmentCost>> segmentCostByOp(const ir::Graph& graph,
+                                                     const IdVector<ir::NodeId, support::Decision>& decisions,
+                                                     const SplitOptions& options, std::size_t maxOps) {
+  CLEAVE_TRY(SplitResult split, splitGraph(graph, decisions, options));
+  const std::size_t submodules = split.plan.submodules.size();
+  IdVector<ir::NodeId, support::Decision> trial = decisions;
+  std::vector<OpSegmentCost> costs;
+  for (const auto& [op, nodes] : cpuOpTypes(graph, decisions, maxOps)) {
+    for (ir::NodeId node : nodes)
+      trial[node] = support::Decision{true, support::Reason::Supported, {}};
+    CLEAVE_TRY(SplitResult supported, splitGraph(graph, trial, options));
+    costs.push_back({op, nodes.size(), submodules, supported.plan.submodules.size()});
+    for (ir::NodeId node : nodes)
+      trial[node] = decisions[node];
+  }
+  std::stable_sort(costs.begin(), costs.end(), [](const OpSegmentCost& a, const OpSegmentCost& b) {
+    return a.saved() != b.saved() ? a.saved() > b.saved() : a.op < b.op;
+  });
+  return costs;
 }
 
 } // namespace cleave::split

@@ -4,12 +4,19 @@
 // The slowest acc submodule bounds the whole model (the bottleneck). Values that are not
 // tensors crossing an acc submodule's seam are warned about (lowering may reject them).
 // Complexity: O(boundary values).
+//
+// segmentCostByOp answers which ops cost the most segments: for each op type the profile leaves on
+// the CPU (not by deny or force_cpu), the submodules the same split would have if the accelerator
+// also took every node of that type. Ordered by submodules saved, then op name; deterministic.
+// Complexity: one split per op type considered, at most `maxOps` types (the most numerous), each
+// O((V + E) log V).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "plan/materialize.h"
+#include "split/splitter.h"
 
 namespace cleave::split {
 
@@ -28,5 +35,18 @@ struct SplitPreview {
 
 SplitPreview previewSplit(const ir::Graph& graph, const plan::CutPlan& plan,
                           const std::vector<plan::Boundary>& boundaries, double linkBytesPerSecond);
+
+struct OpSegmentCost {
+  std::string op;                          // as graph.target names it: "Slice", "com.microsoft::Gelu"
+  std::size_t cpuNodes = 0;                // its nodes the profile leaves on the CPU
+  std::size_t submodules = 0;              // the split's submodules as the profile is
+  std::size_t submodulesIfSupported = 0;   // ... if the accelerator also took this op's nodes
+  std::size_t saved() const { return submodules > submodulesIfSupported ? submodules - submodulesIfSupported : 0; }
+};
+inline constexpr std::size_t kMaxSegmentCostOps = 32;
+// Fails: what splitGraph fails with (bad options).
+[[nodiscard]] Expected<std::vector<OpSegmentCost>> segmentCostByOp(
+    const ir::Graph& graph, const IdVector<ir::NodeId, support::Decision>& decisions, const SplitOptions& options,
+    std::size_t maxOps = kMaxSegmentCostOps);
 
 } // namespace cleave::split

@@ -145,6 +145,50 @@ class Support(TempDirTest):
         self.assertIn("->", text)
 
 
+    def test_segments_name_the_ops_that_cost_the_most_submodules(self):
+        model = os.path.join(EXAMPLES, "transformer.onnx")
+        code, stdout, err = run("support", model, "--profile", GPU, "--json", "--segments")
+        self.assertEqual(code, 0, err)
+        segments = json.loads(stdout)["segments"]
+        self.assertTrue(segments)
+        saved = [s["saved"] for s in segments]
+        self.assertEqual(saved, sorted(saved, reverse=True))
+        for s in segments:
+            self.assertEqual(s["saved"], max(s["submodules"] - s["submodules_if_supported"], 0))
+        # The claim checked by a split: the profile with the top op added splits into what it said.
+        top = segments[0]
+        self.assertGreater(top["saved"], 0)
+        with open(GPU) as f:
+            profile = json.load(f)
+        if isinstance(profile["ops"], list):
+            profile["ops"].append(top["op"])
+        else:
+            profile["ops"][top["op"]] = None
+        more = self.path("more.json")
+        with open(more, "w") as f:
+            json.dump(profile, f)
+        code, stdout, err = run("split", model, "--profile", more, "--preview", "--json")
+        self.assertEqual(code, 0, err)
+        report = json.loads(stdout)
+        self.assertEqual(report["acc_subgraphs"] + report["cpu_subgraphs"], top["submodules_if_supported"])
+        code, text, err = run("support", model, "--profile", GPU, "--segments")
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"\n  {top['op']} x{top['cpu_nodes']}", text)
+        self.assertIn(f"(saves {top['saved']})", text)
+
+    def test_the_tensorrt_profile_leaves_only_layer_normalization_on_the_cpu(self):
+        # TensorRT 8.5's ONNX matrix: every op of the example but LayerNormalization, int64 shape
+        # tensors included (TensorRT casts them down).
+        trt = os.path.join(EXAMPLES, "profiles", "tensorrt.json")
+        code, stdout, err = run("split", os.path.join(EXAMPLES, "transformer.onnx"), "--profile", trt, "--preview",
+                                "--json", "--no-simplify")
+        self.assertEqual(code, 0, err)
+        report = json.loads(stdout)
+        self.assertEqual({(n["target"], n["reason"]) for n in report["cpu_nodes"]},
+                         {("LayerNormalization", "not in the profile")})
+        self.assertEqual(len(report["cpu_nodes"]), 4)
+
+
 class BadInput(TempDirTest):
     def test_malformed_profile_names_its_location(self):
         bad = self.path("bad.json")
