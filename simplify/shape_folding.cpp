@@ -365,10 +365,35 @@ Expected<std::vector<ir::ValueType>> typesAfter(const ir::Graph& graph, const Fo
 }
 } // namespace
 
+namespace {
+// Whether inference anew could learn a dim the plan's graph does not know: a node that stays reads
+// a folded value, and one of its outputs has an unknown rank or dim (a Pad whose pads folded).
+bool mayLearnShapes(const ir::Graph& graph, const FoldPlan& plan) {
+  std::vector<bool> kept(graph.numNodes(), false);
+  for (NodeId node : plan.kept)
+    kept[index(node)] = true;
+  for (const auto& [value, constant] : plan.constants)
+    for (NodeId reader : graph.users(value)) {
+      if (!kept[index(reader)])
+        continue;
+      for (ValueId output : graph.outputs(reader)) {
+        if (!graph.rankKnown(output))
+          return true;
+        for (const ir::DimEntry& dim : graph.dims(output))
+          if (dim.extent < 0)
+            return true;
+      }
+    }
+  return false;
+}
+} // namespace
+
 FoldPlan foldToFixedPoint(const ir::Graph& graph, const FoldOptions& options) {
   FoldPlan plan = planShapeFolding(graph, options);
   std::vector<ir::ValueType> types;
-  for (std::size_t round = 2; round <= kMaxFoldRounds && plan.changes() && plan.shapesLeft > 0; ++round) {
+  for (std::size_t round = 2; round <= kMaxFoldRounds && plan.changes() && plan.shapesLeft > 0 &&
+                              mayLearnShapes(graph, plan);
+       ++round) {
     Expected<std::vector<ir::ValueType>> inferred = typesAfter(graph, plan);
     if (!inferred)
       break;

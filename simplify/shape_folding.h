@@ -63,7 +63,8 @@ FoldPlan planShapeFolding(const ir::Graph& graph, const FoldOptions& options = {
 // pads were a computed chain): while a round folds more than the last and leaves Shape or Size
 // nodes, onnx's inference runs anew on the graph that round leaves (io::inferValueTypes) and the
 // next round plans with those types. At most kMaxFoldRounds rounds; an inference that fails ends
-// it with the last round's plan. Rounds after the first run only where Shape or Size nodes remain.
+// it with the last round's plan. Rounds after the first run only where Shape or Size nodes remain
+// and a node that stays reads a folded value while its output's dims are not all known.
 inline constexpr std::size_t kMaxFoldRounds = 32;
 FoldPlan foldToFixedPoint(const ir::Graph& graph, const FoldOptions& options = {});
 
