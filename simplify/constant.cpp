@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <utility>
 
 #include "io/onnx.h"
 
@@ -14,12 +15,6 @@ namespace {
 using ir::DType;
 using Dims = std::vector<std::int64_t>;
 using Result = std::optional<std::vector<Constant>>;
-
-constexpr std::array<std::string_view, 38> kFoldable = {
-    "Abs",   "Add",       "And",       "Cast",  "Ceil",          "Concat",  "ConstantOfShape", "Div",     "Equal",
-    "Expand", "Floor",    "Gather",    "Greater", "GreaterOrEqual", "Identity", "Less",        "LessOrEqual", "Max",
-    "Min",   "Mod",       "Mul",       "Neg",   "Not",           "Or",      "Range",           "Reshape", "Shape",
-    "Size",  "Slice",     "Sqrt",      "Squeeze", "Sub",         "Unsqueeze", "Where",         "Xor",     "Sign", "Transpose", "ScatterND"};
 
 std::int64_t product(const Dims& dims) {
   std::int64_t n = 1;
@@ -793,9 +788,63 @@ std::optional<Constant> constantFromBytes(DType dtype, std::vector<std::int64_t>
   return c;
 }
 
+namespace {
+using Evaluator = Result (*)(const OpToFold& op, std::int64_t maxElements);
+
+Result evaluateCast(const OpToFold& op, std::int64_t) { return cast(*op.inputs[0], op.attributes); }
+Result evaluateUnary(const OpToFold& op, std::int64_t) {
+  return op.inputs.size() == 1 ? unaryOp(op.opType, *op.inputs[0]) : std::nullopt;
+}
+Result evaluateArithmetic(const OpToFold& op, std::int64_t maxElements) {
+  if ((op.opType == "Max" || op.opType == "Min") && op.inputs.size() != 2)
+    return std::nullopt;
+  if (op.opType == "Mod" && intAttribute(op.attributes, "fmod", 0) != 0)
+    return std::nullopt;
+  return binaryArithmetic(op.opType, op.inputs, maxElements);
+}
+Result evaluateComparison(const OpToFold& op, std::int64_t maxElements) {
+  return comparison(op.opType, op.inputs, maxElements);
+}
+Result evaluateUnsqueeze(const OpToFold& op, std::int64_t) { return unsqueeze(op); }
+Result evaluateSqueeze(const OpToFold& op, std::int64_t) { return squeeze(op); }
+Result evaluateReshape(const OpToFold& op, std::int64_t) { return reshape(op); }
+Result evaluateTranspose(const OpToFold& op, std::int64_t) { return transpose(op); }
+
+// Every op evaluateOp folds, sorted by name: the one list (foldableOps() is derived from it).
+constexpr std::array<std::pair<std::string_view, Evaluator>, 36> kEvaluators = {{
+    {"Abs", evaluateUnary},          {"Add", evaluateArithmetic},       {"And", evaluateComparison},
+    {"Cast", evaluateCast},          {"Ceil", evaluateUnary},           {"Concat", concat},
+    {"ConstantOfShape", constantOfShape}, {"Div", evaluateArithmetic},  {"Equal", evaluateComparison},
+    {"Expand", expand},              {"Floor", evaluateUnary},          {"Gather", gather},
+    {"Greater", evaluateComparison}, {"GreaterOrEqual", evaluateComparison}, {"Identity", evaluateUnary},
+    {"Less", evaluateComparison},    {"LessOrEqual", evaluateComparison}, {"Max", evaluateArithmetic},
+    {"Min", evaluateArithmetic},     {"Mod", evaluateArithmetic},       {"Mul", evaluateArithmetic},
+    {"Neg", evaluateUnary},          {"Not", evaluateUnary},            {"Or", evaluateComparison},
+    {"Range", range},                {"Reshape", evaluateReshape},      {"ScatterND", scatterND},
+    {"Sign", evaluateUnary},         {"Slice", slice},                  {"Sqrt", evaluateUnary},
+    {"Squeeze", evaluateSqueeze},    {"Sub", evaluateArithmetic},       {"Transpose", evaluateTranspose},
+    {"Unsqueeze", evaluateUnsqueeze}, {"Where", where},                 {"Xor", evaluateComparison},
+}};
+
+static_assert(std::is_sorted(kEvaluators.begin(), kEvaluators.end(),
+                             [](const auto& a, const auto& b) { return a.first < b.first; }),
+              "kEvaluators is searched by name");
+
+Evaluator evaluatorOf(std::string_view type) {
+  auto at = std::lower_bound(kEvaluators.begin(), kEvaluators.end(), type,
+                             [](const auto& entry, std::string_view name) { return entry.first < name; });
+  return at != kEvaluators.end() && at->first == type ? at->second : nullptr;
+}
+} // namespace
+
 std::span<const std::string_view> foldableOps() {
+  // The evaluators' ops, and Shape and Size, which simplify/shape_folding.h folds from types.
   static const auto sorted = [] {
-    auto ops = kFoldable;
+    std::array<std::string_view, kEvaluators.size() + 2> ops{};
+    for (std::size_t k = 0; k < kEvaluators.size(); ++k)
+      ops[k] = kEvaluators[k].first;
+    ops[kEvaluators.size()] = "Shape";
+    ops[kEvaluators.size() + 1] = "Size";
     std::sort(ops.begin(), ops.end());
     return ops;
   }();
@@ -805,46 +854,8 @@ std::span<const std::string_view> foldableOps() {
 std::optional<std::vector<Constant>> evaluateOp(const OpToFold& op, std::int64_t maxElements) {
   if (op.outputs != 1 || op.inputs.empty() || !op.inputs[0])
     return std::nullopt;
-  const std::string_view type = op.opType;
-  if (type == "Cast")
-    return cast(*op.inputs[0], op.attributes);
-  if (op.inputs.size() == 1 && (type == "Identity" || type == "Neg" || type == "Abs" || type == "Sign" ||
-                                type == "Not" || type == "Floor" || type == "Ceil" || type == "Sqrt"))
-    return unaryOp(type, *op.inputs[0]);
-  if (type == "Add" || type == "Sub" || type == "Mul" || type == "Div" || type == "Mod" ||
-      ((type == "Max" || type == "Min") && op.inputs.size() == 2)) {
-    if (type == "Mod" && intAttribute(op.attributes, "fmod", 0) != 0)
-      return std::nullopt;
-    return binaryArithmetic(type, op.inputs, maxElements);
-  }
-  if (type == "Equal" || type == "Less" || type == "Greater" || type == "LessOrEqual" || type == "GreaterOrEqual" ||
-      type == "And" || type == "Or" || type == "Xor")
-    return comparison(type, op.inputs, maxElements);
-  if (type == "Unsqueeze")
-    return unsqueeze(op);
-  if (type == "Squeeze")
-    return squeeze(op);
-  if (type == "Concat")
-    return concat(op, maxElements);
-  if (type == "Gather")
-    return gather(op, maxElements);
-  if (type == "Slice")
-    return slice(op, maxElements);
-  if (type == "Reshape")
-    return reshape(op);
-  if (type == "Transpose")
-    return transpose(op);
-  if (type == "ScatterND")
-    return scatterND(op, maxElements);
-  if (type == "Range")
-    return range(op, maxElements);
-  if (type == "Expand")
-    return expand(op, maxElements);
-  if (type == "Where")
-    return where(op, maxElements);
-  if (type == "ConstantOfShape")
-    return constantOfShape(op, maxElements);
-  return std::nullopt;
+  const Evaluator evaluate = evaluatorOf(op.opType);
+  return evaluate ? evaluate(op, maxElements) : std::nullopt;
 }
 
 } // namespace cleave::simplify
