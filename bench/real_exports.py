@@ -75,7 +75,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--keep", help="export into (and reuse) this folder")
     parser.add_argument("models", nargs="*", default=list(MODELS))
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or scratch
         os.makedirs(folder, exist_ok=True)
