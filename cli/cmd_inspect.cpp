@@ -1,11 +1,11 @@
 // cli/cmd_inspect.cpp - `cleave inspect MODEL [--json] [--nodes] [--check]`.
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/runtime_library.h"
 #include "io/fixed_batch.h"
 #include "io/model_loader.h"
 #include "ir/analysis.h"
 #include "report/inspect_report.h"
-#include "runtime/engine/kernel.h"
 
 namespace cleave::cli {
 
@@ -37,8 +37,10 @@ Status inspect(const InspectFlags& flags, std::ostream& out, std::ostream&) {
     CLEAVE_CHECK(io::checkOnnxFile(flags.path));
   ir::GraphStats stats = ir::computeGraphStats(graph);
   report::InspectOptions options{.includeNodes = flags.nodes, .topOps = flags.top, .missingKernels = {}};
-  if (graph.modelInfo().format == ir::SourceFormat::Onnx)
-    options.missingKernels = runtime::missingKernels(graph);
+  if (graph.modelInfo().format == ir::SourceFormat::Onnx) {
+    CLEAVE_TRY(const RuntimeLibrary* runtime, loadRuntimeLibrary());
+    options.missingKernels = runtime->missingKernels(graph);
+  }
   if (graph.modelInfo().format == ir::SourceFormat::Onnx && !flags.noInfer) {
     Expected<io::FixedBatch> batch = io::findFixedBatch(flags.path);
     if (batch)

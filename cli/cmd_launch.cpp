@@ -2,6 +2,7 @@
 // --master-port P --bind-cores] -- COMMAND ...`: start N ranks of COMMAND (torchrun's variables set), prefix
 // their output with the rank, stop them all when one fails.
 #include "cli/commands.h"
+#include "cli/runtime_library.h"
 #include "cli/options.h"
 #include "runtime/distributed/launcher.h"
 
@@ -52,7 +53,6 @@ Status launchRanks(LaunchFlags& flags, std::ostream& out, std::ostream& err) {
 }
 } // namespace
 
-const Command kLaunchCommand{"launch", "start N ranks of a command (torchrun's variables); stop all when one fails",
-                             parseThenRun<LaunchFlags, describe, launchRanks>};
+const CommandBody kLaunchBody{"launch", parseThenRun<LaunchFlags, describe, launchRanks>};
 
 } // namespace cleave::cli

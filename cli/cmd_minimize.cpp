@@ -3,8 +3,9 @@
 // written as a repro submodel with its inputs.
 #include "base/file_io.h"
 #include "cli/commands.h"
+#include "cli/runtime_library.h"
 #include "cli/options.h"
-#include "cli/runtime_options.h"
+#include "cli/runtime_inputs.h"
 #include "io/model_loader.h"
 #include "io/onnx.h"
 #include "report/minimize_report.h"
@@ -79,7 +80,6 @@ Status minimizeModel(MinimizeFlags& flags, std::ostream& out, std::ostream&) {
 }
 } // namespace
 
-const Command kMinimizeCommand{"minimize", "find the smallest node set where one backend fails or disagrees with another",
-                               parseThenRun<MinimizeFlags, describe, minimizeModel>};
+const CommandBody kMinimizeBody{"minimize", parseThenRun<MinimizeFlags, describe, minimizeModel>};
 
 } // namespace cleave::cli

@@ -7,8 +7,9 @@
 #include "base/json.h"
 #include "base/resources.h"
 #include "cli/commands.h"
+#include "cli/runtime_library.h"
 #include "cli/options.h"
-#include "cli/runtime_options.h"
+#include "cli/runtime_inputs.h"
 #include "plan/plan_file.h"
 #include "runtime/distributed/distributed_run.h"
 #include "runtime/distributed/environment.h"
@@ -394,7 +395,6 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
 }
 } // namespace
 
-const Command kRunCommand{"run", "run a model or a cut model on ATen; output summaries and timings",
-                          parseThenRun<RunFlags, describe, runModel>};
+const CommandBody kRunBody{"run", parseThenRun<RunFlags, describe, runModel>};
 
 } // namespace cleave::cli

@@ -2,8 +2,9 @@
 // shape propagation from sample inputs; writes the model with every value's observed type.
 #include "base/json.h"
 #include "cli/commands.h"
+#include "cli/runtime_library.h"
 #include "cli/options.h"
-#include "cli/runtime_options.h"
+#include "cli/runtime_inputs.h"
 #include "io/model_loader.h"
 #include "io/onnx.h"
 #include "runtime/model/shape_propagation.h"
@@ -47,7 +48,6 @@ Status propagate(const ShapesFlags& flags, std::ostream& out, std::ostream&) {
 }
 } // namespace
 
-const Command kShapesCommand{"shapes", "record every value's dtype and shape from a run on sample inputs",
-                             parseThenRun<ShapesFlags, describe, propagate>};
+const CommandBody kShapesBody{"shapes", parseThenRun<ShapesFlags, describe, propagate>};
 
 } // namespace cleave::cli

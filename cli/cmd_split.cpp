@@ -1,14 +1,13 @@
 // cli/cmd_split.cpp - `cleave split MODEL --profile P -o DIR [...]`: accelerator/CPU split.
 // Options, one call to split::splitGraph, one render (report/split_report.h); --preview with
-// --backend or --dump-inputs also run the model (runtime/model/lower_and_run.h).
+// --backend or --dump-inputs also run the model, in the runtime library (cli/runtime_library.h).
 #include "base/json.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/planning_model.h"
-#include "cli/runtime_options.h"
+#include "cli/runtime_library.h"
 #include "io/model_loader.h"
 #include "report/split_report.h"
-#include "runtime/model/lower_and_run.h"
 #include "split/preview.h"
 #include "split/splitter.h"
 
@@ -68,47 +67,6 @@ void describe(CLI::App& app, SplitFlags& flags) {
   app.callback([&app, &flags] { flags.lowerAndRun = flags.preview && app.count("--backend") > 0; });
 }
 
-report::SubmoduleTrialLine trialLine(const runtime::ReferenceRun& reference, const runtime::SubmoduleTrial& trial) {
-  report::SubmoduleTrialLine line{trial.name, std::string(runtime::trialOutcomeName(trial.result.outcome)),
-                                  trial.result.passed() ? "" : trial.result.message, trial.result.maxAbs,
-                                  trial.result.maxRel, trial.result.maxScaled};
-  if (trial.culprit) {
-    line.culpritNode = reference.graph().name(*trial.culprit);
-    line.culpritOp = reference.graph().target(*trial.culprit);
-    line.culpritOutcome = runtime::trialOutcomeName(trial.culpritResult.outcome);
-    line.culpritMessage = trial.culpritResult.message;
-  }
-  return line;
-}
-
-// Runs the model once on the CPU: each acc submodule tried on --backend (into `trials`), and/or
-// every submodule's inputs captured (returned, for --dump-inputs).
-Expected<std::string> runTheModel(const SplitFlags& flags, const ir::Graph& graph, const split::SplitResult& result,
-                                  const std::vector<plan::Boundary>& boundaries,
-                                  std::vector<report::SubmoduleTrialLine>& trials) {
-  std::shared_ptr<const ir::Graph> shared(&graph, [](const ir::Graph*) {}); // not owning: graph outlives it
-  CLEAVE_TRY(std::unique_ptr<runtime::Backend> acc, runtime::makeBackend(flags.runtime.backend, flags.runtime.optimizations));
-  CLEAVE_TRY(std::unique_ptr<runtime::Backend> cpu, runtime::makeBackend("aten-cpu", flags.runtime.optimizations));
-  CLEAVE_TRY(runtime::TensorMap inputs, makeInputs(graph, flags.runtime));
-  CLEAVE_TRY(runtime::ReferenceRun reference, runtime::ReferenceRun::run(shared, *cpu, inputs));
-  std::string submoduleInputs;
-  if (flags.dumpInputs) {
-    Json all = Json::object();
-    for (std::size_t s = 0; s < boundaries.size(); ++s) {
-      CLEAVE_TRY(std::string text, runtime::formatTensorFile(reference.valuesByName(boundaries[s].inputs)));
-      all[result.plan.submodules[s].name] = Json::parse(text);
-    }
-    submoduleInputs = toJsonText(all) + "\n";
-  }
-  if (flags.lowerAndRun) {
-    CLEAVE_TRY(std::vector<runtime::SubmoduleTrial> tried,
-               runtime::tryAccSubmodules(reference, result.plan, *acc, flags.tolerance));
-    for (const runtime::SubmoduleTrial& trial : tried)
-      trials.push_back(trialLine(reference, trial));
-  }
-  return submoduleInputs;
-}
-
 Json splitSettings(const support::Profile& profile, const split::SplitOptions& options) {
   Json extra;
   extra["profile"] = profile.name();
@@ -146,7 +104,11 @@ Status splitModel(const SplitFlags& flags, std::ostream& out, std::ostream&) {
                                   model.folding ? &*model.folding : nullptr};
   std::string submoduleInputs;
   if (flags.lowerAndRun || flags.dumpInputs) {
-    CLEAVE_TRY(submoduleInputs, runTheModel(flags, graph, result, boundaries, splitReport.trials));
+    CLEAVE_TRY(const RuntimeLibrary* runtime, loadRuntimeLibrary());
+    CLEAVE_TRY(SplitRunResult ran, runtime->runSplitModel({graph, result.plan, boundaries, flags.runtime,
+                                                           flags.tolerance, flags.lowerAndRun, flags.dumpInputs}));
+    splitReport.trials = std::move(ran.trials);
+    submoduleInputs = std::move(ran.submoduleInputs);
   }
   std::string summary = report::splitReportJson(graph, splitReport);
   if (outDir) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/runtime_library.h"
 #include "cli/options.h"
 #include "io/model_loader.h"
 #include "io/onnx.h"
@@ -271,7 +272,6 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
 }
 } // namespace
 
-const Command kTrainCommand{"train", "train a model exported with its loss (ATen autograd, PyTorch's optimizers)",
-                            parseThenRun<TrainFlags, describe, train>};
+const CommandBody kTrainBody{"train", parseThenRun<TrainFlags, describe, train>};
 
 } // namespace cleave::cli

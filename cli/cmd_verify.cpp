@@ -5,8 +5,9 @@
 
 #include "base/json.h"
 #include "cli/commands.h"
+#include "cli/runtime_library.h"
 #include "cli/options.h"
-#include "cli/runtime_options.h"
+#include "cli/runtime_inputs.h"
 #include "plan/plan_file.h"
 #include "runtime/model/compare.h"
 
@@ -108,7 +109,6 @@ Status verify(const VerifyFlags& flags, std::ostream& out, std::ostream&) {
 }
 } // namespace
 
-const Command kVerifyCommand{"verify", "check that a cut model computes what the original does",
-                             parseThenRun<VerifyFlags, describe, verify>};
+const CommandBody kVerifyBody{"verify", parseThenRun<VerifyFlags, describe, verify>};
 
 } // namespace cleave::cli

@@ -20,7 +20,9 @@ inline constexpr int kExitOk = 0, kExitRejected = 1, kExitUsage = 2, kExitBug = 
 using Args = std::vector<std::string>;
 
 // A subcommand: its name, its line in `cleave --help`, and how it runs (usually parseThenRun
-// below). Each cli/cmd_*.cpp defines one; cli/main.cpp lists them.
+// below). Each planning cli/cmd_*.cpp defines one; the running commands' are in
+// cli/runtime_link.cpp and run their bodies from the runtime library (cli/runtime_library.h);
+// cli/main.cpp lists them all.
 struct Command {
   const char* name;
   const char* summary;

@@ -1,14 +1,18 @@
 // cli/runtime_options.h - the options every running command shares (--backend, --inputs,
-// --seed, --dim) and opening what they run.
-// Complexity: random inputs are linear in their elements; opening is the model's load.
+// --seed, --dim, the optimizations) and the pipeline schedule's flag. Parsing only: nothing here
+// loads the runtime library (opening what they name is cli/runtime_inputs.h, in the library).
+// Complexity: linear in the arguments; a schedule is its generator's.
 #pragma once
 
+#include <cstdint>
 #include <map>
-#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "pipeline/schedule.h"
-#include "runtime/model/runnable.h"
+#include "runtime/engine/optimizations.h"
 
 namespace cleave::cli {
 
@@ -24,16 +28,8 @@ struct RuntimeOptions {
 
 void addRuntimeOptions(CLI::App& app, RuntimeOptions& options);
 
-struct OpenedRunnable {
-  std::unique_ptr<runtime::Backend> acc, cpu; // outlive the runnable's modules
-  runtime::Runnable runnable;
-};
-
-Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOptions& options);
+// --dim NAME=SIZE entries by name.
 Expected<std::map<std::string, std::int64_t>> parseDims(const std::vector<std::string>& dims);
-// --inputs FILE, else random inputs from --seed.
-Expected<runtime::TensorMap> makeInputs(const runtime::Runnable& runnable, const RuntimeOptions& options);
-Expected<runtime::TensorMap> makeInputs(const ir::Graph& graph, const RuntimeOptions& options);
 
 // --schedule KIND for the distributed runners (cleave run --distributed, cleave train).
 void addScheduleOption(CLI::App& app, std::optional<pipeline::ScheduleKind>& kind, const std::string& help);

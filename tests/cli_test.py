@@ -3,8 +3,9 @@ import filecmp
 import json
 import os
 import shutil
+import subprocess
 
-from testlib import EXAMPLES, TempDirTest, main, run
+from testlib import CLEAVE, EXAMPLES, TempDirTest, main, run
 
 
 class Help(TempDirTest):
@@ -205,6 +206,48 @@ class OpsetsAndKernels(TempDirTest):
         self.assertEqual(json.loads(out)["runtime_missing_ops"], ["ai.onnx.preview.training::Gradient"])
         code, out, err = run("inspect", os.path.join(EXAMPLES, "cnn.onnx"))
         self.assertIn("runtime: a kernel for every op", out)
+
+
+class RuntimeLibrary(TempDirTest):
+    """The runtime is libcleave_runtime.so beside the executable, loaded only by the commands that
+    run a model (cli/runtime_library.h)."""
+
+    def loaded_files(self, executable, *args):
+        """(exit code, the shared objects the dynamic loader opened) for `executable ARGS`."""
+        env = dict(os.environ, LD_DEBUG="files", LD_DEBUG_OUTPUT=self.path("ld"))
+        proc = subprocess.run([executable, *args], capture_output=True, text=True, env=env, timeout=300)
+        opened = set()
+        for name in os.listdir(self.tmp):
+            if name.startswith("ld."):
+                with open(self.path(name)) as f:
+                    opened |= {line.split("file=")[1].split()[0] for line in f if "file=" in line}
+        return proc.returncode, opened
+
+    def test_planning_commands_never_load_libtorch(self):
+        model = os.path.join(EXAMPLES, "transformer.onnx")
+        code, opened = self.loaded_files(CLEAVE, "split", model, "--profile",
+                                         os.path.join(EXAMPLES, "profiles", "gpu.json"), "--preview")
+        self.assertEqual(code, 0)
+        self.assertFalse([f for f in opened if "torch" in f or "cleave_runtime" in f], sorted(opened))
+        code, opened = self.loaded_files(CLEAVE, "run", model, "--repeat", "1")
+        self.assertEqual(code, 0)
+        self.assertTrue([f for f in opened if "libcleave_runtime.so" in f], sorted(opened))
+        self.assertTrue([f for f in opened if "libtorch_cpu" in f], sorted(opened))
+
+    def test_without_the_library_running_commands_fail_in_one_line_and_others_run(self):
+        alone = self.path("cleave")
+        shutil.copy(CLEAVE, alone)
+        model = os.path.join(EXAMPLES, "transformer.onnx")
+        proc = subprocess.run([alone, "run", model], capture_output=True, text=True, timeout=300)
+        self.assertOneLineError(proc.returncode, proc.stderr, "cleave run: error: cannot load the runtime library",
+                                "libcleave_runtime.so")
+        proc = subprocess.run([alone, "split", model, "--profile", os.path.join(EXAMPLES, "profiles", "gpu.json"),
+                               "--preview", "--backend", "aten-cpu"], capture_output=True, text=True, timeout=300)
+        self.assertOneLineError(proc.returncode, proc.stderr, "cleave split: error: cannot load the runtime library")
+        proc = subprocess.run([alone, "split", model, "--profile", os.path.join(EXAMPLES, "profiles", "gpu.json"),
+                               "--preview"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("subgraphs:", proc.stdout)
 
 
 if __name__ == "__main__":

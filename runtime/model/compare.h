@@ -21,17 +21,9 @@
 
 #include <ATen/ATen.h>
 
+#include "runtime/model/tolerance.h"
+
 namespace cleave::runtime {
-
-enum class ToleranceScale : std::uint8_t { Element, Output };
-
-struct AllClose {
-  double rtol = 1e-3, atol = 1e-7; // ONNX's backend test defaults
-  ToleranceScale scale = ToleranceScale::Element;
-};
-
-// What `cleave verify`, `split --preview --backend` and `minimize` hold a cut to by default.
-inline constexpr AllClose kCutTolerance{1e-4, 1e-5, ToleranceScale::Output};
 
 struct Comparison {
   bool equal = true;

@@ -66,6 +66,7 @@ def describe_change(before, after):
 
 
 def run_case(case):
+    """(problem or None, seconds cleave ran)."""
     sandbox = tempfile.mkdtemp(prefix="cleave_bad_")
     try:
         ctx = cases.Sandbox(sandbox)
@@ -78,29 +79,9 @@ def run_case(case):
             proc = subprocess.run([CLEAVE, *argv], capture_output=True, cwd=ctx.work, env=env, stdin=subprocess.DEVNULL,
                                   timeout=case.timeout * TIME_SCALE)
         except subprocess.TimeoutExpired:
-            return f"no answer within {case.timeout * TIME_SCALE:.0f} s (a hang?)"
+            return f"no answer within {case.timeout * TIME_SCALE:.0f} s (a hang?)", case.timeout * TIME_SCALE
         elapsed = time.monotonic() - start
-        err = proc.stderr.decode("utf-8", "replace")
-        # A sanitizer's note that an allocation failed (allocator_may_return_null) is not cleave's output.
-        lines = [line for line in err.splitlines() if line.strip() and not ASAN_ALLOCATION_NOTE.match(line)]
-        if proc.returncode < 0:
-            return f"killed by signal {-proc.returncode}: {err[-500:]!r}"
-        if proc.returncode != case.exit:
-            return f"exit {proc.returncode}, expected {case.exit}: {err[-500:]!r}"
-        after = snapshot(sandbox)
-        if case.exit != 0:
-            if len(lines) != 1:
-                return f"expected one error line, got {len(lines)}: {err[-500:]!r}"
-            if not re.search(case.message, lines[0]):
-                return f"error line {lines[0]!r} does not match {case.message!r}"
-            if before != after:
-                return "the file system changed: " + describe_change(before, after)
-        elif case.check:
-            problem = case.check(ctx, before, after, proc.stdout.decode("utf-8", "replace"))
-            if problem:
-                return problem
-        del elapsed
-        return None
+        return check_outcome(case, ctx, proc, before, snapshot(sandbox)), elapsed
     finally:
         for dirpath, dirnames, _ in os.walk(sandbox):  # a case may have made folders read-only
             for d in dirnames:
@@ -109,6 +90,29 @@ def run_case(case):
                 except OSError:
                     pass
         shutil.rmtree(sandbox, ignore_errors=True)
+
+
+def check_outcome(case, ctx, proc, before, after):
+    """None when cleave answered as the case expects, else what went wrong."""
+    err = proc.stderr.decode("utf-8", "replace")
+    # A sanitizer's note that an allocation failed (allocator_may_return_null) is not cleave's output.
+    lines = [line for line in err.splitlines() if line.strip() and not ASAN_ALLOCATION_NOTE.match(line)]
+    if proc.returncode < 0:
+        return f"killed by signal {-proc.returncode}: {err[-500:]!r}"
+    if proc.returncode != case.exit:
+        return f"exit {proc.returncode}, expected {case.exit}: {err[-500:]!r}"
+    if case.exit != 0:
+        if len(lines) != 1:
+            return f"expected one error line, got {len(lines)}: {err[-500:]!r}"
+        if not re.search(case.message, lines[0]):
+            return f"error line {lines[0]!r} does not match {case.message!r}"
+        if before != after:
+            return "the file system changed: " + describe_change(before, after)
+    elif case.check:
+        problem = case.check(ctx, before, after, proc.stdout.decode("utf-8", "replace"))
+        if problem:
+            return problem
+    return None
 
 
 def shard_of(spec):
@@ -127,14 +131,14 @@ def main():
     passed = failed = 0
     kinds = {}
     for case in selected:
-        problem = run_case(case)
+        problem, seconds = run_case(case)
         kinds.setdefault(case.kind, [0, 0])[0 if problem is None else 1] += 1
         if problem is None:
             passed += 1
-            print(f"ok    {case.kind:14} {case.name}")
+            print(f"ok    {case.kind:14} {case.name} ({seconds:.1f} s)")
         else:
             failed += 1
-            print(f"FAIL  {case.kind:14} {case.name}: {problem}")
+            print(f"FAIL  {case.kind:14} {case.name} ({seconds:.1f} s): {problem}")
     print("by kind: " + ", ".join(f"{k} {v[0]}/{v[0] + v[1]}" for k, v in sorted(kinds.items())))
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 and passed > 0 else 1
