@@ -9,6 +9,7 @@
 #include "io/model_loader.h"
 #include "report/split_report.h"
 #include "split/preview.h"
+#include "split/shape_prologue.h"
 #include "split/splitter.h"
 
 namespace cleave::cli {
@@ -18,7 +19,8 @@ struct SplitFlags {
   std::string path, profilePath;
   OutputDirectoryFlags output;
   split::SplitOptions options;
-  bool json = false, preview = false, dumpInputs = false, lowerAndRun = false, dot = false, noSimplify = false;
+  bool json = false, preview = false, dumpInputs = false, lowerAndRun = false, dot = false, noSimplify = false,
+       noShapePrologue = false;
   double pcieGiBps = 100.0;
   RuntimeOptions runtime;
   runtime::AllClose tolerance = runtime::kCutTolerance;
@@ -45,6 +47,9 @@ void describe(CLI::App& app, SplitFlags& flags) {
                "move non-tensor acc nodes next to their users in another submodule (torch's "
                "move_non_tensor_nodes_on_boundary; useful with --allow-non-tensor)");
   addSimplifyFlag(app, flags.noSimplify);
+  app.add_flag("--no-shape-prologue", flags.noShapePrologue,
+               "leave on the CPU the integer shape arithmetic (of dynamic dims) that only feeds acc nodes' shape "
+               "operands, instead of keeping it with their acc submodule as a host prologue (ONNX)");
   app.add_flag("--preview", flags.preview, "report per acc subgraph sizes, PCIe-bound max QPS and the bottleneck");
   app.add_option("--pcie-gbps", flags.pcieGiBps, "PCIe bandwidth for --preview, GiB/s")
       ->capture_default_str()
@@ -77,10 +82,16 @@ Json splitSettings(const support::Profile& profile, const split::SplitOptions& o
   return extra;
 }
 
-Expected<split::SplitResult> splitWithProfile(const ir::Graph& graph, const support::Profile& profile,
-                                             const split::SplitOptions& options) {
-  IdVector<ir::NodeId, support::Decision> decisions = support::decideAll(graph, profile);
-  return split::splitGraph(graph, decisions, options);
+struct ProfiledSplit {
+  split::SplitResult result;
+  split::ShapePrologue prologue;
+};
+
+Expected<ProfiledSplit> splitWithProfile(const ir::Graph& graph, const support::Profile& profile,
+                                         const SplitFlags& flags) {
+  split::SplitDecisions decided = split::decideForSplit(graph, profile, !flags.noShapePrologue);
+  CLEAVE_TRY(split::SplitResult result, split::splitGraph(graph, decided.decisions, flags.options));
+  return ProfiledSplit{std::move(result), std::move(decided.prologue)};
 }
 
 Status splitModel(const SplitFlags& flags, std::ostream& out, std::ostream&) {
@@ -91,17 +102,18 @@ Status splitModel(const SplitFlags& flags, std::ostream& out, std::ostream&) {
   CLEAVE_TRY(support::Profile profile, support::Profile::load(flags.profilePath));
   CLEAVE_TRY(PlanningModel model, loadPlanningModel(flags.path, {.simplify = !flags.noSimplify, .keepUnfolded = true}));
   const ir::Graph& graph = model.graph;
-  CLEAVE_TRY(split::SplitResult result, splitWithProfile(graph, profile, flags.options));
+  CLEAVE_TRY(ProfiledSplit profiled, splitWithProfile(graph, profile, flags));
+  const split::SplitResult& result = profiled.result;
   if (model.folding && model.unfolded) { // what folding saved: the same split of the model as read
-    CLEAVE_TRY(split::SplitResult unfolded, splitWithProfile(*model.unfolded, profile, flags.options));
-    model.folding->submodulesUnfolded = unfolded.plan.submodules.size();
+    CLEAVE_TRY(ProfiledSplit unfolded, splitWithProfile(*model.unfolded, profile, flags));
+    model.folding->submodulesUnfolded = unfolded.result.plan.submodules.size();
     model.folding->submodulesFolded = result.plan.submodules.size();
     model.unfolded.reset();
   }
   std::vector<plan::Boundary> boundaries = plan::computeBoundaries(graph, result.plan);
   split::SplitPreview preview = split::previewSplit(graph, result.plan, boundaries, flags.pcieGiBps * double(1ull << 30));
   report::SplitReport splitReport{result, preview, flags.lowerAndRun ? flags.runtime.backend : "", {},
-                                  model.folding ? &*model.folding : nullptr};
+                                  model.folding ? &*model.folding : nullptr, &profiled.prologue};
   std::string submoduleInputs;
   if (flags.lowerAndRun || flags.dumpInputs) {
     CLEAVE_TRY(const RuntimeLibrary* runtime, loadRuntimeLibrary());

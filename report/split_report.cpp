@@ -255,6 +255,12 @@ std::string splitReportJson(const ir::Graph& graph, const SplitReport& report) {
   out.beginObject();
   if (report.folding)
     out.key("simplify").tree(foldingJson(*report.folding));
+  if (report.prologue && !report.prologue->nodes.empty()) {
+    Json byOp = Json::object();
+    for (const auto& [op, count] : report.prologue->byOp)
+      byOp[op] = count;
+    out.key("shape_prologue").tree({{"nodes", report.prologue->nodes.size()}, {"by_op", std::move(byOp)}});
+  }
   std::uint32_t acc = accSubmodules(plan);
   out.key("acc_subgraphs").unsignedInteger(acc);
   out.key("cpu_subgraphs").unsignedInteger(static_cast<std::uint32_t>(plan.submodules.size()) - acc);
@@ -368,6 +374,14 @@ std::string splitReportText(const ir::Graph& graph, const SplitReport& report, b
   std::ostringstream out;
   if (report.folding)
     out << foldingText(*report.folding);
+  if (report.prologue && !report.prologue->nodes.empty()) {
+    out << "shape prologue: " << report.prologue->nodes.size()
+        << " integer shape node(s) of dynamic dims kept with the acc submodules that read them (run on the host "
+           "before them where the profile does not take them):";
+    for (const auto& [op, count] : report.prologue->byOp)
+      out << " " << op << " " << count;
+    out << "\n";
+  }
   out << "subgraphs: " << acc << " acc, " << result.plan.submodules.size() - acc << " cpu"
       << " (before removing small acc subgraphs: " << result.beforeMinSize.acc << " acc, " << result.beforeMinSize.cpu
       << " cpu; after: " << result.afterMinSize.acc << " acc, " << result.afterMinSize.cpu << " cpu)\n";

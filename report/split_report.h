@@ -10,6 +10,7 @@
 #include "base/json.h"
 #include "report/simplify_report.h"
 #include "split/preview.h"
+#include "split/shape_prologue.h"
 #include "split/splitter.h"
 #include "support/profile.h"
 
@@ -39,6 +40,7 @@ struct SplitReport {
   std::string trialBackend; // empty: no lower-and-run section
   std::vector<SubmoduleTrialLine> trials;
   const FoldingReport* folding = nullptr; // what folding did before the split (null: nothing)
+  const split::ShapePrologue* prologue = nullptr; // shape arithmetic kept with acc submodules
 };
 // report.json / --json. CPU nodes come twice: grouped by (op, reason) with a count and an
 // example, then one by one with the rule behind each.

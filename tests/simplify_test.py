@@ -129,6 +129,33 @@ class SimplifyTest(TempDirTest):
             sample = np.random.default_rng(rows).standard_normal((rows, steps, 32)).astype(np.float32)
             self.check_same_outputs(model, folded, sample)
 
+    def test_a_dynamic_encoder_splits_like_its_static_export(self):
+        """What folding cannot remove (dims of a symbolic batch and sequence) stays with the acc
+        submodules that read it as shapes (split/shape_prologue.h), and the cut still computes the
+        model at other shapes, with the acc submodules on a backend that takes only the profile."""
+        layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True)
+        encoder = torch.nn.TransformerEncoder(layer, num_layers=2)
+        static = self.export("encoder_static", encoder, torch.randn(2, 6, 32), dynamic=False)
+        dynamic = self.export("encoder_dynamic", encoder, torch.randn(2, 6, 32), dynamic=True)
+        static_submodules, _, _ = self.split(static)
+        submodules, _, report = self.split(dynamic)
+        without, _, _ = self.split(dynamic, "--no-shape-prologue")
+        self.assertEqual(submodules, static_submodules)
+        self.assertGreater(without, submodules)
+        self.assertGreater(report["shape_prologue"]["nodes"], 0)
+        self.assertIn("Shape", report["shape_prologue"]["by_op"])
+        code, stdout, err = run("split", dynamic, "--profile", GPU, "--preview")
+        self.assertEqual(code, 0, err)
+        self.assertIn("shape prologue: ", stdout)
+        cut = self.path("encoder_dynamic_cut")
+        code, _, err = run("split", dynamic, "--profile", GPU, "-o", cut)
+        self.assertEqual(code, 0, err)
+        for batch, seq in ((2, 6), (3, 5)):
+            code, stdout, err = run("verify", dynamic, cut, "--backend", "profile:" + GPU, "--dim", f"batch={batch}",
+                                    "--dim", f"seq={seq}", "--json")
+            self.assertEqual(code, 0, err)
+            self.assertTrue(json.loads(stdout)["ok"], stdout)
+
     def viewed_by_hand(self, rows):
         from onnx import TensorProto, helper
         ints = lambda name, values: helper.make_tensor(name, TensorProto.INT64, [len(values)], values)

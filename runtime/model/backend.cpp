@@ -1,5 +1,7 @@
 #include "runtime/model/backend.h"
 
+#include "split/shape_prologue.h"
+
 namespace cleave::runtime {
 
 namespace {
@@ -71,13 +73,16 @@ public:
   }
 
 private:
-  // Fails: Unsupported naming the first node the profile does not support, and why.
+  // Fails: Unsupported naming the first node the profile does not support, and why. The shape
+  // prologue that split keeps with acc submodules (split/shape_prologue.h) runs on the host, as
+  // an accelerator's runtime computes its shape tensors, so it is not refused.
   Status checkSupported(const ir::Graph& graph) const {
+    split::SplitDecisions decided = split::decideForSplit(graph, profile_, true);
     for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
       ir::NodeId node{n};
       if (!graph.isCallable(node))
         continue;
-      support::Decision decision = profile_.decide(graph, node);
+      const support::Decision& decision = decided.decisions[node];
       if (!decision.supported)
         return Error(ErrorCode::Unsupported) << "backend " << name_ << " refuses node '" << graph.name(node) << "' ("
                                              << graph.target(node) << "): " << support::reasonName(decision.reason)

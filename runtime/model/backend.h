@@ -8,7 +8,8 @@
 //                  with CUDA (configure with -DCLEAVE_TORCH_DIR pointing at such a libtorch)
 //   profile:FILE   refuses, at lowering, any node the support profile FILE does not support
 //                  (naming the node and the profile's reason), else runs like aten-cpu: a
-//                  stand-in accelerator to exercise failure paths
+//                  stand-in accelerator to exercise failure paths. The shape prologue split
+//                  keeps with an acc submodule (split/shape_prologue.h) runs on its host.
 // Outputs stay on the backend's device; callers move values where the next module needs them.
 // Complexity: lowering is linear in the graph plus loading parameters once; a run is the
 // executor's (runtime/engine/executor.h: O(V + E) besides the kernels).
