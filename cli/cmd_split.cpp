@@ -85,13 +85,20 @@ Json splitSettings(const support::Profile& profile, const split::SplitOptions& o
 struct ProfiledSplit {
   split::SplitResult result;
   split::ShapePrologue prologue;
+  std::size_t submodulesWithoutPrologue = 0; // the same split with the profile's decisions alone
 };
 
 Expected<ProfiledSplit> splitWithProfile(const ir::Graph& graph, const support::Profile& profile,
                                          const SplitFlags& flags) {
   split::SplitDecisions decided = split::decideForSplit(graph, profile, !flags.noShapePrologue);
   CLEAVE_TRY(split::SplitResult result, split::splitGraph(graph, decided.decisions, flags.options));
-  return ProfiledSplit{std::move(result), std::move(decided.prologue)};
+  ProfiledSplit profiled{std::move(result), std::move(decided.prologue)};
+  if (!profiled.prologue.nodes.empty()) { // what the prologue saved
+    split::SplitDecisions alone = split::decideForSplit(graph, profile, false);
+    CLEAVE_TRY(split::SplitResult without, split::splitGraph(graph, alone.decisions, flags.options));
+    profiled.submodulesWithoutPrologue = without.plan.submodules.size();
+  }
+  return profiled;
 }
 
 Status splitModel(const SplitFlags& flags, std::ostream& out, std::ostream&) {
@@ -113,7 +120,8 @@ Status splitModel(const SplitFlags& flags, std::ostream& out, std::ostream&) {
   std::vector<plan::Boundary> boundaries = plan::computeBoundaries(graph, result.plan);
   split::SplitPreview preview = split::previewSplit(graph, result.plan, boundaries, flags.pcieGiBps * double(1ull << 30));
   report::SplitReport splitReport{result, preview, flags.lowerAndRun ? flags.runtime.backend : "", {},
-                                  model.folding ? &*model.folding : nullptr, &profiled.prologue};
+                                  model.folding ? &*model.folding : nullptr, &profiled.prologue,
+                                  profiled.submodulesWithoutPrologue};
   std::string submoduleInputs;
   if (flags.lowerAndRun || flags.dumpInputs) {
     CLEAVE_TRY(const RuntimeLibrary* runtime, loadRuntimeLibrary());

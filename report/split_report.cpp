@@ -259,7 +259,11 @@ std::string splitReportJson(const ir::Graph& graph, const SplitReport& report) {
     Json byOp = Json::object();
     for (const auto& [op, count] : report.prologue->byOp)
       byOp[op] = count;
-    out.key("shape_prologue").tree({{"nodes", report.prologue->nodes.size()}, {"by_op", std::move(byOp)}});
+    out.key("shape_prologue")
+        .tree({{"nodes", report.prologue->nodes.size()},
+               {"by_op", std::move(byOp)},
+               {"submodules", report.result.plan.submodules.size()},
+               {"submodules_without", report.submodulesWithoutPrologue}});
   }
   std::uint32_t acc = accSubmodules(plan);
   out.key("acc_subgraphs").unsignedInteger(acc);
@@ -380,7 +384,8 @@ std::string splitReportText(const ir::Graph& graph, const SplitReport& report, b
            "before them where the profile does not take them):";
     for (const auto& [op, count] : report.prologue->byOp)
       out << " " << op << " " << count;
-    out << "\n";
+    out << "; the cut has " << result.plan.submodules.size() << " submodule(s), " << report.submodulesWithoutPrologue
+        << " without it\n";
   }
   out << "subgraphs: " << acc << " acc, " << result.plan.submodules.size() - acc << " cpu"
       << " (before removing small acc subgraphs: " << result.beforeMinSize.acc << " acc, " << result.beforeMinSize.cpu

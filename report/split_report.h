@@ -41,6 +41,7 @@ struct SplitReport {
   std::vector<SubmoduleTrialLine> trials;
   const FoldingReport* folding = nullptr; // what folding did before the split (null: nothing)
   const split::ShapePrologue* prologue = nullptr; // shape arithmetic kept with acc submodules
+  std::size_t submodulesWithoutPrologue = 0;       // the same cut's submodules without it
 };
 // report.json / --json. CPU nodes come twice: grouped by (op, reason) with a count and an
 // example, then one by one with the rule behind each.

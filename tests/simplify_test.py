@@ -143,6 +143,8 @@ class SimplifyTest(TempDirTest):
         self.assertEqual(submodules, static_submodules)
         self.assertGreater(without, submodules)
         self.assertGreater(report["shape_prologue"]["nodes"], 0)
+        self.assertEqual((report["shape_prologue"]["submodules"], report["shape_prologue"]["submodules_without"]),
+                         (submodules, without))
         self.assertIn("Shape", report["shape_prologue"]["by_op"])
         code, stdout, err = run("split", dynamic, "--profile", GPU, "--preview")
         self.assertEqual(code, 0, err)
