@@ -209,6 +209,10 @@ void writeSubmodule(JsonWriter& out, const ir::Graph& graph, const plan::Submodu
   out.key("node_count").unsignedInteger(sub.nodes.size());
   out.key("input_bytes").integer(preview.inputBytes);
   out.key("output_bytes").integer(preview.outputBytes);
+  if (preview.unknownInputs + preview.unknownOutputs > 0) { // symbolic dims: the bytes are a lower bound
+    out.key("inputs_of_unknown_size").unsignedInteger(preview.unknownInputs);
+    out.key("outputs_of_unknown_size").unsignedInteger(preview.unknownOutputs);
+  }
   if (sub.role == plan::SubmoduleRole::Accelerator) {
     out.key("max_qps").number(preview.maxQps);
     out.key("warnings").beginArray();
@@ -291,6 +295,11 @@ std::string splitReportJson(const ir::Graph& graph, const SplitReport& report) {
 }
 
 namespace {
+// " + N of unknown size" after a byte count that leaves out values with symbolic dims.
+std::string unknownSizes(std::uint32_t values) {
+  return values == 0 ? "" : " + " + std::to_string(values) + " of unknown size";
+}
+
 void printSubmodules(const SplitReport& report, bool preview, std::ostream& out) {
   const plan::CutPlan& plan = report.result.plan;
   for (std::size_t s = 0; s < plan.submodules.size(); ++s) {
@@ -299,16 +308,25 @@ void printSubmodules(const SplitReport& report, bool preview, std::ostream& out)
     bool acc = sub.role == plan::SubmoduleRole::Accelerator;
     out << "  " << sub.name << ": " << sub.nodes.size() << " node(s)";
     if (preview || acc)
-      out << ", in " << formatBytes(cost.inputBytes) << ", out " << formatBytes(cost.outputBytes);
+      out << ", in " << formatBytes(cost.inputBytes) << unknownSizes(cost.unknownInputs) << ", out "
+          << formatBytes(cost.outputBytes) << unknownSizes(cost.unknownOutputs);
     if (acc && preview)
       out << ", PCIe bound " << formatQps(cost.maxQps);
     out << "\n";
     for (const std::string& warning : cost.warnings)
       out << "    warning: " << warning << ", this might cause problems during lowering\n";
   }
-  if (preview)
-    out << "PCIe bound: " << formatQps(report.preview.maxQps)
-        << ", bottleneck: " << (report.preview.bottleneck.empty() ? "none" : report.preview.bottleneck) << "\n";
+  if (!preview)
+    return;
+  std::size_t unsized = 0; // acc submodules whose seams carry values of unknown size
+  for (std::size_t s = 0; s < plan.submodules.size(); ++s)
+    unsized += plan.submodules[s].role == plan::SubmoduleRole::Accelerator &&
+               report.preview.submodules[s].unknownInputs + report.preview.submodules[s].unknownOutputs > 0;
+  out << "PCIe bound: " << formatQps(report.preview.maxQps)
+      << ", bottleneck: " << (report.preview.bottleneck.empty() ? "none" : report.preview.bottleneck);
+  if (unsized > 0)
+    out << " (an upper bound: " << unsized << " acc submodule(s) move values of unknown size)";
+  out << "\n";
 }
 
 void printTrials(const SplitReport& report, std::ostream& out) {

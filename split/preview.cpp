@@ -7,12 +7,15 @@ namespace cleave::split {
 using ir::ValueId;
 
 namespace {
+// The bytes of `values` whose size is known; `unknown` counts the others.
 std::int64_t bytesOf(const ir::Graph& graph, const std::vector<ValueId>& values, const char* side,
-                     std::vector<std::string>& warnings) {
+                     std::uint32_t& unknown, std::vector<std::string>& warnings) {
   std::int64_t bytes = 0;
   for (ValueId value : values) {
     if (graph.valueKind(value) != ir::ValueKind::Tensor)
       warnings.push_back(std::string(side) + " " + std::string(graph.valueName(value)) + " is not a tensor");
+    else if (graph.bytes(value) < 0)
+      ++unknown;
     bytes += std::max<std::int64_t>(graph.bytes(value), 0);
   }
   return bytes;
@@ -27,8 +30,8 @@ SplitPreview previewSplit(const ir::Graph& graph, const plan::CutPlan& plan,
   for (std::size_t s = 0; s < plan.submodules.size(); ++s) {
     SubmodulePreview& sub = preview.submodules.emplace_back();
     std::vector<std::string> warnings;
-    sub.inputBytes = bytesOf(graph, boundaries[s].inputs, "input", warnings);
-    sub.outputBytes = bytesOf(graph, boundaries[s].outputs, "output", warnings);
+    sub.inputBytes = bytesOf(graph, boundaries[s].inputs, "input", sub.unknownInputs, warnings);
+    sub.outputBytes = bytesOf(graph, boundaries[s].outputs, "output", sub.unknownOutputs, warnings);
     if (plan.submodules[s].role != plan::SubmoduleRole::Accelerator)
       continue;
     sub.warnings = std::move(warnings);

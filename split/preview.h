@@ -21,7 +21,9 @@
 namespace cleave::split {
 
 struct SubmodulePreview {
-  std::int64_t inputBytes = 0, outputBytes = 0; // unknown sizes count 0
+  std::int64_t inputBytes = 0, outputBytes = 0;     // of the values whose size is known
+  std::uint32_t unknownInputs = 0, unknownOutputs = 0; // values of unknown size (symbolic dims):
+                                                       // the bytes, and so maxQps, leave them out
   double maxQps = 0.0;                          // acc submodules only
   std::vector<std::string> warnings;            // acc submodules only
 };

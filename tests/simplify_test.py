@@ -149,6 +149,10 @@ class SimplifyTest(TempDirTest):
         code, stdout, err = run("split", dynamic, "--profile", GPU, "--preview")
         self.assertEqual(code, 0, err)
         self.assertIn("shape prologue: ", stdout)
+        # A batch and sequence of unknown size: the seams' bytes are a lower bound, and say so.
+        self.assertIn("of unknown size", stdout)
+        self.assertIn("(an upper bound: ", stdout)
+        self.assertGreater(report["subgraphs"][0]["inputs_of_unknown_size"], 0)
         cut = self.path("encoder_dynamic_cut")
         code, _, err = run("split", dynamic, "--profile", GPU, "-o", cut)
         self.assertEqual(code, 0, err)
