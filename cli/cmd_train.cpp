@@ -1,6 +1,6 @@
 // cli/cmd_train.cpp - `cleave train MODEL --data FILE --batch B --steps K [--microbatches M]
 // [--optimizer sgd|adamw --lr X --momentum --weight-decay --betas B1,B2] [--backend NAME] [--loss NAME]
-// [-o OUT] [--json]`.
+// [--lr-schedule constant|linear|cosine --warmup N] [--clip-grad-norm X] [-o OUT] [--json]`.
 #include <algorithm>
 #include <chrono>
 #include <tuple>
@@ -67,6 +67,18 @@ void describe(CLI::App& app, TrainFlags& flags) {
       ->delimiter(',')
       ->expected(2)
       ->check(kFinite);
+  addEnumOption(app, "--lr-schedule", flags.options.lrSchedule.kind, runtime::kLrScheduleKinds,
+                "the rate after warmup: constant at --lr, or linear or cosine decay from --lr to 0 at the last of --steps "
+                "(PyTorch's LinearLR / CosineAnnealingLR)");
+  app.add_option("--warmup", flags.options.lrSchedule.warmup,
+                 "steps of linear warmup to --lr: step t < N trains at lr (t+1)/(N+1) (PyTorch's LinearLR)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
+  app.add_option("--clip-grad-norm", flags.options.clipGradNorm,
+                 "clip the gradients' global L2 norm (all stages and ranks, a tied weight once) to X, as "
+                 "torch.nn.utils.clip_grad_norm_; each step's norm before clipping is printed")
+      ->check(CLI::PositiveNumber)
+      ->check(kFinite);
   addScheduleOption(app, flags.schedule,
                     "plan directories under launch: the pipeline schedule each rank follows (default gpipe; in one "
                     "process stages run in GPipe order)");
@@ -87,14 +99,23 @@ void describe(CLI::App& app, TrainFlags& flags) {
 }
 
 // `timing`: null, or the step's measurements (--timing).
-void printStep(const TrainFlags& flags, std::int64_t step, double loss, const Json& timing, std::ostream& out) {
+void printStep(const TrainFlags& flags, std::int64_t step, const runtime::StepResult& result, const Json& timing,
+               std::ostream& out) {
+  const bool scheduled =
+      flags.options.lrSchedule.kind != runtime::LrScheduleKind::Constant || flags.options.lrSchedule.warmup > 0;
   if (flags.json) {
-    Json line{{"step", step + 1}, {"loss", loss}};
+    Json line{{"step", step + 1}, {"loss", result.loss}, {"lr", result.lr}};
+    if (result.gradNorm)
+      line["grad_norm"] = *result.gradNorm;
     if (!timing.is_null())
       line.update(timing);
     out << toJsonText(line) << "\n"; // one line per step
   } else {
-    out << "step " << step + 1 << "/" << flags.steps << ": loss " << loss;
+    out << "step " << step + 1 << "/" << flags.steps << ": loss " << result.loss;
+    if (scheduled)
+      out << ", lr " << result.lr;
+    if (result.gradNorm)
+      out << ", grad norm " << *result.gradNorm;
     if (!timing.is_null())
       out << " (" << timing["seconds"].get<double>() * 1e3 << " ms"
           << (timing.contains("bubble") ? ", bubble " + std::to_string(timing["bubble"].get<double>()) : std::string())
@@ -221,13 +242,13 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   }
   CLEAVE_CHECK(trainer->connect(*comm));
   for (std::int64_t step = 0; step < flags.steps; ++step) {
-    CLEAVE_TRY(double loss, trainer->step(data, step, schedule ? &*schedule : nullptr));
+    CLEAVE_TRY(runtime::StepResult result, trainer->step(data, step, schedule ? &*schedule : nullptr));
     Json timing;
     if (flags.timing) {
       CLEAVE_TRY(timing, planStepTiming(*trainer, comm->worldSize()));
     }
     if (comm->rank() == 0)
-      printStep(flags, step, loss, timing, out);
+      printStep(flags, step, result, timing, out);
   }
   err << "rank " << comm->rank() << " of " << comm->worldSize() << ": trained";
   for (const std::string& stage : trainer->ownStages())
@@ -242,6 +263,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
 Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   // Each step frees what the next allocates again: keep it resident rather than fault it back in.
   runtime::keepFreedHostMemory();
+  flags.options.lrSchedule.steps = flags.steps;
   if (!flags.betas.empty()) {
     flags.options.optimizer.beta1 = flags.betas[0];
     flags.options.optimizer.beta2 = flags.betas[1];
@@ -258,11 +280,11 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_TRY(std::unique_ptr<runtime::Trainer> trainer, runtime::Trainer::create(graph, flags.options, *backend));
   for (std::int64_t step = 0; step < flags.steps; ++step) {
     auto started = std::chrono::steady_clock::now();
-    CLEAVE_TRY(double loss, trainer->step(data, step));
+    CLEAVE_TRY(runtime::StepResult result, trainer->step(data, step));
     Json timing;
     if (flags.timing)
       timing = Json{{"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}};
-    printStep(flags, step, loss, timing, out);
+    printStep(flags, step, result, timing, out);
   }
   if (!outDir)
     return {};

@@ -211,6 +211,46 @@ class PipelineTrainingMatchesTorch(TempDirTest):
     def test_a_weight_tied_between_the_first_and_a_later_stage(self):
         self.check_model("tied", TiedMse(), runs_by_optimizer=MODEL_RUNS)
 
+    def test_clipping_counts_a_tied_weight_once(self):
+        # The embedding is held by stages 0 and 3 (on ranks 0 and 1 of 2, and 0 and 3 of 4): the
+        # global norm counts it once, as clip_grad_norm_ over module.parameters() does (and as
+        # pytorch/pytorch#180952's split backward does not), so norms and weights follow torch.
+        module, clip = TiedMse(), 0.05
+        torch.manual_seed(0)
+        initial = {k: v.clone() for k, v in module.state_dict().items()}
+        x, target = data_for("tied", torch.Generator().manual_seed(1))
+        np.savez(self.path("data.npz"), x=x.numpy(), target=target.numpy())
+        model, plan = self.path("tied.onnx"), self.path("tied_plan")
+        torch.onnx.export(module, (x[:BATCH], target[:BATCH]), model, input_names=["x", "target"],
+                          output_names=["loss"], opset_version=13, do_constant_folding=False,
+                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+        run("pipeline", model, "--stages", 4, "-o", plan, check=True)
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
+        norms, losses = [], []
+        for step in range(STEPS):
+            rows = slice(step * BATCH, (step + 1) * BATCH)
+            optimizer.zero_grad()
+            loss = module(x[rows], target[rows])
+            loss.backward()
+            norms.append(torch.nn.utils.clip_grad_norm_(module.parameters(), clip).item())
+            optimizer.step()
+            losses.append(loss.item())
+        self.assertGreater(min(norms), clip)
+        flags = OPTIMIZERS["sgd"][0] + ["--clip-grad-norm", clip]
+        for ranks, schedule in [(0, None), (2, "interleaved"), (4, "zero_bubble")]:
+            with self.subTest(ranks=ranks, schedule=schedule):
+                out = self.path(f"tied_clipped_{ranks}")
+                command = ["train", plan, "--data", self.path("data.npz"), "--batch", BATCH, "--steps", STEPS,
+                           "--microbatches", MICROBATCHES, *flags, "--model", model, "-o", out, "--json"]
+                if schedule:
+                    command += ["--schedule", schedule]
+                code, stdout, err = launch(ranks, "cleave", *command) if ranks else run(*command)
+                self.assertEqual(code, 0, err)
+                got = [json.loads(line.split("] ", 1)[-1]) for line in stdout.splitlines()]
+                np.testing.assert_allclose([g["grad_norm"] for g in got], norms, rtol=RTOL)
+                self.check_against_torch(os.path.join(out, "trained.onnx"), losses, [g["loss"] for g in got],
+                                         {k: v.detach().numpy() for k, v in module.state_dict().items()})
+
     def test_a_transformer_block_with_cross_entropy(self):
         self.check_model("transformer", TransformerCe(), runs_by_optimizer=MODEL_RUNS)
 

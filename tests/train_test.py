@@ -11,7 +11,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from testlib import TempDirTest, main, run
+from testlib import TempDirTest, launch, main, run
 
 torch.set_num_threads(1)
 
@@ -44,6 +44,19 @@ def rows(data, step, batch):
     return data[index]
 
 
+def torch_scheduler(optimizer, kind, warmup, steps):
+    """torch.optim.lr_scheduler's form of `--lr-schedule KIND --warmup N` (runtime/training/lr_schedule.h)."""
+    schedulers = torch.optim.lr_scheduler
+    decay_steps = max(steps - warmup, 1)
+    decay = {"constant": lambda: schedulers.ConstantLR(optimizer, factor=1.0, total_iters=0),
+             "linear": lambda: schedulers.LinearLR(optimizer, 1.0, 0.0, total_iters=decay_steps),
+             "cosine": lambda: schedulers.CosineAnnealingLR(optimizer, T_max=decay_steps)}[kind]
+    if not warmup:
+        return decay()
+    warm = schedulers.LinearLR(optimizer, start_factor=1 / (warmup + 1), end_factor=1.0, total_iters=warmup)
+    return schedulers.SequentialLR(optimizer, [warm, decay()], milestones=[warmup])
+
+
 class Train(TempDirTest):
     def setUp(self):
         super().setUp()
@@ -59,17 +72,28 @@ class Train(TempDirTest):
         self.target = torch.randint(0, 4, (20,), generator=g)
         np.savez(self.path("data.npz"), x=self.x.numpy(), target=self.target.numpy())
 
-    def reference(self, make_optimizer, steps, batch):
+    def reference(self, make_optimizer, steps, batch, schedule=None, clip=None):
+        """torch's losses and trained weights; with `schedule` (kind, warmup) and `clip` also each
+        step's rate and gradient norm (clip_grad_norm_'s return value)."""
         self.wrapper.load_state_dict(self.initial)
         optimizer = make_optimizer(self.wrapper.parameters())
-        losses = []
+        scheduler = torch_scheduler(optimizer, *schedule, steps) if schedule else None
+        losses, rates, norms = [], [], []
         for step in range(steps):
             optimizer.zero_grad()
             loss = self.wrapper(rows(self.x, step, batch), rows(self.target, step, batch))
             loss.backward()
+            if clip is not None:
+                norms.append(torch.nn.utils.clip_grad_norm_(self.wrapper.parameters(), clip).item())
+            rates.append(optimizer.param_groups[0]["lr"])
             optimizer.step()
+            if scheduler:
+                scheduler.step()
             losses.append(loss.item())
-        return losses, {k: v.detach().numpy() for k, v in self.wrapper.state_dict().items()}
+        weights = {k: v.detach().numpy() for k, v in self.wrapper.state_dict().items()}
+        if schedule or clip is not None:
+            return losses, weights, rates, norms
+        return losses, weights
 
     def check(self, flags, make_optimizer, steps=6, batch=8):
         out = self.path("out")
@@ -94,6 +118,65 @@ class Train(TempDirTest):
     def test_adamw(self):
         self.check(["--optimizer", "adamw", "--lr", "0.01", "--betas", "0.8,0.99", "--weight-decay", "0.05"],
                    lambda p: torch.optim.AdamW(p, lr=0.01, betas=(0.8, 0.99), weight_decay=0.05))
+
+    def test_lr_schedules_and_gradient_clipping_follow_torch(self):
+        # Each schedule with and without warmup; clipping tight enough to clip every step (0.05)
+        # or only the first ones (0.5), as torch.nn.utils.clip_grad_norm_ over all parameters.
+        steps, batch = 7, 8
+        for kind, warmup, clip in [("linear", 2, 0.5), ("cosine", 3, None), ("cosine", 0, 0.05),
+                                   ("constant", 2, 0.05), ("linear", 0, None)]:
+            with self.subTest(kind=kind, warmup=warmup, clip=clip):
+                flags = ["--optimizer", "sgd", "--lr", "0.2", "--momentum", "0.9", "--microbatches", 3,
+                         "--lr-schedule", kind, "--warmup", warmup] + (["--clip-grad-norm", clip] if clip else [])
+                out = self.path(f"out_{kind}_{warmup}_{clip}")
+                code, stdout, err = run("train", self.model, "--data", self.path("data.npz"), "--batch", batch,
+                                        "--steps", steps, *flags, "-o", out, "--json")
+                self.assertEqual(code, 0, err)
+                got = [json.loads(line) for line in stdout.splitlines()]
+                losses, weights, rates, norms = self.reference(
+                    lambda p: torch.optim.SGD(p, lr=0.2, momentum=0.9), steps, batch, (kind, warmup), clip)
+                np.testing.assert_allclose([g["lr"] for g in got], rates, rtol=1e-12)
+                np.testing.assert_allclose([g["loss"] for g in got], losses, rtol=2e-5, atol=1e-6)
+                if clip:
+                    np.testing.assert_allclose([g["grad_norm"] for g in got], norms, rtol=1e-5)
+                    self.assertGreater(norms[0], clip)  # it clipped
+                else:
+                    self.assertNotIn("grad_norm", got[0])
+                trained = {t.name: numpy_helper.to_array(t)
+                           for t in onnx.load(os.path.join(out, "trained.onnx")).graph.initializer}
+                for name, value in weights.items():
+                    np.testing.assert_allclose(trained[name.replace("model.", "")] if name.replace("model.", "") in trained
+                                               else trained[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+
+    def test_a_plan_clips_the_norm_of_all_its_stages_on_every_rank_count(self):
+        # The global norm spans every stage: a pipeline of 4 stages, in one process and on 2 and 4
+        # ranks, prints torch's norm of the whole model's gradients and trains to the same
+        # weights; the ranks give the one process's losses and norms bit for bit.
+        plan, steps, batch, clip = self.path("stages4"), 4, 8, 0.1
+        run("pipeline", self.model, "--stages", 4, "-o", plan, check=True)
+        command = ["train", plan, "--data", self.path("data.npz"), "--batch", batch, "--steps", steps,
+                   "--microbatches", 2, "--optimizer", "adamw", "--lr", "0.01", "--lr-schedule", "cosine",
+                   "--warmup", 1, "--clip-grad-norm", clip, "--model", self.model, "--json"]
+        losses, weights, rates, norms = self.reference(lambda p: torch.optim.AdamW(p, lr=0.01), steps, batch,
+                                                       ("cosine", 1), clip)
+        results = {}
+        for ranks in (0, 2, 4):
+            out = self.path(f"plan_out_{ranks}")
+            code, stdout, err = (launch(ranks, "cleave", *command, "-o", out, "--schedule", {2: "interleaved", 4: "1f1b"}[ranks]) if ranks
+                                 else run(*command, "-o", out))
+            self.assertEqual(code, 0, err)
+            got = [json.loads(line.split("] ", 1)[-1]) for line in stdout.splitlines()]
+            results[ranks] = [(g["loss"], g["grad_norm"], g["lr"]) for g in got]
+            np.testing.assert_allclose([g["grad_norm"] for g in got], norms, rtol=1e-5)
+            np.testing.assert_allclose([g["lr"] for g in got], rates, rtol=1e-12)
+            np.testing.assert_allclose([g["loss"] for g in got], losses, rtol=2e-5, atol=1e-6)
+            trained = {t.name: numpy_helper.to_array(t)
+                       for t in onnx.load(os.path.join(out, "trained.onnx")).graph.initializer}
+            for name, value in weights.items():
+                key = name.replace("model.", "") if name.replace("model.", "") in trained else name
+                np.testing.assert_allclose(trained[key], value, rtol=1e-4, atol=1e-5, err_msg=name)
+        self.assertEqual(results[2], results[0])
+        self.assertEqual(results[4], results[0])
 
     def test_a_parameter_off_the_loss_path_still_decays(self):
         # Gradients are dropped, not zeroed, between steps; a parameter no backward reaches must

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -129,6 +130,11 @@ struct PipelineTrainer::State {
   }
   Status reduceTiedGradients();
   Status broadcastTiedParameters();
+  // Collective: the L2 norm of every stage's gradients together, a tied parameter counted once
+  // (on its first holder: pytorch/pytorch#180952 counts every copy). Each stage's squared norm
+  // is summed on its rank, gathered into a per-stage vector (one non-zero per slot, so the
+  // all-reduce adds exactly) and summed in stage order: every rank count gives the same bits.
+  Expected<double> globalGradientNorm();
 };
 
 // How many compute actions ahead a rank posts its receives: one action's compute covers the
@@ -391,6 +397,25 @@ Status PipelineTrainer::State::broadcastTiedParameters() {
   return {};
 }
 
+Expected<double> PipelineTrainer::State::globalGradientNorm() {
+  at::Tensor perStage = at::zeros({static_cast<std::int64_t>(stages.size())}, at::kDouble);
+  for (int i = 0; i < static_cast<int>(stages.size()); ++i) {
+    if (!own(i))
+      continue;
+    std::vector<at::Tensor> counted;
+    for (auto& [name, tensor] : stages[i].executor->trainableParameters())
+      if (!tied.count(name) || firstHolder.at(name) == i)
+        counted.push_back(tensor);
+    perStage[i] = squaredGradientNorm(counted);
+  }
+  CLEAVE_CHECK(comm->allReduceSum(perStage));
+  double sum = 0.0;
+  const double* squares = perStage.data_ptr<double>();
+  for (std::size_t i = 0; i < stages.size(); ++i)
+    sum += squares[i];
+  return std::sqrt(sum);
+}
+
 PipelineTrainer::~PipelineTrainer() = default;
 
 Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::string& planDir,
@@ -528,7 +553,7 @@ std::vector<std::string> PipelineTrainer::ownStages() const {
   return names;
 }
 
-Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepIndex,
+Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t stepIndex,
                                        const pipeline::Schedule* schedule) {
   State& s = *state_;
   if (!s.comm)
@@ -595,11 +620,16 @@ Expected<double> PipelineTrainer::step(const TensorMap& data, std::int64_t stepI
   s.timing.rankTransportSeconds[static_cast<std::size_t>(s.rank)] = s.comm->transportCpuSeconds() - transportBefore;
   s.timing.headersSent = static_cast<double>(s.comm->headersSent() - headersBefore);
   CLEAVE_CHECK(s.reduceTiedGradients());
-  stepOptimizer(*s.optimizer);
+  StepResult result;
+  if (s.options.clipGradNorm) {
+    CLEAVE_TRY(result.gradNorm, s.globalGradientNorm());
+  }
+  result.lr = updateParameters(*s.optimizer, s.options, stepIndex, result.gradNorm.value_or(0.0));
   at::Tensor loss = at::full({1}, lossSum, at::kDouble);
   CLEAVE_CHECK(s.comm->allReduceSum(loss));
   s.timing.stepSeconds = secondsSince(started);
-  return loss.item<double>();
+  result.loss = loss.item<double>();
+  return result;
 }
 
 const StepTiming& PipelineTrainer::lastStepTiming() const { return state_->timing; }

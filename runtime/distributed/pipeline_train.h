@@ -78,10 +78,12 @@ public:
   // Whether `data` fits the plan's inputs: dtype, rank and every static dim but the rows.
   Status checkData(const TensorMap& data) const;
   ~PipelineTrainer();
-  // One step; every rank returns the batch's mean loss. `schedule` (stages and microbatches as
+  // One step; every rank returns the batch's mean loss, the rate and (clipping) the global
+  // gradient norm. `schedule` (stages and microbatches as
   // the plan's and the options'; stage s on rank s % ranks) orders this rank's F and B / I
   // actions (I gives the inputs' gradients, W later the parameters': runtime/training/split_backward.h); none: GPipe.
-  Expected<double> step(const TensorMap& data, std::int64_t stepIndex, const pipeline::Schedule* schedule = nullptr);
+  Expected<StepResult> step(const TensorMap& data, std::int64_t stepIndex,
+                            const pipeline::Schedule* schedule = nullptr);
   // Whether `whole` is the model the plan was cut from, as far as training goes: it trains the
   // same parameters (names, dtypes, shapes) as the plan's stages together. Fails naming the first
   // that differs. O(parameters x log).

@@ -8,6 +8,8 @@
 #include "runtime/model/microbatch.h"
 #include "base/strings.h"
 
+#include <cmath>
+
 namespace cleave::runtime {
 
 struct Trainer::State {
@@ -62,6 +64,33 @@ void stepOptimizer(torch::optim::Optimizer& optimizer) {
   optimizer.step();
 }
 
+double squaredGradientNorm(const std::vector<at::Tensor>& params) {
+  double sum = 0.0;
+  for (const at::Tensor& param : params)
+    if (param.grad().defined()) {
+      const double norm = at::linalg_vector_norm(param.grad(), 2).item<double>();
+      sum += norm * norm;
+    }
+  return sum;
+}
+
+double updateParameters(torch::optim::Optimizer& optimizer, const TrainOptions& options, std::int64_t stepIndex,
+                        double gradNorm) {
+  if (options.clipGradNorm) {
+    const double coefficient = *options.clipGradNorm / (gradNorm + 1e-6);
+    if (coefficient < 1.0) // torch multiplies by min(1, coefficient): by 1 changes nothing
+      for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups())
+        for (at::Tensor& param : group.params())
+          if (param.grad().defined())
+            param.mutable_grad().mul_(coefficient);
+  }
+  const double lr = options.optimizer.lr * options.lrSchedule.factor(stepIndex);
+  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups())
+    group.options().set_lr(lr);
+  stepOptimizer(optimizer);
+  return lr;
+}
+
 Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch) {
   TensorMap rows;
   for (const auto& [name, tensor] : data) {
@@ -95,7 +124,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(std::shared_ptr<const ir::Gra
 
 std::size_t Trainer::trainedTensors() const { return state_->executor->trainableParameters().size(); }
 
-Expected<double> Trainer::step(const TensorMap& data, std::int64_t stepIndex) {
+Expected<StepResult> Trainer::step(const TensorMap& data, std::int64_t stepIndex) {
   State& s = *state_;
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
@@ -116,8 +145,15 @@ Expected<double> Trainer::step(const TensorMap& data, std::int64_t stepIndex) {
     }
     total += share.item<double>();
   }
-  stepOptimizer(*s.optimizer);
-  return total;
+  StepResult result{total, 0.0, std::nullopt};
+  if (s.options.clipGradNorm) {
+    std::vector<at::Tensor> params;
+    for (auto& entry : s.executor->trainableParameters())
+      params.push_back(entry.second);
+    result.gradNorm = std::sqrt(squaredGradientNorm(params));
+  }
+  result.lr = updateParameters(*s.optimizer, s.options, stepIndex, result.gradNorm.value_or(0.0));
+  return result;
 }
 
 Expected<ir::Graph> Trainer::trainedGraph() const {

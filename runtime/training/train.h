@@ -24,6 +24,7 @@
 #include "ir/graph.h"
 #include "runtime/engine/tensors.h"
 #include "runtime/model/backend.h"
+#include "runtime/training/lr_schedule.h"
 
 namespace cleave::runtime {
 
@@ -40,6 +41,15 @@ struct TrainOptions {
   std::int64_t batch = 1, microbatches = 1;
   std::string loss; // the output that is the loss; empty: the output named "loss", else the only scalar one
   OptimizerOptions optimizer;
+  LrSchedule lrSchedule;              // each step's multiplier of optimizer.lr
+  std::optional<double> clipGradNorm; // clip the gradients' global L2 norm to this
+};
+
+// What a step did: the batch's mean loss, the learning rate it stepped with, and (clipping) the
+// gradients' global L2 norm before clipping (what torch.nn.utils.clip_grad_norm_ returns).
+struct StepResult {
+  double loss = 0.0, lr = 0.0;
+  std::optional<double> gradNorm;
 };
 
 // Rows (stepIndex * batch + i) mod N, i < batch, of every tensor (rows along dim 0).
@@ -53,6 +63,16 @@ void clearGradients(torch::optim::Optimizer& optimizer);
 // The optimizer's step over the accumulated gradients. A parameter no backward reached gets a
 // zero gradient first, so weight decay and moments treat it as after zero_grad().
 void stepOptimizer(torch::optim::Optimizer& optimizer);
+// The sum over `params` of their gradients' squared L2 norms: each norm as ATen computes it in
+// the gradient's dtype (as clip_grad_norm_ does), squared and summed in double. A parameter
+// without a gradient adds 0. O(elements).
+double squaredGradientNorm(const std::vector<at::Tensor>& params);
+// The step's update once every gradient is complete: with options.clipGradNorm, every gradient
+// times torch.nn.utils.clip_grad_norm_'s coefficient min(1, max / (gradNorm + 1e-6)) for the
+// global norm `gradNorm`; then the schedule's rate for `stepIndex`, and stepOptimizer. Returns
+// that rate.
+double updateParameters(torch::optim::Optimizer& optimizer, const TrainOptions& options, std::int64_t stepIndex,
+                        double gradNorm);
 
 // `graph` with its trainable parameters' data replaced by `trained` (by name; others unchanged).
 Expected<ir::Graph> withTrainedParameters(const ir::Graph& graph,
@@ -66,8 +86,8 @@ public:
                                                    const Backend& backend);
   ~Trainer();
 
-  // One step on `data` (every graph input; rows along dim 0); returns the batch's mean loss.
-  Expected<double> step(const TensorMap& data, std::int64_t stepIndex);
+  // One step on `data` (every graph input; rows along dim 0).
+  Expected<StepResult> step(const TensorMap& data, std::int64_t stepIndex);
   Expected<ir::Graph> trainedGraph() const;
   std::size_t trainedTensors() const;
 
