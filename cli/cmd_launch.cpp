@@ -1,5 +1,5 @@
 // cli/cmd_launch.cpp - `cleave launch --nproc N [--nnodes H --node-rank R --master-addr A
-// --master-port P --bind-cores] -- COMMAND ...`: start N ranks of COMMAND (torchrun's variables set), prefix
+// --master-port P --bind-cores --max-restarts N] -- COMMAND ...`: start N ranks of COMMAND (torchrun's variables set), prefix
 // their output with the rank, stop them all when one fails.
 #include "cli/commands.h"
 #include "cli/runtime_library.h"
@@ -33,6 +33,12 @@ void describe(CLI::App& app, LaunchFlags& flags) {
   app.add_flag("--bind-cores", flags.options.bindCores,
                "run each rank on its own cores (cores / ranks of those this process may use, in order), so two "
                "ranks' compute never shares a core; needs a core per rank");
+  app.add_option("--max-restarts", flags.options.maxRestarts,
+                 "when a rank fails, stop every rank and start them all again, up to N times (torchrun's elastic "
+                 "restart; ranks see TORCHELASTIC_RESTART_COUNT): `cleave train --checkpoint-dir D` then resumes "
+                 "from D's last complete checkpoint")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   app.add_option("command", flags.command, "the command each rank runs (after --; 'cleave' is this cleave)");
 }
 

@@ -1,11 +1,15 @@
 // cli/cmd_train.cpp - `cleave train MODEL --data FILE --batch B --steps K [--microbatches M]
 // [--optimizer sgd|adamw --lr X --momentum --weight-decay --betas B1,B2] [--backend NAME] [--loss NAME]
 // [--lr-schedule constant|linear|cosine --warmup N] [--clip-grad-norm X] [-o OUT] [--json]`.
+#include <ATen/Context.h>
+
 #include <algorithm>
 #include <chrono>
 #include <tuple>
 #include <filesystem>
+#include <functional>
 
+#include "base/file_io.h"
 #include "cli/commands.h"
 #include "cli/runtime_library.h"
 #include "cli/options.h"
@@ -33,6 +37,11 @@ struct TrainFlags {
   std::optional<pipeline::ScheduleKind> schedule;
   OutputDirectoryFlags output;
   bool json = false, timing = false;
+  // Checkpoints (runtime/training/checkpoint.h): where, how often, where from, and where to stop.
+  std::string checkpointDir, resumeDir;
+  std::int64_t checkpointEvery = 0;
+  std::optional<std::int64_t> stopAfter;
+  std::uint64_t seed = 0;
 };
 
 void describe(CLI::App& app, TrainFlags& flags) {
@@ -90,6 +99,25 @@ void describe(CLI::App& app, TrainFlags& flags) {
   app.add_option("--model", flags.wholeModelPath,
                  "plan directories: the model the plan was cut from; -o DIR then gets its trained.onnx too");
   addOutputDirectory(app, flags.output, "directory for trained.onnx (a model) or the trained plan (a plan)");
+  app.add_option("--checkpoint-dir", flags.checkpointDir,
+                 "write checkpoints into this folder (every rank must see it): each rank's parameters, optimizer "
+                 "state, RNG state and the step, whole on every rank or not at all; at the run's end, at "
+                 "--stop-after, and every --checkpoint-every steps; only the last complete one is kept. Under "
+                 "`cleave launch --max-restarts`, a restarted run resumes from it");
+  app.add_option("--checkpoint-every", flags.checkpointEvery, "steps between checkpoints (needs --checkpoint-dir)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  app.add_option("--resume", flags.resumeDir,
+                 "continue from the last complete checkpoint in this folder, exactly as the run that wrote it would "
+                 "have gone on (a checkpoint of another model, plan, rank count, --batch, --optimizer or schedule "
+                 "is refused, naming what differs); checkpoints go on into it unless --checkpoint-dir says otherwise");
+  app.add_option("--stop-after", flags.stopAfter,
+                 "stop after this step of --steps, writing a checkpoint there (a job with a time limit: the next "
+                 "one continues with --resume, the schedule still spanning --steps)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  app.add_option("--seed", flags.seed,
+                 "seeds the random generator every rank starts with (libtorch's own is seeded at random: a fixed "
+                 "seed makes runs and their checkpoints repeat byte for byte)")
+      ->capture_default_str();
   app.add_flag("--json", flags.json, "print one JSON line per step: {\"step\": N, \"loss\": X}");
   app.add_flag("--timing", flags.timing,
                "also print each step's wall seconds and, for a plan, the schedule's part of it, every stage's forward "
@@ -193,6 +221,110 @@ Status checkTrainingRows(const TrainFlags& flags) {
                                       " microbatch(es)");
 }
 
+// The folder checkpoints go to: --checkpoint-dir, else --resume's.
+const std::string& checkpointsTo(const TrainFlags& flags) {
+  return flags.checkpointDir.empty() ? flags.resumeDir : flags.checkpointDir;
+}
+
+// Checkpoint flags that need one another, and folders that would clash, refused before any step.
+Status checkCheckpointFlags(const TrainFlags& flags) {
+  if ((flags.checkpointEvery > 0 || flags.stopAfter) && checkpointsTo(flags).empty())
+    return usageError() << (flags.stopAfter ? "--stop-after" : "--checkpoint-every")
+                        << " needs a folder for checkpoints: --checkpoint-dir D (or --resume D)";
+  if (flags.stopAfter && *flags.stopAfter > flags.steps)
+    return usageError() << "--stop-after " << *flags.stopAfter << " is past --steps " << flags.steps;
+  const std::string& dir = checkpointsTo(flags);
+  if (!dir.empty()) {
+    CLEAVE_TRY(std::optional<std::int64_t> latest, runtime::latestCheckpoint(dir)); // a folder, or none yet
+  }
+  if (!dir.empty() && !flags.output.path.empty() &&
+      (isSameOrInside(dir, flags.output.path) || isSameOrInside(flags.output.path, dir)))
+    return usageError() << "checkpoints (" << dir << ") and -o " << flags.output.path
+                        << " must be separate folders: -o replaces its folder whole";
+  return {};
+}
+
+runtime::CheckpointIdentity checkpointIdentity(const TrainFlags& flags, int ranks, std::string model) {
+  return {ranks, flags.options.batch, std::move(model), std::string(runtime::kOptimizerKinds.name(flags.options.optimizer.kind)),
+          flags.options.lrSchedule.describe()};
+}
+
+// The step to start from: 0, or that of the checkpoint resumed, whose state `state` then holds:
+// the last complete one in --resume's folder or, in a run the launcher restarted, in
+// --checkpoint-dir (none there yet: from the start).
+Expected<std::int64_t> resumeStep(const TrainFlags& flags, int rank, const runtime::CheckpointIdentity& identity,
+                                  runtime::RankTrainingState state, std::ostream& err) {
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const bool restarted = restarts && std::string_view(restarts) != "0";
+  const std::string dir = !flags.resumeDir.empty() ? flags.resumeDir : restarted ? flags.checkpointDir : std::string();
+  if (dir.empty())
+    return 0;
+  CLEAVE_TRY(std::optional<std::int64_t> latest, runtime::latestCheckpoint(dir));
+  if (!latest && flags.resumeDir.empty())
+    return 0;
+  if (!latest)
+    return Error(ErrorCode::InvalidArgument) << "--resume " << dir << ": no complete checkpoint there";
+  if (*latest > flags.steps || (flags.stopAfter && *flags.stopAfter <= *latest))
+    return Error(ErrorCode::InvalidArgument) << "--resume " << dir << ": its checkpoint is of step " << *latest
+                                             << ", and this run stops at step " << flags.stopAfter.value_or(flags.steps);
+  Status read = runtime::readRankCheckpoint(dir, *latest, rank, identity, state);
+  if (!read)
+    return std::move(read.error().withContext("--resume " + dir));
+  if (rank == 0)
+    err << "resumed from " << runtime::checkpointFolder(dir, *latest) << " (step " << *latest << ")\n";
+  return *latest;
+}
+
+// Collective: step `done`'s checkpoint. Every rank writes its part; once all have (an all-reduce
+// of their failures), rank 0 completes it, so it is whole on every rank or not there at all.
+Status saveCheckpoint(const TrainFlags& flags, runtime::distributed::Communicator& comm, std::int64_t done,
+                      const runtime::RankTrainingState& state, const runtime::CheckpointIdentity& identity) {
+  const std::string& dir = checkpointsTo(flags);
+  Status written = runtime::writeRankCheckpoint(dir, done, comm.rank(), state);
+  at::Tensor failures = at::full({1}, written ? 0.0 : 1.0, at::kDouble);
+  CLEAVE_CHECK(comm.allReduceSum(failures));
+  if (!written)
+    return written;
+  if (failures.item<double>() > 0)
+    return Error(ErrorCode::IoError) << "the checkpoint of step " << done << ": another rank could not write its part";
+  return comm.rank() == 0 ? runtime::completeCheckpoint(dir, done, identity) : Status{};
+}
+
+// Whether step `done` (counted from 1) ends with a checkpoint.
+bool checkpointAfter(const TrainFlags& flags, std::int64_t done) {
+  if (checkpointsTo(flags).empty())
+    return false;
+  return done == flags.steps || (flags.stopAfter && done == *flags.stopAfter) ||
+         (flags.checkpointEvery > 0 && done % flags.checkpointEvery == 0);
+}
+
+// One trainer as the step loop sees it: a model's or a plan's.
+struct StepLoop {
+  runtime::distributed::Communicator& comm;
+  runtime::RankTrainingState state;
+  runtime::CheckpointIdentity identity;
+  std::function<Expected<runtime::StepResult>(std::int64_t)> step;
+  std::function<Expected<Json>(double seconds)> timing; // --timing's measurements (may be collective)
+};
+
+// Steps `first` to --steps (or --stop-after): rank 0 prints each; checkpoints as asked.
+Status runSteps(const TrainFlags& flags, std::int64_t first, StepLoop& loop, std::ostream& out) {
+  const std::int64_t last = flags.stopAfter.value_or(flags.steps);
+  for (std::int64_t step = first; step < last; ++step) {
+    auto started = std::chrono::steady_clock::now();
+    CLEAVE_TRY(runtime::StepResult result, loop.step(step));
+    Json timing;
+    if (flags.timing) {
+      CLEAVE_TRY(timing, loop.timing(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()));
+    }
+    if (loop.comm.rank() == 0)
+      printStep(flags, step, result, timing, out);
+    if (checkpointAfter(flags, step + 1))
+      CLEAVE_CHECK(saveCheckpoint(flags, loop.comm, step + 1, loop.state, loop.identity));
+  }
+  return {};
+}
+
 // A plan directory: its stages on this process (no RANK) or on this rank's share (under launch).
 Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) {
   // Everything the user gave is checked before connecting, so a bad input fails on every rank
@@ -236,20 +368,20 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   if (flags.schedule && ranks > 1) {
     CLEAVE_TRY(schedule, rankSchedule(*flags.schedule, trainer->stages(), flags.options.microbatches, ranks));
   }
+  std::string stageNames;
+  for (std::size_t i = 0; i < trainer->stages(); ++i)
+    stageNames += (i ? ", " : "the plan's stages ") + trainer->stageName(i);
+  const runtime::CheckpointIdentity identity = checkpointIdentity(flags, ranks, stageNames);
+  CLEAVE_TRY(std::int64_t first, resumeStep(flags, rank, identity, trainer->trainingState(), err));
   std::unique_ptr<runtime::distributed::Communicator> comm = runtime::distributed::Communicator::local();
   if (env) {
     CLEAVE_TRY(comm, runtime::distributed::Communicator::connect(*env));
   }
   CLEAVE_CHECK(trainer->connect(*comm));
-  for (std::int64_t step = 0; step < flags.steps; ++step) {
-    CLEAVE_TRY(runtime::StepResult result, trainer->step(data, step, schedule ? &*schedule : nullptr));
-    Json timing;
-    if (flags.timing) {
-      CLEAVE_TRY(timing, planStepTiming(*trainer, comm->worldSize()));
-    }
-    if (comm->rank() == 0)
-      printStep(flags, step, result, timing, out);
-  }
+  StepLoop loop{*comm, trainer->trainingState(), identity,
+                [&](std::int64_t step) { return trainer->step(data, step, schedule ? &*schedule : nullptr); },
+                [&](double) { return planStepTiming(*trainer, comm->worldSize()); }};
+  CLEAVE_CHECK(runSteps(flags, first, loop, out));
   err << "rank " << comm->rank() << " of " << comm->worldSize() << ": trained";
   for (const std::string& stage : trainer->ownStages())
     err << " " << stage;
@@ -264,6 +396,8 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   // Each step frees what the next allocates again: keep it resident rather than fault it back in.
   runtime::keepFreedHostMemory();
   flags.options.lrSchedule.steps = flags.steps;
+  CLEAVE_CHECK(checkCheckpointFlags(flags));
+  at::manual_seed(flags.seed);
   if (!flags.betas.empty()) {
     flags.options.optimizer.beta1 = flags.betas[0];
     flags.options.optimizer.beta2 = flags.betas[1];
@@ -278,14 +412,12 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, ir::graphInputNames(*graph)));
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));
   CLEAVE_TRY(std::unique_ptr<runtime::Trainer> trainer, runtime::Trainer::create(graph, flags.options, *backend));
-  for (std::int64_t step = 0; step < flags.steps; ++step) {
-    auto started = std::chrono::steady_clock::now();
-    CLEAVE_TRY(runtime::StepResult result, trainer->step(data, step));
-    Json timing;
-    if (flags.timing)
-      timing = Json{{"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()}};
-    printStep(flags, step, result, timing, out);
-  }
+  const runtime::CheckpointIdentity identity = checkpointIdentity(flags, 1, "the whole model");
+  CLEAVE_TRY(std::int64_t first, resumeStep(flags, 0, identity, trainer->trainingState(), err));
+  std::unique_ptr<runtime::distributed::Communicator> comm = runtime::distributed::Communicator::local();
+  StepLoop loop{*comm, trainer->trainingState(), identity, [&](std::int64_t step) { return trainer->step(data, step); },
+                [](double seconds) -> Expected<Json> { return Json{{"seconds", seconds}}; }};
+  CLEAVE_CHECK(runSteps(flags, first, loop, out));
   if (!outDir)
     return {};
   CLEAVE_TRY(ir::Graph trained, trainer->trainedGraph());

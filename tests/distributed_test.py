@@ -628,6 +628,31 @@ class Distributed(TempDirTest):
         self.assertOneLineError(code, err, f"--bind-cores needs a core per rank: {len(allowed) + 1} ranks, "
                                            f"{len(allowed)} cores", exit_code=2)
 
+    def test_launch_restarts_every_rank_up_to_max_restarts(self):
+        # Rank 1 fails on the first two starts: two restarts, each announced, then all succeed;
+        # with one restart allowed the second failure ends the run. A usage error (exit 2) would
+        # only repeat, so it is not restarted.
+        flaky = ('echo "start $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS"; '
+                 '[ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" -lt 2 ] && { echo "flaked" >&2; exit 3; }; '
+                 'sleep 0.2; exit 0')
+        code, out, err = run("launch", "--nproc", 2, "--master-port", free_port(), "--max-restarts", 2, "--",
+                             "sh", "-c", flaky)
+        self.assertEqual(code, 0, err)
+        self.assertEqual([l for l in err.splitlines() if l.startswith("cleave launch:")],
+                         ["cleave launch: rank 1 exited with status 3: flaked; restarting every rank (restart 1 of 2)",
+                          "cleave launch: rank 1 exited with status 3: flaked; restarting every rank (restart 2 of 2)"])
+        for restart in range(3):
+            self.assertIn(f"[rank 0] start {restart} of 2", out)
+        code, _, err = run("launch", "--nproc", 2, "--master-port", free_port(), "--max-restarts", 1, "--",
+                           "sh", "-c", flaky)
+        self.assertEqual(code, 1, err)
+        self.assertEqual(err.count("restarting every rank"), 1)
+        self.assertEqual(err.splitlines()[-1], "cleave launch: error: rank 1 exited with status 3: flaked")
+        code, _, err = run("launch", "--nproc", 2, "--master-port", free_port(), "--max-restarts", 3, "--",
+                           "sh", "-c", '[ "$RANK" = 0 ] && { echo "bad flag" >&2; exit 2; }; sleep 5')
+        self.assertNotIn("restarting", err)
+        self.assertEqual(err.splitlines()[-1], "cleave launch: error: rank 0 exited with status 2: bad flag")
+
     def test_launch_stops_every_rank_when_one_fails(self):
         start = time.monotonic()
         code, out, err = launch(3, "sh", "-c", 'echo "up $RANK/$WORLD_SIZE $LOCAL_RANK"; '

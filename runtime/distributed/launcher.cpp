@@ -51,13 +51,15 @@ std::vector<int> allowedCpus() {
   return cpus;
 }
 
-std::vector<std::string> rankEnvironment(const LaunchOptions& o, int local, int cores) {
+std::vector<std::string> rankEnvironment(const LaunchOptions& o, int local, int cores, int restart) {
   int world = o.nodes * o.processes;
   std::vector<std::string> env = {
       "RANK=" + std::to_string(o.nodeRank * o.processes + local), "LOCAL_RANK=" + std::to_string(local),
       "WORLD_SIZE=" + std::to_string(world), "LOCAL_WORLD_SIZE=" + std::to_string(o.processes),
       "MASTER_ADDR=" + o.masterAddr, "MASTER_PORT=" + std::to_string(o.masterPort),
-      "CLEAVE_DIST_TIMEOUT=" + std::to_string(o.timeout.count())};
+      "CLEAVE_DIST_TIMEOUT=" + std::to_string(o.timeout.count()),
+      "TORCHELASTIC_RESTART_COUNT=" + std::to_string(restart),
+      "TORCHELASTIC_MAX_RESTARTS=" + std::to_string(o.maxRestarts)};
   if (!std::getenv("OMP_NUM_THREADS"))
     env.push_back("OMP_NUM_THREADS=" + std::to_string(std::max(1, cores / o.processes)));
   return env;
@@ -66,11 +68,11 @@ std::vector<std::string> rankEnvironment(const LaunchOptions& o, int local, int 
 // Forks one rank: stdout and stderr into pipes, its own process group, on `cpus` when given
 // (inherited through exec), then exec.
 Expected<Rank> start(const LaunchOptions& options, int local, int cores, const std::vector<int>& cpus,
-                     const std::vector<std::string>& command) {
+                     const std::vector<std::string>& command, int restart) {
   int outPipe[2], errPipe[2];
   if (pipe2(outPipe, O_CLOEXEC) != 0 || pipe2(errPipe, O_CLOEXEC) != 0)
     return Error(ErrorCode::InvalidArgument) << "cannot create pipes: " << std::strerror(errno);
-  std::vector<std::string> env = rankEnvironment(options, local, cores);
+  std::vector<std::string> env = rankEnvironment(options, local, cores, restart);
   cpu_set_t cpuSet;
   CPU_ZERO(&cpuSet);
   for (int cpu : cpus)
@@ -250,15 +252,10 @@ private:
 };
 } // namespace
 
-Expected<LaunchResult> launch(const LaunchOptions& options, const std::vector<std::string>& command,
-                              std::ostream& out, std::ostream& err) {
-  if (command.empty())
-    return Error(ErrorCode::Usage) << "no command to launch (cleave launch --nproc N -- COMMAND ...)";
-  interrupted = 0;
-  struct sigaction action {};
-  action.sa_handler = onInterrupt;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+namespace {
+// One start of every rank (restart: how many came before), supervised until all have ended.
+Expected<LaunchResult> launchOnce(const LaunchOptions& options, const std::vector<std::string>& command, int restart,
+                                  std::ostream& out, std::ostream& err) {
   const std::vector<int> cpus = allowedCpus();
   const int cores = std::max<int>(1, static_cast<int>(cpus.size())), share = cores / options.processes;
   if (options.bindCores && share == 0)
@@ -269,7 +266,7 @@ Expected<LaunchResult> launch(const LaunchOptions& options, const std::vector<st
     std::vector<int> own;
     if (options.bindCores)
       own.assign(cpus.begin() + local * share, cpus.begin() + (local + 1) * share);
-    Expected<Rank> rank = start(options, local, cores, own, command);
+    Expected<Rank> rank = start(options, local, cores, own, command, restart);
     if (!rank) {
       signalAll(ranks, SIGKILL);
       for (Rank& started : ranks)
@@ -279,6 +276,26 @@ Expected<LaunchResult> launch(const LaunchOptions& options, const std::vector<st
     ranks.push_back(std::move(*rank));
   }
   return Supervisor(std::move(ranks), options, out, err).run();
+}
+} // namespace
+
+Expected<LaunchResult> launch(const LaunchOptions& options, const std::vector<std::string>& command,
+                              std::ostream& out, std::ostream& err) {
+  if (command.empty())
+    return Error(ErrorCode::Usage) << "no command to launch (cleave launch --nproc N -- COMMAND ...)";
+  interrupted = 0;
+  struct sigaction action {};
+  action.sa_handler = onInterrupt;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  for (int restart = 0;; ++restart) {
+    CLEAVE_TRY(LaunchResult result, launchOnce(options, command, restart, out, err));
+    if (result.exitCode == 0 || restart >= options.maxRestarts || interrupted || result.exitCode == 2)
+      return result;
+    err << "cleave launch: " << result.failure << "; restarting every rank (restart " << restart + 1 << " of "
+        << options.maxRestarts << ")\n";
+    err.flush();
+  }
 }
 
 } // namespace cleave::runtime::distributed

@@ -33,6 +33,12 @@ struct LaunchOptions {
   std::chrono::seconds timeout{300};  // CLEAVE_DIST_TIMEOUT for the ranks
   std::chrono::seconds grace{5};      // SIGTERM to SIGKILL
   bool bindCores = false;             // each rank on its own share of the cores
+  // torchrun's elastic restart: when a rank fails, every rank is stopped and all are started
+  // again, up to maxRestarts times (not after an interrupt, nor after a usage error, exit 2,
+  // which would only repeat). Ranks see TORCHELASTIC_RESTART_COUNT (0 on the first start) and
+  // TORCHELASTIC_MAX_RESTARTS, as under torchrun; `cleave train --checkpoint-dir D` resumes
+  // from D's last complete checkpoint when restarted.
+  int maxRestarts = 0;
 };
 
 struct LaunchResult {
@@ -41,7 +47,8 @@ struct LaunchResult {
   std::string failure;   // "rank 1 exited with status 1: <its last stderr line>"
 };
 
-// Starts the ranks and supervises them. A Usage error when bindCores leaves a rank no core.
+// Starts the ranks and supervises them, restarting them all as options.maxRestarts allows (each
+// restart announced on `err`). A Usage error when bindCores leaves a rank no core.
 Expected<LaunchResult> launch(const LaunchOptions& options, const std::vector<std::string>& command,
                               std::ostream& out, std::ostream& err);
 

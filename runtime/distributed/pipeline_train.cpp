@@ -71,6 +71,7 @@ struct PipelineTrainer::State {
   std::map<std::string, std::vector<at::Tensor>> ownCopies; // in stage order
   std::map<std::string, int> firstHolder;                   // parameter -> first stage holding it
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<std::pair<std::string, at::Tensor>> optimized; // "STAGE/NAME": the optimizer's tensors, in order
   StepTiming timing; // the last step's
   std::vector<std::int64_t> microbatchRows; // this step's, per microbatch
   std::set<std::pair<std::int64_t, std::uint32_t>> planGivesShape; // (rows, value id) keyed (declared or learned)
@@ -439,12 +440,15 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::st
     s.stages[i].executor = std::move(*executor);
     for (auto& [name, tensor] : s.stages[i].executor->trainableParameters()) {
       params.push_back(tensor);
+      s.optimized.emplace_back(s.stages[i].name + "/" + name, tensor);
       if (s.tied.count(name))
         s.ownCopies[name].push_back(tensor);
     }
   }
-  if (params.empty()) // a rank without parameters still takes part; its optimizer has nothing to do
+  if (params.empty()) { // a rank without parameters still takes part; its optimizer has nothing to do
     params.push_back(at::zeros({1}).requires_grad_(true));
+    s.optimized.emplace_back("(no parameters)", params.back());
+  }
   s.optimizer = makeOptimizer(std::move(params), options.optimizer);
   return trainer;
 }
@@ -541,7 +545,11 @@ Status PipelineTrainer::writeTrained(const std::string& planDir, const std::stri
   return writeFileAtomically((std::filesystem::path(outDir) / "plan.json").string(), planText);
 }
 
+RankTrainingState PipelineTrainer::trainingState() { return {state_->optimized, state_->optimizer.get()}; }
+
 std::size_t PipelineTrainer::stages() const { return state_->stages.size(); }
+
+const std::string& PipelineTrainer::stageName(std::size_t stage) const { return state_->stages[stage].name; }
 
 const std::vector<std::string>& PipelineTrainer::graphInputs() const { return state_->plan->graphInputs(); }
 

@@ -98,9 +98,13 @@ public:
   // rank's step wall time.
   Status gatherStepTiming(StepTiming& timing) const;
   std::size_t stages() const;
+  const std::string& stageName(std::size_t stage) const;
   // The plan's graph inputs (what the data must hold).
   const std::vector<std::string>& graphInputs() const;
   std::vector<std::string> ownStages() const;
+  // This rank's trained tensors ("STAGE/NAME", in its optimizer's order) and optimizer, to
+  // checkpoint or restore (runtime/training/checkpoint.h).
+  RankTrainingState trainingState();
 
 private:
   PipelineTrainer() = default;

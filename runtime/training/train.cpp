@@ -122,6 +122,10 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(std::shared_ptr<const ir::Gra
   return trainer;
 }
 
+RankTrainingState Trainer::trainingState() {
+  return {state_->executor->trainableParameters(), state_->optimizer.get()};
+}
+
 std::size_t Trainer::trainedTensors() const { return state_->executor->trainableParameters().size(); }
 
 Expected<StepResult> Trainer::step(const TensorMap& data, std::int64_t stepIndex) {

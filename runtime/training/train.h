@@ -24,6 +24,7 @@
 #include "ir/graph.h"
 #include "runtime/engine/tensors.h"
 #include "runtime/model/backend.h"
+#include "runtime/training/checkpoint.h"
 #include "runtime/training/lr_schedule.h"
 
 namespace cleave::runtime {
@@ -90,6 +91,8 @@ public:
   Expected<StepResult> step(const TensorMap& data, std::int64_t stepIndex);
   Expected<ir::Graph> trainedGraph() const;
   std::size_t trainedTensors() const;
+  // Its trained tensors and optimizer, to checkpoint or restore (runtime/training/checkpoint.h).
+  RankTrainingState trainingState();
 
 private:
   Trainer() = default;

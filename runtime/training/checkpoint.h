@@ -1,0 +1,72 @@
+// runtime/training/checkpoint.h - training checkpoints a run resumes from exactly: every rank's
+// trained tensors, its optimizer's state (SGD momentum buffers; AdamW moments and step counts),
+// the CPU generator's state, and the step (the data position: a step's rows follow from its index,
+// runtime/training/train.h's batchRows).
+//
+// Layout of a checkpoint folder D (one every rank can see: one machine, or a shared file system,
+// as torch.distributed.checkpoint's file system writer needs):
+//   D/step-00000004/manifest.json   written last: the step, the ranks and the run's identity
+//   D/step-00000004/rank-R.json     rank R's tensors (name, dtype, shape) in its optimizer's order
+//   D/step-00000004/rank-R.npz      their values ("param.I"), optimizer state ("state.I.NAME"), "rng"
+// A step is written whole or not at all: every rank writes into D/step-K.partial, the caller
+// joins the ranks (a collective), and rank 0 alone then writes the manifest and renames the
+// folder into place. Only a folder with its manifest is a checkpoint; a partial one is ignored.
+// Once step K is in place, older checkpoints (and partial folders up to K) are removed; nothing
+// else in D is touched: only folders named step-N holding cleave's files are ever removed.
+// Guarantees: a rank restored from a checkpoint holds the same tensors and optimizer state, byte
+// for byte, as when it was written, so a resumed run continues exactly as the run that never
+// stopped; a checkpoint of another model, plan, rank count, batch, optimizer or schedule is
+// refused in one line naming what differs. Writing is deterministic (the same state gives the
+// same bytes).
+// Complexity: linear in the rank's tensors' bytes; listing D is O(entries).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
+
+#include "base/expected.h"
+
+namespace cleave::runtime {
+
+// What a checkpoint must agree with to be resumed: recorded in its manifest.
+struct CheckpointIdentity {
+  int ranks = 1;
+  std::int64_t batch = 1;
+  std::string model;      // "the whole model" or "the plan's stages submod_0, submod_1"
+  std::string optimizer;  // kOptimizerKinds' name
+  std::string lrSchedule; // LrSchedule::describe()
+};
+
+// One rank's training state, as its trainer holds it: its trained tensors, named uniquely on the
+// rank, in the order its optimizer was made with, and that optimizer.
+struct RankTrainingState {
+  std::vector<std::pair<std::string, at::Tensor>> parameters;
+  torch::optim::Optimizer* optimizer = nullptr;
+};
+
+// D/step-K (`partial`: D/step-K.partial).
+std::string checkpointFolder(const std::string& dir, std::int64_t step, bool partial = false);
+
+// The step of the last complete checkpoint in `dir`; none when `dir` has none (or is missing).
+// Fails: InvalidArgument (`dir` is not a folder).
+Expected<std::optional<std::int64_t>> latestCheckpoint(const std::string& dir);
+
+// Rank `rank`'s part of step `step`'s checkpoint, into the partial folder (created).
+Status writeRankCheckpoint(const std::string& dir, std::int64_t step, int rank, const RankTrainingState& state);
+
+// Rank 0, once every rank's writeRankCheckpoint succeeded: the manifest, the rename into place,
+// and the older checkpoints removed.
+Status completeCheckpoint(const std::string& dir, std::int64_t step, const CheckpointIdentity& identity);
+
+// Restores rank `rank`'s state from the checkpoint of `step` in `dir` after checking it was
+// written by a run like this one. Fails: InvalidArgument naming what differs (identity, a tensor's
+// name, dtype or shape, the optimizer's state), ParseError / NotFound (a damaged checkpoint).
+Status readRankCheckpoint(const std::string& dir, std::int64_t step, int rank, const CheckpointIdentity& identity,
+                          RankTrainingState& state);
+
+} // namespace cleave::runtime
