@@ -76,6 +76,10 @@ void describe(CLI::App& app, TrainFlags& flags) {
       ->delimiter(',')
       ->expected(2)
       ->check(kFinite);
+  addEnumOption(app, "--precision", flags.options.precision, runtime::kPrecisions,
+                "the forward's precision: bf16 is torch.autocast(dtype=torch.bfloat16) (matrix products and "
+                "convolutions in bf16, precision-sensitive ops in float32) with float32 master weights, gradients "
+                "and optimizer");
   addEnumOption(app, "--lr-schedule", flags.options.lrSchedule.kind, runtime::kLrScheduleKinds,
                 "the rate after warmup: constant at --lr, or linear or cosine decay from --lr to 0 at the last of --steps "
                 "(PyTorch's LinearLR / CosineAnnealingLR)");

@@ -178,6 +178,56 @@ class Train(TempDirTest):
         self.assertEqual(results[2], results[0])
         self.assertEqual(results[4], results[0])
 
+    def test_bf16_mixed_precision_follows_torch_autocast(self):
+        # --precision bf16 runs the forward under autocast as torch.autocast("cpu", bfloat16) does,
+        # with float32 master weights: losses and weights follow torch's own mixed precision
+        # training within bf16's rounding (a model without a residual matches it bit for bit:
+        # bench/RESULTS.md), and differ from float32 training's (it did compute in bf16). A plan
+        # trains its stages the same way in one process and on 2 ranks (bit for bit); values
+        # cross between stages as the plan's float32.
+        steps, batch = 6, 8
+        flags = ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--microbatches", 2, "--json"]
+
+        def torch_run(bf16):
+            self.wrapper.load_state_dict(self.initial)
+            optimizer = torch.optim.SGD(self.wrapper.parameters(), lr=0.1, momentum=0.9)
+            losses = []
+            for step in range(steps):
+                optimizer.zero_grad()
+                total = 0.0
+                for half in (slice(0, batch // 2), slice(batch // 2, batch)):
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                        loss = self.wrapper(rows(self.x, step, batch)[half], rows(self.target, step, batch)[half])
+                    (loss * 0.5).backward()
+                    total += loss.item() * 0.5
+                optimizer.step()
+                losses.append(total)
+            return losses, {k: v.detach().numpy() for k, v in self.wrapper.state_dict().items()}
+
+        want, want_weights = torch_run(True)
+        fp32, _ = torch_run(False)
+        out = self.path("bf16_out")
+        code, stdout, err = run("train", self.model, "--data", self.path("data.npz"), "--batch", batch, "--steps",
+                                steps, *flags, "--precision", "bf16", "-o", out)
+        self.assertEqual(code, 0, err)
+        got = [json.loads(line)["loss"] for line in stdout.splitlines()]
+        np.testing.assert_allclose(got, want, rtol=2e-3)
+        self.assertGreater(max(abs(a - b) for a, b in zip(got, fp32)), 1e-5)
+        trained = {t.name: numpy_helper.to_array(t) for t in onnx.load(os.path.join(out, "trained.onnx")).graph.initializer}
+        for name, value in want_weights.items():
+            np.testing.assert_allclose(trained[name], value, rtol=1e-2, atol=2e-3, err_msg=name)
+        plan = self.path("bf16_plan")
+        run("pipeline", self.model, "--stages", 2, "-o", plan, check=True)
+        command = ["train", plan, "--data", self.path("data.npz"), "--batch", batch, "--steps", steps, *flags,
+                   "--precision", "bf16"]
+        code, single, err = run(*command)
+        self.assertEqual(code, 0, err)
+        code, ranks, err = launch(2, "cleave", *command, "--schedule", "1f1b")
+        self.assertEqual(code, 0, err)
+        single = [json.loads(line)["loss"] for line in single.splitlines()]
+        self.assertEqual([json.loads(line.split("] ", 1)[-1])["loss"] for line in ranks.splitlines()], single)
+        np.testing.assert_allclose(single, want, rtol=5e-3)
+
     def test_a_parameter_off_the_loss_path_still_decays(self):
         # Gradients are dropped, not zeroed, between steps; a parameter no backward reaches must
         # still get PyTorch's zero_grad() treatment: a zero gradient, so weight decay applies.

@@ -131,6 +131,11 @@ struct PipelineTrainer::State {
   }
   Status reduceTiedGradients();
   Status broadcastTiedParameters();
+  // Under mixed precision a stage's outputs may come out in bf16 where the plan's value is
+  // float32: they cross to the next stage as the plan declares (a cast autograd differentiates,
+  // so their gradients come back as float32 and turn bf16 inside the stage), so messages keep the
+  // declared types, and one process and many ranks compute the same.
+  Status keepPlanTypes(TensorMap& outputs) const;
   // Collective: the L2 norm of every stage's gradients together, a tied parameter counted once
   // (on its first holder: pytorch/pytorch#180952 counts every copy). Each stage's squared norm
   // is summed on its rank, gathered into a per-stage vector (one non-zero per slot, so the
@@ -254,7 +259,12 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
         run.leaves[name] = value;
     }
     auto started = std::chrono::steady_clock::now();
-    CLEAVE_TRY(run.outputs, stages[i].executor->run(feeds));
+    {
+      std::optional<AutocastScope> precision;
+      enterForwardPrecision(precision, options, stages[i].executor->device().type());
+      CLEAVE_TRY(run.outputs, stages[i].executor->run(feeds));
+    }
+    CLEAVE_CHECK(keepPlanTypes(run.outputs));
     timing.forwardSeconds[i] += secondsSince(started);
     for (const std::string& name : stages[i].outputs)
       for (int reader : readersOf(name))
@@ -394,6 +404,21 @@ Status PipelineTrainer::State::broadcastTiedParameters() {
     if (copies != ownCopies.end())
       for (const at::Tensor& copy : copies->second)
         copy.copy_(value);
+  }
+  return {};
+}
+
+Status PipelineTrainer::State::keepPlanTypes(TensorMap& outputs) const {
+  for (auto& [name, tensor] : outputs) {
+    const plan::PlanFileValue* declared = planShapes->value(name);
+    if (!declared || !tensor.defined() || declared->kind != "tensor")
+      continue;
+    std::optional<ir::DType> dtype = ir::parseDTypeName(declared->dtype);
+    if (!dtype)
+      continue;
+    CLEAVE_TRY(at::ScalarType type, scalarTypeOf(*dtype));
+    if (tensor.scalar_type() != type && at::isFloatingType(tensor.scalar_type()) && at::isFloatingType(type))
+      tensor = tensor.to(type);
   }
   return {};
 }

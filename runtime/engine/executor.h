@@ -72,6 +72,7 @@ public:
                           OutputLayout outputLayout = OutputLayout::Dense);
 
   const ir::Graph& graph() const { return *graph_; }
+  at::Device device() const { return options_.device; }
   // With ExecutorOptions::trainable: each trained tensor once, under its storage owner's name, in
   // parameter order; the optimizer updates them in place and later runs read the new values.
   std::vector<std::pair<std::string, at::Tensor>> trainableParameters() const;

@@ -1,7 +1,11 @@
 // runtime/engine/torch_compat.h - the libtorch API differences between Debian's 1.13 (this machine, CI) and
 // PyTorch 2.x (the GPU machine's 2.11), in one place, so that no other file branches on the version.
 //
-// Guarantees: QuietWarnings silences c10's warnings on this thread while it lives, and restores the
+// Guarantees: AutocastScope turns on autocast (torch.autocast's thread-local state: the
+// dispatcher's Autocast keys cast the inputs of matrix products and convolutions to `dtype`, and of
+// precision-sensitive ops to float32) for `device` while it lives, restores the previous state
+// after, and clears the weight-cast cache on leaving the outermost scope as torch.autocast's
+// __exit__ does. QuietWarnings silences c10's warnings on this thread while it lives, and restores the
 // previous handler after; HostAllocatorBase is a c10::Allocator whose subclasses implement
 // allocateBytes() once for both APIs (2.x made allocate() non-const and copy_data() pure virtual:
 // here it is a plain memcpy, as c10's default is).
@@ -9,6 +13,8 @@
 #pragma once
 
 #include <c10/core/Allocator.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
@@ -35,6 +41,19 @@ private:
 #else
   c10::Warning::WarningHandlerGuard guard_{&handler_};
 #endif
+};
+
+class AutocastScope {
+public:
+  AutocastScope(c10::DeviceType device, c10::ScalarType dtype);
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+  ~AutocastScope();
+
+private:
+  c10::DeviceType device_;
+  bool wasEnabled_;
+  c10::ScalarType previousType_;
 };
 
 class HostAllocatorBase : public c10::Allocator {

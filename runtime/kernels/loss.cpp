@@ -12,19 +12,35 @@ namespace cleave::runtime {
 namespace {
 using Outputs = std::vector<at::Tensor>;
 
+std::int64_t reductionMode(const KernelContext& c) {
+  std::string reduction = c.stringAttr("reduction", "mean");
+  return reduction == "none"   ? at::Reduction::None
+         : reduction == "sum"  ? at::Reduction::Sum
+         : reduction == "mean" ? at::Reduction::Mean
+                               : throw KernelError("unknown reduction '" + reduction + "'");
+}
+
+// Without an ignore_index attribute nothing is ignored.
+std::int64_t ignoredClass(const KernelContext& c) {
+  return c.attribute("ignore_index") ? c.intAttr("ignore_index", 0) : std::numeric_limits<std::int64_t>::min();
+}
+
 at::Tensor negativeLogLikelihood(const KernelContext& c, const at::Tensor& logProb, const at::Tensor& target,
                                  const at::Tensor& weight) {
-  std::string reduction = c.stringAttr("reduction", "mean");
-  std::int64_t mode = reduction == "none" ? at::Reduction::None
-                      : reduction == "sum"  ? at::Reduction::Sum
-                      : reduction == "mean" ? at::Reduction::Mean
-                                            : throw KernelError("unknown reduction '" + reduction + "'");
-  std::int64_t ignore = c.attribute("ignore_index") ? c.intAttr("ignore_index", 0)
-                                                    : std::numeric_limits<std::int64_t>::min();
+  const std::int64_t mode = reductionMode(c), ignore = ignoredClass(c);
   c10::optional<at::Tensor> weights;
   if (weight.defined())
     weights = weight.to(logProb.scalar_type());
   return at::nll_loss_nd(logProb, target.to(at::kLong), weights, mode, ignore);
+}
+
+at::Tensor crossEntropy(const KernelContext& c, const at::Tensor& scores, const at::Tensor& target,
+                        const at::Tensor& weight) {
+  const std::int64_t mode = reductionMode(c), ignore = ignoredClass(c);
+  c10::optional<at::Tensor> weights;
+  if (weight.defined())
+    weights = weight.to(scores.scalar_type());
+  return at::cross_entropy_loss(scores, target.to(at::kLong), weights, mode, ignore, 0.0);
 }
 } // namespace
 
@@ -33,6 +49,8 @@ void registerLossKernels(KernelTable& t) {
     return {negativeLogLikelihood(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor())};
   });
   t.add("SoftmaxCrossEntropyLoss", [](KernelContext& c) -> Outputs {
+    if (c.numOutputs() == 1) // as torch's cross_entropy: one op, which autocast keeps in float32
+      return {crossEntropy(c, c.input(0), c.input(1), c.has(2) ? c.input(2) : at::Tensor())};
     at::Tensor logProb = at::log_softmax(c.input(0), 1);
     Outputs out{negativeLogLikelihood(c, logProb, c.input(1), c.has(2) ? c.input(2) : at::Tensor())};
     if (c.numOutputs() > 1)

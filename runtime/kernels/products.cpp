@@ -13,8 +13,12 @@ at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weigh
   at::Tensor out = onednn::linear(x, weight, weightIsNK, bias, thenGelu, state ? state->product : uncached);
   if (out.defined())
     return out;
-  at::Tensor product = at::matmul(x, weightIsNK ? weight.t() : weight);
-  if (bias.defined())
+  // at::linear, as torch.nn.Linear calls it: the same kernel (addmm) and, under autocast
+  // (mixed-precision training), the same casts: bias included in the low-precision product.
+  at::Tensor product = weightIsNK && (!bias.defined() || (bias.dim() == 1 && bias.scalar_type() == x.scalar_type()))
+                           ? at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt)
+                           : at::matmul(x, weightIsNK ? weight.t() : weight);
+  if (bias.defined() && !(weightIsNK && bias.dim() == 1 && bias.scalar_type() == x.scalar_type()))
     product = product + bias;
   return thenGelu ? at::gelu(product) : product;
 }

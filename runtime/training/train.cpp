@@ -64,6 +64,11 @@ void stepOptimizer(torch::optim::Optimizer& optimizer) {
   optimizer.step();
 }
 
+void enterForwardPrecision(std::optional<AutocastScope>& scope, const TrainOptions& options, c10::DeviceType device) {
+  if (options.precision == Precision::Bf16)
+    scope.emplace(device, at::kBFloat16);
+}
+
 double squaredGradientNorm(const std::vector<at::Tensor>& params) {
   double sum = 0.0;
   for (const at::Tensor& param : params)
@@ -136,7 +141,11 @@ Expected<StepResult> Trainer::step(const TensorMap& data, std::int64_t stepIndex
   double total = 0.0;
   for (const TensorMap& chunk : chunks) {
     std::int64_t rows = chunk.begin()->second.dim() > 0 ? chunk.begin()->second.size(0) : s.options.batch;
-    CLEAVE_TRY(TensorMap outputs, s.executor->run(chunk));
+    std::optional<AutocastScope> precision;
+    enterForwardPrecision(precision, s.options, s.executor->device().type());
+    Expected<TensorMap> ran = s.executor->run(chunk);
+    precision.reset();
+    CLEAVE_TRY(TensorMap outputs, std::move(ran));
     const at::Tensor& loss = outputs.at(s.lossName);
     if (loss.numel() != 1 || !loss.requires_grad())
       return Error(ErrorCode::InvalidArgument) << "output '" << s.lossName

@@ -23,6 +23,7 @@
 #include "base/expected.h"
 #include "ir/graph.h"
 #include "runtime/engine/tensors.h"
+#include "runtime/engine/torch_compat.h"
 #include "runtime/model/backend.h"
 #include "runtime/training/checkpoint.h"
 #include "runtime/training/lr_schedule.h"
@@ -38,13 +39,25 @@ struct OptimizerOptions {
   std::optional<double> weightDecay; // default: PyTorch's (SGD 0, AdamW 0.01)
 };
 
+// The forward's precision. bf16 is PyTorch's mixed precision, torch.autocast(dtype=bfloat16):
+// the forward runs under autocast (matrix products and convolutions in bf16, precision-sensitive
+// ops in float32, by the same dispatcher lists torch uses), while parameters, gradients and the
+// optimizer stay float32 (master weights); the backward follows the forward's casts.
+enum class Precision : std::uint8_t { Fp32, Bf16 };
+inline constexpr auto kPrecisions = enumTable<Precision>({{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}});
+
 struct TrainOptions {
   std::int64_t batch = 1, microbatches = 1;
   std::string loss; // the output that is the loss; empty: the output named "loss", else the only scalar one
   OptimizerOptions optimizer;
   LrSchedule lrSchedule;              // each step's multiplier of optimizer.lr
   std::optional<double> clipGradNorm; // clip the gradients' global L2 norm to this
+  Precision precision = Precision::Fp32;
 };
+
+// Enters the forward's precision for `options` on `device` (autocast for bf16; nothing for fp32)
+// until `scope` is reset or destroyed.
+void enterForwardPrecision(std::optional<AutocastScope>& scope, const TrainOptions& options, c10::DeviceType device);
 
 // What a step did: the batch's mean loss, the learning rate it stepped with, and (clipping) the
 // gradients' global L2 norm before clipping (what torch.nn.utils.clip_grad_norm_ returns).
