@@ -18,7 +18,8 @@ struct ScheduleFlags {
   std::uint32_t stages = 0, microbatches = 0, ranks = 0;
   double latency = 0.0, sendCost = 0.0, receiveCost = 0.0, costSpread = 0.0;
   std::uint32_t samples = 200;
-  std::int64_t activationBytes = 1;
+  std::int64_t activationBytes = 1, inputBytes = 0;
+  bool recompute = false;
   bool simulate = false, comm = false, json = false;
 };
 
@@ -69,6 +70,11 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
       ->check(kFinite)
       ->check(CLI::Range(0.0, 1e15))
       ->capture_default_str();
+  app.add_flag("--recompute", flags.recompute,
+               "simulate activation recomputation (cleave train --recompute stage): a forward holds only "
+               "--input-bytes until its backward, which first runs the forward again");
+  app.add_option("--input-bytes", flags.inputBytes, "with --recompute: a stage's input bytes per microbatch")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app.add_option("--activation-bytes", flags.activationBytes, "activation bytes a microbatch holds per stage")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
       ->capture_default_str();
@@ -140,8 +146,10 @@ Expected<pipeline::SimulationResult> simulate(const ScheduleFlags& flags, const 
     stageCosts.backwardInput = costs.size() == 4 ? costs[2] : costs[1] / 2;
     stageCosts.backwardWeight = costs.size() == 4 ? costs[3] : costs[1] / 2;
     stageCosts.activationBytes = flags.activationBytes;
+    stageCosts.inputBytes = flags.inputBytes;
     options.stages.push_back(stageCosts);
   }
+  options.recompute = flags.recompute;
   options.transferLatency = flags.latency;
   options.sendCost = flags.sendCost;
   options.receiveCost = flags.receiveCost;

@@ -80,6 +80,10 @@ void describe(CLI::App& app, TrainFlags& flags) {
                 "the forward's precision: bf16 is torch.autocast(dtype=torch.bfloat16) (matrix products and "
                 "convolutions in bf16, precision-sensitive ops in float32) with float32 master weights, gradients "
                 "and optimizer");
+  addEnumOption(app, "--recompute", flags.options.recompute, runtime::kRecomputeKinds,
+                "plan directories: stage runs each stage's forward without keeping its activations and runs it "
+                "again before that microbatch's backward (activation checkpointing per stage: only stage inputs "
+                "are held across the schedule; gradients unchanged); --timing reports each rank's peak bytes");
   addEnumOption(app, "--lr-schedule", flags.options.lrSchedule.kind, runtime::kLrScheduleKinds,
                 "the rate after warmup: constant at --lr, or linear or cosine decay from --lr to 0 at the last of --steps "
                 "(PyTorch's LinearLR / CosineAnnealingLR)");
@@ -207,6 +211,8 @@ Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& train
               {"rank_wait_s", timing.rankWaitSeconds},
               {"rank_receives", std::vector<std::int64_t>(timing.rankReceives.begin(), timing.rankReceives.end())},
               {"rank_transport_cpu_s", timing.rankTransportSeconds},
+              {"rank_peak_step_bytes", std::vector<std::int64_t>(timing.rankPeakStepBytes.begin(),
+                                                                 timing.rankPeakStepBytes.end())},
               {"shape_headers", static_cast<std::int64_t>(timing.headersSent)},
               {"bubble", bubble},
               {"actions", actionTimeline(timing)}};
@@ -238,8 +244,14 @@ Status checkCheckpointFlags(const TrainFlags& flags) {
   if (flags.stopAfter && *flags.stopAfter > flags.steps)
     return usageError() << "--stop-after " << *flags.stopAfter << " is past --steps " << flags.steps;
   const std::string& dir = checkpointsTo(flags);
-  if (!dir.empty()) {
-    CLEAVE_TRY(std::optional<std::int64_t> latest, runtime::latestCheckpoint(dir)); // a folder, or none yet
+  if (!dir.empty()) { // a folder, or none yet
+    if (Expected<std::optional<std::int64_t>> listed = runtime::latestCheckpoint(dir); !listed)
+      return std::move(listed.error());
+  }
+  if (!flags.resumeDir.empty()) {
+    CLEAVE_TRY(std::optional<std::int64_t> latest, runtime::latestCheckpoint(flags.resumeDir));
+    if (!latest)
+      return Error(ErrorCode::InvalidArgument) << "--resume " << flags.resumeDir << ": no complete checkpoint there";
   }
   if (!dir.empty() && !flags.output.path.empty() &&
       (isSameOrInside(dir, flags.output.path) || isSameOrInside(flags.output.path, dir)))
@@ -410,6 +422,9 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
     return trainPlan(flags, out, err);
   if (!flags.wholeModelPath.empty())
     return usageError() << "--model is for plan directories (MODEL is a model already)";
+  if (flags.options.recompute != runtime::Recompute::None)
+    return usageError() << "--recompute is for plan directories: a whole model runs each microbatch's backward "
+                           "right after its forward, so there is nothing held to recompute";
   CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.dataPath}));
   CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path));
   auto graph = std::make_shared<const ir::Graph>(std::move(loaded));

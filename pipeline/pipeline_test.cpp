@@ -127,6 +127,29 @@ TEST(Schedule, SingleStagePerRankKindsValidateAndRank) {
   EXPECT_LT(zero.bubbleFraction, oneF.bubbleFraction);
 }
 
+// Recomputation: a forward holds the stage's inputs only; a backward first runs the forward
+// again (its cost adds F) and holds the activations until it ends.
+TEST(Schedule, RecomputationHoldsInputsAndPaysAForwardAgain) {
+  SimulationOptions options;
+  options.stages = {StageCosts{.forward = 1.0, .backward = 2.0, .backwardInput = 1.0, .backwardWeight = 1.0,
+                               .activationBytes = 100, .inputBytes = 10}};
+  const Schedule gpipe = *generateSchedule(ScheduleKind::GPipe, 4, 8, 4);
+  const Schedule oneF = *generateSchedule(ScheduleKind::OneFOneB, 4, 8, 4);
+  const Schedule zero = *generateSchedule(ScheduleKind::ZeroBubble, 4, 8, 4);
+  SimulationResult held = *simulateSchedule(gpipe, options), heldOneF = *simulateSchedule(oneF, options);
+  options.recompute = true;
+  SimulationResult again = *simulateSchedule(gpipe, options), againOneF = *simulateSchedule(oneF, options);
+  SimulationResult againZero = *simulateSchedule(zero, options);
+  EXPECT_EQ(held.peakActivationBytes[0], 800);
+  EXPECT_EQ(again.peakActivationBytes[0], 8 * 10 + 100); // every input, and one microbatch recomputed
+  EXPECT_EQ(heldOneF.peakActivationBytes[0], 400);
+  EXPECT_EQ(againOneF.peakActivationBytes[0], 4 * 10 + 100);
+  EXPECT_DOUBLE_EQ(againOneF.makespan, 11 * 4.0); // (M + S - 1) x (F + F + B)
+  EXPECT_DOUBLE_EQ(heldOneF.makespan, 11 * 3.0);
+  for (std::int64_t bytes : againZero.peakActivationBytes) // I recomputes and W frees: never below zero
+    EXPECT_GE(bytes, 110);
+}
+
 // A sender's own time per cross-rank message (Gloo writes the socket on the caller's thread):
 // the rank is occupied after the action that sent, the message leaves after it, and the time is
 // not compute. The same with or without SEND/RECV actions.

@@ -153,11 +153,17 @@ private:
   void record(std::uint32_t r, const Action& a, double start, double end) {
     if (isCompute(a.type))
       result_.busy[r] += end - start; // compute only: a send's or receive's time is communication
-    std::int64_t bytes = costOf(a).activationBytes;
-    if (a.type == A::Forward)
+    const StageCosts& cost = costOf(a);
+    auto hold = [&](std::int64_t bytes) {
       result_.peakActivationBytes[r] = std::max(result_.peakActivationBytes[r], live_[r] += bytes);
-    else if (a.type == A::Backward || a.type == A::BackwardWeight)
-      live_[r] -= bytes;
+    };
+    const bool recompute = options_ && options_->recompute;
+    if (a.type == A::Forward)
+      hold(recompute ? cost.inputBytes : cost.activationBytes);
+    else if (recompute && (a.type == A::Backward || a.type == A::BackwardInput))
+      hold(cost.activationBytes); // the forward run again
+    if (a.type == A::Backward || a.type == A::BackwardWeight)
+      live_[r] -= cost.activationBytes + (recompute ? cost.inputBytes : 0);
     result_.timeline.push_back({r, a, start, end});
   }
 
@@ -197,10 +203,11 @@ private:
     if (double own = actionCost_.at(a.stage, a.microbatch, a.type); own >= 0)
       return own;
     const StageCosts& c = costOf(a);
+    const double again = options_ && options_->recompute ? c.forward : 0.0; // recomputation's forward
     switch (a.type) {
     case A::Forward: return c.forward;
-    case A::Backward: return c.backward;
-    case A::BackwardInput: return c.backwardInput;
+    case A::Backward: return again + c.backward;
+    case A::BackwardInput: return again + c.backwardInput;
     default: return c.backwardWeight;
     }
   }

@@ -31,7 +31,8 @@
 // input), which one cost per stage leaves out. It reports the makespan, the bubble fraction
 // (1 - compute time / (ranks x makespan)) and each rank's
 // peak activation memory (microbatches forwarded and not yet fully backwarded, in bytes of
-// their stages' activations), plus the timeline.
+// their stages' activations, or of their inputs and the one being recomputed with `recompute`),
+// plus the timeline.
 // Complexity: O(A + P x R) for A actions and P passes over the R ranks (P <= A); the channel
 // order check O(A log A).
 #pragma once
@@ -62,6 +63,7 @@ struct StageCosts {
   double forward = 1.0, backward = 2.0;      // a full backward (B)
   double backwardInput = 1.0, backwardWeight = 1.0; // I and W
   std::int64_t activationBytes = 1;           // held from F until B (or W)
+  std::int64_t inputBytes = 0;                // the stage's inputs: all F holds with recompute
 };
 
 struct SimulationOptions {
@@ -77,6 +79,10 @@ struct SimulationOptions {
   // generator (the same seed gives the same factors whatever the order of play).
   double costSpread = 0.0;
   std::uint64_t spreadSeed = 1;
+  // Activation recomputation (cleave train --recompute stage): F holds only the stage's inputs
+  // (inputBytes) until B (or W); B, or I, first runs the forward again (its cost adds the
+  // stage's forward) and holds the activations from then until B (or W) ends.
+  bool recompute = false;
 };
 
 // simulateWithSpread's plays: their number, mean makespan and bubble, and the bubble's range.

@@ -210,8 +210,11 @@ private:
     });
   }
 
-  // Posts one send, keeping the tensor alive until it completes.
+  // Posts one send, keeping the tensor alive until it completes. Sends already done are let go
+  // first, so a step does not hold every tensor it sent until finish() (recomputation's memory
+  // saving would go into them); a failed one stays for finish() to report.
   void post(const at::Tensor& tensor, int dst, int tag) {
+    std::erase_if(pending_, [](const auto& entry) { return entry.first->isCompleted() && !entry.first->exception(); });
     std::vector<at::Tensor> list{tensor};
     pending_.push_back({group_->send(list, dst, tag), tensor});
   }

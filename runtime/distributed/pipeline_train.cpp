@@ -14,6 +14,7 @@
 #include "pipeline/schedule.h"
 #include "plan/plan_file.h"
 #include "runtime/engine/executor.h"
+#include "runtime/engine/host_memory.h"
 #include "runtime/model/microbatch.h"
 #include "runtime/model/plan_backends.h"
 #include "runtime/training/split_backward.h"
@@ -42,6 +43,10 @@ struct Stage {
 struct StageRun {
   TensorMap leaves, outputs, leafGrads;
   PendingWeightBackward pendingWeights; // after I, until W
+  // Recompute::Stage: the forward's inputs and the generator's state before it, to run it again
+  // with autograd's graph before the backward (outputs are then without one until that).
+  TensorMap feeds;
+  at::Tensor generatorState;
 };
 
 // Trainable tensors of a graph (storage owners, floating, not buffers): name -> (dtype, dims).
@@ -84,6 +89,10 @@ struct PipelineTrainer::State {
   int producerOf(const std::string& value) const { return plan->routeOf(value).producer; }
   const std::vector<std::uint32_t>& readersOf(const std::string& value) const { return plan->routeOf(value).readers; }
   std::uint32_t idOf(const std::string& value) const { return *plan->valueId(value); }
+  bool hasLocalReader(const std::string& value) const {
+    const std::vector<std::uint32_t>& readers = readersOf(value);
+    return std::any_of(readers.begin(), readers.end(), [&](std::uint32_t reader) { return own(static_cast<int>(reader)); });
+  }
   // Tags: (microbatch, value, reading stage, direction) packed densely; < 2^30 (see communicator).
   Expected<std::uint32_t> tag(std::size_t m, const std::string& value, int reader, bool backward) const {
     std::uint64_t t = ((static_cast<std::uint64_t>(m) * plan->values() + idOf(value)) * stages.size() +
@@ -136,6 +145,11 @@ struct PipelineTrainer::State {
   // so their gradients come back as float32 and turn bf16 inside the stage), so messages keep the
   // declared types, and one process and many ranks compute the same.
   Status keepPlanTypes(TensorMap& outputs) const;
+  // A stage's forward in the options' precision, its outputs in the plan's types.
+  Expected<TensorMap> runForward(int stage, const TensorMap& feeds);
+  // Recompute::Stage: the forward of microbatch m again, with autograd's graph, from the same
+  // inputs and generator state (so dropout draws the same), before its backward.
+  Status recomputeForward(int stage, StageRun& run);
   // Collective: the L2 norm of every stage's gradients together, a tied parameter counted once
   // (on its first holder: pytorch/pytorch#180952 counts every copy). Each stage's squared norm
   // is summed on its rank, gathered into a per-stage vector (one non-zero per slot, so the
@@ -259,12 +273,14 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
         run.leaves[name] = value;
     }
     auto started = std::chrono::steady_clock::now();
-    {
-      std::optional<AutocastScope> precision;
-      enterForwardPrecision(precision, options, stages[i].executor->device().type());
-      CLEAVE_TRY(run.outputs, stages[i].executor->run(feeds));
+    if (options.recompute == Recompute::Stage) {
+      run.generatorState = cpuGeneratorState();
+      c10::NoGradGuard withoutGraph;
+      CLEAVE_TRY(run.outputs, runForward(i, feeds));
+      run.feeds = std::move(feeds);
+    } else {
+      CLEAVE_TRY(run.outputs, runForward(i, feeds));
     }
-    CLEAVE_CHECK(keepPlanTypes(run.outputs));
     timing.forwardSeconds[i] += secondsSince(started);
     for (const std::string& name : stages[i].outputs)
       for (int reader : readersOf(name))
@@ -274,6 +290,9 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
         }
     if (i == lossStage)
       lossSum += run.outputs.at(loss).item<double>() * share;
+    if (options.recompute == Recompute::Stage) // sent: held only where a stage of this rank reads it
+      for (auto output = run.outputs.begin(); output != run.outputs.end();)
+        output = hasLocalReader(output->first) ? std::next(output) : run.outputs.erase(output);
   }
   return {};
 }
@@ -290,10 +309,12 @@ Status PipelineTrainer::State::outputGradients(std::size_t m, int i, std::vector
     at::Tensor grad = name == loss ? at::full_like(output, share) : at::Tensor();
     for (int reader : readersOf(name)) {
       at::Tensor part;
-      if (own(reader)) {
-        const TensorMap& readerGrads = runs[m].at(reader).leafGrads;
-        auto found = readerGrads.find(name);
-        part = found == readerGrads.end() ? at::Tensor() : found->second;
+      if (own(reader)) { // taken: this is its one use, and the step need not hold it on
+        TensorMap& readerGrads = runs[m].at(reader).leafGrads;
+        if (auto found = readerGrads.find(name); found != readerGrads.end()) {
+          part = std::move(found->second);
+          readerGrads.erase(found);
+        }
       } else {
         CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, true));
         CLEAVE_TRY(part, receive(stages[reader].rank, t, shapeKey(m, name, reader, true)));
@@ -315,6 +336,11 @@ Status PipelineTrainer::State::outputGradients(std::size_t m, int i, std::vector
 Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<std::map<int, StageRun>>& runs,
                                              double share, bool inputsOnly) {
   StageRun& run = runs[m].at(i);
+  if (options.recompute == Recompute::Stage) { // before waiting for the output gradients
+    auto started = std::chrono::steady_clock::now();
+    CLEAVE_CHECK(recomputeForward(i, run));
+    timing.backwardSeconds[i] += secondsSince(started);
+  }
   std::vector<at::Tensor> roots, grads;
   CLEAVE_CHECK(outputGradients(m, i, runs, share, roots, grads));
   std::vector<std::string> leafNames;
@@ -405,6 +431,28 @@ Status PipelineTrainer::State::broadcastTiedParameters() {
       for (const at::Tensor& copy : copies->second)
         copy.copy_(value);
   }
+  return {};
+}
+
+Expected<TensorMap> PipelineTrainer::State::runForward(int i, const TensorMap& feeds) {
+  TensorMap outputs;
+  {
+    std::optional<AutocastScope> precision;
+    enterForwardPrecision(precision, options, stages[i].executor->device().type());
+    CLEAVE_TRY(outputs, stages[i].executor->run(feeds));
+  }
+  CLEAVE_CHECK(keepPlanTypes(outputs));
+  return outputs;
+}
+
+Status PipelineTrainer::State::recomputeForward(int i, StageRun& run) {
+  const at::Tensor after = cpuGeneratorState();
+  setCpuGeneratorState(run.generatorState);
+  Expected<TensorMap> outputs = runForward(i, run.feeds);
+  setCpuGeneratorState(after);
+  CLEAVE_TRY(run.outputs, std::move(outputs));
+  run.feeds.clear();
+  run.generatorState = at::Tensor();
   return {};
 }
 
@@ -599,6 +647,7 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   s.timing.rankWaitSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
   s.timing.rankReceives.assign(static_cast<std::size_t>(s.worldSize), 0.0);
   s.timing.rankTransportSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
+  s.timing.rankPeakStepBytes.assign(static_cast<std::size_t>(s.worldSize), 0.0);
   const std::size_t headersBefore = s.comm->headersSent();
   const double transportBefore = s.comm->transportCpuSeconds();
   CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
@@ -618,6 +667,8 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
     if (s.declaredRows.insert(s.microbatchRows[m]).second)
       s.declareMessageShapes(chunks[m], m);
   clearGradients(*s.optimizer);
+  resetHostMemoryPeak();
+  const std::int64_t bytesAtStart = hostMemoryStats().bytesInUse;
   std::vector<std::map<int, StageRun>> runs(chunks.size());
   double lossSum = 0.0;
   const std::vector<pipeline::Action> actions =
@@ -652,6 +703,9 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   s.timing.rankScheduleSeconds[static_cast<std::size_t>(s.rank)] = s.timing.scheduleSeconds;
   s.timing.rankTransportSeconds[static_cast<std::size_t>(s.rank)] = s.comm->transportCpuSeconds() - transportBefore;
   s.timing.headersSent = static_cast<double>(s.comm->headersSent() - headersBefore);
+  runs.clear(); // the step's activations, freed before the optimizer allocates its state
+  s.timing.rankPeakStepBytes[static_cast<std::size_t>(s.rank)] =
+      static_cast<double>(std::max<std::int64_t>(hostMemoryStats().peakBytesInUse - bytesAtStart, 0));
   CLEAVE_CHECK(s.reduceTiedGradients());
   StepResult result;
   if (s.options.clipGradNorm) {
@@ -672,7 +726,8 @@ Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
   const std::vector<double> headers{own.headersSent};
   const std::vector<double>* parts[] = {&own.forwardSeconds,      &own.backwardSeconds, &own.weightSeconds,
                                         &own.rankScheduleSeconds, &own.rankWaitSeconds, &own.rankReceives,
-                                        &own.rankTransportSeconds, &headers,              &own.actionSeconds};
+                                        &own.rankTransportSeconds, &headers,              &own.actionSeconds,
+                                        &own.rankPeakStepBytes};
   std::vector<std::int64_t> offsets{0};
   for (const std::vector<double>* part : parts)
     offsets.push_back(offsets.back() + static_cast<std::int64_t>(part->size()));
@@ -686,7 +741,8 @@ Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
   std::vector<double> headersSent;
   std::vector<double>* into[] = {&timing.forwardSeconds,      &timing.backwardSeconds, &timing.weightSeconds,
                                  &timing.rankScheduleSeconds, &timing.rankWaitSeconds, &timing.rankReceives,
-                                 &timing.rankTransportSeconds, &headersSent,           &timing.actionSeconds};
+                                 &timing.rankTransportSeconds, &headersSent,           &timing.actionSeconds,
+                                 &timing.rankPeakStepBytes};
   for (std::size_t p = 0; p < std::size(parts); ++p)
     into[p]->assign(c + offsets[p], c + offsets[p + 1]);
   timing.headersSent = headersSent[0];

@@ -47,6 +47,10 @@ struct StepTiming {
   std::vector<double> forwardSeconds, backwardSeconds, weightSeconds; // per stage
   std::vector<double> rankScheduleSeconds, rankWaitSeconds;           // per rank
   std::vector<double> rankReceives, rankTransportSeconds;             // per rank
+  // Per rank: the most bytes ATen's CPU allocator held during the step above what it held at
+  // the step's start (activations, autograd's buffers, gradients, messages: what --recompute
+  // shrinks), from runtime/engine/host_memory.h's counters; 0 where its allocator is not installed.
+  std::vector<double> rankPeakStepBytes;
   double headersSent = 0.0; // shape headers sent in the step (communicator.h; gathered: all ranks')
   // The measured timeline: per (stage, microbatch, action type F / B / I / W), at
   // actionSlot(...) * kSlotFields: start, end and the receive wait inside it, in seconds from the

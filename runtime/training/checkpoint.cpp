@@ -1,13 +1,11 @@
 #include "runtime/training/checkpoint.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <sstream>
 #include <type_traits>
 
@@ -17,6 +15,7 @@
 #include "ir/graph.h"
 #include "runtime/engine/tensors.h"
 #include "runtime/model/tensor_files.h"
+#include "runtime/training/train.h"
 
 namespace cleave::runtime {
 
@@ -228,11 +227,7 @@ Status writeRankCheckpoint(const std::string& dir, std::int64_t step, int rank, 
     kinds.push_back(saved.kind);
     adamwSteps.push_back(saved.adamwStep);
   }
-  {
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    tensors["rng"] = generator.get_state();
-  }
+  tensors["rng"] = cpuGeneratorState();
   CLEAVE_CHECK(writeTensors(tensors, rankFile(folder, rank, ".npz"), {}));
   Json rankJson{{"rank", rank}, {"step", step}, {"tensors", listed}, {"state", kinds}, {"adamw_steps", adamwSteps}};
   return writeFileAtomically(rankFile(folder, rank, ".json"), dumpJson(rankJson));
@@ -297,11 +292,8 @@ Status readRankCheckpoint(const std::string& dir, std::int64_t step, int rank, c
                                           "state." + index + "."));
       setState(*state.optimizer, state.parameters[i].second, std::move(restored));
     }
-    if (auto rng = tensors.find("rng"); rng != tensors.end()) {
-      at::Generator generator = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(rng->second);
-    }
+    if (auto rng = tensors.find("rng"); rng != tensors.end())
+      setCpuGeneratorState(rng->second);
     return {};
   });
 }

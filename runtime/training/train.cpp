@@ -1,5 +1,6 @@
 #include "runtime/training/train.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
@@ -9,6 +10,7 @@
 #include "base/strings.h"
 
 #include <cmath>
+#include <mutex>
 
 namespace cleave::runtime {
 
@@ -62,6 +64,18 @@ void stepOptimizer(torch::optim::Optimizer& optimizer) {
       if (!param.grad().defined())
         param.mutable_grad() = at::zeros_like(param);
   optimizer.step();
+}
+
+at::Tensor cpuGeneratorState() {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void setCpuGeneratorState(const at::Tensor& state) {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
 }
 
 void enterForwardPrecision(std::optional<AutocastScope>& scope, const TrainOptions& options, c10::DeviceType device) {

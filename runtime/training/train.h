@@ -46,6 +46,14 @@ struct OptimizerOptions {
 enum class Precision : std::uint8_t { Fp32, Bf16 };
 inline constexpr auto kPrecisions = enumTable<Precision>({{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}});
 
+// Activation recomputation (PyTorch's activation checkpointing, per stage): `Stage` runs a plan
+// stage's forward without autograd's graph, keeping only its inputs (and the generator's state),
+// and runs it again with the graph just before the stage's backward of that microbatch: the
+// activations inside a stage are held for one microbatch at a time, not for every microbatch
+// in flight, at the cost of a second forward. Gradients are unchanged, bit for bit.
+enum class Recompute : std::uint8_t { None, Stage };
+inline constexpr auto kRecomputeKinds = enumTable<Recompute>({{Recompute::None, "none"}, {Recompute::Stage, "stage"}});
+
 struct TrainOptions {
   std::int64_t batch = 1, microbatches = 1;
   std::string loss; // the output that is the loss; empty: the output named "loss", else the only scalar one
@@ -53,6 +61,7 @@ struct TrainOptions {
   LrSchedule lrSchedule;              // each step's multiplier of optimizer.lr
   std::optional<double> clipGradNorm; // clip the gradients' global L2 norm to this
   Precision precision = Precision::Fp32;
+  Recompute recompute = Recompute::None; // plans' stages
 };
 
 // Enters the forward's precision for `options` on `device` (autocast for bf16; nothing for fp32)
@@ -65,6 +74,10 @@ struct StepResult {
   double loss = 0.0, lr = 0.0;
   std::optional<double> gradNorm;
 };
+
+// The default CPU generator's state (what dropout and random ops draw from), and setting it.
+at::Tensor cpuGeneratorState();
+void setCpuGeneratorState(const at::Tensor& state);
 
 // Rows (stepIndex * batch + i) mod N, i < batch, of every tensor (rows along dim 0).
 Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch);
