@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
 """bench/train_modes.py - what training options cost and save (issue 46): `cleave train` of one
 model in float32 and in bf16 mixed precision (--precision bf16), with PyTorch eager doing the same
-(torch.autocast(\"cpu\", bfloat16)) as the reference, and a 4-stage plan with and without
-activation recomputation when the build has it (--recompute).
+(torch.autocast("cpu", bfloat16)) as the reference, and a 4-stage plan with and without
+activation recomputation (--recompute stage), whose peak step bytes (--timing's
+rank_peak_step_bytes: ATen's CPU allocator above the step's start) are printed too.
 
 Model: an MLP of 4 Linear layers (WIDTH -> 4 WIDTH -> WIDTH, twice) with GELU and an MSE loss,
 ROWS rows a step, SGD; exported by Debian's PyTorch. Every side runs STEPS steps in its own
 process, the sides interleaved per round with the order flipped every round. Per side: the
-median step time (each run's first step dropped as warm-up), the process's peak resident memory
-(ru_maxrss from wait4), and the ratio to its pair (bf16 / fp32 step time, per round) as median
+median step time (each run's first step dropped as warm-up), for the plans the peak step bytes,
+and the ratio to its pair (bf16 / fp32 step time, per round) as median
 [min, max] over rounds.
 
 usage: /usr/bin/python3 bench/train_modes.py CLEAVE [--rounds R] [--steps K] [--width W] [--rows N]
 """
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -28,7 +30,10 @@ TORCH_SIDE = r'''
 import json, sys, time, torch
 torch.set_num_threads(int(sys.argv[5]))
 model, data, steps, bf16 = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "bf16"
-module = torch.load(model)
+{mlp_source}
+state = torch.load(model)
+module = Mlp(state["layers.0.weight"].shape[1])
+module.load_state_dict(state)
 tensors = torch.load(data)
 optimizer = torch.optim.SGD(module.parameters(), lr=0.01)
 for step in range(steps):
@@ -40,6 +45,22 @@ for step in range(steps):
     optimizer.step()
     print(json.dumps({"step": step + 1, "loss": loss.item(), "seconds": time.perf_counter() - start}), flush=True)
 '''
+
+
+class Blocks(torch.nn.Module):
+    """4 blocks WIDTH/8 wide at their ends and WIDTH inside: a 4-stage plan cuts at the narrow ends."""
+
+    def __init__(self, width):
+        super().__init__()
+        narrow = width // 8
+        self.blocks = torch.nn.ModuleList([torch.nn.Sequential(
+            torch.nn.Linear(narrow, width), torch.nn.Tanh(), torch.nn.Linear(width, width), torch.nn.Tanh(),
+            torch.nn.Linear(width, narrow), torch.nn.Tanh()) for _ in range(4)])
+
+    def forward(self, x, target):
+        for block in self.blocks:
+            x = block(x)
+        return ((x - target) ** 2).mean()
 
 
 class Mlp(torch.nn.Module):
@@ -55,19 +76,22 @@ class Mlp(torch.nn.Module):
 
 
 def timed(argv):
-    """Runs argv; returns (median step seconds after the first, the process's peak RSS in MiB)."""
+    """Runs argv; returns (median step seconds after the first, the largest rank-0 peak step bytes
+    --timing reported, in MiB, or 0). (Not the process's peak RSS: ru_maxrss keeps the forking
+    Python's RSS across exec, so every side would report PyTorch's.)"""
     proc = subprocess.Popen(list(map(str, argv)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = proc.stdout.read()
     err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status != 0:
+    if proc.wait() != 0:
         sys.exit(f"{' '.join(map(str, argv))} failed: {err}")
-    seconds = []
+    seconds, step_bytes = [], [0]
     for line in out.splitlines():
         line = line.split("] ", 1)[-1]
         if line.startswith("{"):
-            seconds.append(json.loads(line)["seconds"])
-    return statistics.median(seconds[1:]), usage.ru_maxrss / 1024.0
+            parsed = json.loads(line)
+            seconds.append(parsed["seconds"])
+            step_bytes.append(parsed.get("rank_peak_step_bytes", [0])[0])
+    return statistics.median(seconds[1:]), max(step_bytes) / 2**20
 
 
 def main():
@@ -87,11 +111,21 @@ def main():
     torch.onnx.export(module, (x, target), model, input_names=["x", "target"], output_names=["loss"],
                       opset_version=13, do_constant_folding=False)
     np.savez(os.path.join(work, "data.npz"), x=x.numpy(), target=target.numpy())
-    torch.save(module, os.path.join(work, "mlp.pt"))
+    torch.save(module.state_dict(), os.path.join(work, "mlp.pt"))
     torch.save({"x": x, "target": target}, os.path.join(work, "data.pt"))
     script = os.path.join(work, "torch_side.py")
     with open(script, "w") as f:
-        f.write(TORCH_SIDE)
+        f.write(TORCH_SIDE.replace("{mlp_source}", inspect.getsource(Mlp)))
+    blocks = os.path.join(work, "blocks.onnx")
+    narrow = torch.randn(args.rows * 4, args.width // 8)
+    torch.onnx.export(Blocks(args.width), (narrow, narrow), blocks, input_names=["x", "target"],
+                      output_names=["loss"], opset_version=13, do_constant_folding=False)
+    np.savez(os.path.join(work, "blocks.npz"), x=narrow.numpy(), target=torch.randn_like(narrow).numpy())
+    plan = os.path.join(work, "blocks_plan")
+    subprocess.run([args.cleave, "pipeline", blocks, "--stages", "4", "-o", plan], check=True,
+                   stdout=subprocess.DEVNULL)
+    staged = [args.cleave, "train", plan, "--data", os.path.join(work, "blocks.npz"), "--batch", args.rows * 4,
+              "--microbatches", 16, "--steps", args.steps, "--optimizer", "sgd", "--lr", 0.01, "--json", "--timing"]
     common = [args.cleave, "train", model, "--data", os.path.join(work, "data.npz"), "--batch", args.rows,
               "--steps", args.steps, "--optimizer", "sgd", "--lr", 0.01, "--json", "--timing"]
     sides = {
@@ -101,9 +135,11 @@ def main():
                                 args.steps, "bf16", args.threads],
         "cleave fp32": common + ["--precision", "fp32"],
         "cleave bf16": common + ["--precision", "bf16"],
+        "plan, held": staged + ["--recompute", "none"],
+        "plan, recomputed": staged + ["--recompute", "stage"],
     }
     pairs = [("torch bf16 autocast", "torch fp32"), ("cleave bf16", "cleave fp32"), ("cleave fp32", "torch fp32"),
-             ("cleave bf16", "torch bf16 autocast")]
+             ("cleave bf16", "torch bf16 autocast"), ("plan, recomputed", "plan, held")]
     results = {name: [] for name in sides}
     names = list(sides)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -112,11 +148,13 @@ def main():
             results[name].append(timed(sides[name]))
     print(f"MLP {args.width}->{4 * args.width}->{args.width} x2, {args.rows} rows, SGD, {args.steps} steps, "
           f"{args.rounds} rounds, {args.threads} threads")
-    print(f"{'side':22} {'step_ms':>9} {'peak_rss_MiB':>13}")
+    print(f"plan: 4 blocks ({args.width // 8} -> {args.width} -> {args.width} -> {args.width // 8}) as 4 stages in "
+          f"one process (GPipe's order), {args.rows * 4} rows in 16 microbatches")
+    print(f"{'side':22} {'step_ms':>9} {'peak_step_MiB':>14}")
     for name in names:
         step = statistics.median(r[0] for r in results[name]) * 1e3
-        rss = statistics.median(r[1] for r in results[name])
-        print(f"{name:22} {step:9.2f} {rss:13.1f}")
+        step_bytes = statistics.median(r[1] for r in results[name])
+        print(f"{name:22} {step:9.2f} {step_bytes:14.2f}")
     print(f"{'ratio (step time)':42} {'median [min, max]':>20}")
     for a, b in pairs:
         ratios = [ra[0] / rb[0] for ra, rb in zip(results[a], results[b])]
