@@ -44,6 +44,29 @@ struct TrainFlags {
   std::uint64_t seed = 0;
 };
 
+// Checkpoints, resuming and stopping (runtime/training/checkpoint.h).
+void describeCheckpoints(CLI::App& app, TrainFlags& flags) {
+  app.add_option("--checkpoint-dir", flags.checkpointDir,
+                 "write checkpoints into this folder (every rank must see it): each rank's parameters, optimizer "
+                 "state, RNG state and the step, whole on every rank or not at all; at the run's end, at "
+                 "--stop-after, and every --checkpoint-every steps; only the last complete one is kept. Under "
+                 "`cleave launch --max-restarts`, a restarted run resumes from it");
+  app.add_option("--checkpoint-every", flags.checkpointEvery, "steps between checkpoints (needs --checkpoint-dir)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  app.add_option("--resume", flags.resumeDir,
+                 "continue from the last complete checkpoint in this folder, exactly as the run that wrote it would "
+                 "have gone on (a checkpoint of another model, plan, rank count, --batch, --optimizer or schedule "
+                 "is refused, naming what differs); checkpoints go on into it unless --checkpoint-dir says otherwise");
+  app.add_option("--stop-after", flags.stopAfter,
+                 "stop after this step of --steps, writing a checkpoint there (a job with a time limit: the next "
+                 "one continues with --resume, the schedule still spanning --steps)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  app.add_option("--seed", flags.seed,
+                 "seeds the random generator every rank starts with (libtorch's own is seeded at random: a fixed "
+                 "seed makes runs and their checkpoints repeat byte for byte)")
+      ->capture_default_str();
+}
+
 void describe(CLI::App& app, TrainFlags& flags) {
   app.description("Train a model exported with its loss (targets are inputs) on ATen autograd and PyTorch's own "
                   "optimizers: per step the next --batch rows of --data, in --microbatches (gradients accumulated, "
@@ -107,26 +130,9 @@ void describe(CLI::App& app, TrainFlags& flags) {
   app.add_option("--model", flags.wholeModelPath,
                  "plan directories: the model the plan was cut from; -o DIR then gets its trained.onnx too");
   addOutputDirectory(app, flags.output, "directory for trained.onnx (a model) or the trained plan (a plan)");
-  app.add_option("--checkpoint-dir", flags.checkpointDir,
-                 "write checkpoints into this folder (every rank must see it): each rank's parameters, optimizer "
-                 "state, RNG state and the step, whole on every rank or not at all; at the run's end, at "
-                 "--stop-after, and every --checkpoint-every steps; only the last complete one is kept. Under "
-                 "`cleave launch --max-restarts`, a restarted run resumes from it");
-  app.add_option("--checkpoint-every", flags.checkpointEvery, "steps between checkpoints (needs --checkpoint-dir)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
-  app.add_option("--resume", flags.resumeDir,
-                 "continue from the last complete checkpoint in this folder, exactly as the run that wrote it would "
-                 "have gone on (a checkpoint of another model, plan, rank count, --batch, --optimizer or schedule "
-                 "is refused, naming what differs); checkpoints go on into it unless --checkpoint-dir says otherwise");
-  app.add_option("--stop-after", flags.stopAfter,
-                 "stop after this step of --steps, writing a checkpoint there (a job with a time limit: the next "
-                 "one continues with --resume, the schedule still spanning --steps)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
-  app.add_option("--seed", flags.seed,
-                 "seeds the random generator every rank starts with (libtorch's own is seeded at random: a fixed "
-                 "seed makes runs and their checkpoints repeat byte for byte)")
-      ->capture_default_str();
-  app.add_flag("--json", flags.json, "print one JSON line per step: {\"step\": N, \"loss\": X}");
+  describeCheckpoints(app, flags);
+  app.add_flag("--json", flags.json,
+               "print one JSON line per step: {\"step\": N, \"loss\": X, \"lr\": R} (and \"grad_norm\" when clipping)");
   app.add_flag("--timing", flags.timing,
                "also print each step's wall seconds and, for a plan, the schedule's part of it, every stage's forward "
                "and backward compute seconds, the measured bubble (1 - compute / (ranks x schedule seconds)), each rank's "
