@@ -129,15 +129,19 @@ class PipelineTrainingMatchesTorch(TempDirTest):
             losses.append(loss.item())
         return losses, {k: v.detach().numpy() for k, v in module.state_dict().items()}
 
-    def train(self, ranks, plan, model, flags, out, schedule=None, microbatches=MICROBATCHES):
-        """`cleave train PLAN` in one process (ranks 0) or under launch; its losses."""
+    def train_steps(self, ranks, plan, model, flags, out, schedule=None, microbatches=MICROBATCHES):
+        """`cleave train PLAN` in one process (ranks 0) or under launch; its steps' JSON lines."""
         command = ["train", plan, "--data", self.path("data.npz"), "--batch", BATCH, "--steps", STEPS,
                    "--microbatches", microbatches, *flags, "--model", model, "-o", out, "--json"]
         if schedule:
             command += ["--schedule", schedule]
         code, stdout, err = launch(ranks, "cleave", *command) if ranks else run(*command)
         self.assertEqual(code, 0, err)
-        return [json.loads(line.split("] ", 1)[-1])["loss"] for line in stdout.splitlines()]
+        return [json.loads(line.split("] ", 1)[-1]) for line in stdout.splitlines()]
+
+    def train(self, ranks, plan, model, flags, out, schedule=None, microbatches=MICROBATCHES):
+        """Its losses."""
+        return [step["loss"] for step in self.train_steps(ranks, plan, model, flags, out, schedule, microbatches)]
 
     def check_against_torch(self, trained_onnx, want_losses, got_losses, want_weights):
         np.testing.assert_allclose(got_losses, want_losses, rtol=RTOL, atol=ATOL)
@@ -240,13 +244,7 @@ class PipelineTrainingMatchesTorch(TempDirTest):
         for ranks, schedule in [(0, None), (2, "interleaved"), (4, "zero_bubble")]:
             with self.subTest(ranks=ranks, schedule=schedule):
                 out = self.path(f"tied_clipped_{ranks}")
-                command = ["train", plan, "--data", self.path("data.npz"), "--batch", BATCH, "--steps", STEPS,
-                           "--microbatches", MICROBATCHES, *flags, "--model", model, "-o", out, "--json"]
-                if schedule:
-                    command += ["--schedule", schedule]
-                code, stdout, err = launch(ranks, "cleave", *command) if ranks else run(*command)
-                self.assertEqual(code, 0, err)
-                got = [json.loads(line.split("] ", 1)[-1]) for line in stdout.splitlines()]
+                got = self.train_steps(ranks, plan, model, flags, out, schedule)
                 np.testing.assert_allclose([g["grad_norm"] for g in got], norms, rtol=RTOL)
                 self.check_against_torch(os.path.join(out, "trained.onnx"), losses, [g["loss"] for g in got],
                                          {k: v.detach().numpy() for k, v in module.state_dict().items()})

@@ -25,22 +25,21 @@ std::int64_t ignoredClass(const KernelContext& c) {
   return c.attribute("ignore_index") ? c.intAttr("ignore_index", 0) : std::numeric_limits<std::int64_t>::min();
 }
 
+// The optional per-class weights in the scores' dtype.
+c10::optional<at::Tensor> classWeights(const at::Tensor& weight, const at::Tensor& scores) {
+  return weight.defined() ? c10::optional<at::Tensor>(weight.to(scores.scalar_type())) : c10::nullopt;
+}
+
 at::Tensor negativeLogLikelihood(const KernelContext& c, const at::Tensor& logProb, const at::Tensor& target,
                                  const at::Tensor& weight) {
-  const std::int64_t mode = reductionMode(c), ignore = ignoredClass(c);
-  c10::optional<at::Tensor> weights;
-  if (weight.defined())
-    weights = weight.to(logProb.scalar_type());
-  return at::nll_loss_nd(logProb, target.to(at::kLong), weights, mode, ignore);
+  return at::nll_loss_nd(logProb, target.to(at::kLong), classWeights(weight, logProb), reductionMode(c),
+                         ignoredClass(c));
 }
 
 at::Tensor crossEntropy(const KernelContext& c, const at::Tensor& scores, const at::Tensor& target,
                         const at::Tensor& weight) {
-  const std::int64_t mode = reductionMode(c), ignore = ignoredClass(c);
-  c10::optional<at::Tensor> weights;
-  if (weight.defined())
-    weights = weight.to(scores.scalar_type());
-  return at::cross_entropy_loss(scores, target.to(at::kLong), weights, mode, ignore, 0.0);
+  return at::cross_entropy_loss(scores, target.to(at::kLong), classWeights(weight, scores), reductionMode(c),
+                                ignoredClass(c), 0.0);
 }
 } // namespace
 

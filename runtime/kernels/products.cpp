@@ -15,10 +15,11 @@ at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weigh
     return out;
   // at::linear, as torch.nn.Linear calls it: the same kernel (addmm) and, under autocast
   // (mixed-precision training), the same casts: bias included in the low-precision product.
-  at::Tensor product = weightIsNK && (!bias.defined() || (bias.dim() == 1 && bias.scalar_type() == x.scalar_type()))
-                           ? at::linear(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt)
+  const bool biasInProduct = bias.defined() && bias.dim() == 1 && bias.scalar_type() == x.scalar_type();
+  at::Tensor product = weightIsNK && (!bias.defined() || biasInProduct)
+                           ? at::linear(x, weight, biasInProduct ? c10::optional<at::Tensor>(bias) : c10::nullopt)
                            : at::matmul(x, weightIsNK ? weight.t() : weight);
-  if (bias.defined() && !(weightIsNK && bias.dim() == 1 && bias.scalar_type() == x.scalar_type()))
+  if (bias.defined() && !(weightIsNK && biasInProduct))
     product = product + bias;
   return thenGelu ? at::gelu(product) : product;
 }
