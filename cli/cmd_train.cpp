@@ -42,6 +42,7 @@ struct TrainFlags {
   std::int64_t checkpointEvery = 0;
   std::optional<std::int64_t> stopAfter;
   std::uint64_t seed = 0;
+  std::optional<int> pipelineRanks; // data x pipeline parallel: ranks per replica (default: all)
 };
 
 // Checkpoints, resuming and stopping (runtime/training/checkpoint.h).
@@ -119,6 +120,12 @@ void describe(CLI::App& app, TrainFlags& flags) {
                  "torch.nn.utils.clip_grad_norm_; each step's norm before clipping is printed")
       ->check(CLI::PositiveNumber)
       ->check(kFinite);
+  app.add_option("--pipeline-ranks", flags.pipelineRanks,
+                 "plan directories under launch: ranks per pipeline (default: every rank). With more ranks, they "
+                 "hold replicas of the pipeline (data x pipeline parallel): rank r is pipeline rank r % N of "
+                 "replica r / N, each replica trains on its equal share of --batch in --microbatches, and every "
+                 "stage's gradients are summed across the replicas as soon as its backward is done")
+      ->check(CLI::Range(1, 1 << 20));
   addScheduleOption(app, flags.schedule,
                     "plan directories under launch: the pipeline schedule each rank follows (default gpipe; in one "
                     "process stages run in GPipe order)");
@@ -136,7 +143,7 @@ void describe(CLI::App& app, TrainFlags& flags) {
   app.add_flag("--timing", flags.timing,
                "also print each step's wall seconds and, for a plan, the schedule's part of it, every stage's forward "
                "and backward compute seconds, the measured bubble (1 - compute / (ranks x schedule seconds)), each rank's "
-               "messages received and its transport threads' CPU seconds and, with "
+               "messages received, its transport threads' CPU seconds, its wait for the replicas' gradient sums and, with "
                "--json, every action's start, end, receive wait and compute seconds per rank");
 }
 
@@ -219,22 +226,75 @@ Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& train
               {"rank_transport_cpu_s", timing.rankTransportSeconds},
               {"rank_peak_step_bytes", std::vector<std::int64_t>(timing.rankPeakStepBytes.begin(),
                                                                  timing.rankPeakStepBytes.end())},
+              {"rank_replica_wait_s", timing.rankReplicaWaitSeconds},
               {"shape_headers", static_cast<std::int64_t>(timing.headersSent)},
               {"bubble", bubble},
               {"actions", actionTimeline(timing)}};
 }
 
+// Where this process trains: world rank `rank` of `ranks`, pipeline rank rank % pipelineRanks of
+// replica rank / pipelineRanks (--pipeline-ranks; default one pipeline over every rank).
+struct RankLayout {
+  int rank = 0, ranks = 1, pipelineRanks = 1;
+  int replica() const { return rank / pipelineRanks; }
+  int replicas() const { return ranks / pipelineRanks; }
+  int pipelineRank() const { return rank % pipelineRanks; }
+  std::int64_t replicaRows(std::int64_t batch) const { return batch / replicas(); }
+};
+
+// The layout of this process (`env`: under launch), its flags checked: --pipeline-ranks divides
+// the ranks, and --batch splits into equal replica shares.
+Expected<RankLayout> rankLayout(const TrainFlags& flags, const std::optional<runtime::distributed::DistributedEnv>& env) {
+  RankLayout layout;
+  layout.rank = env ? env->rank : 0;
+  layout.ranks = env ? env->worldSize : 1;
+  layout.pipelineRanks = flags.pipelineRanks.value_or(layout.ranks);
+  if (layout.ranks % layout.pipelineRanks != 0)
+    return usageError() << "--pipeline-ranks " << layout.pipelineRanks << " does not divide the " << layout.ranks
+                        << " rank(s)" << (env ? "" : " of a single process (replicas run under `cleave launch`)");
+  if (flags.options.batch % layout.replicas() != 0)
+    return usageError() << "--batch " << flags.options.batch << " does not split into " << layout.replicas()
+                        << " equal shares, one per replica of the " << layout.pipelineRanks << "-rank pipeline";
+  return layout;
+}
+
+// The communicators of a layout: the world's (checkpoints, printing); with replicas, this rank's
+// pipeline's and its replicas' (every member of each joins it, pipelines first).
+struct LayoutCommunicators {
+  std::unique_ptr<runtime::distributed::Communicator> world, pipeline, replicas;
+  runtime::distributed::Communicator& ofPipeline() { return pipeline ? *pipeline : *world; }
+};
+
+Expected<LayoutCommunicators> connectLayout(const RankLayout& layout,
+                                            const std::optional<runtime::distributed::DistributedEnv>& env) {
+  LayoutCommunicators comms{runtime::distributed::Communicator::local(), nullptr, nullptr};
+  if (env) {
+    CLEAVE_TRY(comms.world, runtime::distributed::Communicator::connect(*env));
+  }
+  if (layout.replicas() == 1)
+    return comms;
+  std::vector<int> pipeline, replicas;
+  for (int p = 0; p < layout.pipelineRanks; ++p)
+    pipeline.push_back(layout.replica() * layout.pipelineRanks + p);
+  for (int k = 0; k < layout.replicas(); ++k)
+    replicas.push_back(k * layout.pipelineRanks + layout.pipelineRank());
+  CLEAVE_TRY(comms.pipeline, comms.world->subgroup("pipeline-" + std::to_string(layout.replica()), pipeline));
+  CLEAVE_TRY(comms.replicas, comms.world->subgroup("replicas-" + std::to_string(layout.pipelineRank()), replicas));
+  return comms;
+}
+
 // Microbatches (or a batch) of other rows than the plan's static-batch export fixed run only where
 // no constant shape holds that batch: refused here in one line rather than deep inside a step.
-Status checkTrainingRows(const TrainFlags& flags) {
+Status checkTrainingRows(const TrainFlags& flags, const RankLayout& layout) {
   CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(flags.path));
   const std::int64_t exported = plan::exportedRows(planFile);
-  const std::int64_t batch = flags.options.batch, microbatches = flags.options.microbatches;
-  if (exported < 0 || (microbatches <= 1 && batch == exported))
+  const std::int64_t rows = layout.replicaRows(flags.options.batch), microbatches = flags.options.microbatches;
+  if (exported < 0 || (microbatches <= 1 && rows == exported))
     return {};
-  return plan::checkRowsCanChange(flags.path, planFile,
-                                  "training --batch " + std::to_string(batch) + " in " + std::to_string(microbatches) +
-                                      " microbatch(es)");
+  std::string what = "training --batch " + std::to_string(flags.options.batch);
+  if (layout.replicas() > 1)
+    what += " (" + std::to_string(rows) + " rows per replica)";
+  return plan::checkRowsCanChange(flags.path, planFile, what + " in " + std::to_string(microbatches) + " microbatch(es)");
 }
 
 // The folder checkpoints go to: --checkpoint-dir, else --resume's.
@@ -266,9 +326,9 @@ Status checkCheckpointFlags(const TrainFlags& flags) {
   return {};
 }
 
-runtime::CheckpointIdentity checkpointIdentity(const TrainFlags& flags, int ranks, std::string model) {
-  return {ranks, flags.options.batch, std::move(model), std::string(runtime::kOptimizerKinds.name(flags.options.optimizer.kind)),
-          flags.options.lrSchedule.describe()};
+runtime::CheckpointIdentity checkpointIdentity(const TrainFlags& flags, const RankLayout& layout, std::string model) {
+  return {layout.ranks, layout.pipelineRanks, flags.options.batch, std::move(model),
+          std::string(runtime::kOptimizerKinds.name(flags.options.optimizer.kind)), flags.options.lrSchedule.describe()};
 }
 
 // The step to start from: 0, or that of the checkpoint resumed, whose state `state` then holds:
@@ -347,7 +407,39 @@ Status runSteps(const TrainFlags& flags, std::int64_t first, StepLoop& loop, std
   return {};
 }
 
-// A plan directory: its stages on this process (no RANK) or on this rank's share (under launch).
+// The schedule each rank of a pipeline follows (--schedule under launch; none: GPipe order),
+// after checking that a replica's rows make the microbatches it is for.
+Expected<std::optional<pipeline::Schedule>> pipelineSchedule(const TrainFlags& flags, const RankLayout& layout,
+                                                             std::size_t stages) {
+  const std::int64_t rows = layout.replicaRows(flags.options.batch), microbatches = flags.options.microbatches;
+  const std::int64_t made = runtime::microbatchCount(rows, microbatches);
+  if (flags.schedule && made != microbatches)
+    return usageError() << "--schedule " << pipeline::kScheduleKinds.name(*flags.schedule) << " needs --batch "
+                        << flags.options.batch
+                        << (layout.replicas() > 1 ? " (" + std::to_string(rows) + " rows per replica)" : std::string())
+                        << " to split into " << microbatches << " microbatches, and it makes " << made << " (of at most "
+                        << (rows + microbatches - 1) / microbatches << " rows, as torch.chunk splits): take --microbatches "
+                        << made << " or a batch that splits into " << microbatches;
+  std::optional<pipeline::Schedule> schedule;
+  if (flags.schedule && layout.pipelineRanks > 1) {
+    CLEAVE_TRY(schedule, rankSchedule(*flags.schedule, stages, microbatches, layout.pipelineRanks));
+  }
+  return schedule;
+}
+
+// "rank 3 of 4 (pipeline rank 1 of replica 1): trained submod_1, submod_3" on stderr.
+void reportTrained(const RankLayout& layout, const runtime::distributed::PipelineTrainer& trainer, std::ostream& err) {
+  err << "rank " << layout.rank << " of " << layout.ranks;
+  if (layout.replicas() > 1)
+    err << " (pipeline rank " << layout.pipelineRank() << " of replica " << layout.replica() << ")";
+  err << ": trained";
+  for (const std::string& stage : trainer.ownStages())
+    err << " " << stage;
+  err << "\n";
+}
+
+// A plan directory: its stages on this process (no RANK) or on this rank's share (under launch):
+// one pipeline over every rank, or replicas of a --pipeline-ranks pipeline side by side.
 Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) {
   // Everything the user gave is checked before connecting, so a bad input fails on every rank
   // alike in one line, and no rank waits for another that has already given up.
@@ -355,17 +447,18 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   if (std::getenv("RANK")) {
     CLEAVE_TRY(env, runtime::distributed::readDistributedEnv());
   }
-  const int rank = env ? env->rank : 0, ranks = env ? env->worldSize : 1;
+  CLEAVE_TRY(const RankLayout layout, rankLayout(flags, env));
   // Rank 0 alone writes OUT (a plan directory like the input, its stages trained).
   Expected<std::optional<OutputDirectory>> opened =
-      rank == 0 ? openOutputDirectory(flags.output, {flags.path, flags.dataPath, flags.wholeModelPath})
-                : Expected<std::optional<OutputDirectory>>(std::nullopt);
+      layout.rank == 0 ? openOutputDirectory(flags.output, {flags.path, flags.dataPath, flags.wholeModelPath})
+                       : Expected<std::optional<OutputDirectory>>(std::nullopt);
   if (!opened)
     return std::move(opened.error());
   std::optional<OutputDirectory>& outDir = *opened;
-  CLEAVE_CHECK(checkTrainingRows(flags));
+  CLEAVE_CHECK(checkTrainingRows(flags, layout));
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));
-  CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, rank, ranks, *backend));
+  CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, layout.pipelineRank(),
+                                                                         layout.pipelineRanks, *backend));
   std::optional<ir::Graph> whole;
   if (!flags.wholeModelPath.empty()) {
     Expected<ir::Graph> loaded = io::loadModel(flags.wholeModelPath);
@@ -378,37 +471,20 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   Status fits = trainer->checkData(data);
   if (!fits)
     return std::move(fits.error().withContext("--data " + flags.dataPath));
-  std::optional<pipeline::Schedule> schedule;
-  const std::int64_t made = runtime::microbatchCount(flags.options.batch, flags.options.microbatches);
-  if (flags.schedule && made != flags.options.microbatches)
-    return usageError() << "--schedule " << pipeline::kScheduleKinds.name(*flags.schedule) << " needs --batch "
-                        << flags.options.batch << " to split into " << flags.options.microbatches
-                        << " microbatches, and it makes " << made << " (of at most "
-                        << (flags.options.batch + flags.options.microbatches - 1) / flags.options.microbatches
-                        << " rows, as torch.chunk splits): take --microbatches " << made
-                        << " or a batch that splits into " << flags.options.microbatches;
-  if (flags.schedule && ranks > 1) {
-    CLEAVE_TRY(schedule, rankSchedule(*flags.schedule, trainer->stages(), flags.options.microbatches, ranks));
-  }
+  CLEAVE_TRY(std::optional<pipeline::Schedule> schedule, pipelineSchedule(flags, layout, trainer->stages()));
   std::string stageNames;
   for (std::size_t i = 0; i < trainer->stages(); ++i)
     stageNames += (i ? ", " : "the plan's stages ") + trainer->stageName(i);
-  const runtime::CheckpointIdentity identity = checkpointIdentity(flags, ranks, stageNames);
-  CLEAVE_TRY(std::int64_t first, resumeStep(flags, rank, identity, trainer->trainingState(), err));
-  std::unique_ptr<runtime::distributed::Communicator> comm = runtime::distributed::Communicator::local();
-  if (env) {
-    CLEAVE_TRY(comm, runtime::distributed::Communicator::connect(*env));
-  }
-  CLEAVE_CHECK(trainer->connect(*comm));
-  StepLoop loop{*comm, trainer->trainingState(), identity,
+  const runtime::CheckpointIdentity identity = checkpointIdentity(flags, layout, stageNames);
+  CLEAVE_TRY(std::int64_t first, resumeStep(flags, layout.rank, identity, trainer->trainingState(), err));
+  CLEAVE_TRY(LayoutCommunicators comms, connectLayout(layout, env));
+  CLEAVE_CHECK(trainer->connect(comms.ofPipeline(), comms.replicas.get()));
+  StepLoop loop{*comms.world, trainer->trainingState(), identity,
                 [&](std::int64_t step) { return trainer->step(data, step, schedule ? &*schedule : nullptr); },
-                [&](double) { return planStepTiming(*trainer, comm->worldSize()); }};
+                [&](double) { return planStepTiming(*trainer, layout.pipelineRanks); }};
   CLEAVE_CHECK(runSteps(flags, first, loop, out));
-  err << "rank " << comm->rank() << " of " << comm->worldSize() << ": trained";
-  for (const std::string& stage : trainer->ownStages())
-    err << " " << stage;
-  err << "\n";
-  if (flags.output.path.empty())
+  reportTrained(layout, *trainer, err);
+  if (flags.output.path.empty() || layout.replica() != 0) // the replicas' parameters are equal: the first's are written
     return {};
   CLEAVE_CHECK(trainer->writeTrained(flags.path, outDir ? outDir->stagingPath() : std::string(), whole ? &*whole : nullptr));
   return outDir ? outDir->commit() : Status{};
@@ -428,6 +504,8 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
     return trainPlan(flags, out, err);
   if (!flags.wholeModelPath.empty())
     return usageError() << "--model is for plan directories (MODEL is a model already)";
+  if (flags.pipelineRanks)
+    return usageError() << "--pipeline-ranks is for plan directories (MODEL is a whole model)";
   if (flags.options.recompute != runtime::Recompute::None)
     return usageError() << "--recompute is for plan directories: a whole model runs each microbatch's backward "
                            "right after its forward, so there is nothing held to recompute";
@@ -437,7 +515,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, ir::graphInputNames(*graph)));
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));
   CLEAVE_TRY(std::unique_ptr<runtime::Trainer> trainer, runtime::Trainer::create(graph, flags.options, *backend));
-  const runtime::CheckpointIdentity identity = checkpointIdentity(flags, 1, "the whole model");
+  const runtime::CheckpointIdentity identity = checkpointIdentity(flags, RankLayout{}, "the whole model");
   CLEAVE_TRY(std::int64_t first, resumeStep(flags, 0, identity, trainer->trainingState(), err));
   std::unique_ptr<runtime::distributed::Communicator> comm = runtime::distributed::Communicator::local();
   StepLoop loop{*comm, trainer->trainingState(), identity, [&](std::int64_t step) { return trainer->step(data, step); },

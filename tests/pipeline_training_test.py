@@ -10,7 +10,8 @@ microbatches (3, 3, 3, 1: torch.chunk's rule). The MLP is also exported with a s
 (torch.onnx.export's default), whose plan's value types say 10 rows, and trained on 2 and 3 ranks
 under every schedule. Losses and trained parameters agree with torch within torch's own
 pipeline tests' tolerances (rtol 1e-5, atol 4e-5); every distributed run gives the single-process
-run's losses and trained stage files byte for byte."""
+run's losses and trained stage files byte for byte. Replicas of a pipeline (`--pipeline-ranks`,
+data x pipeline parallel) follow torch on the whole batch within the same tolerances."""
 import json
 import math
 import os
@@ -248,6 +249,67 @@ class PipelineTrainingMatchesTorch(TempDirTest):
                 np.testing.assert_allclose([g["grad_norm"] for g in got], norms, rtol=RTOL)
                 self.check_against_torch(os.path.join(out, "trained.onnx"), losses, [g["loss"] for g in got],
                                          {k: v.detach().numpy() for k, v in module.state_dict().items()})
+
+    def test_replicas_of_a_pipeline_train_as_torch_on_the_whole_batch(self):
+        # Data x pipeline parallel (issue 46): `--pipeline-ranks P` under launch runs ranks / P
+        # replicas of a P-rank pipeline, each on its half of the 10 rows, gradients summed across
+        # replicas per stage. The tied model: its embedding is summed across the pipeline's ranks
+        # and across the replicas. Losses, clipped norms and weights follow torch on the whole
+        # batch; the replicas stay equal byte for byte (their checkpoints are the same bytes).
+        torch.manual_seed(0)
+        module, clip = TiedMse(), 0.05
+        initial = {k: v.clone() for k, v in module.state_dict().items()}
+        x, target = data_for("tied", torch.Generator().manual_seed(1))
+        np.savez(self.path("data.npz"), x=x.numpy(), target=target.numpy())
+        model = self.path("tied.onnx")
+        torch.onnx.export(module, (x[:BATCH], target[:BATCH]), model, input_names=["x", "target"],
+                          output_names=["loss"], opset_version=13, do_constant_folding=False,
+                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+        plans = {n: self.path(f"tied_plan{n}") for n in (2, 4)}
+        for stages, plan in plans.items():
+            run("pipeline", model, "--stages", stages, "-o", plan, check=True)
+        sgd = OPTIMIZERS["sgd"]
+        want_losses, want_weights = self.torch_reference(module, initial, x, target, sgd[1])
+        want_weights = {k: v.copy() for k, v in want_weights.items()}  # views of the module's tensors
+        module.load_state_dict(initial)
+        optimizer, norms, clipped_losses = sgd[1](module.parameters()), [], []
+        for step in range(STEPS):
+            rows = slice(step * BATCH, (step + 1) * BATCH)
+            optimizer.zero_grad()
+            loss = module(x[rows], target[rows])
+            loss.backward()
+            norms.append(torch.nn.utils.clip_grad_norm_(module.parameters(), clip).item())
+            optimizer.step()
+            clipped_losses.append(loss.item())
+        clipped_weights = {k: v.detach().numpy() for k, v in module.state_dict().items()}
+        # (world ranks, pipeline ranks, stages, schedule, microbatches per replica, clipping)
+        runs = [(4, 2, 4, "interleaved", 2, False), (4, 2, 2, "zero_bubble", 2, True), (2, 1, 2, None, 1, False)]
+        for ranks, pipeline_ranks, stages, schedule, microbatches, clipping in runs:
+            with self.subTest(ranks=ranks, pipeline_ranks=pipeline_ranks, schedule=schedule):
+                out, checkpoints = self.path(f"dp_{ranks}_{pipeline_ranks}_{stages}"), self.path(f"ck_{ranks}_{stages}")
+                flags = [*sgd[0], "--pipeline-ranks", pipeline_ranks, "--checkpoint-dir", checkpoints]
+                flags += ["--clip-grad-norm", clip] if clipping else []
+                got = self.train_steps(ranks, plans[stages], model, flags, out, schedule, microbatches)
+                if clipping:
+                    np.testing.assert_allclose([g["grad_norm"] for g in got], norms, rtol=RTOL)
+                self.check_against_torch(os.path.join(out, "trained.onnx"), clipped_losses if clipping else want_losses,
+                                         [g["loss"] for g in got], clipped_weights if clipping else want_weights)
+                folder = os.path.join(checkpoints, f"step-{STEPS:08d}")
+                for rank in range(pipeline_ranks, ranks):  # each replica's rank against the first's
+                    with open(os.path.join(folder, f"rank-{rank % pipeline_ranks}.npz"), "rb") as first, \
+                            open(os.path.join(folder, f"rank-{rank}.npz"), "rb") as replica:
+                        self.assertEqual(first.read(), replica.read(), f"rank {rank}")
+        # Bad layouts are refused on every rank before any connects, and a checkpoint of replicas
+        # is not resumed as one pipeline.
+        for ranks, plan, flags, message in [
+                (4, plans[2], ["--pipeline-ranks", 3], "usage error: --pipeline-ranks 3 does not divide the 4 rank(s)"),
+                (4, plans[2], ["--pipeline-ranks", 1], "usage error: --batch 10 does not split into 4 equal shares"),
+                (4, plans[4], ["--resume", self.path("ck_4_4")], "was written by 4 rank(s) as 2 replicas of a 2-rank "
+                                                                  "pipeline; this run has 4 rank(s)")]:
+            code, _, err = launch(ranks, "cleave", "train", plan, "--data", self.path("data.npz"), "--batch", BATCH,
+                                  "--steps", STEPS + 1, *flags)
+            self.assertNotEqual(code, 0, err)
+            self.assertIn(message, err)
 
     def test_a_transformer_block_with_cross_entropy(self):
         self.check_model("transformer", TransformerCe(), runs_by_optimizer=MODEL_RUNS)

@@ -1,5 +1,6 @@
 #include "runtime/distributed/communicator.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "runtime/engine/kernel.h"
@@ -30,22 +32,76 @@ constexpr const char* kFirstFailure = "cleave/first-failure";
 // its ranks every 100 ms and reaches the store in well under a second.
 constexpr std::chrono::milliseconds kAnnouncementGrace{2000};
 
+// This host's address on the route toward `host`: the source address the kernel picks for a
+// datagram socket connected there (connecting one sends nothing). Empty when `host` does not
+// resolve or has no route. Why: the address a peer can reach this rank at is the one on the
+// interface facing the master, not whatever the hostname resolves to (often 127.0.1.1, or an
+// address of another network namespace), which is what Gloo's default device binds.
+std::string localAddressToward(const std::string& host, std::uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
+    return {};
+  std::string address;
+  for (addrinfo* a = found; a && address.empty(); a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0)
+      continue;
+    sockaddr_storage local{};
+    socklen_t length = sizeof local;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+      if (local.ss_family == AF_INET)
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, text, sizeof text);
+      else if (local.ss_family == AF_INET6 && !IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr))
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, text, sizeof text);
+      address = text;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return address;
+}
+
+// Where this rank's Gloo transport listens: GLOO_SOCKET_IFNAME's interface when set (as in
+// PyTorch); else this host's address on the route toward the master (loopback when the master
+// is on this host's loopback); else Gloo's default (the hostname's address).
+std::shared_ptr<::gloo::transport::Device> transportDevice(const DistributedEnv& env) {
+  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface)
+    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+  if (std::string address = localAddressToward(env.masterAddr, env.masterPort); !address.empty())
+    return c10d::ProcessGroupGloo::createDeviceForHostname(address);
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+// The world's ranks, 0 .. worldSize - 1: the members of the group every rank joins at connect.
+std::vector<int> worldMembers(int worldSize) {
+  std::vector<int> members(static_cast<std::size_t>(worldSize));
+  std::iota(members.begin(), members.end(), 0);
+  return members;
+}
+
 class GlooCommunicator final : public Communicator {
 public:
+  // `members`: the world rank of each of the group's ranks (the world: 0 .. worldSize - 1).
   GlooCommunicator(c10::intrusive_ptr<c10d::TCPStore> store, c10::intrusive_ptr<c10d::ProcessGroupGloo> group,
-                   DistributedEnv env, std::vector<pid_t> transportThreads)
-      : store_(std::move(store)), group_(std::move(group)), env_(std::move(env)),
-        transportThreads_(std::move(transportThreads)) {}
+                   DistributedEnv env, std::vector<int> members, std::vector<pid_t> transportThreads)
+      : store_(std::move(store)), group_(std::move(group)), env_(std::move(env)), members_(std::move(members)),
+        transportThreads_(std::move(transportThreads)) {
+    groupRank_ = static_cast<int>(std::find(members_.begin(), members_.end(), env_.rank) - members_.begin());
+  }
 
-  int rank() const override { return env_.rank; }
-  int worldSize() const override { return env_.worldSize; }
+  int rank() const override { return groupRank_; }
+  int worldSize() const override { return static_cast<int>(members_.size()); }
 
   // Tag 2t carries the header, 2t + 1 the data.
   Status send(const at::Tensor& original, int dst, std::uint32_t tag, std::uint64_t shapeKey) override {
     at::Tensor tensor = toDense(original).to(at::kCPU).contiguous();
     if (tensor.dim() > kMaxRank)
       return Error(ErrorCode::Unsupported) << "a tensor of rank " << tensor.dim() << " (at most " << kMaxRank << ")";
-    std::string what = "send to rank " + std::to_string(dst);
+    std::string what = "send to rank " + std::to_string(members_.at(static_cast<std::size_t>(dst)));
     if (shapeKey) {
       auto [known, fresh] = sentShapes_.try_emplace({dst, shapeKey}, tensor.scalar_type(), tensor.sizes().vec());
       if (!fresh && (known->second.first != tensor.scalar_type() || known->second.second != tensor.sizes().vec()))
@@ -152,6 +208,31 @@ public:
     });
   }
 
+  Status postAllReduceSum(const at::Tensor& tensor) override {
+    return guarded("all-reduce", [&] {
+      std::vector<at::Tensor> list{tensor};
+      pending_.push_back({group_->allreduce(list), tensor});
+    });
+  }
+
+  Expected<std::unique_ptr<Communicator>> subgroup(const std::string& name, const std::vector<int>& members) override {
+    CLEAVE_TRY(std::vector<int> world, worldRanksOf(members));
+    try {
+      auto store = c10::make_intrusive<c10d::PrefixStore>("cleave/group/" + name + "/", store_);
+      const int groupRank = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
+      auto options = c10d::ProcessGroupGloo::Options::create(env_.timeout);
+      const std::vector<pid_t> before = threadIds();
+      options->devices.push_back(transportDevice(env_));
+      auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, groupRank, static_cast<int>(members.size()), options);
+      return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(
+          store_, std::move(group), env_, std::move(world), threadsStartedSince(before)));
+    } catch (const std::exception& e) {
+      return Error(ErrorCode::InvalidArgument) << "rank " << env_.rank << ": joining the group " << name
+                                               << " failed (timeout " << env_.timeout.count()
+                                               << " s): " << firstLine(e.what());
+    }
+  }
+
 private:
   template <class Body> Status guarded(const std::string& what, Body body) {
     std::string detail;
@@ -197,8 +278,22 @@ private:
     c10::intrusive_ptr<c10d::Work> headerWork, dataWork;
   };
 
-  static std::string receiveName(int src, std::uint32_t tag) {
-    return "receive from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
+  std::string receiveName(int src, std::uint32_t tag) const {
+    return "receive from rank " + std::to_string(members_.at(static_cast<std::size_t>(src))) + " (tag " +
+           std::to_string(tag) + ")";
+  }
+
+  // The world ranks of a subgroup's members (ranks of this group), checked.
+  Expected<std::vector<int>> worldRanksOf(const std::vector<int>& members) const {
+    std::vector<int> world;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      if (members[i] < 0 || members[i] >= worldSize() || (i && members[i] <= members[i - 1]))
+        return Error(ErrorCode::InvalidArgument) << "a group's members must be ascending ranks below " << worldSize();
+      world.push_back(members_[static_cast<std::size_t>(members[i])]);
+    }
+    if (!std::binary_search(members.begin(), members.end(), rank()))
+      return Error(ErrorCode::InvalidArgument) << "rank " << env_.rank << " joins a group it is not a member of";
+    return world;
   }
 
   Status postData(int src, std::uint32_t tag, PostedRecv& posted, at::ScalarType type,
@@ -221,7 +316,9 @@ private:
 
   c10::intrusive_ptr<c10d::TCPStore> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
-  DistributedEnv env_;
+  DistributedEnv env_; // the world's (its rank names this process in errors)
+  std::vector<int> members_; // world rank by group rank
+  int groupRank_ = 0;
   // Shapes by (peer, shape key) whose header has gone out / come in.
   std::map<std::pair<int, std::uint64_t>, std::pair<at::ScalarType, std::vector<std::int64_t>>> sentShapes_,
       receivedShapes_;
@@ -253,52 +350,14 @@ public:
   double transportCpuSeconds() const override { return 0.0; }
   Status barrier() override { return {}; }
   Status allReduceSum(at::Tensor&) override { return {}; }
+  Status postAllReduceSum(const at::Tensor&) override { return {}; }
+  Expected<std::unique_ptr<Communicator>> subgroup(const std::string&, const std::vector<int>& members) override {
+    if (members != std::vector<int>{0})
+      return Error(ErrorCode::InvalidArgument) << "a single process's only group is rank 0 alone";
+    return local();
+  }
 };
 
-// This host's address on the route toward `host`: the source address the kernel picks for a
-// datagram socket connected there (connecting one sends nothing). Empty when `host` does not
-// resolve or has no route. Why: the address a peer can reach this rank at is the one on the
-// interface facing the master, not whatever the hostname resolves to (often 127.0.1.1, or an
-// address of another network namespace), which is what Gloo's default device binds.
-std::string localAddressToward(const std::string& host, std::uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0)
-    return {};
-  std::string address;
-  for (addrinfo* a = found; a && address.empty(); a = a->ai_next) {
-    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0)
-      continue;
-    sockaddr_storage local{};
-    socklen_t length = sizeof local;
-    char text[INET6_ADDRSTRLEN] = {};
-    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
-      if (local.ss_family == AF_INET)
-        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, text, sizeof text);
-      else if (local.ss_family == AF_INET6 && !IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr))
-        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, text, sizeof text);
-      address = text;
-    }
-    close(fd);
-  }
-  freeaddrinfo(found);
-  return address;
-}
-
-// Where this rank's Gloo transport listens: GLOO_SOCKET_IFNAME's interface when set (as in
-// PyTorch); else this host's address on the route toward the master (loopback when the master
-// is on this host's loopback); else Gloo's default (the hostname's address).
-std::shared_ptr<::gloo::transport::Device> transportDevice(const DistributedEnv& env) {
-  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface)
-    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
-  if (std::string address = localAddressToward(env.masterAddr, env.masterPort); !address.empty())
-    return c10d::ProcessGroupGloo::createDeviceForHostname(address);
-  return c10d::ProcessGroupGloo::createDefaultDevice();
-}
 } // namespace
 
 std::unique_ptr<Communicator> Communicator::local() { return std::make_unique<LocalCommunicator>(); }
@@ -318,7 +377,8 @@ Expected<std::unique_ptr<Communicator>> Communicator::connect(const DistributedE
     groupOptions->devices.push_back(transportDevice(env));
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.worldSize, groupOptions);
     return std::unique_ptr<Communicator>(
-        std::make_unique<GlooCommunicator>(std::move(store), std::move(group), env, threadsStartedSince(before)));
+        std::make_unique<GlooCommunicator>(std::move(store), std::move(group), env, worldMembers(env.worldSize),
+                                           threadsStartedSince(before)));
   } catch (const std::exception& e) {
     return Error(ErrorCode::InvalidArgument) << "rank " << env.rank << ": rendezvous at " << where << " failed (timeout "
                                              << env.timeout.count() << " s): " << firstLine(e.what());

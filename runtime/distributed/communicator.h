@@ -28,6 +28,8 @@
 // the sockets, and the process group's workers) are told apart from the rest at connect; their
 // CPU time is what the transport costs this rank beside its compute, which on a host whose cores
 // are all computing comes out of the compute.
+// Subgroups (subgroup()): the ranks of one pipeline, or the replicas of one pipeline rank, talk on
+// a group of their own, made from the same store; rank numbers in its errors stay the world's.
 // Complexity: per tensor, its bytes, plus one header of 18 int64 the first time of its key.
 #pragma once
 
@@ -65,6 +67,16 @@ public:
   virtual Status barrier() = 0;
   // Sums `tensor` (dense, contiguous, on the CPU) over every rank, in place.
   virtual Status allReduceSum(at::Tensor& tensor) = 0;
+  // Starts that sum and returns at once: it runs on the transport's threads while this rank
+  // computes; finish() waits for it (the tensor must not be read or written before). Every rank
+  // posts the same reductions in the same order.
+  virtual Status postAllReduceSum(const at::Tensor& tensor) = 0;
+  // Collective over `members` (ranks of this communicator, ascending, this rank among them; each
+  // member calls it with the same `name` and members, and the other ranks need not): a
+  // communicator whose rank i is members[i], on a group of its own (its rendezvous under `name` in
+  // the same store), so its messages and reductions never meet this one's. Its errors name ranks
+  // as this communicator does. Fails: InvalidArgument (members malformed), rendezvous failures.
+  virtual Expected<std::unique_ptr<Communicator>> subgroup(const std::string& name, const std::vector<int>& members) = 0;
 };
 
 // Records `failure` ("rank 3 died of signal Killed") as the run's first failure in the rendezvous

@@ -19,6 +19,7 @@
 #include "runtime/model/plan_backends.h"
 #include "runtime/training/split_backward.h"
 #include "runtime/distributed/plan_shapes.h"
+#include "runtime/distributed/replica_gradients.h"
 #include "base/file_io.h"
 #include "base/strings.h"
 
@@ -65,6 +66,11 @@ std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> trainedSh
 
 struct PipelineTrainer::State {
   Communicator* comm = nullptr;
+  // Data parallel: the ranks holding this pipeline rank in every replica (null: one replica),
+  // this replica's place among them, and this step's gradient sums across them.
+  Communicator* replicas = nullptr;
+  int replica = 0, replicaCount = 1;
+  ReplicaGradients replicaGradients;
   TrainOptions options;
   std::vector<Stage> stages;
   std::optional<LoadedPlan> plan; // stages' placement, values' ids, producers and readers
@@ -139,6 +145,12 @@ struct PipelineTrainer::State {
     return tensor;
   }
   Status reduceTiedGradients();
+  // Data parallel: this replica's share of a step's rows (the batch split in replicaCount equal
+  // parts, as torch.chunk would), the whole batch with one replica.
+  Expected<TensorMap> replicaRows(const TensorMap& data, std::int64_t stepIndex) const;
+  // Per action of this rank's order: the stages whose parameters' gradients are complete after it
+  // (the stage's last B or W of the step), so their sum across replicas can start then.
+  std::vector<std::vector<int>> gradientsDoneAfter(const std::vector<pipeline::Action>& actions) const;
   Status broadcastTiedParameters();
   // Under mixed precision a stage's outputs may come out in bf16 where the plan's value is
   // float32: they cross to the next stage as the plan declares (a cast autograd differentiates,
@@ -398,6 +410,36 @@ Status PipelineTrainer::State::weightBackwardStage(std::size_t m, int i, std::ve
   return {};
 }
 
+Expected<TensorMap> PipelineTrainer::State::replicaRows(const TensorMap& data, std::int64_t stepIndex) const {
+  CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, options.batch));
+  if (replicaCount == 1)
+    return batch;
+  CLEAVE_TRY(std::vector<TensorMap> shares, splitMicrobatches(batch, replicaCount));
+  if (static_cast<int>(shares.size()) != replicaCount || options.batch % replicaCount != 0)
+    return Error(ErrorCode::InvalidArgument) << "--batch " << options.batch << " does not split into " << replicaCount
+                                             << " equal replica shares";
+  return std::move(shares[static_cast<std::size_t>(replica)]);
+}
+
+std::vector<std::vector<int>> PipelineTrainer::State::gradientsDoneAfter(
+    const std::vector<pipeline::Action>& actions) const {
+  std::vector<std::vector<int>> done(actions.size());
+  std::vector<bool> seen(stages.size(), false);
+  for (std::size_t k = actions.size(); k-- > 0;) { // the last one per stage, from the end
+    const pipeline::Action& action = actions[k];
+    const bool completes = action.type == pipeline::ActionType::Backward ||
+                           action.type == pipeline::ActionType::BackwardWeight;
+    if (completes && !seen[action.stage]) {
+      seen[action.stage] = true;
+      done[k].push_back(static_cast<int>(action.stage));
+    }
+  }
+  for (int i = 0; i < static_cast<int>(stages.size()) && !actions.empty(); ++i)
+    if (own(i) && !seen[static_cast<std::size_t>(i)]) // no backward here: its zeros are summed all the same
+      done.back().push_back(i);
+  return done;
+}
+
 Status PipelineTrainer::State::reduceTiedGradients() {
   for (const auto& [name, shape] : tied) {
     CLEAVE_TRY(at::ScalarType type, scalarTypeOf(shape.first));
@@ -527,12 +569,20 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::st
   return trainer;
 }
 
-Status PipelineTrainer::connect(Communicator& comm) {
+Status PipelineTrainer::connect(Communicator& comm, Communicator* replicas) {
   State& s = *state_;
   if (comm.rank() != s.rank || comm.worldSize() != s.worldSize)
     return Error(ErrorCode::InvalidArgument) << "the communicator is rank " << comm.rank() << " of " << comm.worldSize()
                                              << ", the trainer rank " << s.rank << " of " << s.worldSize;
   s.comm = &comm;
+  if (replicas && replicas->worldSize() > 1) {
+    if (s.options.batch % replicas->worldSize() != 0)
+      return Error(ErrorCode::InvalidArgument) << "--batch " << s.options.batch << " does not split into "
+                                               << replicas->worldSize() << " equal replica shares";
+    s.replicas = replicas;
+    s.replica = replicas->rank();
+    s.replicaCount = replicas->worldSize();
+  }
   return s.broadcastTiedParameters();
 }
 
@@ -649,13 +699,14 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   s.timing.rankReceives.assign(static_cast<std::size_t>(s.worldSize), 0.0);
   s.timing.rankTransportSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
   s.timing.rankPeakStepBytes.assign(static_cast<std::size_t>(s.worldSize), 0.0);
+  s.timing.rankReplicaWaitSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
   const std::size_t headersBefore = s.comm->headersSent();
   const double transportBefore = s.comm->transportCpuSeconds();
-  CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
+  CLEAVE_TRY(TensorMap batch, s.replicaRows(data, stepIndex));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
   if (schedule && schedule->microbatches != chunks.size())
     return Error(ErrorCode::InvalidArgument) << "the schedule is for " << schedule->microbatches << " microbatches; "
-                                             << s.options.batch << " rows make " << chunks.size();
+                                             << s.options.batch / s.replicaCount << " rows make " << chunks.size();
   s.timing.actionSeconds.assign(StepTiming::kSlotFields * StepTiming::kComputeTypes * s.stages.size() * chunks.size(),
                                 0.0);
   std::vector<double> shares;
@@ -676,6 +727,8 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
       pipeline::rankComputeActions(schedule, static_cast<std::uint32_t>(s.stages.size()), static_cast<std::uint32_t>(chunks.size()),
                                    static_cast<std::uint32_t>(s.worldSize), static_cast<std::uint32_t>(s.rank), true);
   std::size_t received = 0; // actions whose receives are posted
+  const std::vector<std::vector<int>> gradientsDone =
+      s.replicas ? s.gradientsDoneAfter(actions) : std::vector<std::vector<int>>(actions.size());
   for (std::size_t k = 0; k < actions.size(); ++k) {
     for (; received < std::min(actions.size(), k + 1 + kReceiveLookahead); ++received)
       CLEAVE_CHECK(s.postReceives(actions[received]));
@@ -698,8 +751,20 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
     slot[2] = s.timing.rankWaitSeconds[static_cast<std::size_t>(s.rank)] - waitedBefore;
     slot[3] = s.rank;
     slot[4] = s.timing.computeSeconds(action.stage) - computedBefore;
+    for (int done : gradientsDone[k]) {
+      std::vector<at::Tensor> params;
+      for (auto& entry : s.stages[done].executor->trainableParameters())
+        params.push_back(entry.second);
+      CLEAVE_CHECK(s.replicaGradients.start(*s.replicas, params));
+    }
   }
   CLEAVE_CHECK(s.comm->finish());
+  if (s.replicas) {
+    auto waitStarted = std::chrono::steady_clock::now();
+    CLEAVE_CHECK(s.replicas->finish());
+    s.timing.rankReplicaWaitSeconds[static_cast<std::size_t>(s.rank)] = secondsSince(waitStarted);
+    s.replicaGradients.writeBack();
+  }
   s.timing.scheduleSeconds = secondsSince(started);
   s.timing.rankScheduleSeconds[static_cast<std::size_t>(s.rank)] = s.timing.scheduleSeconds;
   s.timing.rankTransportSeconds[static_cast<std::size_t>(s.rank)] = s.comm->transportCpuSeconds() - transportBefore;
@@ -715,6 +780,8 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   result.lr = updateParameters(*s.optimizer, s.options, stepIndex, result.gradNorm.value_or(0.0));
   at::Tensor loss = at::full({1}, lossSum, at::kDouble);
   CLEAVE_CHECK(s.comm->allReduceSum(loss));
+  if (s.replicas)
+    CLEAVE_CHECK(s.replicas->allReduceSum(loss));
   s.timing.stepSeconds = secondsSince(started);
   result.loss = loss.item<double>();
   return result;
@@ -728,7 +795,7 @@ Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
   const std::vector<double>* parts[] = {&own.forwardSeconds,      &own.backwardSeconds, &own.weightSeconds,
                                         &own.rankScheduleSeconds, &own.rankWaitSeconds, &own.rankReceives,
                                         &own.rankTransportSeconds, &headers,              &own.actionSeconds,
-                                        &own.rankPeakStepBytes};
+                                        &own.rankPeakStepBytes,   &own.rankReplicaWaitSeconds};
   std::vector<std::int64_t> offsets{0};
   for (const std::vector<double>* part : parts)
     offsets.push_back(offsets.back() + static_cast<std::int64_t>(part->size()));
@@ -743,7 +810,7 @@ Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
   std::vector<double>* into[] = {&timing.forwardSeconds,      &timing.backwardSeconds, &timing.weightSeconds,
                                  &timing.rankScheduleSeconds, &timing.rankWaitSeconds, &timing.rankReceives,
                                  &timing.rankTransportSeconds, &headersSent,           &timing.actionSeconds,
-                                 &timing.rankPeakStepBytes};
+                                 &timing.rankPeakStepBytes,   &timing.rankReplicaWaitSeconds};
   for (std::size_t p = 0; p < std::size(parts); ++p)
     into[p]->assign(c + offsets[p], c + offsets[p + 1]);
   timing.headersSent = headersSent[0];

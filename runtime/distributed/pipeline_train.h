@@ -1,7 +1,8 @@
 // runtime/distributed/pipeline_train.h - training a cut model's stages (a plan.json directory whose
 // outputs include the loss) across ranks on c10d, or in one process with Communicator::local().
 //
-// Stage i lives on rank i % ranks (loop placement: pipeline::stageRank). A step takes the next `batch` rows of the data,
+// Stage i lives on rank i % ranks (loop placement: pipeline::stageRank). Several replicas of the
+// pipeline may train side by side on shares of the batch (data x pipeline parallel: connect()). A step takes the next `batch` rows of the data,
 // splits them into microbatches, and runs GPipe: every microbatch forward through the stages in
 // plan order, then every microbatch backward through them in reverse. Each stage runs on its own
 // trainable executor (ATen autograd); a value entering a stage is an autograd leaf there, so each
@@ -51,6 +52,10 @@ struct StepTiming {
   // the step's start (activations, autograd's buffers, gradients, messages: what --recompute
   // shrinks), from runtime/engine/host_memory.h's counters; 0 where its allocator is not installed.
   std::vector<double> rankPeakStepBytes;
+  // Per rank, data parallel: the seconds it waited after its schedule for the sums of its stages'
+  // gradients across the replicas (started as each stage's backward ended: the part the
+  // schedule's remaining work did not hide).
+  std::vector<double> rankReplicaWaitSeconds;
   double headersSent = 0.0; // shape headers sent in the step (communicator.h; gathered: all ranks')
   // The measured timeline: per (stage, microbatch, action type F / B / I / W), at
   // actionSlot(...) * kSlotFields: start, end and the receive wait inside it, in seconds from the
@@ -77,8 +82,14 @@ public:
   static Expected<std::unique_ptr<PipelineTrainer>> create(const std::string& planDir, const TrainOptions& options,
                                                           int rank, int worldSize, const Backend& backend);
   // Collective: joins the ranks on `comm` (its rank and size as create's) and makes tied copies
-  // equal. Before the first step.
-  Status connect(Communicator& comm);
+  // equal. Before the first step. Data parallel: `replicas` joins this pipeline rank's ranks in
+  // every replica of the pipeline (this replica is its rank); each step then trains on the
+  // replica's share of the batch's rows (--batch split in equal parts, each microbatch's loss
+  // scaled by its share of the whole batch), and every stage's gradients are summed across the
+  // replicas (runtime/distributed/replica_gradients.h) as soon as its last backward is done, while
+  // the schedule goes on; the replicas' parameters stay equal. Fails: the batch does not split
+  // into equal shares.
+  Status connect(Communicator& comm, Communicator* replicas = nullptr);
   // Whether `data` fits the plan's inputs: dtype, rank and every static dim but the rows.
   Status checkData(const TensorMap& data) const;
   ~PipelineTrainer();

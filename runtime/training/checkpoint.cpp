@@ -143,6 +143,15 @@ bool holdsOnlyCheckpointFiles(const fs::path& folder) {
   return !error;
 }
 
+// "4 rank(s)", or "4 rank(s) as 2 replicas of a 2-rank pipeline".
+std::string describeRanks(int ranks, int pipelineRanks) {
+  std::string text = std::to_string(ranks) + " rank(s)";
+  if (pipelineRanks != ranks && pipelineRanks > 0)
+    text += " as " + std::to_string(ranks / pipelineRanks) + " replicas of a " + std::to_string(pipelineRanks) +
+            "-rank pipeline";
+  return text;
+}
+
 Status checkIdentity(const nlohmann::json& manifest, const CheckpointIdentity& identity, const std::string& folder) {
   auto differs = [&](const char* what, const std::string& there, const std::string& here) {
     return Error(ErrorCode::InvalidArgument) << "checkpoint " << folder << " was written with " << what << " " << there
@@ -152,10 +161,12 @@ Status checkIdentity(const nlohmann::json& manifest, const CheckpointIdentity& i
     return Error(ErrorCode::InvalidArgument) << "checkpoint " << folder << " was written training "
                                              << manifest.at("model").get<std::string>() << "; this run trains "
                                              << identity.model;
-  if (manifest.at("ranks").get<int>() != identity.ranks)
+  const int ranks = manifest.at("ranks").get<int>();
+  const int pipelineRanks = manifest.value("pipeline_ranks", ranks); // absent: one pipeline over all
+  if (ranks != identity.ranks || pipelineRanks != identity.pipelineRanks)
     return Error(ErrorCode::InvalidArgument) << "checkpoint " << folder << " was written by "
-                                             << manifest.at("ranks").get<int>() << " rank(s); this run has "
-                                             << identity.ranks;
+                                             << describeRanks(ranks, pipelineRanks) << "; this run has "
+                                             << describeRanks(identity.ranks, identity.pipelineRanks);
   if (manifest.at("batch").get<std::int64_t>() != identity.batch)
     return differs("--batch", std::to_string(manifest.at("batch").get<std::int64_t>()), std::to_string(identity.batch));
   if (manifest.at("optimizer").get<std::string>() != identity.optimizer)
@@ -236,7 +247,8 @@ Status writeRankCheckpoint(const std::string& dir, std::int64_t step, int rank, 
 Status completeCheckpoint(const std::string& dir, std::int64_t step, const CheckpointIdentity& identity) {
   const std::string partial = checkpointFolder(dir, step, true), final = checkpointFolder(dir, step);
   Json manifest{{"format", kFormat},       {"version", kFormatVersion},     {"step", step},
-                {"ranks", identity.ranks}, {"batch", identity.batch},       {"model", identity.model},
+                {"ranks", identity.ranks}, {"pipeline_ranks", identity.pipelineRanks}, {"batch", identity.batch},
+                {"model", identity.model},
                 {"optimizer", identity.optimizer}, {"lr_schedule", identity.lrSchedule}};
   CLEAVE_CHECK(writeFileAtomically((fs::path(partial) / kManifest).string(), dumpJson(manifest)));
   std::error_code error;

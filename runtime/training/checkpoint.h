@@ -15,7 +15,7 @@
 // else in D is touched: only folders named step-N holding cleave's files are ever removed.
 // Guarantees: a rank restored from a checkpoint holds the same tensors and optimizer state, byte
 // for byte, as when it was written, so a resumed run continues exactly as the run that never
-// stopped; a checkpoint of another model, plan, rank count, batch, optimizer or schedule is
+// stopped; a checkpoint of another model, plan, rank count or replica layout, batch, optimizer or schedule is
 // refused in one line naming what differs. Writing is deterministic (the same state gives the
 // same bytes).
 // Complexity: linear in the rank's tensors' bytes; listing D is O(entries).
@@ -36,6 +36,7 @@ namespace cleave::runtime {
 // What a checkpoint must agree with to be resumed: recorded in its manifest.
 struct CheckpointIdentity {
   int ranks = 1;
+  int pipelineRanks = 1;  // ranks per pipeline replica (ranks / pipelineRanks replicas; each rank writes its own part)
   std::int64_t batch = 1;
   std::string model;      // "the whole model" or "the plan's stages submod_0, submod_1"
   std::string optimizer;  // kOptimizerKinds' name
