@@ -282,6 +282,10 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
 // --distributed: this rank's part of the plan; rank 0 reports like a single-process run.
 Status runDistributed(const RunFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_TRY(runtime::distributed::DistributedEnv env, runtime::distributed::readDistributedEnv());
+  if (flags.schedule && pipeline::placementOf(*flags.schedule) != pipeline::Placement::Loop)
+    return usageError() << "--schedule " << pipeline::kScheduleKinds.name(*flags.schedule)
+                        << " is a training schedule (two stages per rank in a V, for the backward's sake); a forward "
+                           "runs under gpipe, 1f1b, interleaved or looped_bfs";
   CLEAVE_TRY(auto acc, runtime::makeBackend(flags.runtime.backend, flags.runtime.optimizations));
   CLEAVE_TRY(auto cpu, runtime::makeBackend("aten-cpu", flags.runtime.optimizations));
   CLEAVE_TRY(runtime::CutModel model, runtime::distributed::loadRankModel(flags.path, env.rank, env.worldSize, *acc, *cpu));

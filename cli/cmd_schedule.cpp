@@ -16,7 +16,7 @@ struct ScheduleFlags {
   pipeline::ScheduleKind kind = pipeline::ScheduleKind::OneFOneB;
   std::string csvOut, csvIn, svgPath, costsText = "1,2,1,1", actionCostsText;
   std::uint32_t stages = 0, microbatches = 0, ranks = 0;
-  double latency = 0.0, sendCost = 0.0, receiveCost = 0.0, costSpread = 0.0;
+  double latency = 0.0, sendCost = 0.0, receiveCost = 0.0, costSpread = 0.0, pairCost = 0.0;
   std::uint32_t samples = 200;
   std::int64_t activationBytes = 1, inputBytes = 0;
   bool recompute = false;
@@ -25,7 +25,8 @@ struct ScheduleFlags {
 
 void describe(CLI::App& app, ScheduleFlags& flags) {
   app.description("Generate, validate and simulate a pipeline schedule (GPipe, 1F1B, interleaved 1F1B, looped BFS, "
-                  "zero bubble); read and write PyTorch-style action CSVs; draw the timeline.");
+                  "zero bubble, and the V schedules ZB-V and DualPipeV, whose 2R stages sit in a V: rank r holds "
+                  "stages r and 2R - 1 - r); read and write PyTorch-style action CSVs; draw the timeline.");
   addEnumOption(app, "--kind", flags.kind, pipeline::kScheduleKinds, "schedule");
   app.add_option("--stages", flags.stages, "pipeline stages (a multiple of the ranks)");
   app.add_option("--microbatches", flags.microbatches, "microbatches per step");
@@ -44,6 +45,13 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
   app.add_option("--action-costs", flags.actionCostsText,
                  "for --simulate: single actions' own times, in place of their stage's cost (a replay of a measured "
                  "run), as ACTION=TIME pairs separated by ',' (e.g. 0F1=2.5,1B0=13)");
+  app.add_option("--pair-cost", flags.pairCost,
+                 "for --simulate: DualPipe's F&B, the time of a forward and another stage's full backward overlapped: a "
+                 "rank's F directly followed by such a B plays as one block this long, started once both have their "
+                 "inputs (0: one after the other)")
+      ->check(kFinite)
+      ->check(CLI::Range(0.0, 1e15))
+      ->capture_default_str();
   app.add_option("--cost-spread", flags.costSpread,
                  "for --simulate: actions' times vary around their cost (a lognormal factor with median 1 and this "
                  "coefficient of variation, per action); reports the mean and range of the bubble over --samples plays")
@@ -157,6 +165,7 @@ Expected<pipeline::SimulationResult> simulate(const ScheduleFlags& flags, const 
     CLEAVE_TRY(options.actionCosts, parseActionCosts(flags.actionCostsText));
   }
   options.costSpread = flags.costSpread;
+  options.pairCost = flags.pairCost;
   Expected<pipeline::SimulationResult> result = flags.costSpread > 0
                                                     ? pipeline::simulateWithSpread(schedule, options, flags.samples)
                                                     : pipeline::simulateSchedule(schedule, options);

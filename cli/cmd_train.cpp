@@ -457,8 +457,9 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   std::optional<OutputDirectory>& outDir = *opened;
   CLEAVE_CHECK(checkTrainingRows(flags, layout));
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));
+  const pipeline::Placement placement = flags.schedule ? pipeline::placementOf(*flags.schedule) : pipeline::Placement::Loop;
   CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, layout.pipelineRank(),
-                                                                         layout.pipelineRanks, *backend));
+                                                                         layout.pipelineRanks, *backend, placement));
   std::optional<ir::Graph> whole;
   if (!flags.wholeModelPath.empty()) {
     Expected<ir::Graph> loaded = io::loadModel(flags.wholeModelPath);

@@ -62,7 +62,13 @@ Expected<pipeline::Schedule> rankSchedule(pipeline::ScheduleKind kind, std::size
                                                                  static_cast<std::uint32_t>(ranks));
   if (!made)
     return usageError() << "--schedule " << pipeline::kScheduleKinds.name(kind) << ": " << made.error().message();
-  CLEAVE_CHECK(pipeline::validateSchedule(pipeline::withCommunication(*made), {pipeline::SendSemantics::Buffered, true}));
+  // Gloo matches messages by tag, so buffered sends are what the runners need; loop-placed
+  // schedules are also held to ordered channels (what an untagged transport such as NCCL needs).
+  // The V schedules are not: one channel carries a stage's activations and another stage's
+  // gradients (rank 0 sends stage 0's to rank 1 and stage 2R - 1's), in orders that differ at its
+  // two ends; each (stage, direction) still goes microbatch by microbatch, which shape keys need.
+  const bool ordered = made->placement == pipeline::Placement::Loop;
+  CLEAVE_CHECK(pipeline::validateSchedule(pipeline::withCommunication(*made), {pipeline::SendSemantics::Buffered, ordered}));
   return made;
 }
 

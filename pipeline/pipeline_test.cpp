@@ -255,6 +255,84 @@ TEST(Schedule, CostSpreadPlaysAreSeededAndLengthenTheSchedule) {
   EXPECT_FALSE(simulateWithSpread(s, options, 0));
 }
 
+// ZB-V, F = I = W: every rank idles only the pipeline's fill (rank R - 1 cannot start before R - 1
+// forwards, so no schedule does better) and holds at most 2R stage activations, 1F1B's memory
+// (1F1B's stages are twice as large: two of ZB-V's). The V placement: rank r runs stages r and
+// 2R - 1 - r, and both stages' actions only.
+TEST(Schedule, ZeroBubbleVIdlesOnlyTheFillAtOneFOneBsMemory) {
+  for (std::uint32_t ranks : {1u, 2u, 3u, 4u, 8u})
+    for (std::uint32_t microbatches : {2 * ranks, 2 * ranks + 1, 5 * ranks}) {
+      SCOPED_TRACE(std::to_string(ranks) + " ranks, " + std::to_string(microbatches) + " microbatches");
+      Expected<Schedule> zbv = generateSchedule(ScheduleKind::ZeroBubbleV, 2 * ranks, microbatches, ranks);
+      ASSERT_TRUE(zbv);
+      EXPECT_EQ(zbv->placement, Placement::V);
+      for (std::uint32_t r = 0; r < ranks; ++r)
+        for (const Action& action : zbv->perRank[r])
+          EXPECT_TRUE(action.stage == r || action.stage == 2 * ranks - 1 - r) << formatAction(action);
+      EXPECT_TRUE(validateSchedule(withCommunication(*zbv)));
+      SimulationResult played = *simulateSchedule(*zbv); // F 1, I 1, W 1
+      EXPECT_DOUBLE_EQ(played.makespan, 6.0 * microbatches + (ranks - 1));
+      SimulationOptions doubled; // 1F1B over R stages, each as large as two of ZB-V's
+      doubled.stages = {StageCosts{.forward = 2.0, .backward = 4.0, .activationBytes = 2}};
+      SimulationResult oneF =
+          *simulateSchedule(*generateSchedule(ScheduleKind::OneFOneB, ranks, microbatches, ranks), doubled);
+      for (std::uint32_t r = 0; r < ranks; ++r)
+        EXPECT_EQ(played.peakActivationBytes[r], 2 * std::int64_t{ranks});
+      EXPECT_EQ(oneF.peakActivationBytes[0], 2 * std::int64_t{ranks});
+      EXPECT_LE(played.makespan, oneF.makespan);
+    }
+}
+
+// DualPipeV against the DualPipe README: bubble (PP/2 - 1)(F&B + B - 3W) with PP = 2R stages and B
+// a full backward, the F&B pairs played as one block (pairCost), and PP + 1 activations, on every
+// rank count and for costs where a forward is no longer than an input backward (the README's
+// setting; with F = 2, I = W = 1 the schedule idles (R - 1) x 4 where the formula says x 3).
+TEST(Schedule, DualPipeVHasTheReadmesBubbleAndActivations) {
+  struct Costs { double forward, input, weight, pair; };
+  for (Costs c : {Costs{1, 1, 1, 3}, Costs{1, 2, 1, 4}, Costs{2, 3, 1, 5}, Costs{1, 2, 2, 5}, Costs{1, 1, 1, 2}})
+    for (std::uint32_t ranks : {2u, 4u, 8u})
+      for (std::uint32_t microbatches : {2 * ranks, 4 * ranks + 1}) {
+        SCOPED_TRACE(std::to_string(ranks) + " ranks, " + std::to_string(microbatches) + " microbatches, F&B " +
+                     std::to_string(c.pair));
+        Expected<Schedule> dual = generateSchedule(ScheduleKind::DualPipeV, 2 * ranks, microbatches, ranks);
+        ASSERT_TRUE(dual);
+        EXPECT_TRUE(validateSchedule(withCommunication(*dual)));
+        SimulationOptions options;
+        const double full = c.input + c.weight;
+        options.stages = {StageCosts{.forward = c.forward, .backward = full, .backwardInput = c.input,
+                                     .backwardWeight = c.weight}};
+        options.pairCost = c.pair;
+        SimulationResult played = *simulateSchedule(*dual, options);
+        double idle = 0.0;
+        for (double busy : played.busy)
+          idle = std::max(idle, played.makespan - busy);
+        EXPECT_DOUBLE_EQ(idle, (ranks - 1) * (c.pair + full - 3 * c.weight));
+        for (std::int64_t held : played.peakActivationBytes)
+          EXPECT_EQ(held, 2 * std::int64_t{ranks} + 1);
+      }
+  EXPECT_FALSE(generateSchedule(ScheduleKind::DualPipeV, 8, 7, 4)); // fewer than 2R microbatches
+  EXPECT_FALSE(generateSchedule(ScheduleKind::ZeroBubbleV, 4, 8, 4)); // not 2 stages per rank
+}
+
+// A CSV's placement is the one its actions follow: a V schedule reads back as V; a stage on a
+// rank neither placement gives is read as loop-placed, which the validator refuses, naming it.
+TEST(Schedule, CsvPlacementIsInferred) {
+  const Schedule zbv = *generateSchedule(ScheduleKind::ZeroBubbleV, 4, 4, 2);
+  Expected<Schedule> back = parseCsv(formatCsv(zbv));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->placement, Placement::V);
+  EXPECT_EQ(back->perRank, zbv.perRank);
+  EXPECT_EQ(parseCsv(formatCsv(*generateSchedule(ScheduleKind::OneFOneB, 4, 4, 4)))->placement, Placement::Loop);
+  Expected<Schedule> misplaced = parseCsv("0F0,1F0\n2F0,3F0\n");
+  ASSERT_TRUE(misplaced);
+  EXPECT_EQ(misplaced->placement, Placement::Loop);
+  Status refused = validateSchedule(*misplaced);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("belongs to rank"), std::string::npos) << refused.error().message();
+  static_assert(stageRank(5, 3, Placement::V) == 0 && stageRank(3, 3, Placement::V) == 2 &&
+                stageRank(6, 3, Placement::V) == 0 && stageRank(5, 3) == 2);
+}
+
 TEST(Schedule, ActionsAndCsvRoundTrip) {
   for (const char* text : {"1F0", "2I1", "0W3", "0B3", "2SEND_B2", "1RECV_F1", "13SEND_F127"}) {
     Expected<Action> action = parseAction(text);

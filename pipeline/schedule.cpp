@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <deque>
 #include <sstream>
 
 #include "base/strings.h"
@@ -142,6 +143,134 @@ void zeroBubble(Schedule& s) {
     }
   }
 }
+// One rank's actions under the V placement: its two stages (0: going down, stage r; 1: coming
+// back up, stage 2R - 1 - r), a counter per stage and kind (each kind runs its microbatches in
+// order), and the W's that I's left for later, oldest first.
+class VRankActions {
+public:
+  VRankActions(std::vector<Action>& out, std::uint32_t rank, std::uint32_t ranks)
+      : out_(out), stage_{rank, 2 * ranks - 1 - rank} {}
+  std::uint32_t forwards(int c) const { return forwards_[c]; }
+  std::uint32_t inputs(int c) const { return backwards_[c]; }
+  std::uint32_t weights(int c) const { return weights_[c]; }
+  void forward(int c) { out_.push_back({stage_[c], A::Forward, forwards_[c]++}); }
+  void fullBackward(int c) { out_.push_back({stage_[c], A::Backward, backwards_[c]++}); }
+  // I, its W in order among the stage's own (weight(c)), or queued (nextQueuedWeight()).
+  void input(int c, bool queueWeight = false) {
+    if (queueWeight)
+      queued_.push_back({stage_[c], A::BackwardWeight, backwards_[c]});
+    out_.push_back({stage_[c], A::BackwardInput, backwards_[c]++});
+  }
+  void weight(int c) { out_.push_back({stage_[c], A::BackwardWeight, weights_[c]++}); }
+  void nextQueuedWeight() {
+    out_.push_back(queued_.front());
+    queued_.pop_front();
+  }
+
+private:
+  std::vector<Action>& out_;
+  std::uint32_t stage_[2];
+  std::uint32_t forwards_[2] = {0, 0}, backwards_[2] = {0, 0}, weights_[2] = {0, 0};
+  std::deque<Action> queued_;
+};
+
+// ZB-V (the zero-bubble paper, as torch's ScheduleZBVZeroBubble orders it): rank r warms up with
+// 2(R - r) - 1 forwards of its first stage, r pairs of forwards of both, and R - r rounds of the
+// second stage's F, I, W (the turn-around); then F, I, W of each stage in turn until every
+// forward is done; then the I's left, and the W's after them.
+void zeroBubbleV(Schedule& s) {
+  const std::uint32_t R = s.ranks, M = s.microbatches;
+  for (std::uint32_t r = 0; r < R; ++r) {
+    VRankActions v(s.perRank[r], r, R);
+    for (std::uint32_t k = 0; k < 2 * (R - r) - 1; ++k)
+      v.forward(0);
+    for (std::uint32_t k = 0; k < r; ++k) {
+      v.forward(1);
+      v.forward(0);
+    }
+    for (std::uint32_t k = 0; k < R - r; ++k) {
+      v.forward(1);
+      v.input(1);
+      v.weight(1);
+    }
+    while (v.forwards(1) < v.forwards(0) || v.forwards(0) < M) {
+      if (v.forwards(0) < M)
+        v.forward(0);
+      v.input(0);
+      v.weight(0);
+      v.forward(1);
+      v.input(1);
+      v.weight(1);
+    }
+    for (std::uint32_t k = 0; k < r; ++k) {
+      v.input(0);
+      v.input(1);
+    }
+    for (std::uint32_t k = 0; k < R - r; ++k) {
+      v.input(0);
+      v.weight(0);
+    }
+    while (v.weights(1) < v.inputs(1))
+      v.weight(1);
+    while (v.weights(0) < v.inputs(0))
+      v.weight(0);
+  }
+}
+
+// DualPipeV's last phases on rank r: r + 1 rounds of both stages' backwards, their second half
+// split into I (W queued) from the middle on, then the queued W's interleaved with the first
+// stage's last I's, then the W's left.
+void dualPipeVDrain(VRankActions& v, std::uint32_t r, std::uint32_t R) {
+  bool split = false;
+  for (std::uint32_t k = 0; k < r + 1; ++k) {
+    if (k == (r + 1) / 2 && r % 2 == 1)
+      split = true;
+    split ? v.input(1, true) : v.fullBackward(1);
+    if (k == (r + 1) / 2 && r % 2 == 0)
+      split = true;
+    split ? v.input(0, true) : v.fullBackward(0);
+  }
+  for (std::uint32_t k = 0; k + r + 1 < R; ++k) {
+    v.nextQueuedWeight();
+    v.input(0, true);
+  }
+  for (std::uint32_t k = 0; k < r + 1; ++k)
+    v.nextQueuedWeight();
+}
+
+// DualPipeV (DeepSeek's DualPipe cut in half): rank r runs 2(R - r - 1) forwards of its first
+// stage, r + 1 pairs of forwards, R - r - 1 rounds of I, W, F of its second stage; then the main
+// phase pairs a forward of one stage with the full backward of the other (F0&B1, F1&B0: what
+// DualPipe overlaps), then drains (dualPipeVDrain).
+void dualPipeV(Schedule& s) {
+  const std::uint32_t R = s.ranks, M = s.microbatches;
+  for (std::uint32_t r = 0; r < R; ++r) {
+    VRankActions v(s.perRank[r], r, R);
+    for (std::uint32_t k = 0; k < 2 * (R - r - 1); ++k)
+      v.forward(0);
+    for (std::uint32_t k = 0; k < r + 1; ++k) {
+      v.forward(0);
+      v.forward(1);
+    }
+    for (std::uint32_t k = 0; k + r + 1 < R; ++k) {
+      v.input(1, true);
+      v.nextQueuedWeight();
+      v.forward(1);
+    }
+    for (std::uint32_t k = 0; k + 2 * R < M + r + 1; ++k) {
+      v.forward(0);
+      v.fullBackward(1);
+      v.forward(1);
+      v.fullBackward(0);
+    }
+    for (std::uint32_t k = 0; k + r + 1 < R; ++k) {
+      v.fullBackward(1);
+      v.forward(1);
+      v.fullBackward(0);
+    }
+    dualPipeVDrain(v, r, R);
+  }
+}
 } // namespace
 
 namespace {
@@ -170,10 +299,18 @@ Expected<Schedule> generateSchedule(ScheduleKind kind, std::uint32_t stages, std
   if (kind == ScheduleKind::Interleaved1F1B && microbatches % ranks != 0)
     return Error(ErrorCode::InvalidArgument) << "interleaved needs microbatches (" << microbatches
                                              << ") to be a multiple of the ranks (" << ranks << ")";
+  if (placementOf(kind) == Placement::V && stages != 2 * ranks)
+    return Error(ErrorCode::InvalidArgument) << kScheduleKinds.name(kind) << " runs two stages per rank in a V ("
+                                             << stages << " stages on " << ranks << " ranks; it needs " << 2 * ranks << ")";
+  if (placementOf(kind) == Placement::V && microbatches < 2 * ranks)
+    return Error(ErrorCode::InvalidArgument) << kScheduleKinds.name(kind) << " needs at least 2 x ranks microbatches ("
+                                             << microbatches << " on " << ranks
+                                             << " ranks): its warm-up alone forwards 2 x ranks - 1 on the first rank";
   Schedule s;
   s.stages = stages;
   s.ranks = ranks;
   s.microbatches = microbatches;
+  s.placement = placementOf(kind);
   s.perRank.resize(ranks);
   switch (kind) {
   case ScheduleKind::GPipe:
@@ -188,6 +325,8 @@ Expected<Schedule> generateSchedule(ScheduleKind kind, std::uint32_t stages, std
   case ScheduleKind::Interleaved1F1B: interleaved(s); break;
   case ScheduleKind::LoopedBFS: loopedBfs(s); break;
   case ScheduleKind::ZeroBubble: zeroBubble(s); break;
+  case ScheduleKind::ZeroBubbleV: zeroBubbleV(s); break;
+  case ScheduleKind::DualPipeV: dualPipeV(s); break;
   }
   return s;
 }
@@ -243,6 +382,21 @@ std::string formatCsv(const Schedule& schedule) {
   return text;
 }
 
+namespace {
+// The placement every action of `s` runs on: V when it fits and loop does not, else loop (the
+// validator then names an action on the wrong rank).
+Placement placementOfActions(const Schedule& s) {
+  auto fits = [&](Placement placement) {
+    for (std::uint32_t r = 0; r < s.ranks; ++r)
+      for (const Action& action : s.perRank[r])
+        if (stageRank(action.stage, static_cast<int>(s.ranks), placement) != static_cast<int>(r))
+          return false;
+    return true;
+  };
+  return !fits(Placement::Loop) && fits(Placement::V) ? Placement::V : Placement::Loop;
+}
+} // namespace
+
 Expected<Schedule> parseCsv(std::string_view text, std::uint32_t stages, std::uint32_t microbatches) {
   Schedule s;
   std::uint32_t maxStage = 0, maxMicrobatch = 0;
@@ -285,6 +439,7 @@ Expected<Schedule> parseCsv(std::string_view text, std::uint32_t stages, std::ui
   s.microbatches = static_cast<std::uint32_t>(microbatchCount);
   if (s.stages % s.ranks != 0)
     return Error(ErrorCode::InvalidArgument) << s.stages << " stages do not divide over " << s.ranks << " ranks";
+  s.placement = placementOfActions(s);
   return s;
 }
 

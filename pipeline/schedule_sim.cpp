@@ -124,10 +124,46 @@ public:
   }
 
 private:
+  // Whether rank r's next two actions play as one F&B block (SimulationOptions::pairCost).
+  bool nextIsPair(std::uint32_t r) const {
+    const std::vector<Action>& actions = s_.perRank[r];
+    const std::size_t k = next_[r];
+    return options_ && options_->pairCost > 0 && k + 1 < actions.size() && actions[k].type == A::Forward &&
+           actions[k + 1].type == A::Backward && actions[k + 1].stage != actions[k].stage;
+  }
+
+  // Plays rank r's F&B block once both halves have their inputs; false when one has not.
+  bool advancePair(std::uint32_t r) {
+    const Action& f = s_.perRank[r][next_[r]];
+    const Action& b = s_.perRank[r][next_[r] + 1];
+    const double readyF = readyAt(r, f), readyB = readyAt(r, b);
+    if (readyF < 0 || readyB < 0)
+      return false;
+    const double start = std::max({clock_[r], readyF, readyB}) + implicitReceiveTime(r, f) + implicitReceiveTime(r, b);
+    const double end = start + options_->pairCost;
+    const double free = end + implicitSendTime(r, f) + implicitSendTime(r, b);
+    const double forwardShare = computeCostOf(f) / std::max(computeCostOf(f) + computeCostOf(b), 1e-300);
+    ledger_.at(f.stage, f.microbatch, f.type) = ledger_.at(b.stage, b.microbatch, b.type) = free;
+    clock_[r] = free;
+    next_[r] += 2;
+    if (rendezvous_ && next_[r] < s_.perRank[r].size())
+      reachedAt_[r][next_[r]] = free;
+    const double middle = start + options_->pairCost * forwardShare; // the block's compute, split for the record
+    record(r, f, start, middle);
+    record(r, b, middle, end);
+    return true;
+  }
+
   // Runs rank r's actions until one is not ready; returns how many ran.
   std::size_t advance(std::uint32_t r) {
     std::size_t ran = 0;
     while (next_[r] < s_.perRank[r].size()) {
+      if (nextIsPair(r)) {
+        if (!advancePair(r))
+          break;
+        ran += 2;
+        continue;
+      }
       const Action& a = s_.perRank[r][next_[r]];
       double ready = readyAt(r, a);
       if (ready < 0)
@@ -412,6 +448,8 @@ Expected<SimulationResult> simulateSchedule(const Schedule& schedule, const Simu
   if (!std::isfinite(options.costSpread) || options.costSpread < 0)
     return Error(ErrorCode::InvalidArgument) << "a cost spread of " << options.costSpread
                                              << ", not a non-negative number";
+  if (!std::isfinite(options.pairCost) || options.pairCost < 0)
+    return Error(ErrorCode::InvalidArgument) << "an F&B cost of " << options.pairCost << ", not a non-negative number";
   return play(schedule, &options);
 }
 

@@ -30,7 +30,8 @@
 // plays over seeds: actions whose times vary lengthen a schedule (a rank waits for its slowest
 // input), which one cost per stage leaves out. It reports the makespan, the bubble fraction
 // (1 - compute time / (ranks x makespan)) and each rank's
-// peak activation memory (microbatches forwarded and not yet fully backwarded, in bytes of
+// With `pairCost`, a forward followed by another stage's full backward plays as one block (F&B).
+// Peak activation memory (microbatches forwarded and not yet fully backwarded, in bytes of
 // their stages' activations, or of their inputs and the one being recomputed with `recompute`),
 // plus the timeline.
 // Complexity: O(A + P x R) for A actions and P passes over the R ranks (P <= A); the channel
@@ -83,6 +84,10 @@ struct SimulationOptions {
   // (inputBytes) until B (or W); B, or I, first runs the forward again (its cost adds the
   // stage's forward) and holds the activations from then until B (or W) ends.
   bool recompute = false;
+  // > 0: DualPipe's F&B. A rank's forward directly followed by a full backward of another stage
+  // plays as one block of this length (a forward and a backward overlapped, so each hides the
+  // other's communication): it starts once both have their inputs, and both finish at its end.
+  double pairCost = 0.0;
 };
 
 // simulateWithSpread's plays: their number, mean makespan and bubble, and the bubble's range.

@@ -24,6 +24,7 @@ Json scheduleReportJson(const pipeline::Schedule& schedule, const std::optional<
   summary["stages"] = schedule.stages;
   summary["ranks"] = schedule.ranks;
   summary["microbatches"] = schedule.microbatches;
+  summary["placement"] = schedule.placement == pipeline::Placement::V ? "v" : "loop";
   summary["valid"] = true;
   Json ranks = Json::array();
   for (std::uint32_t r = 0; r < schedule.ranks; ++r) {
@@ -56,7 +57,8 @@ std::string scheduleReportText(const pipeline::Schedule& schedule,
                                const std::optional<pipeline::SimulationResult>& simulation,
                                const std::optional<pipeline::TransportFit>& transports) {
   std::ostringstream text;
-  text << schedule.stages << " stages on " << schedule.ranks << " ranks, " << schedule.microbatches
+  text << schedule.stages << " stages on " << schedule.ranks << " ranks"
+       << (schedule.placement == pipeline::Placement::V ? " in a V" : "") << ", " << schedule.microbatches
        << " microbatches: valid (no deadlock)\n";
   for (std::uint32_t r = 0; r < schedule.ranks; ++r) {
     text << "rank " << r << ":";

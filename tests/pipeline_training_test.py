@@ -4,7 +4,8 @@ connection across non-adjacent stages; one weight read by the first stage and, t
 later one; a pre-norm transformer block with cross-entropy) train 3 steps with torch.optim on
 the whole batch (SGD with momentum, and AdamW), and as 2- and 4-stage pipeline plans with
 `cleave train` in one process and under `cleave launch` on 2 and 4 ranks: the MLP for gpipe, 1f1b,
-interleaved (4 stages on 2 ranks) and zero_bubble on both rank counts, the other three on a share
+interleaved (4 stages on 2 ranks) and zero_bubble on both rank counts, and the V schedules zbv and
+dualpipev (4 stages on 2 ranks, 8 on 4), the other three on a share
 of those (MODEL_RUNS). The batch of 10 rows splits into 4 uneven
 microbatches (3, 3, 3, 1: torch.chunk's rule). The MLP is also exported with a static batch
 (torch.onnx.export's default), whose plan's value types say 10 rows, and trained on 2 and 3 ranks
@@ -29,13 +30,15 @@ torch.set_num_threads(1)
 BATCH, MICROBATCHES, STEPS = 10, 4, 3
 RTOL, ATOL = 1e-5, 4e-5  # torch/test/distributed/pipelining's
 # (ranks, stages, schedule) per optimizer; AdamW on a subset, every schedule and rank count once.
+# The V schedules (zbv, dualpipev: 2 stages per rank, stages r and 2R - 1 - r on rank r) need at
+# least 2R microbatches: on 4 ranks the 10 rows run as 10 microbatches of one row.
 RUNS = {"sgd": [(2, 2, "gpipe"), (2, 2, "1f1b"), (2, 2, "zero_bubble"), (2, 4, "interleaved"), (4, 4, "gpipe"),
-                (4, 4, "1f1b"), (4, 4, "zero_bubble")],
-        "adamw": [(2, 2, "1f1b"), (2, 4, "interleaved"), (4, 4, "zero_bubble")]}
+                (4, 4, "1f1b"), (4, 4, "zero_bubble"), (2, 4, "zbv"), (2, 4, "dualpipev"), (4, 8, "dualpipev", 10)],
+        "adamw": [(2, 2, "1f1b"), (2, 4, "interleaved"), (4, 4, "zero_bubble"), (4, 8, "zbv", 10)]}
 # The other models (a skip, a tied weight, a transformer block) exercise routes and reductions
 # rather than schedules: each on 4 ranks under the two schedules that reorder backwards, on 2
 # ranks interleaved (stages sharing a rank), and AdamW once.
-MODEL_RUNS = {"sgd": [(2, 4, "interleaved"), (4, 4, "1f1b"), (4, 4, "zero_bubble")],
+MODEL_RUNS = {"sgd": [(2, 4, "interleaved"), (4, 4, "1f1b"), (4, 4, "zero_bubble"), (2, 4, "zbv")],
               "adamw": [(2, 2, "1f1b")]}
 OPTIMIZERS = {"sgd": (["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"],
                       lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9)),
@@ -151,11 +154,13 @@ class PipelineTrainingMatchesTorch(TempDirTest):
         for name, value in want_weights.items():
             np.testing.assert_allclose(trained[name], value, rtol=RTOL, atol=ATOL, err_msg=name)
 
-    def check_model(self, name, module, dynamic_batch=True, runs_by_optimizer=None):
+    def check_model(self, name, make_module, dynamic_batch=True, runs_by_optimizer=None):
         """Exported with a dynamic batch axis, or (dynamic_batch False) with the static batch of
-        BATCH rows that torch.onnx.export writes by default, which the microbatches then differ from."""
+        BATCH rows that torch.onnx.export writes by default, which the microbatches then differ from.
+        The module is made after seeding, so its weights do not depend on the tests run before."""
         runs_by_optimizer = runs_by_optimizer or RUNS
         torch.manual_seed(0)
+        module = make_module()
         initial = {k: v.clone() for k, v in module.state_dict().items()}
         x, target = data_for(name, torch.Generator().manual_seed(1))
         np.savez(self.path("data.npz"), x=x.numpy(), target=target.numpy())
@@ -194,7 +199,7 @@ class PipelineTrainingMatchesTorch(TempDirTest):
                             self.assertEqual(a.read(), b.read(), file)
 
     def test_an_mlp_stack_with_mse(self):
-        self.check_model("mlp", MlpMse())
+        self.check_model("mlp", MlpMse)
 
     def test_an_mlp_exported_with_a_static_batch_on_2_and_3_ranks(self):
         # The plan's value types say 10 rows; the microbatches have 3, 3, 3 and 1 (issue 41).
@@ -202,7 +207,7 @@ class PipelineTrainingMatchesTorch(TempDirTest):
         # stages over 3 microbatches (4, 4, 2).
         runs = [(2, 2, "gpipe"), (2, 2, "1f1b"), (2, 2, "zero_bubble"), (2, 4, "interleaved"),
                 (3, 3, "gpipe"), (3, 3, "1f1b"), (3, 3, "zero_bubble"), (3, 6, "interleaved", 3)]
-        self.check_model("mlp", MlpMse(), dynamic_batch=False, runs_by_optimizer={"sgd": runs})
+        self.check_model("mlp", MlpMse, dynamic_batch=False, runs_by_optimizer={"sgd": runs})
         # 10 rows asked for 6 microbatches make 5 (torch.chunk's rule); a schedule for 6 would read
         # a sixth that is not there (it crashed a rank before): refused before connecting.
         code, _, err = run("train", self.path("mlp_plan6"), "--data", self.path("data.npz"), "--batch", BATCH,
@@ -211,17 +216,17 @@ class PipelineTrainingMatchesTorch(TempDirTest):
                                 "and it makes 5", "take --microbatches 5", exit_code=2)
 
     def test_a_skip_connection_across_non_adjacent_stages(self):
-        self.check_model("skip", SkipMse(), runs_by_optimizer=MODEL_RUNS)
+        self.check_model("skip", SkipMse, runs_by_optimizer=MODEL_RUNS)
 
     def test_a_weight_tied_between_the_first_and_a_later_stage(self):
-        self.check_model("tied", TiedMse(), runs_by_optimizer=MODEL_RUNS)
+        self.check_model("tied", TiedMse, runs_by_optimizer=MODEL_RUNS)
 
     def test_clipping_counts_a_tied_weight_once(self):
         # The embedding is held by stages 0 and 3 (on ranks 0 and 1 of 2, and 0 and 3 of 4): the
         # global norm counts it once, as clip_grad_norm_ over module.parameters() does (and as
         # pytorch/pytorch#180952's split backward does not), so norms and weights follow torch.
-        module, clip = TiedMse(), 0.05
         torch.manual_seed(0)
+        module, clip = TiedMse(), 0.05
         initial = {k: v.clone() for k, v in module.state_dict().items()}
         x, target = data_for("tied", torch.Generator().manual_seed(1))
         np.savez(self.path("data.npz"), x=x.numpy(), target=target.numpy())
@@ -312,7 +317,7 @@ class PipelineTrainingMatchesTorch(TempDirTest):
             self.assertIn(message, err)
 
     def test_a_transformer_block_with_cross_entropy(self):
-        self.check_model("transformer", TransformerCe(), runs_by_optimizer=MODEL_RUNS)
+        self.check_model("transformer", TransformerCe, runs_by_optimizer=MODEL_RUNS)
 
 
 if __name__ == "__main__":

@@ -120,7 +120,7 @@ struct PipelineTrainer::State {
                 static_cast<std::uint64_t>(reader)) * 2 + (backward ? 1 : 0);
   }
 
-  Status loadPlan(const std::string& dir);
+  Status loadPlan(const std::string& dir, pipeline::Placement placement);
   Status forwardStage(std::size_t m, int stage, const TensorMap& chunk, std::vector<std::map<int, StageRun>>& runs,
                       double& loss, double share);
   Status outputGradients(std::size_t m, int stage, std::vector<std::map<int, StageRun>>& runs, double share,
@@ -219,8 +219,8 @@ Status PipelineTrainer::State::postReceives(const pipeline::Action& action) {
   return {};
 }
 
-Status PipelineTrainer::State::loadPlan(const std::string& dir) {
-  CLEAVE_TRY(plan, LoadedPlan::load(dir, worldSize));
+Status PipelineTrainer::State::loadPlan(const std::string& dir, pipeline::Placement placement) {
+  CLEAVE_TRY(plan, LoadedPlan::load(dir, worldSize, placement));
   const plan::PlanFile& planFile = plan->file();
   std::map<std::string, int> holders;
   for (const PlacedSubmodule& sub : plan->submodules()) {
@@ -537,7 +537,7 @@ PipelineTrainer::~PipelineTrainer() = default;
 
 Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::string& planDir,
                                                                   const TrainOptions& options, int rank, int worldSize,
-                                                                  const Backend& backend) {
+                                                                  const Backend& backend, pipeline::Placement placement) {
   std::unique_ptr<PipelineTrainer> trainer(new PipelineTrainer());
   trainer->state_ = std::make_unique<State>();
   State& s = *trainer->state_;
@@ -545,7 +545,7 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::st
   s.worldSize = worldSize;
   s.options = options;
   s.backends = std::make_unique<PlanBackends>(backend, backend, Optimizations{});
-  CLEAVE_CHECK(s.loadPlan(planDir));
+  CLEAVE_CHECK(s.loadPlan(planDir, placement));
   std::vector<at::Tensor> params;
   for (int i = 0; i < static_cast<int>(s.stages.size()); ++i) {
     if (!s.own(i))

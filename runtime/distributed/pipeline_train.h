@@ -1,7 +1,8 @@
 // runtime/distributed/pipeline_train.h - training a cut model's stages (a plan.json directory whose
 // outputs include the loss) across ranks on c10d, or in one process with Communicator::local().
 //
-// Stage i lives on rank i % ranks (loop placement: pipeline::stageRank). Several replicas of the
+// Stage i lives on rank i % ranks (loop placement: pipeline::stageRank), or in a V (the zbv and
+// dualpipev schedules: with 2R stages rank r holds stages r and 2R - 1 - r). Several replicas of the
 // pipeline may train side by side on shares of the batch (data x pipeline parallel: connect()). A step takes the next `batch` rows of the data,
 // splits them into microbatches, and runs GPipe: every microbatch forward through the stages in
 // plan order, then every microbatch backward through them in reverse. Each stage runs on its own
@@ -75,12 +76,14 @@ struct StepTiming {
 
 class PipelineTrainer {
 public:
-  // Loads the plan (runtime/model/loaded_plan.h: stage s on rank s % worldSize) and lowers this
+  // Loads the plan (runtime/model/loaded_plan.h: stage s on rank stageRank(s, worldSize,
+  // placement), the placement of the schedule the steps will follow) and lowers this
   // rank's stages as trainable executors on `backend`, or on the backend a stage's device names
   // (runtime/model/plan_backends.h); no communication, so every check of the user's input can come
   // before connecting. Fails: what LoadedPlan::load and Backend::lowerTrainable fail with.
   static Expected<std::unique_ptr<PipelineTrainer>> create(const std::string& planDir, const TrainOptions& options,
-                                                          int rank, int worldSize, const Backend& backend);
+                                                          int rank, int worldSize, const Backend& backend,
+                                                          pipeline::Placement placement = pipeline::Placement::Loop);
   // Collective: joins the ranks on `comm` (its rank and size as create's) and makes tied copies
   // equal. Before the first step. Data parallel: `replicas` joins this pipeline rank's ranks in
   // every replica of the pipeline (this replica is its rank); each step then trains on the
@@ -95,7 +98,7 @@ public:
   ~PipelineTrainer();
   // One step; every rank returns the batch's mean loss, the rate and (clipping) the global
   // gradient norm. `schedule` (stages and microbatches as
-  // the plan's and the options'; stage s on rank s % ranks) orders this rank's F and B / I
+  // the plan's and the options'; its placement create's) orders this rank's F and B / I
   // actions (I gives the inputs' gradients, W later the parameters': runtime/training/split_backward.h); none: GPipe.
   Expected<StepResult> step(const TensorMap& data, std::int64_t stepIndex,
                             const pipeline::Schedule* schedule = nullptr);

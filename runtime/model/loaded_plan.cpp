@@ -27,7 +27,7 @@ void LoadedPlan::addRoutes(std::uint32_t index) {
     routes_[idOf(name)].producer = static_cast<std::int32_t>(index);
 }
 
-Expected<LoadedPlan> LoadedPlan::load(const std::string& dir, int worldSize) {
+Expected<LoadedPlan> LoadedPlan::load(const std::string& dir, int worldSize, pipeline::Placement placement) {
   CLEAVE_TRY(plan::PlanFile file, plan::readPlan(dir));
   std::vector<std::shared_ptr<const ir::Graph>> graphs;
   for (const plan::PlanFileSubmodule& sub : file.submodules) {
@@ -43,7 +43,7 @@ Expected<LoadedPlan> LoadedPlan::load(const std::string& dir, int worldSize) {
       graph.modelFile()->releaseResidentPages();
     graphs.push_back(std::make_shared<const ir::Graph>(std::move(graph)));
   }
-  return assemble(dir, std::move(file), std::move(graphs), worldSize);
+  return assemble(dir, std::move(file), std::move(graphs), worldSize, placement);
 }
 
 Expected<LoadedPlan> LoadedPlan::fromCut(const ir::Graph& graph, const plan::CutPlan& cut, int worldSize) {
@@ -54,11 +54,12 @@ Expected<LoadedPlan> LoadedPlan::fromCut(const ir::Graph& graph, const plan::Cut
     CLEAVE_TRY(ir::Graph sub, plan::extractSubmodule(graph, cut, boundaries, s));
     graphs.push_back(std::make_shared<const ir::Graph>(std::move(sub)));
   }
-  return assemble("", std::move(file), std::move(graphs), worldSize);
+  return assemble("", std::move(file), std::move(graphs), worldSize, pipeline::Placement::Loop);
 }
 
 Expected<LoadedPlan> LoadedPlan::assemble(const std::string& dir, plan::PlanFile file,
-                                          std::vector<std::shared_ptr<const ir::Graph>> graphs, int worldSize) {
+                                          std::vector<std::shared_ptr<const ir::Graph>> graphs, int worldSize,
+                                          pipeline::Placement placement) {
   LoadedPlan loaded;
   loaded.dir_ = dir;
   loaded.worldSize_ = worldSize;
@@ -72,7 +73,7 @@ Expected<LoadedPlan> LoadedPlan::assemble(const std::string& dir, plan::PlanFile
     placed.file = sub.file;
     placed.role = sub.role;
     placed.graph = std::move(graphs[s]);
-    placed.rank = pipeline::stageRank(s, worldSize);
+    placed.rank = pipeline::stageRank(s, worldSize, placement);
     if (!sub.devices.empty()) {
       placed.device = sub.devices[0]; // the rest hold replicas
       if (auto named = deviceBackends.find(placed.device); named != deviceBackends.end())

@@ -24,6 +24,7 @@
 
 #include "base/expected.h"
 #include "ir/graph.h"
+#include "pipeline/schedule.h"
 #include "plan/plan_file.h"
 
 namespace cleave::runtime {
@@ -50,10 +51,12 @@ struct ValueRoute {
 
 class LoadedPlan {
 public:
-  // Reads DIR/plan.json and every submodel, placing submodule i on rank stageRank(i, worldSize).
+  // Reads DIR/plan.json and every submodel, placing submodule i on rank stageRank(i, worldSize,
+  // placement) (the V placement: the zbv and dualpipev schedules').
   // Fails: what readPlan and deviceBackends fail with, ParseError (a submodule without a model
   // file: an FX plan), what reading a submodel fails with.
-  static Expected<LoadedPlan> load(const std::string& dir, int worldSize = 1);
+  static Expected<LoadedPlan> load(const std::string& dir, int worldSize = 1,
+                                   pipeline::Placement placement = pipeline::Placement::Loop);
   // The same model of a plan still in memory (`split --preview`): each submodule's graph
   // extracted from `graph` as plan/materialize.h would write it; no directory (dir() is empty).
   // Fails: what extracting a submodule fails with.
@@ -80,7 +83,8 @@ public:
 private:
   // Places and routes `file`'s submodules, whose graphs are `graphs` (same order).
   static Expected<LoadedPlan> assemble(const std::string& dir, plan::PlanFile file,
-                                       std::vector<std::shared_ptr<const ir::Graph>> graphs, int worldSize);
+                                       std::vector<std::shared_ptr<const ir::Graph>> graphs, int worldSize,
+                                       pipeline::Placement placement);
   void addRoutes(std::uint32_t submodule);
   std::uint32_t idOf(const std::string& name);
 
