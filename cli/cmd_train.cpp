@@ -349,11 +349,15 @@ Expected<std::int64_t> resumeStep(const TrainFlags& flags, int rank, const runti
   if (*latest > flags.steps || (flags.stopAfter && *flags.stopAfter <= *latest))
     return Error(ErrorCode::InvalidArgument) << "--resume " << dir << ": its checkpoint is of step " << *latest
                                              << ", and this run stops at step " << flags.stopAfter.value_or(flags.steps);
-  Status read = runtime::readRankCheckpoint(dir, *latest, rank, identity, state);
+  Expected<int> read = runtime::readRankCheckpoint(dir, *latest, rank, identity, state);
   if (!read)
     return std::move(read.error().withContext("--resume " + dir));
-  if (rank == 0)
-    err << "resumed from " << runtime::checkpointFolder(dir, *latest) << " (step " << *latest << ")\n";
+  if (rank == 0) {
+    err << "resumed from " << runtime::checkpointFolder(dir, *latest) << " (step " << *latest << ")";
+    if (*read != identity.ranks)
+      err << ", resharded from " << *read << " rank(s) to " << identity.ranks;
+    err << "\n";
+  }
   return *latest;
 }
 

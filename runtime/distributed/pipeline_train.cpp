@@ -563,7 +563,7 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::st
   }
   if (params.empty()) { // a rank without parameters still takes part; its optimizer has nothing to do
     params.push_back(at::zeros({1}).requires_grad_(true));
-    s.optimized.emplace_back("(no parameters)", params.back());
+    s.optimized.emplace_back(kNoParameters, params.back());
   }
   s.optimizer = makeOptimizer(std::move(params), options.optimizer);
   return trainer;

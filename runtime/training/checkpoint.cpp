@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <type_traits>
 
@@ -26,6 +27,7 @@ namespace {
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kFormat = "cleave-checkpoint";
 constexpr std::int64_t kFormatVersion = 1;
+constexpr int kMaxCheckpointRanks = 1 << 16; // a manifest claiming more is damaged
 
 // libtorch keys an optimizer's per-parameter state by the parameter's TensorImpl: as a pointer
 // (PyTorch 2) or as the pointer's text (1.13, c10::guts::to_string). Both are computed here.
@@ -143,15 +145,6 @@ bool holdsOnlyCheckpointFiles(const fs::path& folder) {
   return !error;
 }
 
-// "4 rank(s)", or "4 rank(s) as 2 replicas of a 2-rank pipeline".
-std::string describeRanks(int ranks, int pipelineRanks) {
-  std::string text = std::to_string(ranks) + " rank(s)";
-  if (pipelineRanks != ranks && pipelineRanks > 0)
-    text += " as " + std::to_string(ranks / pipelineRanks) + " replicas of a " + std::to_string(pipelineRanks) +
-            "-rank pipeline";
-  return text;
-}
-
 Status checkIdentity(const nlohmann::json& manifest, const CheckpointIdentity& identity, const std::string& folder) {
   auto differs = [&](const char* what, const std::string& there, const std::string& here) {
     return Error(ErrorCode::InvalidArgument) << "checkpoint " << folder << " was written with " << what << " " << there
@@ -161,12 +154,6 @@ Status checkIdentity(const nlohmann::json& manifest, const CheckpointIdentity& i
     return Error(ErrorCode::InvalidArgument) << "checkpoint " << folder << " was written training "
                                              << manifest.at("model").get<std::string>() << "; this run trains "
                                              << identity.model;
-  const int ranks = manifest.at("ranks").get<int>();
-  const int pipelineRanks = manifest.value("pipeline_ranks", ranks); // absent: one pipeline over all
-  if (ranks != identity.ranks || pipelineRanks != identity.pipelineRanks)
-    return Error(ErrorCode::InvalidArgument) << "checkpoint " << folder << " was written by "
-                                             << describeRanks(ranks, pipelineRanks) << "; this run has "
-                                             << describeRanks(identity.ranks, identity.pipelineRanks);
   if (manifest.at("batch").get<std::int64_t>() != identity.batch)
     return differs("--batch", std::to_string(manifest.at("batch").get<std::int64_t>()), std::to_string(identity.batch));
   if (manifest.at("optimizer").get<std::string>() != identity.optimizer)
@@ -268,46 +255,131 @@ Status completeCheckpoint(const std::string& dir, std::int64_t step, const Check
   return {};
 }
 
-Status readRankCheckpoint(const std::string& dir, std::int64_t step, int rank, const CheckpointIdentity& identity,
-                          RankTrainingState& state) {
-  const std::string folder = checkpointFolder(dir, step);
-  const std::string manifestPath = (fs::path(folder) / kManifest).string(), rankJsonPath = rankFile(folder, rank, ".json");
-  CLEAVE_TRY(std::string manifestText, readFile(manifestPath));
-  CLEAVE_TRY(nlohmann::json manifest, parseJsonInput(manifestText, manifestPath));
-  CLEAVE_TRY(std::string rankText, readFile(rankJsonPath));
-  CLEAVE_TRY(nlohmann::json rankJson, parseJsonInput(rankText, rankJsonPath));
-  CLEAVE_CHECK(guardJson(manifestPath, [&]() -> Status {
-    if (manifest.at("format").get<std::string>() != kFormat || manifest.at("version").get<std::int64_t>() != kFormatVersion)
-      return Error(ErrorCode::InvalidArgument) << manifestPath << " is not a cleave checkpoint of version " << kFormatVersion;
-    return checkIdentity(manifest, identity, folder);
-  }));
-  const std::string optimizerKind = optimizerKindOf(*state.optimizer);
-  CLEAVE_TRY(TensorMap tensors, readTensors(rankFile(folder, rank, ".npz"), {}));
-  return guardJson(rankJsonPath, [&]() -> Status {
-    CLEAVE_CHECK(checkTensors(rankJson.at("tensors"), state, rankJsonPath));
-    c10::NoGradGuard noGrad;
-    for (std::size_t i = 0; i < state.parameters.size(); ++i) {
-      const std::string index = std::to_string(i);
-      auto value = tensors.find("param." + index);
-      if (value == tensors.end() || value->second.sizes() != state.parameters[i].second.sizes() ||
-          value->second.scalar_type() != state.parameters[i].second.scalar_type())
-        return Error(ErrorCode::ParseError) << rankFile(folder, rank, ".npz") << ": no value of the shape listed for '"
-                                            << state.parameters[i].first << "'";
-      state.parameters[i].second.copy_(value->second);
-      const std::string kind = rankJson.at("state").at(i).get<std::string>();
-      if (kind.empty())
-        continue;
-      if (kind != optimizerKind)
-        return Error(ErrorCode::InvalidArgument) << rankJsonPath << " holds " << kind << " state; this run uses "
-                                                 << optimizerKind;
-      CLEAVE_TRY(auto restored, loadState(kind, rankJson.at("adamw_steps").at(i).get<std::int64_t>(), tensors,
-                                          "state." + index + "."));
-      setState(*state.optimizer, state.parameters[i].second, std::move(restored));
-    }
-    if (auto rng = tensors.find("rng"); rng != tensors.end())
+namespace {
+// Tensor i of a rank file (its value, and its optimizer state when it has one) into parameter k of
+// `state`, after checking its dtype and shape.
+Status restoreParameter(RankTrainingState& state, std::size_t k, const TensorMap& tensors, const nlohmann::json& rankJson,
+                        std::size_t i, const std::string& optimizerKind, const std::string& file) {
+  auto& [name, param] = state.parameters[k];
+  const std::string index = std::to_string(i);
+  auto value = tensors.find("param." + index);
+  if (value == tensors.end() || value->second.sizes() != param.sizes() || value->second.scalar_type() != param.scalar_type())
+    return Error(ErrorCode::ParseError) << file << ": no value of the shape listed for '" << name << "'";
+  c10::NoGradGuard noGrad;
+  param.copy_(value->second);
+  const std::string kind = rankJson.at("state").at(i).get<std::string>();
+  if (kind.empty())
+    return {};
+  if (kind != optimizerKind)
+    return Error(ErrorCode::InvalidArgument) << file << " holds " << kind << " state; this run uses " << optimizerKind;
+  CLEAVE_TRY(auto restored,
+             loadState(kind, rankJson.at("adamw_steps").at(i).get<std::int64_t>(), tensors, "state." + index + "."));
+  setState(*state.optimizer, param, std::move(restored));
+  return {};
+}
+
+// One rank file of a checkpoint folder: its listing and its tensors.
+struct RankFiles {
+  std::string jsonPath, npzPath;
+  nlohmann::json listing;
+  TensorMap tensors;
+};
+
+Expected<RankFiles> readRankFiles(const std::string& folder, int rank, bool withTensors) {
+  RankFiles files{rankFile(folder, rank, ".json"), rankFile(folder, rank, ".npz"), {}, {}};
+  CLEAVE_TRY(std::string text, readFile(files.jsonPath));
+  CLEAVE_TRY(files.listing, parseJsonInput(text, files.jsonPath));
+  if (withTensors) {
+    CLEAVE_TRY(files.tensors, readTensors(files.npzPath, {}));
+  }
+  return files;
+}
+
+// The same layout: this rank's own file, tensor for tensor.
+Status restoreOwnRank(const std::string& folder, int rank, RankTrainingState& state, const std::string& optimizerKind) {
+  CLEAVE_TRY(RankFiles files, readRankFiles(folder, rank, true));
+  return guardJson(files.jsonPath, [&]() -> Status {
+    CLEAVE_CHECK(checkTensors(files.listing.at("tensors"), state, files.jsonPath));
+    for (std::size_t i = 0; i < state.parameters.size(); ++i)
+      CLEAVE_CHECK(restoreParameter(state, i, files.tensors, files.listing, i, optimizerKind, files.npzPath));
+    if (auto rng = files.tensors.find("rng"); rng != files.tensors.end())
       setCpuGeneratorState(rng->second);
     return {};
   });
+}
+
+// Another layout (rank count or replicas): every tensor of this rank found by name ("STAGE/NAME")
+// in the first rank file that holds it; the generator's state from the rank of the same number,
+// else rank 0. O(listed tensors x log + the bytes of the rank files read).
+Status restoreResharded(const std::string& folder, int writtenRanks, int rank, RankTrainingState& state,
+                        const std::string& optimizerKind) {
+  std::map<std::string, std::pair<int, std::size_t>> where; // name -> (rank file, index there)
+  std::vector<RankFiles> files;
+  for (int r = 0; r < writtenRanks; ++r) {
+    CLEAVE_TRY(RankFiles listed, readRankFiles(folder, r, false));
+    CLEAVE_CHECK(guardJson(listed.jsonPath, [&]() -> Status {
+      const nlohmann::json& tensors = listed.listing.at("tensors");
+      for (std::size_t i = 0; i < tensors.size(); ++i)
+        where.emplace(tensors[i].at("name").get<std::string>(), std::pair{r, i});
+      return {};
+    }));
+    files.push_back(std::move(listed));
+  }
+  std::vector<bool> loaded(files.size(), false);
+  auto tensorsOf = [&](int r) -> Expected<const RankFiles*> {
+    if (!loaded[r]) {
+      CLEAVE_TRY(files[r].tensors, readTensors(files[r].npzPath, {}));
+      loaded[r] = true;
+    }
+    return &files[r];
+  };
+  for (std::size_t k = 0; k < state.parameters.size(); ++k) {
+    const auto& [name, param] = state.parameters[k];
+    auto found = where.find(name);
+    if (found == where.end()) {
+      if (name == kNoParameters) // a rank without stages' parameters trains a placeholder
+        continue;
+      return Error(ErrorCode::InvalidArgument) << "checkpoint " << folder << " holds no '" << name
+                                               << "', which this rank trains";
+    }
+    CLEAVE_TRY(const RankFiles* from, tensorsOf(found->second.first));
+    const std::string type = from->listing.at("tensors").at(found->second.second).at("type").get<std::string>();
+    if (type != describeTensor(param))
+      return Error(ErrorCode::InvalidArgument) << from->jsonPath << ": '" << name << "' is " << type << " there, "
+                                               << describeTensor(param) << " here";
+    CLEAVE_CHECK(guardJson(from->jsonPath, [&] {
+      return restoreParameter(state, k, from->tensors, from->listing, found->second.second, optimizerKind, from->npzPath);
+    }));
+  }
+  CLEAVE_TRY(const RankFiles* generator, tensorsOf(rank < writtenRanks ? rank : 0));
+  if (auto rng = generator->tensors.find("rng"); rng != generator->tensors.end())
+    setCpuGeneratorState(rng->second);
+  return {};
+}
+} // namespace
+
+Expected<int> readRankCheckpoint(const std::string& dir, std::int64_t step, int rank, const CheckpointIdentity& identity,
+                                 RankTrainingState& state) {
+  const std::string folder = checkpointFolder(dir, step);
+  const std::string manifestPath = (fs::path(folder) / kManifest).string();
+  CLEAVE_TRY(std::string manifestText, readFile(manifestPath));
+  CLEAVE_TRY(nlohmann::json manifest, parseJsonInput(manifestText, manifestPath));
+  int writtenRanks = 0, writtenPipelineRanks = 0;
+  CLEAVE_CHECK(guardJson(manifestPath, [&]() -> Status {
+    if (manifest.at("format").get<std::string>() != kFormat || manifest.at("version").get<std::int64_t>() != kFormatVersion)
+      return Error(ErrorCode::InvalidArgument) << manifestPath << " is not a cleave checkpoint of version " << kFormatVersion;
+    writtenRanks = manifest.at("ranks").get<int>();
+    writtenPipelineRanks = manifest.value("pipeline_ranks", writtenRanks);
+    if (writtenRanks < 1 || writtenRanks > kMaxCheckpointRanks)
+      return Error(ErrorCode::ParseError) << manifestPath << ": " << writtenRanks << " ranks";
+    return checkIdentity(manifest, identity, folder);
+  }));
+  const std::string optimizerKind = optimizerKindOf(*state.optimizer);
+  if (writtenRanks == identity.ranks && writtenPipelineRanks == identity.pipelineRanks)
+    CLEAVE_CHECK(restoreOwnRank(folder, rank, state, optimizerKind));
+  else
+    CLEAVE_CHECK(restoreResharded(folder, writtenRanks, rank, state, optimizerKind));
+  return writtenRanks;
 }
 
 } // namespace cleave::runtime

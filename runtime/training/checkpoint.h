@@ -15,8 +15,11 @@
 // else in D is touched: only folders named step-N holding cleave's files are ever removed.
 // Guarantees: a rank restored from a checkpoint holds the same tensors and optimizer state, byte
 // for byte, as when it was written, so a resumed run continues exactly as the run that never
-// stopped; a checkpoint of another model, plan, rank count or replica layout, batch, optimizer or schedule is
-// refused in one line naming what differs. Writing is deterministic (the same state gives the
+// stopped; a checkpoint of another model, plan, batch, optimizer or schedule is refused in one
+// line naming what differs. A plan's checkpoint resumes on another rank count or replica layout
+// too (resharded: each rank finds its tensors by name in whichever rank file holds them), exactly
+// as long as no stage draws random numbers (each rank's generator comes from the rank of its
+// number, or rank 0's). Writing is deterministic (the same state gives the
 // same bytes).
 // Complexity: linear in the rank's tensors' bytes; listing D is O(entries).
 #pragma once
@@ -45,6 +48,9 @@ struct CheckpointIdentity {
 
 // One rank's training state, as its trainer holds it: its trained tensors, named uniquely on the
 // rank, in the order its optimizer was made with, and that optimizer.
+// The name of the placeholder a rank without parameters trains (not looked for when resharding).
+inline constexpr const char* kNoParameters = "(no parameters)";
+
 struct RankTrainingState {
   std::vector<std::pair<std::string, at::Tensor>> parameters;
   torch::optim::Optimizer* optimizer = nullptr;
@@ -65,9 +71,11 @@ Status writeRankCheckpoint(const std::string& dir, std::int64_t step, int rank, 
 Status completeCheckpoint(const std::string& dir, std::int64_t step, const CheckpointIdentity& identity);
 
 // Restores rank `rank`'s state from the checkpoint of `step` in `dir` after checking it was
-// written by a run like this one. Fails: InvalidArgument naming what differs (identity, a tensor's
-// name, dtype or shape, the optimizer's state), ParseError / NotFound (a damaged checkpoint).
-Status readRankCheckpoint(const std::string& dir, std::int64_t step, int rank, const CheckpointIdentity& identity,
+// written by a run like this one (its layout of ranks may differ: resharded by name); returns the
+// number of ranks that wrote it. Fails: InvalidArgument naming what differs (identity, a tensor's
+// name, dtype or shape, the optimizer's state, a tensor no rank file holds), ParseError / NotFound
+// (a damaged checkpoint).
+Expected<int> readRankCheckpoint(const std::string& dir, std::int64_t step, int rank, const CheckpointIdentity& identity,
                           RankTrainingState& state);
 
 } // namespace cleave::runtime
