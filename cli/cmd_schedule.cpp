@@ -23,6 +23,11 @@ struct ScheduleFlags {
   bool simulate = false, comm = false, json = false;
 };
 
+// A time for --simulate: finite and non-negative, its default shown.
+void addTimeOption(CLI::App& app, const std::string& name, double& value, const std::string& help) {
+  app.add_option(name, value, help)->check(kFinite)->check(CLI::Range(0.0, 1e15))->capture_default_str();
+}
+
 void describe(CLI::App& app, ScheduleFlags& flags) {
   app.description("Generate, validate and simulate a pipeline schedule (GPipe, 1F1B, interleaved 1F1B, looped BFS, "
                   "zero bubble, and the V schedules ZB-V and DualPipeV, whose 2R stages sit in a V: rank r holds "
@@ -45,13 +50,10 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
   app.add_option("--action-costs", flags.actionCostsText,
                  "for --simulate: single actions' own times, in place of their stage's cost (a replay of a measured "
                  "run), as ACTION=TIME pairs separated by ',' (e.g. 0F1=2.5,1B0=13)");
-  app.add_option("--pair-cost", flags.pairCost,
+  addTimeOption(app, "--pair-cost", flags.pairCost,
                  "for --simulate: DualPipe's F&B, the time of a forward and another stage's full backward overlapped: a "
                  "rank's F directly followed by such a B plays as one block this long, started once both have their "
-                 "inputs (0: one after the other)")
-      ->check(kFinite)
-      ->check(CLI::Range(0.0, 1e15))
-      ->capture_default_str();
+                 "inputs (0: one after the other)");
   app.add_option("--cost-spread", flags.costSpread,
                  "for --simulate: actions' times vary around their cost (a lognormal factor with median 1 and this "
                  "coefficient of variation, per action); reports the mean and range of the bubble over --samples plays")
@@ -61,23 +63,14 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
   app.add_option("--samples", flags.samples, "plays averaged with --cost-spread (seeds 1..N)")
       ->check(CLI::Range(1u, 100000u))
       ->capture_default_str();
-  app.add_option("--transfer-latency", flags.latency, "time per cross-rank transfer for --simulate")
-      ->check(kFinite)
-      ->check(CLI::Range(0.0, 1e15))
-      ->capture_default_str();
-  app.add_option("--send-cost", flags.sendCost,
+  addTimeOption(app, "--transfer-latency", flags.latency, "time per cross-rank transfer for --simulate");
+  addTimeOption(app, "--send-cost", flags.sendCost,
                  "for --simulate: the sending rank's own time per cross-rank message (a transport that writes "
-                 "on the caller's thread, as Gloo's TCP one); not counted as compute in the bubble")
-      ->check(kFinite)
-      ->check(CLI::Range(0.0, 1e15))
-      ->capture_default_str();
-  app.add_option("--receive-cost", flags.receiveCost,
+                 "on the caller's thread, as Gloo's TCP one); not counted as compute in the bubble");
+  addTimeOption(app, "--receive-cost", flags.receiveCost,
                  "for --simulate: the receiving rank's own time per cross-rank message, before the action reading it "
                  "(a transport whose own thread reads the socket, on a core the rank computes on); not counted as "
-                 "compute in the bubble")
-      ->check(kFinite)
-      ->check(CLI::Range(0.0, 1e15))
-      ->capture_default_str();
+                 "compute in the bubble");
   app.add_flag("--recompute", flags.recompute,
                "simulate activation recomputation (cleave train --recompute stage): a forward holds only "
                "--input-bytes until its backward, which first runs the forward again");

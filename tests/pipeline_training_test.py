@@ -131,7 +131,7 @@ class PipelineTrainingMatchesTorch(TempDirTest):
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
-        return losses, {k: v.detach().numpy() for k, v in module.state_dict().items()}
+        return losses, {k: v.detach().numpy().copy() for k, v in module.state_dict().items()}
 
     def train_steps(self, ranks, plan, model, flags, out, schedule=None, microbatches=MICROBATCHES):
         """`cleave train PLAN` in one process (ranks 0) or under launch; its steps' JSON lines."""
@@ -221,21 +221,25 @@ class PipelineTrainingMatchesTorch(TempDirTest):
     def test_a_weight_tied_between_the_first_and_a_later_stage(self):
         self.check_model("tied", TiedMse, runs_by_optimizer=MODEL_RUNS)
 
-    def test_clipping_counts_a_tied_weight_once(self):
-        # The embedding is held by stages 0 and 3 (on ranks 0 and 1 of 2, and 0 and 3 of 4): the
-        # global norm counts it once, as clip_grad_norm_ over module.parameters() does (and as
-        # pytorch/pytorch#180952's split backward does not), so norms and weights follow torch.
+    def export_tied(self):
+        """The tied model (made after seeding), its initial state, its data (also data.npz) and its
+        export (tied.onnx)."""
         torch.manual_seed(0)
-        module, clip = TiedMse(), 0.05
+        module = TiedMse()
         initial = {k: v.clone() for k, v in module.state_dict().items()}
         x, target = data_for("tied", torch.Generator().manual_seed(1))
         np.savez(self.path("data.npz"), x=x.numpy(), target=target.numpy())
-        model, plan = self.path("tied.onnx"), self.path("tied_plan")
+        model = self.path("tied.onnx")
         torch.onnx.export(module, (x[:BATCH], target[:BATCH]), model, input_names=["x", "target"],
                           output_names=["loss"], opset_version=13, do_constant_folding=False,
                           dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
-        run("pipeline", model, "--stages", 4, "-o", plan, check=True)
-        optimizer = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
+        return module, initial, x, target, model
+
+    @staticmethod
+    def torch_clipped(module, initial, x, target, clip):
+        """SGD with momentum and clip_grad_norm_ on the whole batch: norms, losses, final weights."""
+        module.load_state_dict(initial)
+        optimizer = OPTIMIZERS["sgd"][1](module.parameters())
         norms, losses = [], []
         for step in range(STEPS):
             rows = slice(step * BATCH, (step + 1) * BATCH)
@@ -245,6 +249,17 @@ class PipelineTrainingMatchesTorch(TempDirTest):
             norms.append(torch.nn.utils.clip_grad_norm_(module.parameters(), clip).item())
             optimizer.step()
             losses.append(loss.item())
+        return norms, losses, {k: v.detach().numpy().copy() for k, v in module.state_dict().items()}
+
+    def test_clipping_counts_a_tied_weight_once(self):
+        # The embedding is held by stages 0 and 3 (on ranks 0 and 1 of 2, and 0 and 3 of 4): the
+        # global norm counts it once, as clip_grad_norm_ over module.parameters() does (and as
+        # pytorch/pytorch#180952's split backward does not), so norms and weights follow torch.
+        clip = 0.05
+        module, initial, x, target, model = self.export_tied()
+        plan = self.path("tied_plan")
+        run("pipeline", model, "--stages", 4, "-o", plan, check=True)
+        norms, losses, weights = self.torch_clipped(module, initial, x, target, clip)
         self.assertGreater(min(norms), clip)
         flags = OPTIMIZERS["sgd"][0] + ["--clip-grad-norm", clip]
         for ranks, schedule in [(0, None), (2, "interleaved"), (4, "zero_bubble")]:
@@ -252,8 +267,7 @@ class PipelineTrainingMatchesTorch(TempDirTest):
                 out = self.path(f"tied_clipped_{ranks}")
                 got = self.train_steps(ranks, plan, model, flags, out, schedule)
                 np.testing.assert_allclose([g["grad_norm"] for g in got], norms, rtol=RTOL)
-                self.check_against_torch(os.path.join(out, "trained.onnx"), losses, [g["loss"] for g in got],
-                                         {k: v.detach().numpy() for k, v in module.state_dict().items()})
+                self.check_against_torch(os.path.join(out, "trained.onnx"), losses, [g["loss"] for g in got], weights)
 
     def test_replicas_of_a_pipeline_train_as_torch_on_the_whole_batch(self):
         # Data x pipeline parallel (issue 46): `--pipeline-ranks P` under launch runs ranks / P
@@ -261,32 +275,14 @@ class PipelineTrainingMatchesTorch(TempDirTest):
         # replicas per stage. The tied model: its embedding is summed across the pipeline's ranks
         # and across the replicas. Losses, clipped norms and weights follow torch on the whole
         # batch; the replicas stay equal byte for byte (their checkpoints are the same bytes).
-        torch.manual_seed(0)
-        module, clip = TiedMse(), 0.05
-        initial = {k: v.clone() for k, v in module.state_dict().items()}
-        x, target = data_for("tied", torch.Generator().manual_seed(1))
-        np.savez(self.path("data.npz"), x=x.numpy(), target=target.numpy())
-        model = self.path("tied.onnx")
-        torch.onnx.export(module, (x[:BATCH], target[:BATCH]), model, input_names=["x", "target"],
-                          output_names=["loss"], opset_version=13, do_constant_folding=False,
-                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+        clip = 0.05
+        module, initial, x, target, model = self.export_tied()
         plans = {n: self.path(f"tied_plan{n}") for n in (2, 4)}
         for stages, plan in plans.items():
             run("pipeline", model, "--stages", stages, "-o", plan, check=True)
         sgd = OPTIMIZERS["sgd"]
         want_losses, want_weights = self.torch_reference(module, initial, x, target, sgd[1])
-        want_weights = {k: v.copy() for k, v in want_weights.items()}  # views of the module's tensors
-        module.load_state_dict(initial)
-        optimizer, norms, clipped_losses = sgd[1](module.parameters()), [], []
-        for step in range(STEPS):
-            rows = slice(step * BATCH, (step + 1) * BATCH)
-            optimizer.zero_grad()
-            loss = module(x[rows], target[rows])
-            loss.backward()
-            norms.append(torch.nn.utils.clip_grad_norm_(module.parameters(), clip).item())
-            optimizer.step()
-            clipped_losses.append(loss.item())
-        clipped_weights = {k: v.detach().numpy() for k, v in module.state_dict().items()}
+        norms, clipped_losses, clipped_weights = self.torch_clipped(module, initial, x, target, clip)
         # (world ranks, pipeline ranks, stages, schedule, microbatches per replica, clipping)
         runs = [(4, 2, 4, "interleaved", 2, False), (4, 2, 2, "zero_bubble", 2, True), (2, 1, 2, None, 1, False)]
         for ranks, pipeline_ranks, stages, schedule, microbatches, clipping in runs:
