@@ -145,6 +145,17 @@ struct PipelineTrainer::State {
     return tensor;
   }
   Status reduceTiedGradients();
+  // Zeroes the step's timing (StepTiming) for `microbatches` microbatches.
+  void resetTiming(std::size_t microbatches);
+  // Runs one F, B, I or W of this rank's order (SEND/RECV: nothing, implied by them) and records
+  // its start, end, receive wait and compute seconds in the step's timeline.
+  Status runAction(const pipeline::Action& action, const std::vector<TensorMap>& chunks,
+                   const std::vector<double>& shares, std::vector<std::map<int, StageRun>>& runs, double& lossSum,
+                   std::chrono::steady_clock::time_point started);
+  // Data parallel: starts the sum across replicas of stage i's gradients; after the schedule,
+  // waits for every sum (timed) and writes them back (none: nothing to do).
+  Status startReplicaSum(int stage);
+  Status finishReplicaSums();
   // Data parallel: this replica's share of a step's rows (the batch split in replicaCount equal
   // parts, as torch.chunk would), the whole batch with one replica.
   Expected<TensorMap> replicaRows(const TensorMap& data, std::int64_t stepIndex) const;
@@ -407,6 +418,57 @@ Status PipelineTrainer::State::weightBackwardStage(std::size_t m, int i, std::ve
   double seconds = secondsSince(started);
   timing.backwardSeconds[i] += seconds;
   timing.weightSeconds[i] += seconds;
+  return {};
+}
+
+void PipelineTrainer::State::resetTiming(std::size_t microbatches) {
+  for (std::vector<double>* perStage : {&timing.forwardSeconds, &timing.backwardSeconds, &timing.weightSeconds})
+    perStage->assign(stages.size(), 0.0);
+  for (std::vector<double>* perRank : {&timing.rankScheduleSeconds, &timing.rankWaitSeconds, &timing.rankReceives,
+                                       &timing.rankTransportSeconds, &timing.rankPeakStepBytes,
+                                       &timing.rankReplicaWaitSeconds})
+    perRank->assign(static_cast<std::size_t>(worldSize), 0.0);
+  timing.actionSeconds.assign(StepTiming::kSlotFields * StepTiming::kComputeTypes * stages.size() * microbatches, 0.0);
+}
+
+Status PipelineTrainer::State::runAction(const pipeline::Action& action, const std::vector<TensorMap>& chunks,
+                                         const std::vector<double>& shares, std::vector<std::map<int, StageRun>>& runs,
+                                         double& lossSum, std::chrono::steady_clock::time_point started) {
+  const int stage = static_cast<int>(action.stage);
+  const std::size_t m = action.microbatch;
+  const double begun = secondsSince(started), waitedBefore = timing.rankWaitSeconds[static_cast<std::size_t>(rank)];
+  const double computedBefore = timing.computeSeconds(action.stage);
+  switch (action.type) {
+  case pipeline::ActionType::Forward: CLEAVE_CHECK(forwardStage(m, stage, chunks[m], runs, lossSum, shares[m])); break;
+  case pipeline::ActionType::Backward: CLEAVE_CHECK(backwardStage(m, stage, runs, shares[m], false)); break;
+  case pipeline::ActionType::BackwardInput: CLEAVE_CHECK(backwardStage(m, stage, runs, shares[m], true)); break;
+  case pipeline::ActionType::BackwardWeight: CLEAVE_CHECK(weightBackwardStage(m, stage, runs)); break;
+  default: return {}; // SEND/RECV: implied by F and B
+  }
+  double* slot =
+      &timing.actionSeconds[StepTiming::kSlotFields * StepTiming::actionSlot(action.stage, m, chunks.size(), action.type)];
+  slot[0] = begun;
+  slot[1] = secondsSince(started);
+  slot[2] = timing.rankWaitSeconds[static_cast<std::size_t>(rank)] - waitedBefore;
+  slot[3] = rank;
+  slot[4] = timing.computeSeconds(action.stage) - computedBefore;
+  return {};
+}
+
+Status PipelineTrainer::State::startReplicaSum(int stage) {
+  std::vector<at::Tensor> params;
+  for (auto& entry : stages[stage].executor->trainableParameters())
+    params.push_back(entry.second);
+  return replicaGradients.start(*replicas, params);
+}
+
+Status PipelineTrainer::State::finishReplicaSums() {
+  if (!replicas)
+    return {};
+  auto started = std::chrono::steady_clock::now();
+  CLEAVE_CHECK(replicas->finish());
+  timing.rankReplicaWaitSeconds[static_cast<std::size_t>(rank)] = secondsSince(started);
+  replicaGradients.writeBack();
   return {};
 }
 
@@ -691,15 +753,6 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   if (!s.comm)
     return Error(ErrorCode::InvalidArgument) << "the trainer is not connected";
   auto started = std::chrono::steady_clock::now();
-  s.timing.forwardSeconds.assign(s.stages.size(), 0.0);
-  s.timing.backwardSeconds.assign(s.stages.size(), 0.0);
-  s.timing.weightSeconds.assign(s.stages.size(), 0.0);
-  s.timing.rankScheduleSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
-  s.timing.rankWaitSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
-  s.timing.rankReceives.assign(static_cast<std::size_t>(s.worldSize), 0.0);
-  s.timing.rankTransportSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
-  s.timing.rankPeakStepBytes.assign(static_cast<std::size_t>(s.worldSize), 0.0);
-  s.timing.rankReplicaWaitSeconds.assign(static_cast<std::size_t>(s.worldSize), 0.0);
   const std::size_t headersBefore = s.comm->headersSent();
   const double transportBefore = s.comm->transportCpuSeconds();
   CLEAVE_TRY(TensorMap batch, s.replicaRows(data, stepIndex));
@@ -707,8 +760,7 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   if (schedule && schedule->microbatches != chunks.size())
     return Error(ErrorCode::InvalidArgument) << "the schedule is for " << schedule->microbatches << " microbatches; "
                                              << s.options.batch / s.replicaCount << " rows make " << chunks.size();
-  s.timing.actionSeconds.assign(StepTiming::kSlotFields * StepTiming::kComputeTypes * s.stages.size() * chunks.size(),
-                                0.0);
+  s.resetTiming(chunks.size());
   std::vector<double> shares;
   s.microbatchRows.clear();
   for (const TensorMap& chunk : chunks) {
@@ -732,40 +784,13 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   for (std::size_t k = 0; k < actions.size(); ++k) {
     for (; received < std::min(actions.size(), k + 1 + kReceiveLookahead); ++received)
       CLEAVE_CHECK(s.postReceives(actions[received]));
-    const pipeline::Action& action = actions[k];
-    int stage = static_cast<int>(action.stage);
-    std::size_t m = action.microbatch;
-    const double begun = secondsSince(started), waitedBefore = s.timing.rankWaitSeconds[static_cast<std::size_t>(s.rank)];
-    const double computedBefore = s.timing.computeSeconds(action.stage);
-    switch (action.type) {
-    case pipeline::ActionType::Forward: CLEAVE_CHECK(s.forwardStage(m, stage, chunks[m], runs, lossSum, shares[m])); break;
-    case pipeline::ActionType::Backward: CLEAVE_CHECK(s.backwardStage(m, stage, runs, shares[m], false)); break;
-    case pipeline::ActionType::BackwardInput: CLEAVE_CHECK(s.backwardStage(m, stage, runs, shares[m], true)); break;
-    case pipeline::ActionType::BackwardWeight: CLEAVE_CHECK(s.weightBackwardStage(m, stage, runs)); break;
-    default: continue; // SEND/RECV: implied by F and B
-    }
-    double* slot =
-        &s.timing.actionSeconds[StepTiming::kSlotFields * StepTiming::actionSlot(action.stage, m, chunks.size(), action.type)];
-    slot[0] = begun;
-    slot[1] = secondsSince(started);
-    slot[2] = s.timing.rankWaitSeconds[static_cast<std::size_t>(s.rank)] - waitedBefore;
-    slot[3] = s.rank;
-    slot[4] = s.timing.computeSeconds(action.stage) - computedBefore;
-    for (int done : gradientsDone[k]) {
-      std::vector<at::Tensor> params;
-      for (auto& entry : s.stages[done].executor->trainableParameters())
-        params.push_back(entry.second);
-      CLEAVE_CHECK(s.replicaGradients.start(*s.replicas, params));
-    }
+    CLEAVE_CHECK(s.runAction(actions[k], chunks, shares, runs, lossSum, started));
+    for (int done : gradientsDone[k])
+      CLEAVE_CHECK(s.startReplicaSum(done));
   }
   CLEAVE_CHECK(s.comm->finish());
-  if (s.replicas) {
-    auto waitStarted = std::chrono::steady_clock::now();
-    CLEAVE_CHECK(s.replicas->finish());
-    s.timing.rankReplicaWaitSeconds[static_cast<std::size_t>(s.rank)] = secondsSince(waitStarted);
-    s.replicaGradients.writeBack();
-  }
   s.timing.scheduleSeconds = secondsSince(started);
+  CLEAVE_CHECK(s.finishReplicaSums());
   s.timing.rankScheduleSeconds[static_cast<std::size_t>(s.rank)] = s.timing.scheduleSeconds;
   s.timing.rankTransportSeconds[static_cast<std::size_t>(s.rank)] = s.comm->transportCpuSeconds() - transportBefore;
   s.timing.headersSent = static_cast<double>(s.comm->headersSent() - headersBefore);
