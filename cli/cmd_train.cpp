@@ -105,9 +105,11 @@ void describe(CLI::App& app, TrainFlags& flags) {
                 "convolutions in bf16, precision-sensitive ops in float32) with float32 master weights, gradients "
                 "and optimizer");
   addEnumOption(app, "--recompute", flags.options.recompute, runtime::kRecomputeKinds,
-                "plan directories: stage runs each stage's forward without keeping its activations and runs it "
-                "again before that microbatch's backward (activation checkpointing per stage: only stage inputs "
-                "are held across the schedule; gradients unchanged); --timing reports each rank's peak bytes");
+                "stage (plan directories) runs each stage's forward without keeping its activations and runs it "
+                "again before that microbatch's backward (only stage inputs are held across the schedule); "
+                "selective keeps linear and convolution outputs and recomputes attention's scores, softmax and "
+                "dropout in the backward (Megatron-LM's selective recomputation); gradients unchanged; --timing "
+                "reports each rank's peak bytes");
   addEnumOption(app, "--lr-schedule", flags.options.lrSchedule.kind, runtime::kLrScheduleKinds,
                 "the rate after warmup: constant at --lr, or linear or cosine decay from --lr to 0 at the last of --steps "
                 "(PyTorch's LinearLR / CosineAnnealingLR)");
@@ -511,9 +513,10 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
     return usageError() << "--model is for plan directories (MODEL is a model already)";
   if (flags.pipelineRanks)
     return usageError() << "--pipeline-ranks is for plan directories (MODEL is a whole model)";
-  if (flags.options.recompute != runtime::Recompute::None)
-    return usageError() << "--recompute is for plan directories: a whole model runs each microbatch's backward "
-                           "right after its forward, so there is nothing held to recompute";
+  if (flags.options.recompute == runtime::Recompute::Stage)
+    return usageError() << "--recompute stage is for plan directories: a whole model runs each microbatch's "
+                           "backward right after its forward, so there is no stage to recompute (selective is "
+                           "for both)";
   CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.dataPath}));
   CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path));
   auto graph = std::make_shared<const ir::Graph>(std::move(loaded));

@@ -297,9 +297,12 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
     }
     auto started = std::chrono::steady_clock::now();
     if (options.recompute == Recompute::Stage) {
+      // With the graph, then without it: the kernels take the paths the recomputation will
+      // (without it, oneDNN's direct ones), so what is sent equals what is differentiated.
       run.generatorState = cpuGeneratorState();
-      c10::NoGradGuard withoutGraph;
       CLEAVE_TRY(run.outputs, runForward(i, feeds));
+      for (auto& output : run.outputs)
+        output.second = output.second.detach();
       run.feeds = std::move(feeds);
     } else {
       CLEAVE_TRY(run.outputs, runForward(i, feeds));
@@ -616,6 +619,7 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::st
     if (!executor)
       return std::move(executor.error().withContext("stage '" + s.stages[i].name + "'"));
     s.stages[i].executor = std::move(*executor);
+    s.stages[i].executor->setSelectiveRecompute(options.recompute == Recompute::Selective);
     for (auto& [name, tensor] : s.stages[i].executor->trainableParameters()) {
       params.push_back(tensor);
       s.optimized.emplace_back(s.stages[i].name + "/" + name, tensor);

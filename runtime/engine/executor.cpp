@@ -1,8 +1,10 @@
 #include "runtime/engine/executor.h"
 
+#include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include "io/onnx.h"
@@ -244,10 +246,72 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
     case ir::NodeKind::Input: CLEAVE_CHECK(bindInput(node, inputs, state)); break;
     case ir::NodeKind::Parameter: bindParameter(node, state); break;
     case ir::NodeKind::Output: return collectOutputs(node, state);
-    default: CLEAVE_CHECK(runOp(node, state)); break;
+    default:
+      if (const RecomputeSegment* segment = recomputedSegmentAt(node, state)) {
+        CLEAVE_CHECK(runRecomputed(*segment, state));
+        n = index(segment->last);
+      } else {
+        CLEAVE_CHECK(runOp(node, state));
+      }
+      break;
     }
   }
   return Error(ErrorCode::InvalidGraph) << "the graph has no output node";
+}
+
+void Executor::setSelectiveRecompute(bool on) {
+  if (!on)
+    recompute_.reset();
+  else if (!recompute_)
+    recompute_ = planSelectiveRecompute(*graph_);
+}
+
+const RecomputeSegment* Executor::recomputedSegmentAt(NodeId node, const RunState& state) const {
+  if (!recompute_ || state.observe || !c10::GradMode::is_enabled() || recompute_->startsAt[node] < 0)
+    return nullptr;
+  return &recompute_->segments[static_cast<std::size_t>(recompute_->startsAt[node])];
+}
+
+// The segment's outputs carrying one replaying node (recompute.h), then the run's bookkeeping
+// as if its nodes had run here: their reads end, their outputs are live. A segment no gradient
+// flows through (its inputs record no graph) just runs.
+Status Executor::runRecomputed(const RecomputeSegment& segment, RunState& state) {
+  std::vector<at::Tensor> inputs;
+  bool recordsGraph = false;
+  for (ir::ValueId value : segment.inputs) {
+    inputs.push_back(state.values[index(value)]);
+    recordsGraph = recordsGraph || (inputs.back().defined() && inputs.back().requires_grad());
+  }
+  if (!recordsGraph) {
+    for (std::uint32_t n = index(segment.first); n <= index(segment.last); ++n)
+      CLEAVE_CHECK(runOp(NodeId{n}, state));
+    return {};
+  }
+  CLEAVE_TRY(std::vector<at::Tensor> outputs,
+             runRecomputable(inputs, [this, &segment](const std::vector<at::Tensor>& leaves) {
+               return replaySegment(segment, leaves);
+             }, options_.device));
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    state.values[index(segment.outputs[k])] = std::move(outputs[k]);
+    state.live += bytesOf(state.values[index(segment.outputs[k])]);
+  }
+  state.peak = std::max(state.peak, state.live);
+  for (std::uint32_t n = index(segment.first); n <= index(segment.last); ++n)
+    releaseDeadValues(std::array<NodeId, 1>{NodeId{n}}, NodeId{n}, state);
+  return {};
+}
+
+Expected<std::vector<at::Tensor>> Executor::replaySegment(const RecomputeSegment& segment,
+                                                          const std::vector<at::Tensor>& inputs) {
+  RunState replay{nullptr, nullptr, OutputLayout::Dense, false, std::vector<at::Tensor>(graph_->numValues()), uses_};
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    replay.values[index(segment.inputs[k])] = inputs[k];
+  for (std::uint32_t n = index(segment.first); n <= index(segment.last); ++n)
+    CLEAVE_CHECK(runOp(NodeId{n}, replay));
+  std::vector<at::Tensor> outputs;
+  for (ir::ValueId value : segment.outputs)
+    outputs.push_back(replay.values[index(value)]);
+  return outputs;
 }
 
 Status Executor::bindInput(NodeId node, const TensorMap& inputs, RunState& state) const {

@@ -24,6 +24,7 @@
 #include "runtime/engine/optimizations.h"
 #include "runtime/engine/fusion.h"
 #include "runtime/engine/kernel.h"
+#include "runtime/engine/recompute.h"
 #include "runtime/engine/small_op_memo.h"
 #include "runtime/engine/tensors.h"
 
@@ -76,6 +77,10 @@ public:
   // With ExecutorOptions::trainable: each trained tensor once, under its storage owner's name, in
   // parameter order; the optimizer updates them in place and later runs read the new values.
   std::vector<std::pair<std::string, at::Tensor>> trainableParameters() const;
+  // With ExecutorOptions::trainable: whether later runs that record autograd's graph hold only the
+  // inputs of the segments planSelectiveRecompute finds and run them again in the backward
+  // (recompute.h; cleave train --recompute selective). The executor must outlive those graphs.
+  void setSelectiveRecompute(bool on);
   std::int64_t opset() const { return opset_; }
   // How many parameters (by storage) it holds only packed (Optimizations::packedWeights).
   std::size_t packedWeightCount() const;
@@ -96,6 +101,13 @@ private:
   void bindParameter(ir::NodeId node, RunState& state) const;
   TensorMap collectOutputs(ir::NodeId node, RunState& state) const;
   Status runOp(ir::NodeId node, RunState& state);
+  // Selective recomputation: the segment starting at `node` in a run recording autograd's graph
+  // (null: none, or off); running it so that its outputs carry one replaying node; one run of
+  // its nodes on their own value table (the forward's and the backward's).
+  const RecomputeSegment* recomputedSegmentAt(ir::NodeId node, const RunState& state) const;
+  Status runRecomputed(const RecomputeSegment& segment, RunState& state);
+  Expected<std::vector<at::Tensor>> replaySegment(const RecomputeSegment& segment,
+                                                  const std::vector<at::Tensor>& inputs);
   void shareWeightCaches();
   Layouts readerLayouts(ir::NodeId reader) const;
   Expected<std::vector<at::Tensor>> computeOrRecall(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
@@ -132,6 +144,7 @@ private:
   enum class BlockedReaders : std::uint8_t { No, Yes, IfOutputsMay };
   std::vector<BlockedReaders> blockedReaders_;
   std::map<std::pair<std::uint32_t, std::string>, std::unique_ptr<Executor>> subgraphs_;
+  std::optional<RecomputePlan> recompute_; // set: selective recomputation on
 };
 
 // The opset of the default domain a graph imports (0 when none).

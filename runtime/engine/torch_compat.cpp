@@ -33,6 +33,10 @@ void setAutocastType(c10::DeviceType device, c10::ScalarType type) {
 #endif
 } // namespace
 
+std::optional<c10::ScalarType> activeAutocast(c10::DeviceType device) {
+  return autocastEnabled(device) ? std::optional<c10::ScalarType>(autocastType(device)) : std::nullopt;
+}
+
 AutocastScope::AutocastScope(c10::DeviceType device, c10::ScalarType dtype)
     : device_(device), wasEnabled_(autocastEnabled(device)), previousType_(autocastType(device)) {
   setAutocastEnabled(device, true);

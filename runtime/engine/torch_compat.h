@@ -5,7 +5,8 @@
 // dispatcher's Autocast keys cast the inputs of matrix products and convolutions to `dtype`, and of
 // precision-sensitive ops to float32) for `device` while it lives, restores the previous state
 // after, and clears the weight-cast cache on leaving the outermost scope as torch.autocast's
-// __exit__ does. QuietWarnings silences c10's warnings on this thread while it lives, and restores the
+// __exit__ does; activeAutocast says which dtype autocast casts to on `device` now (none: off).
+// QuietWarnings silences c10's warnings on this thread while it lives, and restores the
 // previous handler after; HostAllocatorBase is a c10::Allocator whose subclasses implement
 // allocateBytes() once for both APIs (2.x made allocate() non-const and copy_data() pure virtual:
 // here it is a plain memcpy, as c10's default is).
@@ -18,6 +19,7 @@
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
+#include <optional>
 #include <string>
 
 namespace cleave::runtime {
@@ -55,6 +57,8 @@ private:
   bool wasEnabled_;
   c10::ScalarType previousType_;
 };
+
+std::optional<c10::ScalarType> activeAutocast(c10::DeviceType device);
 
 class HostAllocatorBase : public c10::Allocator {
 public:

@@ -132,6 +132,7 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(std::shared_ptr<const ir::Gra
   s.options = options;
   CLEAVE_TRY(s.lossName, lossOutput(*s.graph, options.loss));
   CLEAVE_TRY(s.executor, backend.lowerTrainable(s.graph));
+  s.executor->setSelectiveRecompute(options.recompute == Recompute::Selective);
   std::vector<at::Tensor> params;
   for (auto& [name, tensor] : s.executor->trainableParameters())
     params.push_back(tensor);

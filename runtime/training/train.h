@@ -46,13 +46,18 @@ struct OptimizerOptions {
 enum class Precision : std::uint8_t { Fp32, Bf16 };
 inline constexpr auto kPrecisions = enumTable<Precision>({{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}});
 
-// Activation recomputation (PyTorch's activation checkpointing, per stage): `Stage` runs a plan
-// stage's forward without autograd's graph, keeping only its inputs (and the generator's state),
-// and runs it again with the graph just before the stage's backward of that microbatch: the
-// activations inside a stage are held for one microbatch at a time, not for every microbatch
-// in flight, at the cost of a second forward. Gradients are unchanged, bit for bit.
-enum class Recompute : std::uint8_t { None, Stage };
-inline constexpr auto kRecomputeKinds = enumTable<Recompute>({{Recompute::None, "none"}, {Recompute::Stage, "stage"}});
+// Activation recomputation (PyTorch's activation checkpointing). `Stage` (plans) runs a stage's
+// forward without autograd's graph, keeping only its inputs (and the generator's state), and runs
+// it again with the graph just before the stage's backward of that microbatch: the activations
+// inside a stage are held for one microbatch at a time, not for every microbatch in flight, at
+// the cost of a second forward. `Selective` (plans and whole models) keeps what linear and
+// convolution layers make and recomputes, in the backward, the runs of ops between them that hold
+// a product of two activations (attention's scores, softmax and dropout: recompute.h), as
+// Megatron-LM's selective recomputation does; a model without such a product holds what `None`
+// holds. Gradients are unchanged, bit for bit, under both.
+enum class Recompute : std::uint8_t { None, Stage, Selective };
+inline constexpr auto kRecomputeKinds = enumTable<Recompute>(
+    {{Recompute::None, "none"}, {Recompute::Stage, "stage"}, {Recompute::Selective, "selective"}});
 
 struct TrainOptions {
   std::int64_t batch = 1, microbatches = 1;
@@ -61,7 +66,7 @@ struct TrainOptions {
   LrSchedule lrSchedule;              // each step's multiplier of optimizer.lr
   std::optional<double> clipGradNorm; // clip the gradients' global L2 norm to this
   Precision precision = Precision::Fp32;
-  Recompute recompute = Recompute::None; // plans' stages
+  Recompute recompute = Recompute::None; // Stage: plans only
 };
 
 // Enters the forward's precision for `options` on `device` (autocast for bf16; nothing for fp32)
