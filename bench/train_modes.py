@@ -2,11 +2,14 @@
 """bench/train_modes.py - what training options cost and save (issue 46): `cleave train` of one
 model in float32 and in bf16 mixed precision (--precision bf16), with PyTorch eager doing the same
 (torch.autocast("cpu", bfloat16)) as the reference, and a 4-stage plan with and without
-activation recomputation (--recompute stage), whose peak step bytes (--timing's
-rank_peak_step_bytes: ATen's CPU allocator above the step's start) are printed too.
+activation recomputation (--recompute stage), and a 4-stage plan of attention blocks held, with
+selective recomputation (--recompute selective: attention's scores and softmax recomputed) and with
+stage recomputation, whose peak step bytes (--timing's rank_peak_step_bytes: ATen's CPU allocator
+above the step's start) are printed too.
 
 Model: an MLP of 4 Linear layers (WIDTH -> 4 WIDTH -> WIDTH, twice) with GELU and an MSE loss,
-ROWS rows a step, SGD; exported by Debian's PyTorch. Every side runs STEPS steps in its own
+ROWS rows a step, SGD; exported by Debian's PyTorch. Attention: 4 pre-norm blocks (d 64, 4 heads,
+sequences of 256, a Tanh MLP 4x wide), 16 sequences a step in 8 microbatches. Every side runs STEPS steps in its own
 process, the sides interleaved per round with the order flipped every round. Per side: the
 median step time (each run's first step dropped as warm-up), for the plans the peak step bytes,
 and the ratio to its pair (bf16 / fp32 step time, per round) as median
@@ -61,6 +64,30 @@ class Blocks(torch.nn.Module):
         for block in self.blocks:
             x = block(x)
         return ((x - target) ** 2).mean()
+
+
+class AttentionBlock(torch.nn.Module):
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.heads, self.norm = heads, torch.nn.LayerNorm(d)
+        self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.Tanh(), torch.nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = (t.reshape(b, s, self.heads, -1).transpose(1, 2) for t in self.qkv(self.norm(x)).chunk(3, dim=-1))
+        attention = torch.softmax(q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5, dim=-1)
+        x = x + self.out((attention @ v).transpose(1, 2).reshape(b, s, d))
+        return x + self.mlp(x)
+
+
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.Sequential(*[AttentionBlock() for _ in range(4)])
+
+    def forward(self, x, target):
+        return ((self.blocks(x) - target) ** 2).mean()
 
 
 class Mlp(torch.nn.Module):
@@ -126,6 +153,17 @@ def main():
                    stdout=subprocess.DEVNULL)
     staged = [args.cleave, "train", plan, "--data", os.path.join(work, "blocks.npz"), "--batch", args.rows * 4,
               "--microbatches", 16, "--steps", args.steps, "--optimizer", "sgd", "--lr", 0.01, "--json", "--timing"]
+    attention = os.path.join(work, "attention.onnx")
+    sequences = torch.randn(16, 256, 64)
+    torch.onnx.export(Attention(), (sequences, sequences), attention, input_names=["x", "target"],
+                      output_names=["loss"], opset_version=13, do_constant_folding=False,
+                      dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})  # reshapes follow the microbatch
+    np.savez(os.path.join(work, "attention.npz"), x=sequences.numpy(), target=torch.randn_like(sequences).numpy())
+    attention_plan = os.path.join(work, "attention_plan")
+    subprocess.run([args.cleave, "pipeline", attention, "--stages", "4", "-o", attention_plan], check=True,
+                   stdout=subprocess.DEVNULL)
+    attended = [args.cleave, "train", attention_plan, "--data", os.path.join(work, "attention.npz"), "--batch", 16,
+                "--microbatches", 8, "--steps", args.steps, "--optimizer", "sgd", "--lr", 0.01, "--json", "--timing"]
     common = [args.cleave, "train", model, "--data", os.path.join(work, "data.npz"), "--batch", args.rows,
               "--steps", args.steps, "--optimizer", "sgd", "--lr", 0.01, "--json", "--timing"]
     sides = {
@@ -137,9 +175,13 @@ def main():
         "cleave bf16": common + ["--precision", "bf16"],
         "plan, held": staged + ["--recompute", "none"],
         "plan, recomputed": staged + ["--recompute", "stage"],
+        "attention, held": attended + ["--recompute", "none"],
+        "attention, selective": attended + ["--recompute", "selective"],
+        "attention, stage": attended + ["--recompute", "stage"],
     }
     pairs = [("torch bf16 autocast", "torch fp32"), ("cleave bf16", "cleave fp32"), ("cleave fp32", "torch fp32"),
-             ("cleave bf16", "torch bf16 autocast"), ("plan, recomputed", "plan, held")]
+             ("cleave bf16", "torch bf16 autocast"), ("plan, recomputed", "plan, held"),
+             ("attention, selective", "attention, held"), ("attention, stage", "attention, held")]
     results = {name: [] for name in sides}
     names = list(sides)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -150,6 +192,7 @@ def main():
           f"{args.rounds} rounds, {args.threads} threads")
     print(f"plan: 4 blocks ({args.width // 8} -> {args.width} -> {args.width} -> {args.width // 8}) as 4 stages in "
           f"one process (GPipe's order), {args.rows * 4} rows in 16 microbatches")
+    print("attention: 4 blocks (d 64, 4 heads, seq 256) as 4 stages in one process, 16 sequences in 8 microbatches")
     print(f"{'side':22} {'step_ms':>9} {'peak_step_MiB':>14}")
     for name in names:
         step = statistics.median(r[0] for r in results[name]) * 1e3
