@@ -282,6 +282,23 @@ TEST(Executor, SoftmaxBeforeOpset13CoercesTo2D) {
   EXPECT_TRUE(at::allclose(now, at::softmax(x, -1)));
 }
 
+TEST(Executor, DropoutInTrainingModeIsRefusedNotSkipped) {
+  at::Tensor x = at::randn({2, 3});
+  EXPECT_TRUE(at::equal(runOne(spec("Dropout", {"a"}), {{"a", x}}), x)); // inference: identity
+  EXPECT_TRUE(at::equal(runOne(spec("Dropout", {"a", "r", "t"}), {{"a", x}, {"r", at::full({}, 0.5)},
+                                                                   {"t", at::full({}, false)}}), x));
+  test_support::NodeChain chain({"a", "r", "t"});
+  chain.add(spec("Dropout", {"a", "r", "t"}, {}, "drop"), "y");
+  Expected<ir::Graph> graph = std::move(chain).finish({"y"});
+  ASSERT_TRUE(graph) << graph.error().message();
+  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)));
+  ASSERT_TRUE(executor) << executor.error().message();
+  Expected<TensorMap> refused = (*executor)->run({{"a", x}, {"r", at::full({}, 0.1)}, {"t", at::full({}, true)}});
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("'drop' (Dropout"), std::string::npos) << refused.error().message();
+  EXPECT_NE(refused.error().message().find("training_mode is true"), std::string::npos) << refused.error().message();
+}
+
 TEST(Executor, NamesTheOpNodeAndOpsetItCannotRun) {
   ir::GraphBuilder builder(ir::SourceFormat::Onnx);
   builder.modelInfo().opsetImports = {{"", 15}};

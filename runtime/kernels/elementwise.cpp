@@ -100,6 +100,12 @@ void registerElementwiseKernels(KernelTable& t) {
   });
   t.add("Identity", [](KernelContext& c) -> Outputs { return {c.input(0)}; });
   t.add("Dropout", [](KernelContext& c) -> Outputs { // inference: identity, mask all true
+    // Opset 12's training_mode operand, true, asks for random drops, which cleave does not make
+    // (training included): refused, rather than run as if the model had no dropout.
+    const bool training = c.has(2) && c.input(2).numel() == 1 && c.input(2).item<bool>();
+    if (training && (!c.has(1) || c.input(1).item<double>() > 0.0))
+      throw KernelError("training_mode is true, and cleave runs Dropout only as inference does (export the model "
+                        "with training=torch.onnx.TrainingMode.EVAL, or a ratio of 0)");
     Outputs out{c.input(0)};
     if (c.numOutputs() > 1)
       out.push_back(at::ones_like(c.input(0), at::TensorOptions().dtype(at::kBool)));
