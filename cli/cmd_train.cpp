@@ -107,8 +107,8 @@ void describe(CLI::App& app, TrainFlags& flags) {
   addEnumOption(app, "--recompute", flags.options.recompute, runtime::kRecomputeKinds,
                 "stage (plan directories) runs each stage's forward without keeping its activations and runs it "
                 "again before that microbatch's backward (only stage inputs are held across the schedule); "
-                "selective keeps linear and convolution outputs and recomputes attention's scores, softmax and "
-                "dropout in the backward (Megatron-LM's selective recomputation); gradients unchanged; --timing "
+                "selective keeps linear and convolution outputs and recomputes attention's scores and softmax "
+                "in the backward (Megatron-LM's selective recomputation); gradients unchanged; --timing "
                 "reports each rank's peak bytes");
   addEnumOption(app, "--lr-schedule", flags.options.lrSchedule.kind, runtime::kLrScheduleKinds,
                 "the rate after warmup: constant at --lr, or linear or cosine decay from --lr to 0 at the last of --steps "

@@ -2,7 +2,7 @@
 // (cleave train --recompute selective), the policy Megatron-LM calls selective: what is expensive
 // to compute and small to hold (the outputs of products with a weight: linear and convolution
 // layers) is kept; what is cheap to compute and large to hold (attention's score matrices: the
-// product of two activations, its scaling, mask, softmax and dropout, seq^2 per head) is dropped
+// product of two activations, its scaling, mask and softmax, seq^2 per head) is dropped
 // after the forward and computed again when the backward reaches it.
 //
 // planSelectiveRecompute cuts the executor's node order into runs of consecutive op nodes between

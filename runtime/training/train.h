@@ -52,7 +52,7 @@ inline constexpr auto kPrecisions = enumTable<Precision>({{Precision::Fp32, "fp3
 // inside a stage are held for one microbatch at a time, not for every microbatch in flight, at
 // the cost of a second forward. `Selective` (plans and whole models) keeps what linear and
 // convolution layers make and recomputes, in the backward, the runs of ops between them that hold
-// a product of two activations (attention's scores, softmax and dropout: recompute.h), as
+// a product of two activations (attention's scores, their scaling and softmax: recompute.h), as
 // Megatron-LM's selective recomputation does; a model without such a product holds what `None`
 // holds. Gradients are unchanged, bit for bit, under both.
 enum class Recompute : std::uint8_t { None, Stage, Selective };
