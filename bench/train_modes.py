@@ -5,7 +5,9 @@ model in float32 and in bf16 mixed precision (--precision bf16), with PyTorch ea
 activation recomputation (--recompute stage), and a 4-stage plan of attention blocks held, with
 selective recomputation (--recompute selective: attention's scores and softmax recomputed) and with
 stage recomputation, whose peak step bytes (--timing's rank_peak_step_bytes: ATen's CPU allocator
-above the step's start) are printed too.
+above the step's start) are printed too, beside the peak `cleave schedule --simulate` predicts for
+them from the bytes per stage and microbatch --timing measured (stage_forward_bytes and
+stage_backward_bytes of the held run; of the recomputing run, what a forward holds).
 
 Model: an MLP of 4 Linear layers (WIDTH -> 4 WIDTH -> WIDTH, twice) with GELU and an MSE loss,
 ROWS rows a step, SGD; exported by Debian's PyTorch. Attention: 4 pre-norm blocks (d 64, 4 heads,
@@ -104,21 +106,44 @@ class Mlp(torch.nn.Module):
 
 def timed(argv):
     """Runs argv; returns (median step seconds after the first, the largest rank-0 peak step bytes
-    --timing reported, in MiB, or 0). (Not the process's peak RSS: ru_maxrss keeps the forking
-    Python's RSS across exec, so every side would report PyTorch's.)"""
+    --timing reported, in MiB, or 0, and the last step's JSON line). (Not the process's peak RSS:
+    ru_maxrss keeps the forking Python's RSS across exec, so every side would report PyTorch's.)"""
     proc = subprocess.Popen(list(map(str, argv)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = proc.stdout.read()
     err = proc.stderr.read()
     if proc.wait() != 0:
         sys.exit(f"{' '.join(map(str, argv))} failed: {err}")
-    seconds, step_bytes = [], [0]
+    seconds, step_bytes, parsed = [], [0], {}
     for line in out.splitlines():
         line = line.split("] ", 1)[-1]
         if line.startswith("{"):
             parsed = json.loads(line)
             seconds.append(parsed["seconds"])
             step_bytes.append(parsed.get("rank_peak_step_bytes", [0])[0])
-    return statistics.median(seconds[1:]), max(step_bytes) / 2**20
+    return statistics.median(seconds[1:]), max(step_bytes) / 2**20, parsed
+
+
+def predicted_peak(cleave, work, held, timing, recompute):
+    """The peak step bytes (MiB) cleave schedule --simulate predicts for a plan's run under
+    `recompute`, from the bytes per stage --timing measured: held (a run without recomputation)
+    gives what a forward holds, a backward adds and gradients take; `timing` (the run itself) what a forward holds
+    with stage recomputation, or no longer holds with selective. The schedule: the order it ran."""
+    order = os.path.join(work, f"order_{recompute}.csv")
+    with open(order, "w") as f:
+        f.write(",".join(action["action"] for action in timing["actions"]) + "\n")
+    joined = lambda values: ",".join(str(v) for v in values)
+    command = [cleave, "schedule", "--from-csv", order, "--stages", len(held["stage_forward_bytes"]),
+               "--microbatches", len(timing["actions"]) // (2 * len(held["stage_forward_bytes"])), "--simulate",
+               "--json", "--recompute", recompute, "--activation-bytes", joined(held["stage_forward_bytes"]),
+               "--backward-bytes", joined(held["stage_backward_bytes"]),
+               "--gradient-bytes", joined(held["stage_gradient_bytes"])]
+    if recompute == "stage":
+        command += ["--input-bytes", joined(timing["stage_forward_bytes"])]
+    if recompute == "selective":
+        command += ["--dropped-bytes",
+                    joined(a - b for a, b in zip(held["stage_forward_bytes"], timing["stage_forward_bytes"]))]
+    out = subprocess.run(list(map(str, command)), check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["simulation"]["peak_activation_bytes"][0] / 2**20
 
 
 def main():
@@ -193,11 +218,19 @@ def main():
     print(f"plan: 4 blocks ({args.width // 8} -> {args.width} -> {args.width} -> {args.width // 8}) as 4 stages in "
           f"one process (GPipe's order), {args.rows * 4} rows in 16 microbatches")
     print("attention: 4 blocks (d 64, 4 heads, seq 256) as 4 stages in one process, 16 sequences in 8 microbatches")
-    print(f"{'side':22} {'step_ms':>9} {'peak_step_MiB':>14}")
+    print(f"{'side':22} {'step_ms':>9} {'peak_step_MiB':>14} {'simulated_MiB':>14}")
+    modes = {"plan, held": ("plan, held", "none"), "plan, recomputed": ("plan, held", "stage"),
+             "attention, held": ("attention, held", "none"),
+             "attention, selective": ("attention, held", "selective"),
+             "attention, stage": ("attention, held", "stage")}  # (the run without recomputation, the mode)
     for name in names:
         step = statistics.median(r[0] for r in results[name]) * 1e3
         step_bytes = statistics.median(r[1] for r in results[name])
-        print(f"{name:22} {step:9.2f} {step_bytes:14.2f}")
+        simulated = ""
+        if name in modes:  # from the last round's runs
+            held, recompute = modes[name]
+            simulated = f"{predicted_peak(args.cleave, work, results[held][-1][2], results[name][-1][2], recompute):14.2f}"
+        print(f"{name:22} {step:9.2f} {step_bytes:14.2f} {simulated}")
     print(f"{'ratio (step time)':42} {'median [min, max]':>20}")
     for a, b in pairs:
         ratios = [ra[0] / rb[0] for ra, rb in zip(results[a], results[b])]

@@ -1,6 +1,7 @@
 // cli/cmd_schedule.cpp - `cleave schedule --kind K --stages S --microbatches M [--ranks R]
 // [--csv FILE] [--from-csv FILE] [--simulate] [--svg FILE]`: generate (or read), validate,
 // simulate and draw a pipeline schedule; rendering is report/schedule_report.h.
+#include <algorithm>
 #include <sstream>
 
 #include "base/file_io.h"
@@ -18,8 +19,11 @@ struct ScheduleFlags {
   std::uint32_t stages = 0, microbatches = 0, ranks = 0;
   double latency = 0.0, sendCost = 0.0, receiveCost = 0.0, costSpread = 0.0, pairCost = 0.0;
   std::uint32_t samples = 200;
-  std::int64_t activationBytes = 1, inputBytes = 0;
-  bool recompute = false;
+  // Per microbatch: one value for every stage, or one per stage.
+  std::vector<std::int64_t> activationBytes{1}, inputBytes{0}, droppedBytes{0}, backwardBytes{0},
+      gradientBytes{0};
+  double replay = 0.0;
+  pipeline::Recompute recompute = pipeline::Recompute::None;
   bool simulate = false, comm = false, json = false;
 };
 
@@ -71,14 +75,34 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
                  "for --simulate: the receiving rank's own time per cross-rank message, before the action reading it "
                  "(a transport whose own thread reads the socket, on a core the rank computes on); not counted as "
                  "compute in the bubble");
-  app.add_flag("--recompute", flags.recompute,
-               "simulate activation recomputation (cleave train --recompute stage): a forward holds only "
-               "--input-bytes until its backward, which first runs the forward again");
-  app.add_option("--input-bytes", flags.inputBytes, "with --recompute: a stage's input bytes per microbatch")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
-  app.add_option("--activation-bytes", flags.activationBytes, "activation bytes a microbatch holds per stage")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
-      ->capture_default_str();
+  addEnumOption(app, "--recompute", flags.recompute, pipeline::kRecomputeKinds,
+                "for --simulate, activation recomputation as cleave train runs it: none (a forward holds "
+                "--activation-bytes until its backward), stage (it holds --input-bytes; the backward first runs the "
+                "forward again, adding --activation-bytes while it runs) or selective (it holds all but "
+                "--dropped-bytes; the backward first replays those, taking --replay-cost)");
+  auto addBytesOption = [&](const std::string& name, std::vector<std::int64_t>& bytes, const std::string& help) {
+    app.add_option(name, bytes, help + " (one value for every stage, or one per stage separated by ',')")
+        ->delimiter(',')
+        ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))
+        ->capture_default_str();
+  };
+  addBytesOption("--activation-bytes", flags.activationBytes,
+                 "bytes a stage's forward holds per microbatch until its backward (measured: cleave train --timing "
+                 "--json's stage_forward_bytes, from a run without recomputation)");
+  addBytesOption("--input-bytes", flags.inputBytes,
+                 "with --recompute stage: what a stage's forward holds, its inputs (measured: stage_forward_bytes of a "
+                 "run with stage recomputation)");
+  addBytesOption("--dropped-bytes", flags.droppedBytes,
+                 "with --recompute selective: the part of --activation-bytes its segments drop and make again "
+                 "(measured: the stage_forward_bytes without recomputation less those with selective)");
+  addBytesOption("--backward-bytes", flags.backwardBytes,
+                 "bytes a stage's backward holds while it runs, above what it recomputes (measured: "
+                 "stage_backward_bytes, from a run without recomputation)");
+  addBytesOption("--gradient-bytes", flags.gradientBytes,
+                 "a stage's parameters' gradients, made by its first backward (B or W) and kept to the step's end "
+                 "(measured: stage_gradient_bytes)");
+  addTimeOption(app, "--replay-cost", flags.replay,
+                "with --recompute selective: the time a backward (or I) spends replaying the dropped segments");
   app.add_option("--svg", flags.svgPath, "write the simulated timeline as SVG (implies --simulate)");
   addJsonFlag(app, flags.json);
 }
@@ -137,19 +161,52 @@ Expected<pipeline::Schedule> obtainSchedule(const ScheduleFlags& flags) {
                                     flags.ranks ? flags.ranks : flags.stages);
 }
 
-Expected<pipeline::SimulationResult> simulate(const ScheduleFlags& flags, const pipeline::Schedule& schedule) {
-  pipeline::SimulationOptions options;
+// The per-stage value of a bytes option for `stages` stages: its one value, or its stage's.
+Expected<std::int64_t> bytesOfStage(const std::vector<std::int64_t>& bytes, const char* name, std::size_t stage,
+                                    std::size_t stages) {
+  if (bytes.size() != 1 && bytes.size() != stages)
+    return Error(ErrorCode::InvalidArgument) << name << ": " << bytes.size() << " values for " << stages
+                                             << " stages (give one, or one per stage)";
+  return bytes.size() == 1 ? bytes[0] : bytes[stage];
+}
+
+// Every stage's costs and bytes (one StageCosts for all when every option gives one value).
+Expected<std::vector<pipeline::StageCosts>> stageCosts(const ScheduleFlags& flags, const pipeline::Schedule& schedule) {
+  std::vector<std::vector<double>> costSets;
   for (std::string_view set : splitString(flags.costsText, ';')) {
     CLEAVE_TRY(std::vector<double> costs, parseCosts(std::string(set)));
-    pipeline::StageCosts stageCosts;
-    stageCosts.forward = costs[0];
-    stageCosts.backward = costs[1];
-    stageCosts.backwardInput = costs.size() == 4 ? costs[2] : costs[1] / 2;
-    stageCosts.backwardWeight = costs.size() == 4 ? costs[3] : costs[1] / 2;
-    stageCosts.activationBytes = flags.activationBytes;
-    stageCosts.inputBytes = flags.inputBytes;
-    options.stages.push_back(stageCosts);
+    costSets.push_back(std::move(costs));
   }
+  std::size_t count = costSets.size();
+  for (const std::vector<std::int64_t>* bytes :
+       {&flags.activationBytes, &flags.inputBytes, &flags.droppedBytes, &flags.backwardBytes, &flags.gradientBytes})
+    count = std::max(count, bytes->size());
+  if (count > 1)
+    count = schedule.stages; // per stage (a wrong count is reported below, or by the simulator)
+  if (costSets.size() != 1 && costSets.size() != count)
+    return Error(ErrorCode::InvalidArgument) << "--costs: " << costSets.size() << " sets for " << count << " stages";
+  std::vector<pipeline::StageCosts> stages;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::vector<double>& costs = costSets.size() == 1 ? costSets[0] : costSets[i];
+    pipeline::StageCosts stage;
+    stage.forward = costs[0];
+    stage.backward = costs[1];
+    stage.backwardInput = costs.size() == 4 ? costs[2] : costs[1] / 2;
+    stage.backwardWeight = costs.size() == 4 ? costs[3] : costs[1] / 2;
+    CLEAVE_TRY(stage.activationBytes, bytesOfStage(flags.activationBytes, "--activation-bytes", i, count));
+    CLEAVE_TRY(stage.inputBytes, bytesOfStage(flags.inputBytes, "--input-bytes", i, count));
+    CLEAVE_TRY(stage.droppedBytes, bytesOfStage(flags.droppedBytes, "--dropped-bytes", i, count));
+    CLEAVE_TRY(stage.backwardBytes, bytesOfStage(flags.backwardBytes, "--backward-bytes", i, count));
+    CLEAVE_TRY(stage.gradientBytes, bytesOfStage(flags.gradientBytes, "--gradient-bytes", i, count));
+    stage.replay = flags.replay;
+    stages.push_back(stage);
+  }
+  return stages;
+}
+
+Expected<pipeline::SimulationResult> simulate(const ScheduleFlags& flags, const pipeline::Schedule& schedule) {
+  pipeline::SimulationOptions options;
+  CLEAVE_TRY(options.stages, stageCosts(flags, schedule));
   options.recompute = flags.recompute;
   options.transferLatency = flags.latency;
   options.sendCost = flags.sendCost;

@@ -145,8 +145,10 @@ void describe(CLI::App& app, TrainFlags& flags) {
   app.add_flag("--timing", flags.timing,
                "also print each step's wall seconds and, for a plan, the schedule's part of it, every stage's forward "
                "and backward compute seconds, the measured bubble (1 - compute / (ranks x schedule seconds)), each rank's "
-               "messages received, its transport threads' CPU seconds, its wait for the replicas' gradient sums and, with "
-               "--json, every action's start, end, receive wait and compute seconds per rank");
+               "messages received, its transport threads' CPU seconds, its wait for the replicas' gradient sums, each "
+               "rank's peak step bytes and each stage's bytes a forward holds, a backward rises by and its gradients "
+               "take (the inputs of cleave schedule --simulate's memory model) and, with --json, every action's start, "
+               "end, receive wait and compute seconds per rank");
 }
 
 // `timing`: null, or the step's measurements (--timing).
@@ -229,6 +231,12 @@ Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& train
               {"rank_peak_step_bytes", std::vector<std::int64_t>(timing.rankPeakStepBytes.begin(),
                                                                  timing.rankPeakStepBytes.end())},
               {"rank_replica_wait_s", timing.rankReplicaWaitSeconds},
+              {"stage_forward_bytes", std::vector<std::int64_t>(timing.stageForwardBytes.begin(),
+                                                                timing.stageForwardBytes.end())},
+              {"stage_backward_bytes", std::vector<std::int64_t>(timing.stageBackwardBytes.begin(),
+                                                                 timing.stageBackwardBytes.end())},
+              {"stage_gradient_bytes", std::vector<std::int64_t>(timing.stageGradientBytes.begin(),
+                                                                 timing.stageGradientBytes.end())},
               {"shape_headers", static_cast<std::int64_t>(timing.headersSent)},
               {"bubble", bubble},
               {"actions", actionTimeline(timing)}};

@@ -137,17 +137,45 @@ TEST(Schedule, RecomputationHoldsInputsAndPaysAForwardAgain) {
   const Schedule oneF = *generateSchedule(ScheduleKind::OneFOneB, 4, 8, 4);
   const Schedule zero = *generateSchedule(ScheduleKind::ZeroBubble, 4, 8, 4);
   SimulationResult held = *simulateSchedule(gpipe, options), heldOneF = *simulateSchedule(oneF, options);
-  options.recompute = true;
+  options.recompute = Recompute::Stage;
   SimulationResult again = *simulateSchedule(gpipe, options), againOneF = *simulateSchedule(oneF, options);
   SimulationResult againZero = *simulateSchedule(zero, options);
-  EXPECT_EQ(held.peakActivationBytes[0], 800);
+  EXPECT_EQ(held.peakActivationBytes[0], 8 * 100);
   EXPECT_EQ(again.peakActivationBytes[0], 8 * 10 + 100); // every input, and one microbatch recomputed
-  EXPECT_EQ(heldOneF.peakActivationBytes[0], 400);
+  EXPECT_EQ(heldOneF.peakActivationBytes[0], 4 * 100);
   EXPECT_EQ(againOneF.peakActivationBytes[0], 4 * 10 + 100);
   EXPECT_DOUBLE_EQ(againOneF.makespan, 11 * 4.0); // (M + S - 1) x (F + F + B)
   EXPECT_DOUBLE_EQ(heldOneF.makespan, 11 * 3.0);
   for (std::int64_t bytes : againZero.peakActivationBytes) // I recomputes and W frees: never below zero
     EXPECT_GE(bytes, 110);
+}
+
+// Selective recomputation: a forward holds all but the dropped bytes; a backward (or I) first
+// replays the dropped part (its cost adds the replay) and holds it until it (or W) ends.
+TEST(Schedule, SelectiveRecomputationHoldsAllButTheDroppedBytesAndPaysTheReplay) {
+  SimulationOptions options;
+  options.stages = {StageCosts{.forward = 1.0, .backward = 2.0, .backwardInput = 1.0, .backwardWeight = 1.0,
+                               .activationBytes = 100, .inputBytes = 10, .droppedBytes = 60, .replay = 0.25}};
+  options.recompute = Recompute::Selective;
+  const Schedule oneF = *generateSchedule(ScheduleKind::OneFOneB, 4, 8, 4);
+  const Schedule zero = *generateSchedule(ScheduleKind::ZeroBubble, 4, 8, 4);
+  SimulationResult selective = *simulateSchedule(oneF, options), selectiveZero = *simulateSchedule(zero, options);
+  EXPECT_EQ(selective.peakActivationBytes[0], 4 * 40 + 60); // 4 in flight, one replayed
+  EXPECT_DOUBLE_EQ(selective.makespan, 11 * 3.25);            // (M + S - 1) x (F + replay + B)
+  for (std::int64_t bytes : selectiveZero.peakActivationBytes) // I replays and W frees: never below zero
+    EXPECT_GE(bytes, 100);
+  options.recompute = Recompute::None;
+  EXPECT_EQ(simulateSchedule(oneF, options)->peakActivationBytes[0], 4 * 100);
+  options.stages[0].backwardBytes = 7; // a backward's own, while it runs: on top of the peak
+  EXPECT_EQ(simulateSchedule(oneF, options)->peakActivationBytes[0], 4 * 100 + 7);
+  options.recompute = Recompute::Selective;
+  EXPECT_EQ(simulateSchedule(oneF, options)->peakActivationBytes[0], 4 * 40 + 60 + 7);
+
+  options.stages[0].droppedBytes = 101; // more than the stage makes
+  options.recompute = Recompute::Selective;
+  Expected<SimulationResult> refused = simulateSchedule(oneF, options);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("dropped 101"), std::string::npos) << refused.error().message();
 }
 
 // A sender's own time per cross-rank message (Gloo writes the socket on the caller's thread):

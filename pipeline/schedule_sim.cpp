@@ -96,7 +96,8 @@ public:
   Player(const Schedule& s, const SimulationOptions* options, SendSemantics sends = SendSemantics::Buffered)
       : s_(s), options_(options), explicitComm_(s.hasCommunication()), latency_(options ? options->transferLatency : 0.0),
         rendezvous_(sends == SendSemantics::Rendezvous && explicitComm_), ledger_(s.stages, s.microbatches),
-        actionCost_(s.stages, s.microbatches), live_(s.ranks, 0), clock_(s.ranks, 0.0), next_(s.ranks, 0) {
+        actionCost_(s.stages, s.microbatches), live_(s.ranks, 0), gradientsMade_(s.stages, 0), clock_(s.ranks, 0.0),
+        next_(s.ranks, 0) {
     if (options) // checked by simulateSchedule: in range, compute actions, finite and >= 0
       for (const auto& [action, cost] : options->actionCosts)
         actionCost_.at(action.stage, action.microbatch, action.type) = cost;
@@ -193,14 +194,38 @@ private:
     auto hold = [&](std::int64_t bytes) {
       result_.peakActivationBytes[r] = std::max(result_.peakActivationBytes[r], live_[r] += bytes);
     };
-    const bool recompute = options_ && options_->recompute;
+    const HeldBytes held = heldBytes(cost);
     if (a.type == A::Forward)
-      hold(recompute ? cost.inputBytes : cost.activationBytes);
-    else if (recompute && (a.type == A::Backward || a.type == A::BackwardInput))
-      hold(cost.activationBytes); // the forward run again
+      hold(held.afterForward);
+    else if (a.type == A::Backward || a.type == A::BackwardInput)
+      hold(held.madeAgain);
+    if (isCompute(a.type) && a.type != A::Forward) { // a backward's working bytes, while it runs
+      hold(cost.backwardBytes);
+      live_[r] -= cost.backwardBytes;
+    }
+    if ((a.type == A::Backward || a.type == A::BackwardWeight) && !gradientsMade_[a.stage]) {
+      gradientsMade_[a.stage] = 1; // the parameters' gradients, kept to the step's end
+      hold(cost.gradientBytes);
+    }
     if (a.type == A::Backward || a.type == A::BackwardWeight)
-      live_[r] -= cost.activationBytes + (recompute ? cost.inputBytes : 0);
+      live_[r] -= held.afterForward + held.madeAgain;
     result_.timeline.push_back({r, a, start, end});
+  }
+
+  // What one microbatch's F holds until its backward, and what B (or I) makes again first.
+  struct HeldBytes {
+    std::int64_t afterForward = 0, madeAgain = 0;
+  };
+  HeldBytes heldBytes(const StageCosts& cost) const {
+    switch (options_ ? options_->recompute : Recompute::None) {
+    case Recompute::Stage: return {cost.inputBytes, cost.activationBytes};
+    case Recompute::Selective: return {cost.activationBytes - cost.droppedBytes, cost.droppedBytes};
+    case Recompute::None: break;
+    }
+    return {cost.activationBytes, 0};
+  }
+  static double recomputeTime(const StageCosts& cost, Recompute model) {
+    return model == Recompute::Stage ? cost.forward : model == Recompute::Selective ? cost.replay : 0.0;
   }
 
   Error deadlock() const {
@@ -239,7 +264,7 @@ private:
     if (double own = actionCost_.at(a.stage, a.microbatch, a.type); own >= 0)
       return own;
     const StageCosts& c = costOf(a);
-    const double again = options_ && options_->recompute ? c.forward : 0.0; // recomputation's forward
+    const double again = options_ ? recomputeTime(c, options_->recompute) : 0.0;
     switch (a.type) {
     case A::Forward: return c.forward;
     case A::Backward: return again + c.backward;
@@ -355,6 +380,7 @@ private:
   Ledger actionCost_; // options' actionCosts by (stage, microbatch, type); < 0: the stage's cost
   SimulationResult result_;
   std::vector<std::int64_t> live_;
+  std::vector<std::uint8_t> gradientsMade_; // per stage: a B or W made its parameters' gradients
   std::vector<double> clock_;
   std::vector<std::size_t> next_;
 };
@@ -445,6 +471,15 @@ Expected<SimulationResult> simulateSchedule(const Schedule& schedule, const Simu
       return Error(ErrorCode::InvalidArgument) << "the cost of " << formatAction(action) << " is " << cost
                                                << ", not a non-negative number";
   }
+  for (const StageCosts& stage : options.stages)
+    if (stage.activationBytes < 0 || stage.inputBytes < 0 || stage.droppedBytes < 0 || stage.backwardBytes < 0 ||
+        stage.gradientBytes < 0 ||
+        stage.droppedBytes > stage.activationBytes || !std::isfinite(stage.replay) || stage.replay < 0)
+      return Error(ErrorCode::InvalidArgument)
+             << "a stage's bytes and replay time must be non-negative, and its dropped bytes at most its activation "
+                "bytes (activation "
+             << stage.activationBytes << ", input " << stage.inputBytes << ", dropped " << stage.droppedBytes
+             << ", replay " << stage.replay << ")";
   if (!std::isfinite(options.costSpread) || options.costSpread < 0)
     return Error(ErrorCode::InvalidArgument) << "a cost spread of " << options.costSpread
                                              << ", not a non-negative number";

@@ -31,9 +31,8 @@
 // input), which one cost per stage leaves out. It reports the makespan, the bubble fraction
 // (1 - compute time / (ranks x makespan)) and each rank's
 // With `pairCost`, a forward followed by another stage's full backward plays as one block (F&B).
-// Peak activation memory (microbatches forwarded and not yet fully backwarded, in bytes of
-// their stages' activations, or of their inputs and the one being recomputed with `recompute`),
-// plus the timeline.
+// Peak activation memory (microbatches forwarded and not yet fully backwarded, in bytes of what
+// their forwards hold under the recomputation modelled: see Recompute), plus the timeline.
 // Complexity: O(A + P x R) for A actions and P passes over the R ranks (P <= A); the channel
 // order check O(A log A).
 #pragma once
@@ -63,9 +62,36 @@ TransportFit checkTransports(const Schedule& schedule);
 struct StageCosts {
   double forward = 1.0, backward = 2.0;      // a full backward (B)
   double backwardInput = 1.0, backwardWeight = 1.0; // I and W
-  std::int64_t activationBytes = 1;           // held from F until B (or W)
-  std::int64_t inputBytes = 0;                // the stage's inputs: all F holds with recompute
+  std::int64_t activationBytes = 1;           // what F holds until B (or W)
+  std::int64_t inputBytes = 0;                // the stage's inputs: what F holds with Recompute::Stage
+  // Selective recomputation: the part of activationBytes its segments drop after F and make
+  // again in B (or I), and the time that replay adds to B (or I).
+  std::int64_t droppedBytes = 0;
+  double replay = 0.0;
+  // Held only while a backward (B, I or W) runs, above what it recomputes: autograd's
+  // temporaries and the gradients it hands on.
+  std::int64_t backwardBytes = 0;
+  // The stage's parameters' gradients: made by its first B (or W) and kept to the step's end.
+  std::int64_t gradientBytes = 0;
 };
+
+// What F holds until its backward, and what B (or I) makes again first (cleave train --recompute):
+//   None       F holds activationBytes;
+//   Stage      F holds inputBytes; B (or I) first runs the forward again (its cost adds the
+//              stage's forward) and holds activationBytes from then until B (or W) ends;
+//   Selective  F holds activationBytes - droppedBytes; B (or I) first replays the dropped part
+//              (its cost adds `replay`) and holds droppedBytes until B (or W) ends.
+// Under each, a B, I or W also holds backwardBytes while it runs, and a stage's first B (or W)
+// makes gradientBytes that stay. cleave train --timing measures these per stage
+// (docs/pipeline.md): activationBytes, backwardBytes and gradientBytes are the stage_forward_bytes,
+// stage_backward_bytes and stage_gradient_bytes of a run without recomputation, inputBytes the
+// stage_forward_bytes of one with stage recomputation, and activationBytes - droppedBytes that of
+// one with selective recomputation; the peak predicted is then its rank_peak_step_bytes.
+// (A selective segment that also reads a parameter is replayed by both I and W in cleave's run;
+// the model charges the replay to I only.)
+enum class Recompute : std::uint8_t { None, Stage, Selective };
+inline constexpr auto kRecomputeKinds = enumTable<Recompute>(
+    {{Recompute::None, "none"}, {Recompute::Stage, "stage"}, {Recompute::Selective, "selective"}});
 
 struct SimulationOptions {
   std::vector<StageCosts> stages; // one per stage, or one for all (empty: defaults)
@@ -80,10 +106,7 @@ struct SimulationOptions {
   // generator (the same seed gives the same factors whatever the order of play).
   double costSpread = 0.0;
   std::uint64_t spreadSeed = 1;
-  // Activation recomputation (cleave train --recompute stage): F holds only the stage's inputs
-  // (inputBytes) until B (or W); B, or I, first runs the forward again (its cost adds the
-  // stage's forward) and holds the activations from then until B (or W) ends.
-  bool recompute = false;
+  Recompute recompute = Recompute::None; // activation recomputation (above)
   // > 0: DualPipe's F&B. A rank's forward directly followed by a full backward of another stage
   // plays as one block of this length (a forward and a backward overlapped, so each hides the
   // other's communication): it starts once both have their inputs, and both finish at its end.

@@ -84,6 +84,8 @@ struct PipelineTrainer::State {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::vector<std::pair<std::string, at::Tensor>> optimized; // "STAGE/NAME": the optimizer's tensors, in order
   StepTiming timing; // the last step's
+  std::int64_t stepPeakBytes = 0; // the allocator's peak in the step before the running action's
+  std::int64_t actionReceivedBytes = 0; // what the running action received
   std::vector<std::int64_t> microbatchRows; // this step's, per microbatch
   std::set<std::pair<std::int64_t, std::uint32_t>> planGivesShape; // (rows, value id) keyed (declared or learned)
   std::optional<PlanShapes> planShapes; // the plan's value types
@@ -136,12 +138,15 @@ struct PipelineTrainer::State {
   // Posts the receives `action` will make (communicator.h), so their transfers overlap the
   // actions before it.
   Status postReceives(const pipeline::Action& action);
-  // comm->recv, its wait counted in the step's timing.
+  // comm->recv, its wait counted in the step's timing, its bytes in the action's (allocated when
+  // the receive was posted, before the action began).
   Expected<at::Tensor> receive(int src, std::uint32_t tag, std::uint64_t key) {
     auto started = std::chrono::steady_clock::now();
     Expected<at::Tensor> tensor = comm->recv(src, tag, key);
     timing.rankWaitSeconds[static_cast<std::size_t>(rank)] += secondsSince(started);
     timing.rankReceives[static_cast<std::size_t>(rank)] += 1.0;
+    if (tensor)
+      actionReceivedBytes += static_cast<std::int64_t>(tensor->nbytes());
     return tensor;
   }
   Status reduceTiedGradients();
@@ -152,6 +157,11 @@ struct PipelineTrainer::State {
   Status runAction(const pipeline::Action& action, const std::vector<TensorMap>& chunks,
                    const std::vector<double>& shares, std::vector<std::map<int, StageRun>>& runs, double& lossSum,
                    std::chrono::steady_clock::time_point started);
+  // Around one compute action: folds the allocator's peak so far into stepPeakBytes and starts
+  // the action's own (returns the bytes in use); then records what a forward left allocated or a
+  // backward rose to (StepTiming::stageForwardBytes, stageBackwardBytes).
+  std::int64_t beginActionMemory();
+  void recordActionMemory(const pipeline::Action& action, std::int64_t bytesBefore);
   // Data parallel: starts the sum across replicas of stage i's gradients; after the schedule,
   // waits for every sum (timed) and writes them back (none: nothing to do).
   Status startReplicaSum(int stage);
@@ -425,7 +435,8 @@ Status PipelineTrainer::State::weightBackwardStage(std::size_t m, int i, std::ve
 }
 
 void PipelineTrainer::State::resetTiming(std::size_t microbatches) {
-  for (std::vector<double>* perStage : {&timing.forwardSeconds, &timing.backwardSeconds, &timing.weightSeconds})
+  for (std::vector<double>* perStage : {&timing.forwardSeconds, &timing.backwardSeconds, &timing.weightSeconds,
+                                        &timing.stageForwardBytes, &timing.stageBackwardBytes, &timing.stageGradientBytes})
     perStage->assign(stages.size(), 0.0);
   for (std::vector<double>* perRank : {&timing.rankScheduleSeconds, &timing.rankWaitSeconds, &timing.rankReceives,
                                        &timing.rankTransportSeconds, &timing.rankPeakStepBytes,
@@ -441,6 +452,7 @@ Status PipelineTrainer::State::runAction(const pipeline::Action& action, const s
   const std::size_t m = action.microbatch;
   const double begun = secondsSince(started), waitedBefore = timing.rankWaitSeconds[static_cast<std::size_t>(rank)];
   const double computedBefore = timing.computeSeconds(action.stage);
+  const std::int64_t bytesBefore = beginActionMemory();
   switch (action.type) {
   case pipeline::ActionType::Forward: CLEAVE_CHECK(forwardStage(m, stage, chunks[m], runs, lossSum, shares[m])); break;
   case pipeline::ActionType::Backward: CLEAVE_CHECK(backwardStage(m, stage, runs, shares[m], false)); break;
@@ -448,6 +460,7 @@ Status PipelineTrainer::State::runAction(const pipeline::Action& action, const s
   case pipeline::ActionType::BackwardWeight: CLEAVE_CHECK(weightBackwardStage(m, stage, runs)); break;
   default: return {}; // SEND/RECV: implied by F and B
   }
+  recordActionMemory(action, bytesBefore);
   double* slot =
       &timing.actionSeconds[StepTiming::kSlotFields * StepTiming::actionSlot(action.stage, m, chunks.size(), action.type)];
   slot[0] = begun;
@@ -456,6 +469,37 @@ Status PipelineTrainer::State::runAction(const pipeline::Action& action, const s
   slot[3] = rank;
   slot[4] = timing.computeSeconds(action.stage) - computedBefore;
   return {};
+}
+
+std::int64_t PipelineTrainer::State::beginActionMemory() {
+  const HostMemoryStats now = hostMemoryStats();
+  stepPeakBytes = std::max(stepPeakBytes, now.peakBytesInUse); // the step's peak outlives the action's
+  resetHostMemoryPeak();
+  actionReceivedBytes = 0;
+  return now.bytesInUse;
+}
+
+void PipelineTrainer::State::recordActionMemory(const pipeline::Action& action, std::int64_t bytesBefore) {
+  using pipeline::ActionType;
+  const HostMemoryStats now = hostMemoryStats();
+  const std::size_t stage = action.stage;
+  // What it received counts as its own: allocated when the receive was posted, before it began.
+  const std::int64_t received = actionReceivedBytes;
+  if (action.type == ActionType::Forward) {
+    timing.stageForwardBytes[stage] =
+        std::max(timing.stageForwardBytes[stage], static_cast<double>(now.bytesInUse - bytesBefore + received));
+    return;
+  }
+  double rise = static_cast<double>(now.peakBytesInUse - bytesBefore + received); // B, I or W
+  if ((action.type == ActionType::Backward || action.type == ActionType::BackwardWeight) &&
+      !timing.stageGradientBytes[stage]) { // the first to make the parameters' gradients, which stay
+    double bytes = 0.0;
+    for (const auto& [name, parameter] : stages[stage].executor->trainableParameters())
+      bytes += static_cast<double>(parameter.numel() * static_cast<std::int64_t>(parameter.element_size()));
+    timing.stageGradientBytes[stage] = bytes;
+    rise = std::max(rise - bytes, 0.0);
+  }
+  timing.stageBackwardBytes[stage] = std::max(timing.stageBackwardBytes[stage], rise);
 }
 
 Status PipelineTrainer::State::startReplicaSum(int stage) {
@@ -777,6 +821,7 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   clearGradients(*s.optimizer);
   resetHostMemoryPeak();
   const std::int64_t bytesAtStart = hostMemoryStats().bytesInUse;
+  s.stepPeakBytes = bytesAtStart;
   std::vector<std::map<int, StageRun>> runs(chunks.size());
   double lossSum = 0.0;
   const std::vector<pipeline::Action> actions =
@@ -800,7 +845,7 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   s.timing.headersSent = static_cast<double>(s.comm->headersSent() - headersBefore);
   runs.clear(); // the step's activations, freed before the optimizer allocates its state
   s.timing.rankPeakStepBytes[static_cast<std::size_t>(s.rank)] =
-      static_cast<double>(std::max<std::int64_t>(hostMemoryStats().peakBytesInUse - bytesAtStart, 0));
+      static_cast<double>(std::max(s.stepPeakBytes, hostMemoryStats().peakBytesInUse) - bytesAtStart);
   CLEAVE_CHECK(s.reduceTiedGradients());
   StepResult result;
   if (s.options.clipGradNorm) {
@@ -824,7 +869,8 @@ Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
   const std::vector<double>* parts[] = {&own.forwardSeconds,      &own.backwardSeconds, &own.weightSeconds,
                                         &own.rankScheduleSeconds, &own.rankWaitSeconds, &own.rankReceives,
                                         &own.rankTransportSeconds, &headers,              &own.actionSeconds,
-                                        &own.rankPeakStepBytes,   &own.rankReplicaWaitSeconds};
+                                        &own.rankPeakStepBytes,   &own.rankReplicaWaitSeconds,
+                                        &own.stageForwardBytes,   &own.stageBackwardBytes,  &own.stageGradientBytes};
   std::vector<std::int64_t> offsets{0};
   for (const std::vector<double>* part : parts)
     offsets.push_back(offsets.back() + static_cast<std::int64_t>(part->size()));
@@ -839,7 +885,8 @@ Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
   std::vector<double>* into[] = {&timing.forwardSeconds,      &timing.backwardSeconds, &timing.weightSeconds,
                                  &timing.rankScheduleSeconds, &timing.rankWaitSeconds, &timing.rankReceives,
                                  &timing.rankTransportSeconds, &headersSent,           &timing.actionSeconds,
-                                 &timing.rankPeakStepBytes,   &timing.rankReplicaWaitSeconds};
+                                 &timing.rankPeakStepBytes,   &timing.rankReplicaWaitSeconds,
+                                 &timing.stageForwardBytes,   &timing.stageBackwardBytes,  &timing.stageGradientBytes};
   for (std::size_t p = 0; p < std::size(parts); ++p)
     into[p]->assign(c + offsets[p], c + offsets[p + 1]);
   timing.headersSent = headersSent[0];

@@ -53,6 +53,14 @@ struct StepTiming {
   // the step's start (activations, autograd's buffers, gradients, messages: what --recompute
   // shrinks), from runtime/engine/host_memory.h's counters; 0 where its allocator is not installed.
   std::vector<double> rankPeakStepBytes;
+  // Per stage, the most over its microbatches, from the same counters (0 without them): what one
+  // forward left allocated (held until its backward: activations and autograd's saved tensors, or
+  // under --recompute stage its inputs; with what it received, allocated when the receive was
+  // posted, before it began), how far a backward (B, I or W) rose above what was allocated when it began (its
+  // recomputation and autograd's temporaries), and the parameters' gradients its first B (or W)
+  // made, which stay to the step's end (not in that rise). The inputs of `cleave schedule
+  // --simulate`'s memory model.
+  std::vector<double> stageForwardBytes, stageBackwardBytes, stageGradientBytes;
   // Per rank, data parallel: the seconds it waited after its schedule for the sums of its stages'
   // gradients across the replicas (started as each stage's backward ended: the part the
   // schedule's remaining work did not hide).

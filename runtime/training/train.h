@@ -22,6 +22,7 @@
 #include "base/enum_table.h"
 #include "base/expected.h"
 #include "ir/graph.h"
+#include "pipeline/schedule_sim.h"
 #include "runtime/engine/tensors.h"
 #include "runtime/engine/torch_compat.h"
 #include "runtime/model/backend.h"
@@ -47,17 +48,17 @@ enum class Precision : std::uint8_t { Fp32, Bf16 };
 inline constexpr auto kPrecisions = enumTable<Precision>({{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}});
 
 // Activation recomputation (PyTorch's activation checkpointing). `Stage` (plans) runs a stage's
-// forward without autograd's graph, keeping only its inputs (and the generator's state), and runs
-// it again with the graph just before the stage's backward of that microbatch: the activations
-// inside a stage are held for one microbatch at a time, not for every microbatch in flight, at
-// the cost of a second forward. `Selective` (plans and whole models) keeps what linear and
-// convolution layers make and recomputes, in the backward, the runs of ops between them that hold
-// a product of two activations (attention's scores, their scaling and softmax: recompute.h), as
-// Megatron-LM's selective recomputation does; a model without such a product holds what `None`
-// holds. Gradients are unchanged, bit for bit, under both.
-enum class Recompute : std::uint8_t { None, Stage, Selective };
-inline constexpr auto kRecomputeKinds = enumTable<Recompute>(
-    {{Recompute::None, "none"}, {Recompute::Stage, "stage"}, {Recompute::Selective, "selective"}});
+// forward, keeping only its inputs (and the generator's state), and runs it again just before
+// the stage's backward of that microbatch: the activations inside a stage are held for one
+// microbatch at a time, not for every microbatch in flight, at the cost of a second forward.
+// `Selective` (plans and whole models) keeps what linear and convolution layers make and
+// recomputes, in the backward, the runs of ops between them that hold a product of two
+// activations (attention's scores, their scaling and softmax: recompute.h), as Megatron-LM's
+// selective recomputation does; a model without such a product holds what `None` holds.
+// Gradients are unchanged, bit for bit, under both. (The one enum and its names are
+// pipeline/schedule_sim.h's, whose simulator models all three.)
+using Recompute = pipeline::Recompute;
+using pipeline::kRecomputeKinds;
 
 struct TrainOptions {
   std::int64_t batch = 1, microbatches = 1;
