@@ -158,8 +158,9 @@ struct PipelineTrainer::State {
                    const std::vector<double>& shares, std::vector<std::map<int, StageRun>>& runs, double& lossSum,
                    std::chrono::steady_clock::time_point started);
   // Around one compute action: folds the allocator's peak so far into stepPeakBytes and starts
-  // the action's own (returns the bytes in use); then records what a forward left allocated or a
-  // backward rose to (StepTiming::stageForwardBytes, stageBackwardBytes).
+  // the action's own (returns the bytes in use); then records what a forward left allocated, or
+  // how far a backward rose and, the stage's first to make them, its parameters' gradients
+  // (StepTiming::stageForwardBytes, stageBackwardBytes, stageGradientBytes).
   std::int64_t beginActionMemory();
   void recordActionMemory(const pipeline::Action& action, std::int64_t bytesBefore);
   // Data parallel: starts the sum across replicas of stage i's gradients; after the schedule,
