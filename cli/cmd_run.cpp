@@ -80,6 +80,10 @@ struct RunMeasurements {
   runtime::RunStats stats; // of the last run
   std::int64_t peakTensorBytes = 0; // ATen's bytes in use at the last run's peak (runtime/engine/host_memory.h)
   std::size_t heldWeightBytes = 0;   // oneDNN's weight copies after the last run (runtime/cpu/onednn.h)
+  // The accelerator backend's device, and its allocator's peak in the last run (-1 where its wing
+  // does not count: the CPU's bytes are peakTensorBytes).
+  at::Device device = at::kCPU;
+  std::int64_t peakDeviceBytes = -1;
   std::vector<double> baselineSeconds; // --baseline: its run of each pair, sorted
   std::vector<double> ratios;          // --baseline: this run / the baseline's run, per pair, sorted
 };
@@ -107,10 +111,13 @@ Status timeRun(const RunFlags& flags, runtime::Runnable& runnable, const runtime
   measured.stats.profileOps = flags.profile;
   measured.outputs.clear(); // the previous run's outputs are not this run's memory
   runtime::resetHostMemoryPeak();
+  runtime::resetDevicePeakAllocatedBytes(measured.device);
   auto start = std::chrono::steady_clock::now();
   CLEAVE_TRY(measured.outputs, runOnce(flags, runnable, inputs, these, measured.stats));
+  runtime::synchronizeDevice(measured.device); // a device's kernels may still be running
   measured.lastRunSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   measured.peakTensorBytes = runtime::hostMemoryStats().peakBytesInUse;
+  measured.peakDeviceBytes = runtime::devicePeakAllocatedBytes(measured.device);
   measured.heldWeightBytes = runtime::onednn::heldWeightBytes();
   measured.seconds.push_back(measured.lastRunSeconds);
   if (measured.timings.empty())
@@ -124,30 +131,32 @@ Status timeRun(const RunFlags& flags, runtime::Runnable& runnable, const runtime
 // One timed run of the baseline on the same inputs (whole, not microbatched), gathering the same
 // per-submodule timings and statistics as the model's runs do, so that neither side pays for
 // bookkeeping the other skips; its outputs are dropped before the next run.
-Expected<double> timeBaselineRun(runtime::Runnable& baseline, const runtime::TensorMap& inputs) {
+Expected<double> timeBaselineRun(runtime::Runnable& baseline, const runtime::TensorMap& inputs, at::Device device) {
   std::vector<runtime::SubmoduleTiming> timings;
   runtime::RunStats stats;
   auto start = std::chrono::steady_clock::now();
   Expected<runtime::TensorMap> outputs = baseline.run(inputs, &timings, &stats);
   if (!outputs)
     return outputs.error().withContext("baseline");
+  runtime::synchronizeDevice(device);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // `--repeat` runs; with a baseline, `--repeat` pairs, the baseline first in every other pair so
 // that neither side always runs on the caches the other left.
-Expected<RunMeasurements> runRepeatedly(const RunFlags& flags, runtime::Runnable& runnable,
+Expected<RunMeasurements> runRepeatedly(const RunFlags& flags, runtime::Runnable& runnable, at::Device device,
                                         const runtime::TensorMap& inputs, runtime::Runnable* baseline) {
   RunMeasurements measured;
+  measured.device = device;
   for (int i = 0; i < flags.repeat; ++i) {
     const bool baselineFirst = baseline && i % 2 == 1;
     double baselineSeconds = 0.0;
     if (baselineFirst) {
-      CLEAVE_TRY(baselineSeconds, timeBaselineRun(*baseline, inputs));
+      CLEAVE_TRY(baselineSeconds, timeBaselineRun(*baseline, inputs, device));
     }
     CLEAVE_CHECK(timeRun(flags, runnable, inputs, measured));
     if (baseline && !baselineFirst) {
-      CLEAVE_TRY(baselineSeconds, timeBaselineRun(*baseline, inputs));
+      CLEAVE_TRY(baselineSeconds, timeBaselineRun(*baseline, inputs, device));
     }
     if (baseline) {
       measured.baselineSeconds.push_back(baselineSeconds);
@@ -235,6 +244,10 @@ Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const Run
     summary["peak_tensor_bytes"] = measured.peakTensorBytes;
     summary["onednn_weight_bytes"] = measured.heldWeightBytes;
     summary["peak_resident_bytes"] = peakResidentBytes();
+    if (measured.peakDeviceBytes >= 0)
+      summary["peak_device_bytes"] = measured.peakDeviceBytes;
+    summary["host_device_copies"] = measured.stats.hostDeviceCopies;
+    summary["host_device_copy_bytes"] = measured.stats.hostDeviceCopyBytes;
   }
   return summary;
 }
@@ -269,6 +282,11 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
          << measured.heldWeightBytes << " bytes\n";
     text << "peak resident set of the process (loading and every run, libraries included): "
          << peakResidentBytes() / (1024 * 1024) << " MiB\n";
+    if (measured.peakDeviceBytes >= 0)
+      text << "peak device memory (last run: the device allocator's bytes, parameters included): "
+           << measured.peakDeviceBytes << " bytes\n";
+    text << "copies between host and device memory (last run; none where they share it, as on the CPU): "
+         << measured.stats.hostDeviceCopies << ", " << measured.stats.hostDeviceCopyBytes << " bytes\n";
     text << "slowest nodes (last run):\n";
     for (const auto& [node, s] : slowestFirst(measured.stats.secondsByNode, kSlowestNodes))
       text << "  " << node << ": " << s * 1e3 << " ms\n";
@@ -391,7 +409,8 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
     CLEAVE_TRY(baseline, openBaseline(flags, opened.runnable));
   }
   CLEAVE_TRY(RunMeasurements measured,
-             runRepeatedly(flags, opened.runnable, inputs, baseline ? &baseline->runnable : nullptr));
+             runRepeatedly(flags, opened.runnable, opened.acc->device(), inputs,
+                           baseline ? &baseline->runnable : nullptr));
   if (!flags.saveOutputs.empty())
     CLEAVE_CHECK(runtime::writeTensors(measured.outputs, flags.saveOutputs, opened.runnable.outputNames()));
   out << (flags.json ? dumpJson(runJson(flags, opened.runnable, measured)) : runText(flags, measured));

@@ -18,7 +18,7 @@ struct VerifyFlags {
   std::string modelPath, cutPath;
   RuntimeOptions runtime;
   runtime::AllClose tolerance = runtime::kCutTolerance;
-  bool elementwise = false, json = false;
+  bool rtolGiven = false, elementwise = false, json = false;
 };
 
 void describe(CLI::App& app, VerifyFlags& flags) {
@@ -29,8 +29,9 @@ void describe(CLI::App& app, VerifyFlags& flags) {
   app.add_option("MODEL", flags.modelPath, "the original ONNX model")->required();
   app.add_option("OUT_DIR", flags.cutPath, "its cut: a directory with plan.json")->required();
   addRuntimeOptions(app, flags.runtime);
-  app.add_option("--rtol", flags.tolerance.rtol, "relative tolerance")
-      ->capture_default_str()
+  app.add_option("--rtol", flags.tolerance.rtol,
+                 "relative tolerance (default 1e-4; 1e-2 for aten-cuda with --tf32: runtime/model/tolerance.h)")
+      ->each([&flags](const std::string&) { flags.rtolGiven = true; })
       ->check(kFinite)
       ->check(CLI::NonNegativeNumber);
   app.add_option("--atol", flags.tolerance.atol, "absolute tolerance")
@@ -77,11 +78,14 @@ std::string compareOutputs(const runtime::TensorMap& want, const runtime::Tensor
   return failure;
 }
 
-Status verify(const VerifyFlags& flags, std::ostream& out, std::ostream&) {
+Status verify(VerifyFlags flags, std::ostream& out, std::ostream&) {
   if (!plan::isPlanDirectory(flags.cutPath))
     return Error(ErrorCode::NotFound) << flags.cutPath << ": no plan.json (not a cut model)";
+  if (!flags.rtolGiven)
+    flags.tolerance.rtol = runtime::cutToleranceFor(flags.runtime.backend, flags.runtime.optimizations.tf32).rtol;
   RuntimeOptions reference = flags.runtime;
   reference.backend = "aten-cpu";
+  reference.optimizations.tf32 = false;
   // Every seam kept: each submodule runs from its own file's declared inputs, as on its device.
   RuntimeOptions cutOptions = flags.runtime;
   cutOptions.optimizations.joinSeams = false;

@@ -1,11 +1,15 @@
 #include "cli/runtime_inputs.h"
 
+#include "cli/commands.h"
 #include "runtime/model/tensor_files.h"
 
 namespace cleave::cli {
 
 Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOptions& options) {
   OpenedRunnable opened;
+  if (options.optimizations.tf32 && options.backend != "aten-cuda")
+    return usageError() << "--tf32 applies to --backend aten-cuda; " << options.backend
+                        << " computes float32 as float32";
   CLEAVE_TRY(opened.acc, runtime::makeBackend(options.backend, options.optimizations));
   CLEAVE_TRY(opened.cpu, runtime::makeBackend("aten-cpu", options.optimizations));
   CLEAVE_TRY(opened.runnable, runtime::Runnable::open(path, *opened.acc, *opened.cpu, options.optimizations.joinSeams,

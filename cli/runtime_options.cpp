@@ -30,6 +30,9 @@ void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
                "run every direct convolution channels-last (by default, where oneDNN's channels-last kernel is not "
                "a native one, as on AVX2, convolutions with kernels larger than 1x1 run in its blocked layout with "
                "reorders around them)");
+  app.add_flag("--tf32", options.optimizations.tf32,
+               "aten-cuda: let float32 products and convolutions use TF32 tensor cores (faster; about 1e-3 relative "
+               "error, so verify compares at rtol 1e-2); by default float32 stays float32");
   app.add_flag("!--no-join", options.optimizations.joinSeams,
                "a cut model: run each submodule as its own module (timed one by one, no fusion across seams); by "
                "default neighbouring submodules on the same backend run as one graph");

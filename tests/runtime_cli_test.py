@@ -91,6 +91,9 @@ class RuntimeCli(TempDirTest):
         self.assertAlmostEqual(kernels + summary["outside_kernels_s"], summary["last_run_s"], places=9)
         parameters = sum(numpy_helper.to_array(t).nbytes for t in graph.initializer)
         self.assertLess(summary["peak_tensor_bytes"], summary["peak_resident_bytes"])
+        # The CPU's values share one memory: nothing crosses (value_placement.h places them apart
+        # only for a device with its own).
+        self.assertEqual((summary["host_device_copies"], summary["host_device_copy_bytes"]), (0, 0))
         # Beside them, oneDNN's weight copies: each convolution's weight reordered (padded to its
         # blocks, so no smaller); all within the resident set.
         conv_weights = {n.input[1] for n in graph.node if n.op_type == "Conv"}

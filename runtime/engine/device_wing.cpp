@@ -50,4 +50,19 @@ at::Tensor denseFromPrivateLayout(const at::Tensor& t) {
   return t;
 }
 
+std::int64_t devicePeakAllocatedBytes(const at::Device& device) {
+  const DeviceWing* wing = wingServing(device);
+  return wing ? wing->peakAllocatedBytes(device) : -1;
+}
+
+void synchronizeDevice(const at::Device& device) {
+  if (const DeviceWing* wing = wingServing(device))
+    wing->synchronize(device);
+}
+
+void resetDevicePeakAllocatedBytes(const at::Device& device) {
+  if (const DeviceWing* wing = wingServing(device))
+    wing->resetPeakAllocatedBytes(device);
+}
+
 } // namespace cleave::runtime

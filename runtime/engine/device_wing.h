@@ -7,7 +7,9 @@
 //   - a preferred layout: a wing may keep values in a private layout (oneDNN's blocked one) while
 //     every reader takes it; the engine asks the wing whether a tensor is in it and for its dense
 //     form at a boundary (graph outputs, observers, a module boundary, a send to another rank);
-//   - per-node state: a kernel cache carries a DeviceKernelState that only its wing reads.
+//   - per-node state: a kernel cache carries a DeviceKernelState that only its wing reads;
+//   - the device's process-wide numerics, set before an executor is made (the CUDA wing: TF32,
+//     cuDNN's autotuning), and its allocator's peak, for --profile.
 // Wings install themselves once, before main (a static registration in the wing's own source);
 // adding one (CUDA) touches no engine file. The CPU wing is runtime/cpu/cpu_wing.h.
 // Complexity: every lookup scans the installed wings (at most a handful); no hook allocates.
@@ -16,6 +18,7 @@
 #include <ATen/ATen.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -74,6 +77,16 @@ public:
   // wing may remember; callers must not write the result).
   virtual bool holdsPrivateLayout(const at::Tensor& t) const = 0;
   virtual at::Tensor dense(const at::Tensor& t) const = 0;
+  // Sets what the device computes with for an executor about to be made under `options`
+  // (process-wide settings: the last executor made decides). None by default.
+  virtual void configure(const ExecutorOptions& options) const {}
+  // The most bytes the device's allocator held since the last reset, or -1 where the wing does
+  // not count them (the CPU's are host_memory.h's).
+  virtual std::int64_t peakAllocatedBytes(const at::Device& device) const { return -1; }
+  virtual void resetPeakAllocatedBytes(const at::Device& device) const {}
+  // Waits until every kernel queued on `device` has finished (a CUDA device runs them after the
+  // call that queued them returns): what a timing must do before it reads the clock.
+  virtual void synchronize(const at::Device& device) const {}
 };
 
 // Installs a wing (its lifetime is the program's); returns true, for a static registration.
@@ -83,5 +96,9 @@ const DeviceWing* wingServing(const at::Device& device);
 // Whether any wing holds `t` in its private layout; and `t` made dense by that wing (else `t`).
 bool inPrivateLayout(const at::Tensor& t);
 at::Tensor denseFromPrivateLayout(const at::Tensor& t);
+// The peak allocated bytes of `device` by the wing serving it (-1: none counts them), and its reset.
+std::int64_t devicePeakAllocatedBytes(const at::Device& device);
+void resetDevicePeakAllocatedBytes(const at::Device& device);
+void synchronizeDevice(const at::Device& device);
 
 } // namespace cleave::runtime

@@ -41,24 +41,16 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
   executor->fusion_ = planFusions(g);
   const DeviceWing* wing = wingServing(options.device);
   if (wing)
+    wing->configure(executor->options_);
+  if (wing)
     executor->weightPlan_ = wing->planWeights(g, executor->fusion_, executor->options_);
-  const KernelTable& table = kernelTable();
-  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
-    NodeId node{n};
-    if (g.kind(node) == ir::NodeKind::Op) {
-      const KernelEntry* kernel = table.find(g.opDomain(node), g.opType(node));
-      if (!kernel)
-        return Error(ErrorCode::Unsupported) << "no kernel for op " << g.target(node) << " (node '" << g.name(node)
-                                             << "', opset " << executor->opset_ << ")";
-      executor->kernels_[node] = *kernel;
-    } else if (g.kind(node) == ir::NodeKind::Parameter) {
-      CLEAVE_TRY(executor->parameters_[node], executor->parameterTensor(g.parameters(node)[0]));
-    } else if (g.kind(node) == ir::NodeKind::ModuleCall || g.kind(node) == ir::NodeKind::MethodCall) {
-      return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' is a module or method call";
-    }
+  CLEAVE_CHECK(executor->resolveKernels());
+  if (options.separateHostMemory || !options.device.is_cpu()) {
+    executor->placement_ = placeValues(g, executor->kernels_);
+    executor->invariantCopies_.resize(g.numValues());
+    executor->invariantSources_.resize(g.numValues());
   }
-  if (g.modelFile()) // the parameters are copied out: the model file's pages need not stay resident
-    g.modelFile()->releaseResidentPages();
+  CLEAVE_CHECK(executor->loadParameters());
   executor->uses_.assign(g.numValues(), 0);
   for (std::uint32_t n = 0; n < g.numNodes(); ++n)
     for (ir::ValueId value : g.inputs(NodeId{n}))
@@ -80,6 +72,45 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
       executor->blockedReaders_[v] = !takers ? BlockedReaders::No : output ? BlockedReaders::IfOutputsMay : BlockedReaders::Yes;
   }
   return executor;
+}
+
+Status Executor::resolveKernels() {
+  const ir::Graph& g = *graph_;
+  const KernelTable& table = kernelTable();
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    NodeId node{n};
+    if (g.kind(node) == ir::NodeKind::Op) {
+      const KernelEntry* kernel = table.find(g.opDomain(node), g.opType(node));
+      if (!kernel)
+        return Error(ErrorCode::Unsupported) << "no kernel for op " << g.target(node) << " (node '" << g.name(node)
+                                             << "', opset " << opset_ << ")";
+      kernels_[node] = *kernel;
+    } else if (g.kind(node) == ir::NodeKind::ModuleCall || g.kind(node) == ir::NodeKind::MethodCall) {
+      return Error(ErrorCode::Unsupported) << "node '" << g.name(node) << "' is a module or method call";
+    }
+  }
+  return {};
+}
+
+// Each Parameter node's tensor, on the side the placement gives it (the device without one). An
+// alias of a parameter another side loaded first lives where that one does.
+Status Executor::loadParameters() {
+  const ir::Graph& g = *graph_;
+  for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
+    NodeId node{n};
+    if (g.kind(node) != ir::NodeKind::Parameter)
+      continue;
+    const Side planned = placement_ ? placement_->nodeSide[node] : Side::Device;
+    CLEAVE_TRY(parameters_[node], parameterTensor(g.parameters(node)[0], planned));
+    if (placement_) {
+      const Side loaded = storageSide_[index(g.storageOf(g.parameters(node)[0]))];
+      placement_->nodeSide[node] = loaded;
+      placement_->valueSide[index(g.outputs(node)[0])] = loaded;
+    }
+  }
+  if (g.modelFile()) // the parameters are copied out: the model file's pages need not stay resident
+    g.modelFile()->releaseResidentPages();
+  return {};
 }
 
 // The layouts op node `reader` takes its operands in when runs fuse: its fused group's kernel's
@@ -138,12 +169,13 @@ void Executor::shareWeightCaches() {
 // initializer, an exporter's deduplicated copies) share their owner's tensor; with `trainable`,
 // trained tensors are autograd leaves. The device wing's weight plan says how it is loaded and
 // adopts it (it may hold it alone, or bind a stand-in).
-Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param) {
+Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param, Side side) {
   const ir::Graph& g = *graph_;
   ir::ParamId owner = g.storageOf(param);
   if (storageTensors_.empty()) {
     storageTensors_.resize(g.numParameters());
     storageLoaded_.assign(g.numParameters(), false);
+    storageSide_.assign(g.numParameters(), Side::Device);
   }
   if (storageLoaded_[index(owner)])
     return storageTensors_[index(owner)];
@@ -157,7 +189,8 @@ Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param) {
     g.modelFile()->releaseResidentPages(data.offset, data.length);
   if (options_.floatType && at::isFloatingType(tensor.scalar_type()))
     tensor = tensor.to(*options_.floatType);
-  tensor = tensor.to(options_.device);
+  tensor = tensor.to(deviceOf(side));
+  storageSide_[index(owner)] = side;
   if (options_.trainable && at::isFloatingType(tensor.scalar_type()) && !g.parameter(owner).isBuffer)
     tensor.requires_grad_(true);
   if (weightPlan_)
@@ -217,6 +250,7 @@ struct Executor::RunState {
   bool fuse = false; // an observer sees every value, so observed runs do not fuse
   std::vector<at::Tensor> values;
   std::vector<std::uint32_t> remaining;
+  std::vector<at::Tensor> crossed; // host and device apart: values' copies on the other side, made on first need
   std::int64_t live = 0, peak = 0;
 
   bool mayStayBlocked(BlockedReaders readers) const {
@@ -232,6 +266,13 @@ struct Executor::RunState {
 namespace {
 std::int64_t bytesOf(const at::Tensor& tensor) {
   return tensor.defined() ? static_cast<std::int64_t>(tensor.numel() * tensor.element_size()) : 0;
+}
+
+void countCopy(const at::Tensor& copied, RunStats* stats) {
+  if (!stats)
+    return;
+  ++stats->hostDeviceCopies;
+  stats->hostDeviceCopyBytes += bytesOf(copied);
 }
 } // namespace
 
@@ -387,9 +428,14 @@ Status Executor::runOp(NodeId node, RunState& state) {
   std::vector<at::Tensor> operands;
   operands.reserve(operandValues.size());
   std::int64_t handedOverBytes = 0;
-  for (ir::ValueId value : operandValues) {
+  const Side side = placement_ ? placement_->nodeSide[node] : Side::Device;
+  for (std::size_t k = 0; k < operandValues.size(); ++k) {
+    const ir::ValueId value = operandValues[k];
+    const ReadSide read = placement_ ? operandReadSide(side, kernel, k) : ReadSide::Either;
     if (value == ir::kNoValue) {
       operands.emplace_back();
+    } else if (placement_ && crosses(placement_->valueSide[index(value)], read)) {
+      operands.push_back(crossedOperand(value, read, state));
     } else if (handsOver(value, members, operandValues, state)) {
       handedOverBytes += bytesOf(state.values[index(value)]);
       operands.push_back(std::move(state.values[index(value)]));
@@ -407,6 +453,38 @@ Status Executor::runOp(NodeId node, RunState& state) {
   state.live -= handedOverBytes; // after storeResults counted the peak with them still live
   releaseDeadValues(members, node, state);
   return {};
+}
+
+// A constant's copy is kept for later runs (a Constant node makes the same value each run), as is
+// a parameter's while it is the same tensor and not trained (a trained one changes in place); any
+// other value's lives until its last reader ran.
+at::Tensor Executor::crossedOperand(ir::ValueId value, ReadSide read, RunState& state) {
+  const ir::Graph& g = *graph_;
+  const at::Tensor& source = state.values[index(value)];
+  if (!source.defined() || isSequence(source) || isStringTensor(source))
+    return source;
+  const at::Device target = deviceOf(read == ReadSide::Host ? Side::Host : Side::Device);
+  const NodeId producer = g.producer(value);
+  const bool constant = g.kind(producer) == ir::NodeKind::Op && g.inputs(producer).empty() && g.opType(producer) == "Constant";
+  const bool parameter = g.kind(producer) == ir::NodeKind::Parameter && !source.requires_grad();
+  if (constant || parameter) {
+    at::Tensor& copy = invariantCopies_[index(value)];
+    at::Tensor& from = invariantSources_[index(value)];
+    if (!copy.defined() || (parameter && !from.is_same(source))) {
+      copy = toDense(source).to(target);
+      from = source;
+      countCopy(copy, state.stats);
+    }
+    return copy;
+  }
+  if (state.crossed.empty())
+    state.crossed.resize(g.numValues());
+  at::Tensor& copy = state.crossed[index(value)];
+  if (!copy.defined()) {
+    copy = toDense(source).to(target);
+    countCopy(copy, state.stats);
+  }
+  return copy;
 }
 
 // Whether `value` goes to the kernel rather than a copy of its handle: this node (or group) is its
@@ -449,8 +527,9 @@ Expected<std::vector<at::Tensor>> Executor::callKernel(NodeId node, const FusedG
                                          << "): " << text;
   };
   // A fused group's kernel reads its first node's attributes (a Conv's window, fusion.h).
+  const at::Device device = placement_ ? deviceOf(placement_->nodeSide[node]) : options_.device;
   KernelContext context(g, group ? group->nodes.front() : node, opset_, std::move(operands), this,
-                        &caches_[cacheSlot_[node]], outputMayStayBlocked);
+                        &caches_[cacheSlot_[node]], outputMayStayBlocked, device);
   try {
     if (!stats || !stats->profileOps)
       return kernel.kernel(context);
@@ -484,6 +563,13 @@ Status Executor::storeResults(NodeId node, std::vector<at::Tensor> results, RunS
     }
     if (isBlocked(results[i]) && !state.mayStayBlocked(blockedReaders_[index(outputs[i])]))
       results[i] = toDense(results[i]);
+    // A kernel that made its result from numbers alone may have made it elsewhere: moved to the
+    // side the placement gives the node, so that every reader finds it where it was planned.
+    if (placement_ && !isSequence(results[i]) && !isStringTensor(results[i]) &&
+        results[i].device() != deviceOf(placement_->nodeSide[node])) {
+      results[i] = results[i].to(deviceOf(placement_->nodeSide[node]));
+      countCopy(results[i], state.stats);
+    }
     at::Tensor& stored = state.values[index(outputs[i])];
     stored = std::move(results[i]);
     state.live += bytesOf(stored);
@@ -508,6 +594,8 @@ void Executor::releaseDeadValues(std::span<const NodeId> readers, NodeId produce
       if (producerKind == ir::NodeKind::Op)
         state.live -= bytesOf(state.values[index(value)]);
       state.values[index(value)] = at::Tensor();
+      if (!state.crossed.empty())
+        state.crossed[index(value)] = at::Tensor();
     }
   for (ir::ValueId value : g.outputs(producer))
     if (state.remaining[index(value)] == 0 && state.values[index(value)].defined()) {

@@ -7,7 +7,9 @@
 // private layout (the CPU wing's: oneDNN's blocked one) stays so while every reader takes that
 // layout (kernel.h, Layouts), and is made dense once otherwise; graph outputs and observed values
 // are always dense. Unobserved runs run fused node groups (fusion.h: MatMul+Add bias, GELU) as one
-// kernel each. How weights are held is the device wing's (device_wing.h, WeightPlan).
+// kernel each. How weights are held is the device wing's (device_wing.h, WeightPlan). On a device
+// with its own memory, shape arithmetic runs on the host and values cross only where a reader
+// needs them on the other side, once per value and run (value_placement.h).
 // Complexity: O(V + E) bookkeeping per run besides the kernels.
 #pragma once
 
@@ -27,6 +29,7 @@
 #include "runtime/engine/recompute.h"
 #include "runtime/engine/small_op_memo.h"
 #include "runtime/engine/tensors.h"
+#include "runtime/engine/value_placement.h"
 
 namespace cleave::runtime {
 
@@ -40,6 +43,9 @@ struct ExecutorOptions {
   // tensor per storage (an ONNX alias of a parameter is the same tensor); fusion, the blocked
   // layout and oneDNN's direct products are off, so every op records its backward.
   bool trainable = false;
+  // Values placed by host and device memory (value_placement.h): always where the device is not
+  // the CPU; tests turn it on for the CPU, where each crossing is a no-op counted all the same.
+  bool separateHostMemory = false;
 };
 
 enum class OutputLayout : std::uint8_t { Dense, AsComputed };
@@ -51,6 +57,9 @@ struct RunStats {
   bool profileOps = false;              // in: time every kernel
   std::map<std::string, double> secondsByOp;   // out with profileOps: kernel seconds per op type
   std::map<std::string, double> secondsByNode; // out with profileOps: kernel seconds per node name
+  // Copies between host and device memory (value_placement.h), and their bytes: the crossings of
+  // values ops made, and the first copy of each parameter or constant (kept after it).
+  std::int64_t hostDeviceCopies = 0, hostDeviceCopyBytes = 0;
 };
 
 class Executor {
@@ -73,6 +82,9 @@ public:
                           OutputLayout outputLayout = OutputLayout::Dense);
 
   const ir::Graph& graph() const { return *graph_; }
+  // Where values live, when host and device memory are apart (ExecutorOptions::separateHostMemory).
+  const ValuePlacement* placement() const { return placement_ ? &*placement_ : nullptr; }
+  const IdVector<ir::NodeId, KernelEntry>& kernels() const { return kernels_; }
   at::Device device() const { return options_.device; }
   // With ExecutorOptions::trainable: each trained tensor once, under its storage owner's name, in
   // parameter order; the optimizer updates them in place and later runs read the new values.
@@ -92,7 +104,10 @@ private:
   friend class KernelContext; // builds subgraph executors through subgraph()
   Executor() = default;
   Executor& subgraph(ir::NodeId node, std::string_view attribute);
-  Expected<at::Tensor> parameterTensor(ir::ParamId param);
+  Status resolveKernels();
+  Status loadParameters();
+  Expected<at::Tensor> parameterTensor(ir::ParamId param, Side side);
+  at::Device deviceOf(Side side) const { return side == Side::Host ? at::Device(at::kCPU) : options_.device; }
 
   // One run's values in flight: by value id, the uses still to come, live and peak bytes.
   struct RunState;
@@ -117,6 +132,9 @@ private:
                                                std::vector<at::Tensor> operands, bool outputMayStayBlocked,
                                                RunStats* stats);
   Status storeResults(ir::NodeId node, std::vector<at::Tensor> results, RunState& state) const;
+  // Operand `value` as a reader on `read` takes it: the value itself, or its copy on the other
+  // side (made once per run; once per executor for a parameter's or constant's).
+  at::Tensor crossedOperand(ir::ValueId value, ReadSide read, RunState& state);
   void releaseDeadValues(std::span<const ir::NodeId> readers, ir::NodeId producer, RunState& state) const;
   bool handsOver(ir::ValueId value, std::span<const ir::NodeId> members, std::span<const ir::ValueId> operands,
                  const RunState& state) const;
@@ -130,6 +148,11 @@ private:
   // where the device wing alone holds it: its readers' caches do), and whether it was loaded.
   std::vector<at::Tensor> storageTensors_;
   std::vector<bool> storageLoaded_;
+  std::vector<Side> storageSide_;
+  // Host and device memory apart: each node's and value's side; per value made by a parameter or
+  // constant, its copy on the other side and the tensor it was copied from.
+  std::optional<ValuePlacement> placement_;
+  std::vector<at::Tensor> invariantCopies_, invariantSources_;
   // The device wing's say over how weights are held (device_wing.h); null where no wing serves
   // the device (every weight then held as loaded).
   std::unique_ptr<WeightPlan> weightPlan_;

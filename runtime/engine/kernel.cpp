@@ -88,8 +88,8 @@ std::vector<std::int64_t> KernelContext::ints(std::size_t i) const {
   return std::vector<std::int64_t>(p, p + values.numel());
 }
 
-void KernelTable::add(std::string opType, Kernel kernel, Layouts layouts) {
-  entries_.emplace_back(std::move(opType), KernelEntry{kernel, layouts});
+void KernelTable::add(std::string opType, Kernel kernel, Layouts layouts, OperandMemory memory) {
+  entries_.emplace_back(std::move(opType), KernelEntry{kernel, layouts, memory});
 }
 
 const KernelEntry* KernelTable::find(std::string_view domain, std::string_view opType) const {

@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,12 +43,17 @@ struct KernelError : std::runtime_error {
 class KernelContext {
 public:
   // `owner` builds subgraph executors (Loop/If bodies); null where there are none to build.
+  // `device`: where the node runs (value_placement.h), on which tensors it makes from nothing go.
   KernelContext(const ir::Graph& graph, ir::NodeId node, std::int64_t opset, std::vector<at::Tensor> inputs,
-                Executor* owner = nullptr, KernelCache* cache = nullptr, bool outputMayStayBlocked = false)
+                Executor* owner = nullptr, KernelCache* cache = nullptr, bool outputMayStayBlocked = false,
+                at::Device device = at::kCPU)
       : graph_(graph), node_(node), opset_(opset), inputs_(std::move(inputs)), owner_(owner), cache_(cache),
-        outputMayStayBlocked_(outputMayStayBlocked) {}
+        outputMayStayBlocked_(outputMayStayBlocked), device_(device) {}
 
   std::int64_t opset() const { return opset_; }
+  // The device the node runs on: a kernel that makes a tensor from numbers alone (Range,
+  // ConstantOfShape) makes it here.
+  at::Device device() const { return device_; }
   const ir::Graph& graph() const { return graph_; }
   ir::NodeId node() const { return node_; }
   std::size_t numOutputs() const { return graph_.outputs(node_).size(); }
@@ -91,6 +97,7 @@ private:
   Executor* owner_;
   KernelCache* cache_;
   bool outputMayStayBlocked_;
+  at::Device device_;
 };
 
 using Kernel = std::vector<at::Tensor> (*)(KernelContext&);
@@ -103,15 +110,35 @@ using Kernel = std::vector<at::Tensor> (*)(KernelContext&);
 // turns them dense for every other reader.
 enum class Layouts : std::uint8_t { Dense, DenseOrBlocked };
 
+// Where a kernel reads its operands, as ONNX Runtime's kernels declare memory types: an operand
+// whose bit is set in `host` is read into C++ numbers (a Reshape's shape, a Slice's bounds, a
+// Loop's trip count), so the executor hands it over on the host; one in `sizesOnly` is read for
+// its sizes alone (Shape, Size), wherever it lives; every other operand on the executor's device.
+// The executor places values by them (value_placement.h). Operands past 31 are device operands.
+struct OperandMemory {
+  std::uint32_t host = 0, sizesOnly = 0;
+};
+constexpr std::uint32_t operandBits(std::initializer_list<unsigned> operands) {
+  std::uint32_t bits = 0;
+  for (unsigned k : operands)
+    bits |= std::uint32_t{1} << k;
+  return bits;
+}
+constexpr OperandMemory hostOperands(std::initializer_list<unsigned> operands) { return {operandBits(operands), 0}; }
+
 struct KernelEntry {
   Kernel kernel = nullptr;
   Layouts layouts = Layouts::Dense;
+  OperandMemory memory;
+  bool readsOnHost(std::size_t operand) const { return operand < 32 && (memory.host >> operand & 1u); }
+  bool readsSizesOnly(std::size_t operand) const { return operand < 32 && (memory.sizesOnly >> operand & 1u); }
 };
 
 // Op type (in the default ONNX domain unless spelled "domain::Op") -> kernel.
 class KernelTable {
 public:
-  void add(std::string opType, Kernel kernel, Layouts layouts = Layouts::Dense);
+  void add(std::string opType, Kernel kernel, Layouts layouts = Layouts::Dense, OperandMemory memory = {});
+  void add(std::string opType, Kernel kernel, OperandMemory memory) { add(std::move(opType), kernel, Layouts::Dense, memory); }
   const KernelEntry* find(std::string_view domain, std::string_view opType) const; // null when none
   std::vector<std::string> names() const; // sorted
 

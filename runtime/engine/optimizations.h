@@ -32,6 +32,11 @@ struct Optimizations {
   // Not the executor's: a cut model's neighbouring submodules on one backend run as one joined
   // graph, fusing across their seams (cut_model.h).
   bool joinSeams = true;
+  // Not on by default: let a CUDA device's float32 products and convolutions run on TF32 tensor
+  // cores (cleave run --tf32; the CUDA wing sets it, runtime/cuda/cuda_wing.cpp). Faster, with
+  // about 1e-3 relative error, which float32's verify tolerances do not allow; off, float32 stays
+  // float32 (PyTorch's default for products; cleave's for convolutions too).
+  bool tf32 = false;
 };
 
 } // namespace cleave::runtime

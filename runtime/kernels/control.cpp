@@ -219,10 +219,10 @@ std::vector<at::Tensor> runSubgraph(Executor& body, const TensorMap& feeds) {
 }
 
 void registerControlKernels(KernelTable& t) {
-  t.add("Loop", loop);
+  t.add("Loop", loop, hostOperands({0, 1}));
   t.add("Scan", scan);
   t.add("cleave::Scan8", scan8);
-  t.add("If", branch);
+  t.add("If", branch, hostOperands({0}));
 }
 
 } // namespace cleave::runtime

@@ -110,7 +110,7 @@ void registerElementwiseKernels(KernelTable& t) {
     if (c.numOutputs() > 1)
       out.push_back(at::ones_like(c.input(0), at::TensorOptions().dtype(at::kBool)));
     return out;
-  });
+  }, hostOperands({1, 2}));
   // Activations with attributes.
   t.add("LeakyRelu", [](KernelContext& c) -> Outputs { return {at::leaky_relu(c.input(0), c.floatAttr("alpha", 0.01f))}; });
   t.add("Elu", [](KernelContext& c) -> Outputs { return {at::elu(c.input(0), c.floatAttr("alpha", 1.0f))}; });

@@ -243,9 +243,23 @@ Layouts fusedLayouts(FusedGroup::Kind kind) {
   default: return Layouts::Dense;
   }
 }
+
+// The operands read as numbers (kernel.h, OperandMemory): the shuffles' two Reshape shapes,
+// LayerNorm's epsilon, a fused Clip's bounds.
+OperandMemory fusedOperandMemory(FusedGroup::Kind kind) {
+  switch (kind) {
+  case FusedGroup::Kind::ChannelShuffle:
+  case FusedGroup::Kind::ConcatChannelShuffle: return hostOperands({0, 1});
+  case FusedGroup::Kind::LayerNorm: return hostOperands({1});
+  case FusedGroup::Kind::ConvClip: return hostOperands({3, 4});
+  default: return {};
+  }
+}
 } // namespace
 
-KernelEntry fusedKernel(FusedGroup::Kind kind) { return {fusedKernelFunction(kind), fusedLayouts(kind)}; }
+KernelEntry fusedKernel(FusedGroup::Kind kind) {
+  return {fusedKernelFunction(kind), fusedLayouts(kind), fusedOperandMemory(kind)};
+}
 
 const char* fusedName(FusedGroup::Kind kind) {
   switch (kind) {

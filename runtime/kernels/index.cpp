@@ -191,7 +191,7 @@ void registerIndexKernels(KernelTable& t) {
   t.add("Scatter", scatterElements); // opset 9-10 name, converted models keep it rarely
   t.add("GatherND", gatherNd);
   t.add("ScatterND", scatterNd);
-  t.add("OneHot", oneHot);
+  t.add("OneHot", oneHot, hostOperands({1}));
   t.add("Compress", compress);
   t.add("ReverseSequence", reverseSequence);
 }

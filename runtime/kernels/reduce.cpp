@@ -116,19 +116,19 @@ Outputs topK(KernelContext& c) {
 } // namespace
 
 void registerReduceKernels(KernelTable& t) {
-  t.add("ReduceMean", reduce<Reduction::Mean, 18>);
-  t.add("ReduceSum", reduce<Reduction::Sum, 13>);
-  t.add("ReduceMax", reduce<Reduction::Max, 18>);
-  t.add("ReduceMin", reduce<Reduction::Min, 18>);
-  t.add("ReduceProd", reduce<Reduction::Prod, 18>);
-  t.add("ReduceL1", reduce<Reduction::L1, 18>);
-  t.add("ReduceL2", reduce<Reduction::L2, 18>);
-  t.add("ReduceLogSum", reduce<Reduction::LogSum, 18>);
-  t.add("ReduceLogSumExp", reduce<Reduction::LogSumExp, 18>);
-  t.add("ReduceSumSquare", reduce<Reduction::SumSquare, 18>);
+  t.add("ReduceMean", reduce<Reduction::Mean, 18>, hostOperands({1}));
+  t.add("ReduceSum", reduce<Reduction::Sum, 13>, hostOperands({1}));
+  t.add("ReduceMax", reduce<Reduction::Max, 18>, hostOperands({1}));
+  t.add("ReduceMin", reduce<Reduction::Min, 18>, hostOperands({1}));
+  t.add("ReduceProd", reduce<Reduction::Prod, 18>, hostOperands({1}));
+  t.add("ReduceL1", reduce<Reduction::L1, 18>, hostOperands({1}));
+  t.add("ReduceL2", reduce<Reduction::L2, 18>, hostOperands({1}));
+  t.add("ReduceLogSum", reduce<Reduction::LogSum, 18>, hostOperands({1}));
+  t.add("ReduceLogSumExp", reduce<Reduction::LogSumExp, 18>, hostOperands({1}));
+  t.add("ReduceSumSquare", reduce<Reduction::SumSquare, 18>, hostOperands({1}));
   t.add("ArgMax", argExtreme<true>);
   t.add("ArgMin", argExtreme<false>);
-  t.add("TopK", topK);
+  t.add("TopK", topK, hostOperands({1}));
   t.add("CumSum", [](KernelContext& c) -> Outputs {
     at::Tensor x = c.input(0);
     std::int64_t axis = normalizeAxis(c.input(1).item<std::int64_t>(), x.dim());
@@ -139,7 +139,7 @@ void registerReduceKernels(KernelTable& t) {
     if (exclusive)
       sums = sums - x;
     return {reverse ? sums.flip(axis) : sums};
-  });
+  }, hostOperands({1}));
 }
 
 } // namespace cleave::runtime

@@ -303,7 +303,7 @@ Outputs resize(KernelContext& c) {
 } // namespace
 
 void registerResizeKernels(KernelTable& t) {
-  t.add("Resize", resize);
+  t.add("Resize", resize, hostOperands({1, 2, 3}));
 }
 
 } // namespace cleave::runtime

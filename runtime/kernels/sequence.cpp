@@ -139,11 +139,11 @@ Outputs optionalGetElement(KernelContext& c) {
 void registerSequenceKernels(KernelTable& t) {
   t.add("SequenceEmpty", sequenceEmpty);
   t.add("SequenceConstruct", sequenceConstruct);
-  t.add("SequenceInsert", sequenceInsert);
-  t.add("SequenceAt", sequenceAt);
-  t.add("SequenceErase", sequenceErase);
+  t.add("SequenceInsert", sequenceInsert, hostOperands({2}));
+  t.add("SequenceAt", sequenceAt, hostOperands({1}));
+  t.add("SequenceErase", sequenceErase, hostOperands({1}));
   t.add("SequenceLength", sequenceLength);
-  t.add("SplitToSequence", splitToSequence);
+  t.add("SplitToSequence", splitToSequence, hostOperands({1}));
   t.add("ConcatFromSequence", concatFromSequence);
   t.add("SequenceMap", sequenceMap);
   t.add("Optional", optional);

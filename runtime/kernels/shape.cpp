@@ -194,11 +194,11 @@ void registerShapeKernels(KernelTable& t) {
     start = std::clamp(start < 0 ? start + rank : start, std::int64_t{0}, rank);
     end = std::clamp(end < 0 ? end + rank : end, std::int64_t{0}, rank);
     return {longTensor(std::vector<std::int64_t>(dims.begin() + start, dims.begin() + std::max(start, end)))};
-  });
+  }, OperandMemory{0, operandBits({0})});
   t.add("Size", [](KernelContext& c) -> Outputs {
     return {at::scalar_tensor(c.input(0).numel(), at::TensorOptions().dtype(at::kLong))};
-  });
-  t.add("Reshape", reshape);
+  }, OperandMemory{0, operandBits({0})});
+  t.add("Reshape", reshape, hostOperands({1}));
   t.add("Transpose", [](KernelContext& c) -> Outputs {
     const at::Tensor& x = c.input(0);
     std::vector<std::int64_t> perm = c.intsAttr("perm");
@@ -222,7 +222,7 @@ void registerShapeKernels(KernelTable& t) {
       x = x.squeeze(a);
     }
     return {x};
-  });
+  }, hostOperands({1}));
   t.add("Unsqueeze", [](KernelContext& c) -> Outputs {
     at::Tensor x = c.input(0);
     std::vector<std::int64_t> axes = axesOf(c, 1, 13);
@@ -233,7 +233,7 @@ void registerShapeKernels(KernelTable& t) {
     for (std::int64_t a : axes)
       x = x.unsqueeze(a);
     return {x};
-  });
+  }, hostOperands({1}));
   t.add("Concat", [](KernelContext& c) -> Outputs {
     std::vector<at::Tensor> parts;
     for (std::size_t i = 0; i < c.numInputs(); ++i)
@@ -253,8 +253,8 @@ void registerShapeKernels(KernelTable& t) {
         sizes.push_back(std::min(chunk, left));
     }
     return at::split_with_sizes(x, sizes, axis);
-  });
-  t.add("Slice", slice);
+  }, hostOperands({1}));
+  t.add("Slice", slice, hostOperands({1, 2, 3, 4}));
   t.add("Gather", gather);
   t.add("GatherElements", [](KernelContext& c) -> Outputs {
     const at::Tensor& data = c.input(0);
@@ -265,23 +265,25 @@ void registerShapeKernels(KernelTable& t) {
     const at::Tensor& x = c.input(0);
     std::vector<std::int64_t> shape = at::infer_size(x.sizes(), c.ints(1));
     return {x.expand(shape)};
-  });
-  t.add("Tile", [](KernelContext& c) -> Outputs { return {c.input(0).repeat(c.ints(1))}; });
-  t.add("Pad", pad);
+  }, hostOperands({1}));
+  t.add("Tile", [](KernelContext& c) -> Outputs { return {c.input(0).repeat(c.ints(1))}; }, hostOperands({1}));
+  t.add("Pad", pad, hostOperands({1, 2, 3}));
   t.add("Range", [](KernelContext& c) -> Outputs {
     const at::Tensor& start = c.input(0);
-    return {at::arange(start.item(), c.input(1).item(), c.input(2).item(), at::TensorOptions().dtype(start.scalar_type()))};
-  });
+    return {at::arange(start.item(), c.input(1).item(), c.input(2).item(),
+                      at::TensorOptions().dtype(start.scalar_type()).device(c.device()))};
+  }, hostOperands({0, 1, 2}));
   t.add("Trilu", [](KernelContext& c) -> Outputs {
     std::int64_t k = c.has(1) ? c.input(1).item<std::int64_t>() : 0;
     return {c.intAttr("upper", 1) ? at::triu(c.input(0), k) : at::tril(c.input(0), k)};
-  });
+  }, hostOperands({1}));
   t.add("ConstantOfShape", [](KernelContext& c) -> Outputs {
     at::Tensor value = c.tensorAttr("value");
     if (!value.defined())
       value = at::zeros({1}, at::TensorOptions().dtype(at::kFloat));
-    return {at::full(c.ints(0), value.flatten()[0].item(), at::TensorOptions().dtype(value.scalar_type()))};
-  });
+    return {at::full(c.ints(0), value.flatten()[0].item(),
+                    at::TensorOptions().dtype(value.scalar_type()).device(c.device()))};
+  }, hostOperands({0}));
   t.add("NonZero", [](KernelContext& c) -> Outputs { return {at::nonzero(c.input(0)).t().contiguous()}; });
 }
 

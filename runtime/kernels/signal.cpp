@@ -114,12 +114,12 @@ Outputs melWeightMatrix(KernelContext& c) {
 } // namespace
 
 void registerSignalKernels(KernelTable& t) {
-  t.add("HannWindow", [](KernelContext& c) -> Outputs { return window(c, Window::Hann); });
-  t.add("HammingWindow", [](KernelContext& c) -> Outputs { return window(c, Window::Hamming); });
-  t.add("BlackmanWindow", [](KernelContext& c) -> Outputs { return window(c, Window::Blackman); });
-  t.add("DFT", dft);
-  t.add("STFT", stft);
-  t.add("MelWeightMatrix", melWeightMatrix);
+  t.add("HannWindow", [](KernelContext& c) -> Outputs { return window(c, Window::Hann); }, hostOperands({0}));
+  t.add("HammingWindow", [](KernelContext& c) -> Outputs { return window(c, Window::Hamming); }, hostOperands({0}));
+  t.add("BlackmanWindow", [](KernelContext& c) -> Outputs { return window(c, Window::Blackman); }, hostOperands({0}));
+  t.add("DFT", dft, hostOperands({1}));
+  t.add("STFT", stft, hostOperands({1, 3}));
+  t.add("MelWeightMatrix", melWeightMatrix, hostOperands({0, 1, 2, 3, 4}));
 }
 
 } // namespace cleave::runtime

@@ -381,10 +381,10 @@ Outputs roiAlign(KernelContext& c) {
 void registerSpatialKernels(KernelTable& t) {
   t.add("RoiAlign", roiAlign);
   t.add("GridSample", gridSample);
-  t.add("MaxUnpool", maxUnpool);
+  t.add("MaxUnpool", maxUnpool, hostOperands({2}));
   t.add("LRN", lrn);
   t.add("MeanVarianceNormalization", meanVarianceNormalization);
-  t.add("NonMaxSuppression", nonMaxSuppression);
+  t.add("NonMaxSuppression", nonMaxSuppression, hostOperands({2, 3, 4}));
 }
 
 } // namespace cleave::runtime

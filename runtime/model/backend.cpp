@@ -26,6 +26,7 @@ public:
               std::optional<at::ScalarType> floatType = std::nullopt)
       : name_(std::move(name)), device_(device), optimizations_(optimizations), floatType_(floatType) {}
   const std::string& name() const override { return name_; }
+  at::Device device() const override { return device_; }
   Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const override {
     CLEAVE_TRY(std::unique_ptr<Executor> executor, makeExecutor(std::move(graph), false));
     return std::unique_ptr<LoweredModule>(new ExecutorModule(std::move(executor), device_));
@@ -63,6 +64,7 @@ public:
   ProfileBackend(std::string name, support::Profile profile, Optimizations optimizations)
       : name_(std::move(name)), profile_(std::move(profile)), optimizations_(optimizations) {}
   const std::string& name() const override { return name_; }
+  at::Device device() const override { return at::kCPU; }
   Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const override {
     CLEAVE_CHECK(checkSupported(*graph));
     return AtenBackend("aten-cpu", at::kCPU, optimizations_).lower(std::move(graph));

@@ -38,6 +38,8 @@ class Backend {
 public:
   virtual ~Backend() = default;
   virtual const std::string& name() const = 0;
+  // The device its modules run on.
+  virtual at::Device device() const = 0;
   // Fails: Unsupported (an op this backend cannot run, named with its node).
   virtual Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const = 0;
   // The graph as a trainable executor on this backend's device (ExecutorOptions::trainable: its

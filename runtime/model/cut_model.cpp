@@ -164,6 +164,8 @@ Expected<TensorMap> CutModel::runUnit(std::size_t u, const TensorMap& values, Ru
   }
   auto start = std::chrono::steady_clock::now();
   Expected<TensorMap> results = unit.module->run(feeds, stats, nullptr, OutputLayout::AsComputed);
+  if (seconds) // a device's kernels may still be running: its time is theirs too
+    synchronizeDevice(unit.module->device());
   if (seconds)
     *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!results)

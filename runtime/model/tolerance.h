@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace cleave::runtime {
 
@@ -16,5 +17,15 @@ struct AllClose {
 
 // What `cleave verify`, `split --preview --backend` and `minimize` hold a cut to by default.
 inline constexpr AllClose kCutTolerance{1e-4, 1e-5, ToleranceScale::Output};
+// A cut run on a CUDA device with TF32 products (Optimizations::tf32): TF32 keeps 10 of float32's
+// 23 mantissa bits, so a product errs by about 1e-3 of its magnitude.
+inline constexpr AllClose kTf32CutTolerance{1e-2, 1e-5, ToleranceScale::Output};
+
+// What verify holds a cut on `backend` to against the CPU's float32 run, unless told otherwise:
+// float32 on any device at kCutTolerance (a GPU's float32 kernels reassociate sums as the CPU's
+// do, within it); TF32 on aten-cuda at kTf32CutTolerance.
+constexpr AllClose cutToleranceFor(std::string_view backend, bool tf32) {
+  return backend == "aten-cuda" && tf32 ? kTf32CutTolerance : kCutTolerance;
+}
 
 } // namespace cleave::runtime

@@ -563,6 +563,8 @@ CASES = [
     Case("cli-numbers", "unknown-recompute", nothing,
          ["schedule", "--stages", "4", "--microbatches", "4", "--recompute", "layer", "--simulate"],
          r"unknown recompute 'layer'", exit=2),
+    Case("cli-numbers", "tf32-off-cuda", example("cnn.onnx"), ["run", CNN, "--tf32"],
+         r"--tf32 applies to --backend aten-cuda; aten-cpu computes float32 as float32", exit=2),
     Case("cli-numbers", "infinite-rtol", example("cnn.onnx"), ["verify", CNN, "{work}", "--rtol", "inf"],
          r"--rtol: 'inf' is not a finite number", exit=2),
     Case("cli-numbers", "nan-flops", example("cnn.onnx"), ["partition", CNN, "--devices", CNN, "--flops", "nan"],

@@ -1,7 +1,8 @@
 // tests/onnx_backend/backend_suite.cpp - ONNX's own backend test suite (Debian's libonnx-testdata)
 // through cleave's runtime, in one process.
 //
-// usage: cleave_onnx_backend_suite DATA_DIR EXPECTED_FAILURES [--write-expected FILE] [SUITE...]
+// usage: cleave_onnx_backend_suite DATA_DIR EXPECTED_FAILURES [--write-expected FILE]
+//                                  [--separate-host-memory] [SUITE...]
 //
 // For every case DATA_DIR/SUITE/CASE (model.onnx and test_data_set_N/{input,output}_K.pb): read
 // the model, lower it on aten-cpu, feed each data set's inputs to the graph inputs in order and
@@ -10,10 +11,14 @@
 // failed run. Prints the pass count per suite, and fails when a case fails that
 // EXPECTED_FAILURES ("suite/case<TAB>reason" lines) does not list; listed cases that pass are
 // reported so the list can shrink. --write-expected writes the current failures with reasons.
+// --separate-host-memory runs each model on an executor that places values by host and device
+// memory (runtime/engine/value_placement.h) as a GPU's does, on the CPU: every kernel then reads
+// its operands where the placement hands them over, with no GPU needed to check it.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -32,6 +37,22 @@ using namespace cleave;
 namespace {
 
 constexpr unsigned kCaseSeconds = 60;
+bool gSeparateHostMemory = false;
+
+// The case's model as a GPU backend would run it (--separate-host-memory), else lowered on aten-cpu.
+using RunCase = std::function<Expected<runtime::TensorMap>(const runtime::TensorMap&)>;
+
+Expected<RunCase> lowerCase(std::shared_ptr<const ir::Graph> graph) {
+  if (gSeparateHostMemory) {
+    runtime::ExecutorOptions options;
+    options.separateHostMemory = true;
+    CLEAVE_TRY(std::shared_ptr<runtime::Executor> executor, runtime::Executor::create(std::move(graph), options));
+    return RunCase([executor](const runtime::TensorMap& inputs) { return executor->run(inputs); });
+  }
+  CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend("aten-cpu"));
+  CLEAVE_TRY(std::shared_ptr<runtime::LoweredModule> lowered, backend->lower(std::move(graph)));
+  return RunCase([lowered](const runtime::TensorMap& inputs) { return lowered->run(inputs); });
+}
 
 // The first line of an error message, without the model's path, so the expected-failures file
 // does not depend on where the data lives.
@@ -60,10 +81,7 @@ std::string runCase(const fs::path& dir) {
   if (!graph)
     return reasonOf(graph.error().message(), where);
   auto shared = std::make_shared<const ir::Graph>(std::move(*graph));
-  Expected<std::unique_ptr<runtime::Backend>> backend = runtime::makeBackend("aten-cpu");
-  if (!backend)
-    return reasonOf(backend.error().message(), where);
-  Expected<std::unique_ptr<runtime::LoweredModule>> lowered = (*backend)->lower(shared);
+  auto lowered = lowerCase(shared);
   if (!lowered)
     return reasonOf(lowered.error().message(), where);
   std::vector<fs::path> sets;
@@ -85,7 +103,7 @@ std::string runCase(const fs::path& dir) {
       if (auto bound = inputs->find(std::string(shared->valueName(value))); bound != inputs->end())
         bound->second = asDeclared(bound->second, *shared, value);
     }
-    Expected<runtime::TensorMap> outputs = (*lowered)->run(*inputs);
+    Expected<runtime::TensorMap> outputs = (*lowered)(*inputs);
     if (!outputs)
       return reasonOf(outputs.error().message(), where);
     std::size_t o = 0;
@@ -136,7 +154,8 @@ std::map<std::string, std::string> readExpected(const std::string& path) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::cerr << "usage: cleave_onnx_backend_suite DATA_DIR EXPECTED_FAILURES [--write-expected FILE] [SUITE...]\n";
+    std::cerr << "usage: cleave_onnx_backend_suite DATA_DIR EXPECTED_FAILURES [--write-expected FILE] "
+                 "[--separate-host-memory] [SUITE...]\n";
     return 2;
   }
   fs::path data = argv[1];
@@ -147,6 +166,8 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "--write-expected" && i + 1 < argc)
       writeTo = argv[++i];
+    else if (arg == "--separate-host-memory")
+      gSeparateHostMemory = true;
     else
       suites.push_back(arg);
   }

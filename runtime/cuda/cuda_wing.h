@@ -1,0 +1,22 @@
+// runtime/cuda/cuda_wing.h - the CUDA wing: how executors on a CUDA device hold weights, what the
+// device computes with, and what it measures. Built only against a libtorch with CUDA
+// (CMakeLists.txt: CLEAVE_WITH_CUDA), linked into every binary that runs models, and installed
+// before main (runtime/engine/device_wing.h); the engine never names it.
+//
+// Guarantees, for every executor whose device is a CUDA device:
+//   - weights are held as loaded, on the device (no private layout: cuBLAS and cuDNN take
+//     ATen's dense tensors), shape arithmetic's values on the host (value_placement.h);
+//   - numerics: float32 products and convolutions stay float32 unless Optimizations::tf32
+//     (cleave run --tf32) lets them run on TF32 tensor cores; cuDNN autotunes each convolution
+//     shape once (its first run picks the fastest algorithm for that shape and keeps it);
+//   - peakAllocatedBytes is the caching allocator's peak of allocated bytes since the last
+//     reset, as torch.cuda.max_memory_allocated counts them; synchronize waits for the device.
+// Complexity: O(1) per hook; configure sets three process-wide flags.
+#pragma once
+
+namespace cleave::runtime::cuda {
+
+// Whether this binary holds the CUDA wing (true once linked; the installation runs before main).
+bool wingInstalled();
+
+} // namespace cleave::runtime::cuda
