@@ -54,13 +54,6 @@ def make_model(name, batch):
     return export_zoo.randomize(model).eval(), inputs
 
 
-def export(model, inputs, path):
-    kwargs = {"opset_version": 17, "input_names": ["x"], "output_names": ["output"], "do_constant_folding": True}
-    if "dynamo" in torch.onnx.export.__code__.co_varnames:  # PyTorch 2.x: the TorchScript exporter
-        kwargs["dynamo"] = False
-    torch.onnx.export(model, inputs, path, **kwargs)
-
-
 def synchronize(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -119,7 +112,7 @@ def spread(values):
 def compare(cleave, name, args, device, tmp):
     model, inputs = make_model(name, args.batch)
     path = os.path.join(tmp, f"{name}.onnx")
-    export(model, inputs, path)
+    export_zoo.export_onnx(model, inputs, path, 17, ["x"])
     model, inputs = model.to(device), tuple(t.to(device) for t in inputs)
     backend = "aten-cuda" if device.type == "cuda" else "aten-cpu"
     rounds = []

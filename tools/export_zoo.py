@@ -226,8 +226,26 @@ def spec(tensor):
     return {"dtype": dtype, "dims": list(tensor.shape), "data": tensor.flatten().tolist()}
 
 
+class MissingModule:
+    """Stands for a module that is not installed (torchvision on a bare PyTorch): attributes resolve
+    to itself, and calling it raises ModuleNotFoundError, so the models that need it are skipped
+    while every other entry, and every input drawn, stay as they are."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __getattr__(self, attribute):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        raise ModuleNotFoundError(f"No module named '{self.name}'")
+
+
 def zoo(small):
-    import torchvision
+    try:
+        import torchvision
+    except ImportError:
+        torchvision = MissingModule("torchvision")
     import export_examples
     image = 64 if small else 224
     g = torch.Generator().manual_seed(3)
@@ -294,6 +312,14 @@ def zoo(small):
            (torch.rand(3, 300, 300, generator=g),), ["image"])
 
 
+def export_onnx(model, inputs, path, opset, input_names):
+    """torch.onnx.export with the TorchScript exporter on any PyTorch (2.x's default is dynamo's,
+    which needs onnxscript), static shapes, constants folded, the one output named "output"."""
+    legacy = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
+    torch.onnx.export(model, inputs, path, opset_version=opset, input_names=input_names,
+                      output_names=["output"], do_constant_folding=True, **legacy)
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     if not args:
@@ -309,11 +335,14 @@ def main():
         if os.path.exists(path):
             continue
         torch.manual_seed(0)
-        model = randomize(make()).eval()
+        try:
+            model = randomize(make()).eval()
+        except ModuleNotFoundError as e:
+            print(f"skipped {name}: {e}", flush=True)
+            continue
         # Gradients stay enabled: under no_grad, TransformerEncoderLayer takes its fused fast path
         # (aten::_transformer_encoder_layer_fwd), which has no ONNX export.
-        torch.onnx.export(model, inputs, path + ".tmp", opset_version=opset, input_names=input_names,
-                          output_names=["output"], do_constant_folding=True)
+        export_onnx(model, inputs, path + ".tmp", opset, input_names)
         with open(os.path.join(out_dir, f"{name}.inputs.json"), "w") as f:
             json.dump({n: spec(t) for n, t in zip(input_names, inputs)}, f)
         os.replace(path + ".tmp", path)
