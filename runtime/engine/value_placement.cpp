@@ -94,6 +94,94 @@ void placeOps(const ir::Graph& g, const IdVector<NodeId, KernelEntry>& kernels, 
   }
 }
 
+bool hasSubgraph(const ir::Graph& g, NodeId node) {
+  for (std::string_view name : {"body", "then_branch", "else_branch"})
+    if (g.findAttribute(node, name))
+      return true;
+  return false;
+}
+
+// Chains computed from shapes and constants alone, whatever their ops, whose results only the
+// host reads: a Swin block's padding and attention-mask arithmetic runs Range, ConstantOfShape,
+// Transpose and Expand on shape values, into Pad's pads and Expand's shape. The largest set of
+// device-placed op nodes (no subgraph) such that every operand is made on the host, is a small
+// constant or is made in the set, and every reader outside the set reads its results on the host
+// or for their sizes (a graph output is a device read): the set runs on the host, so no value
+// crosses into or out of it. Removal from an all-candidates start, each node once: O(nodes + edges).
+class HostChains {
+public:
+  HostChains(const ir::Graph& g, const IdVector<NodeId, KernelEntry>& kernels, const std::vector<bool>& free,
+             ValuePlacement& placement)
+      : g_(g), kernels_(kernels), free_(free), placement_(placement), candidate_(g.numNodes(), 0) {}
+
+  void place() {
+    std::vector<NodeId> work;
+    for (std::uint32_t n = 0; n < g_.numNodes(); ++n) {
+      const NodeId node{n};
+      if (g_.kind(node) == ir::NodeKind::Op && placement_.nodeSide[node] == Side::Device && !free_node(node) &&
+          !hasSubgraph(g_, node) && !g_.outputs(node).empty()) {
+        candidate_[node] = 1;
+        work.push_back(node);
+      }
+    }
+    while (!work.empty()) {
+      const NodeId node = work.back();
+      work.pop_back();
+      if (!candidate_[node] || fits(node))
+        continue;
+      candidate_[node] = 0; // its neighbours may no longer fit
+      for (ValueId value : g_.inputs(node))
+        if (value != ir::kNoValue && g_.kind(g_.producer(value)) == ir::NodeKind::Op && candidate_[g_.producer(value)])
+          work.push_back(g_.producer(value));
+      for (ValueId value : g_.outputs(node))
+        for (NodeId reader : g_.users(value))
+          if (candidate_[reader])
+            work.push_back(reader);
+    }
+    for (std::uint32_t n = 0; n < g_.numNodes(); ++n)
+      if (candidate_[NodeId{n}]) {
+        placement_.nodeSide[NodeId{n}] = Side::Host;
+        for (ValueId value : g_.outputs(NodeId{n}))
+          placement_.valueSide[index(value)] = Side::Host;
+      }
+  }
+
+private:
+  bool free_node(NodeId node) const {
+    const auto outputs = g_.outputs(node);
+    return outputs.size() == 1 && free_[index(outputs[0])];
+  }
+
+  bool fits(NodeId node) const {
+    for (ValueId value : g_.inputs(node)) {
+      if (value == ir::kNoValue || free_[index(value)])
+        continue;
+      const NodeId producer = g_.producer(value);
+      const bool inSet = g_.kind(producer) == ir::NodeKind::Op && candidate_[producer];
+      if (!inSet && placement_.valueSide[index(value)] != Side::Host)
+        return false;
+    }
+    for (ValueId value : g_.outputs(node))
+      for (NodeId reader : g_.users(value)) {
+        if (g_.kind(reader) != ir::NodeKind::Op)
+          return false; // a graph output
+        if (candidate_[reader])
+          continue;
+        const auto inputs = g_.inputs(reader);
+        for (std::size_t k = 0; k < inputs.size(); ++k)
+          if (inputs[k] == value && operandReadSide(placement_.nodeSide[reader], kernels_[reader], k) == ReadSide::Device)
+            return false;
+      }
+    return true;
+  }
+
+  const ir::Graph& g_;
+  const IdVector<NodeId, KernelEntry>& kernels_;
+  const std::vector<bool>& free_;
+  ValuePlacement& placement_;
+  IdVector<NodeId, std::uint8_t> candidate_; // 1: still in the set
+};
+
 // Backward decision for run-invariant sources: host when a reader reads it there (a small
 // constant), or when every reader does (any parameter).
 void placeSources(const ir::Graph& g, const IdVector<NodeId, KernelEntry>& kernels, ValuePlacement& placement) {
@@ -142,6 +230,7 @@ ValuePlacement placeValues(const ir::Graph& g, const IdVector<NodeId, KernelEntr
     if (isSmallConstant(g, NodeId{n}))
       free[index(g.outputs(NodeId{n})[0])] = true;
   placeOps(g, kernels, free, placement);
+  HostChains(g, kernels, free, placement).place();
   placeSources(g, kernels, placement);
   return placement;
 }

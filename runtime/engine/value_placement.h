@@ -18,6 +18,9 @@
 //     Concat, Slice, Unsqueeze, Squeeze, Reshape, Identity, small reductions) whose operands all
 //     live on the host (or are small constants) runs on the host: its results are as small as its
 //     operands;
+//   - any op (Range, ConstantOfShape, Expand, Transpose...) in a chain that reads only values made
+//     on the host and is read only on the host (or for its sizes) runs on the host too: a Swin
+//     block's padding and mask arithmetic (the largest such set; no op with a subgraph);
 //   - every other op runs on the device and makes its results there; the operands its kernel
 //     reads on the host are handed over on the host;
 //   - any other parameter lives on the host only when every reader reads it there.
