@@ -118,7 +118,7 @@ public:
     std::vector<NodeId> work;
     for (std::uint32_t n = 0; n < g_.numNodes(); ++n) {
       const NodeId node{n};
-      if (g_.kind(node) == ir::NodeKind::Op && placement_.nodeSide[node] == Side::Device && !free_node(node) &&
+      if (g_.kind(node) == ir::NodeKind::Op && placement_.nodeSide[node] == Side::Device && !isFreeConstant(node) &&
           !hasSubgraph(g_, node) && !g_.outputs(node).empty()) {
         candidate_[node] = 1;
         work.push_back(node);
@@ -147,7 +147,7 @@ public:
   }
 
 private:
-  bool free_node(NodeId node) const {
+  bool isFreeConstant(NodeId node) const {
     const auto outputs = g_.outputs(node);
     return outputs.size() == 1 && free_[index(outputs[0])];
   }
