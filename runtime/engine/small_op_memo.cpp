@@ -27,9 +27,11 @@ bool isSmallDense(const at::Tensor& t) {
          (at::isIntegralType(t.scalar_type(), /*includeBool=*/true) || at::isFloatingType(t.scalar_type()));
 }
 
+// An empty tensor has no data pointer to compare (memcmp of null is undefined even for 0 bytes).
 bool sameTensor(const at::Tensor& remembered, const at::Tensor& now) {
   return remembered.scalar_type() == now.scalar_type() && remembered.sizes() == now.sizes() &&
-         std::memcmp(remembered.data_ptr(), now.data_ptr(), remembered.numel() * remembered.element_size()) == 0;
+         (remembered.numel() == 0 ||
+          std::memcmp(remembered.data_ptr(), now.data_ptr(), remembered.numel() * remembered.element_size()) == 0);
 }
 
 } // namespace
