@@ -94,9 +94,10 @@ void placeOps(const ir::Graph& g, const IdVector<NodeId, KernelEntry>& kernels, 
   }
 }
 
+// Any graph-valued attribute (Loop's and Scan's body, If's branches, SequenceMap's body, ...).
 bool hasSubgraph(const ir::Graph& g, NodeId node) {
-  for (std::string_view name : {"body", "then_branch", "else_branch"})
-    if (g.findAttribute(node, name))
+  for (const ir::Attribute& attribute : g.attributes(node))
+    if (attribute.kind == ir::AttrKind::Graph)
       return true;
   return false;
 }
