@@ -1,5 +1,7 @@
 #include "pipeline/schedule_sim.h"
 
+#include "pipeline/nccl_streams.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -455,6 +457,10 @@ TransportFit checkTransports(const Schedule& schedule) {
     fit.rendezvous = rendezvous.error().message();
   if (Status ordered = checkChannelOrder(schedule); !ordered)
     fit.orderedChannels = ordered.error().message();
+  if (Status channels = checkNccl(schedule, NcclIssue::ChannelStreams, kReceiveLookahead); !channels)
+    fit.ncclChannelStreams = channels.error().message();
+  if (Status pairs = checkNccl(schedule, NcclIssue::PairStreams, 0); !pairs)
+    fit.ncclPairStreams = pairs.error().message();
   return fit;
 }
 

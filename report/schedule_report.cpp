@@ -49,7 +49,9 @@ Json scheduleReportJson(const pipeline::Schedule& schedule, const std::optional<
   if (transports) // "ok", or why not
     summary["transports"] = {{"buffered", "ok"},
                              {"rendezvous", transports->rendezvous.empty() ? "ok" : transports->rendezvous},
-                             {"ordered_channels", transports->orderedChannels.empty() ? "ok" : transports->orderedChannels}};
+                             {"ordered_channels", transports->orderedChannels.empty() ? "ok" : transports->orderedChannels},
+                             {"nccl_channel_streams", transports->ncclChannelStreams.empty() ? "ok" : transports->ncclChannelStreams},
+                             {"nccl_pair_streams", transports->ncclPairStreams.empty() ? "ok" : transports->ncclPairStreams}};
   return summary;
 }
 
@@ -70,7 +72,11 @@ std::string scheduleReportText(const pipeline::Schedule& schedule,
     auto fit = [](const std::string& why) { return why.empty() ? std::string("ok") : "no: " + why; };
     text << "transports: buffered sends (cleave's Gloo runner) ok\n"
          << "  rendezvous sends (a send waits for its receive): " << fit(transports->rendezvous) << "\n"
-         << "  ordered channels (untagged, NCCL): " << fit(transports->orderedChannels) << "\n";
+         << "  ordered channels (untagged, NCCL): " << fit(transports->orderedChannels) << "\n"
+         << "  NCCL as cleave issues it (a stream per channel, receives posted ahead in the sender's order): "
+         << fit(transports->ncclChannelStreams) << "\n"
+         << "  NCCL as PyTorch's pipelining issues it (a stream per rank pair, a batch per action): "
+         << fit(transports->ncclPairStreams) << "\n";
   }
   if (!simulation)
     return text.str();

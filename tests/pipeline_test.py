@@ -304,9 +304,22 @@ class ScheduleCli(TempDirTest):
         self.assertEqual(summary["transports"]["buffered"], "ok")
         self.assertEqual(summary["transports"]["ordered_channels"], "ok")
         self.assertIn("deadlocks", summary["transports"]["rendezvous"])
+        # On NCCL: cleave's issue (a stream per channel) runs it; PyTorch's (a stream per rank
+        # pair, one batch per action) hangs it, each rank's send queued behind the other's.
+        self.assertEqual(summary["transports"]["nccl_channel_streams"], "ok")
+        self.assertIn("the schedule hangs: rank 0 before", summary["transports"]["nccl_pair_streams"])
         code, out, err = run("schedule", "--kind", "gpipe", "--stages", "3", "--microbatches", "4", "--comm")
         self.assertEqual(code, 0, err)
         self.assertIn("rendezvous sends (a send waits for its receive): ok", out)
+        self.assertIn("NCCL as cleave issues it (a stream per channel, receives posted ahead in the sender's order): ok",
+                      out)
+        # Fewer microbatches than stages (torchtitan's hang): blocking sends deadlock, NCCL as
+        # cleave issues it does not.
+        code, out, err = run("schedule", "--kind", "1f1b", "--stages", "4", "--microbatches", "2", "--comm", "--json")
+        self.assertEqual(code, 0, err)
+        transports = json.loads(out)["transports"]
+        self.assertIn("deadlocks", transports["rendezvous"])
+        self.assertEqual(transports["nccl_channel_streams"], "ok")
 
     def test_send_and_receive_costs_lengthen_the_schedule_and_are_not_compute(self):
         def simulate(*extra):

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "io/onnx.h"
+#include "pipeline/nccl_streams.h"
 #include "pipeline/schedule.h"
 #include "plan/plan_file.h"
 #include "runtime/engine/executor.h"
@@ -191,9 +192,9 @@ struct PipelineTrainer::State {
   Expected<double> globalGradientNorm();
 };
 
-// How many compute actions ahead a rank posts its receives: one action's compute covers the
-// next messages' transfer, and a second absorbs jitter; more would only hold buffers longer.
-constexpr std::size_t kReceiveLookahead = 2;
+// How many compute actions ahead a rank posts its receives: pipeline/nccl_streams.h's (the
+// schedule check reports with it).
+constexpr std::size_t kReceiveLookahead = pipeline::kReceiveLookahead;
 
 void PipelineTrainer::State::declareMessageShapes(const TensorMap& chunk, std::size_t m) {
   const SymbolSizes symbols = planShapes->bind(chunk);
