@@ -21,6 +21,7 @@
 #include "plan/plan_file.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/pipeline_train.h"
+#include "runtime/distributed/transport.h"
 #include "runtime/engine/host_memory.h"
 #include "runtime/model/microbatch.h"
 #include "runtime/model/tensor_files.h"
@@ -31,6 +32,7 @@ namespace {
 struct TrainFlags {
   std::string path, dataPath, wholeModelPath;
   std::string backend = "aten-cpu";
+  std::string transport = "auto"; // how ranks talk: auto, gloo or nccl (runtime/distributed/transport.h)
   std::int64_t steps = 1;
   std::vector<double> betas;
   runtime::TrainOptions options;
@@ -134,6 +136,12 @@ void describe(CLI::App& app, TrainFlags& flags) {
   app.add_option("--backend", flags.backend,
                  "where to train: aten-cpu or aten-cuda (a plan's stages on a device whose devices-file entry names a "
                  "backend train there)")
+      ->capture_default_str();
+  app.add_option("--transport", flags.transport,
+                 "plan directories under launch: how the ranks talk. gloo (TCP, CPU tensors), nccl (GPU tensors; "
+                 "a build with CUDA: a stream per channel, receives in each sender's order), or auto: nccl where "
+                 "--backend aten-cuda and this build has it, else gloo")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
       ->capture_default_str();
   app.add_option("--loss", flags.options.loss, "the output that is the loss (default: 'loss', else the only scalar)");
   app.add_option("--model", flags.wholeModelPath,
@@ -275,11 +283,25 @@ struct LayoutCommunicators {
   runtime::distributed::Communicator& ofPipeline() { return pipeline ? *pipeline : *world; }
 };
 
-Expected<LayoutCommunicators> connectLayout(const RankLayout& layout,
+// The transport of --transport: auto is NCCL where the stages train on CUDA and this build has it.
+Expected<std::string> chosenTransport(const TrainFlags& flags) {
+  const std::vector<std::string> names = runtime::distributed::transportNames();
+  const bool built = std::find(names.begin(), names.end(), flags.transport) != names.end();
+  if (flags.transport == "auto") {
+    const bool nccl = std::find(names.begin(), names.end(), "nccl") != names.end();
+    return std::string(flags.backend == "aten-cuda" && nccl ? "nccl" : "gloo");
+  }
+  if (!built)
+    return Error(ErrorCode::InvalidArgument) << "--transport " << flags.transport << ": not in this build (it has "
+                                             << joinStrings(names) << "; NCCL needs a libtorch with CUDA: scripts/gpu-build)";
+  return flags.transport;
+}
+
+Expected<LayoutCommunicators> connectLayout(const RankLayout& layout, const std::string& transport,
                                             const std::optional<runtime::distributed::DistributedEnv>& env) {
   LayoutCommunicators comms{runtime::distributed::Communicator::local(), nullptr, nullptr};
   if (env) {
-    CLEAVE_TRY(comms.world, runtime::distributed::Communicator::connect(*env));
+    CLEAVE_TRY(comms.world, runtime::distributed::Communicator::connect(*env, transport));
   }
   if (layout.replicas() == 1)
     return comms;
@@ -462,6 +484,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
     CLEAVE_TRY(env, runtime::distributed::readDistributedEnv());
   }
   CLEAVE_TRY(const RankLayout layout, rankLayout(flags, env));
+  CLEAVE_TRY(const std::string transport, chosenTransport(flags));
   // Rank 0 alone writes OUT (a plan directory like the input, its stages trained).
   Expected<std::optional<OutputDirectory>> opened =
       layout.rank == 0 ? openOutputDirectory(flags.output, {flags.path, flags.dataPath, flags.wholeModelPath})
@@ -492,7 +515,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
     stageNames += (i ? ", " : "the plan's stages ") + trainer->stageName(i);
   const runtime::CheckpointIdentity identity = checkpointIdentity(flags, layout, stageNames);
   CLEAVE_TRY(std::int64_t first, resumeStep(flags, layout.rank, identity, trainer->trainingState(), err));
-  CLEAVE_TRY(LayoutCommunicators comms, connectLayout(layout, env));
+  CLEAVE_TRY(LayoutCommunicators comms, connectLayout(layout, transport, env));
   CLEAVE_CHECK(trainer->connect(comms.ofPipeline(), comms.replicas.get()));
   StepLoop loop{*comms.world, trainer->trainingState(), identity,
                 [&](std::int64_t step) { return trainer->step(data, step, schedule ? &*schedule : nullptr); },

@@ -26,6 +26,11 @@ def free_port():
         return s.getsockname()[1]
 
 
+# Every distributed run of the tests holds the pipeline trainer to NCCL's rule (a channel's
+# messages meet its receives in order, not by tag) and checks each message's tag on arrival.
+os.environ.setdefault("CLEAVE_DIST_CHECK_ORDER", "1")
+
+
 def launch(nproc, *command):
     """`cleave launch --nproc N -- COMMAND` on a free port, each rank waiting at most 30 s for the
     others; returns (exit code, stdout, stderr)."""

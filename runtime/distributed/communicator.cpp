@@ -1,4 +1,5 @@
 #include "runtime/distributed/communicator.h"
+#include "runtime/distributed/transport.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -24,6 +25,10 @@ namespace cleave::runtime::distributed {
 
 namespace {
 constexpr std::int64_t kMaxRank = 16; // dims a header carries
+// A header: dtype, rank, kMaxRank dims, and the message's tag (checked in-order matching).
+constexpr std::int64_t kHeaderLength = 3 + kMaxRank;
+// In-order matching numbers each channel's messages; Gloo's tags for them wrap below 2^30.
+constexpr std::uint64_t kSequenceWrap = std::uint64_t{1} << 29;
 // The store keys of the first failure: a counter (the first launcher to add 1 writes the
 // message) and the message itself.
 constexpr const char* kFailureCount = "cleave/failures";
@@ -83,46 +88,109 @@ std::vector<int> worldMembers(int worldSize) {
   return members;
 }
 
-class GlooCommunicator final : public Communicator {
+// Gloo over TCP: CPU tensors, matched by tag; its threads are told apart when it starts.
+class GlooTransport final : public Transport {
+public:
+  GlooTransport(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const DistributedEnv& env) : env_(env) {
+    auto options = c10d::ProcessGroupGloo::Options::create(env.timeout);
+    // The transport's threads: those the device (its I/O loop) and the group (its workers) start.
+    const std::vector<pid_t> before = threadIds();
+    options->devices.push_back(transportDevice(env));
+    group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+    threads_ = threadsStartedSince(before);
+  }
+  std::string name() const override { return "gloo"; }
+  bool tagged() const override { return true; }
+  at::Device device() const override { return at::kCPU; }
+  c10::intrusive_ptr<c10d::Work> send(at::Tensor& tensor, int dst, int tag) override {
+    std::vector<at::Tensor> list{tensor};
+    return group_->send(list, dst, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recv(at::Tensor& tensor, int src, int tag) override {
+    std::vector<at::Tensor> list{tensor};
+    return group_->recv(list, src, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> allReduceSum(at::Tensor& tensor) override {
+    std::vector<at::Tensor> list{tensor};
+    return group_->allreduce(list);
+  }
+  c10::intrusive_ptr<c10d::Work> barrier() override { return group_->barrier(); }
+  std::unique_ptr<Transport> subgroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) override {
+    return std::make_unique<GlooTransport>(store, rank, size, env_);
+  }
+  std::vector<pid_t> threads() const override { return threads_; }
+
+private:
+  DistributedEnv env_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  std::vector<pid_t> threads_;
+};
+
+std::map<std::string, TransportFactory>& transportRegistry() {
+  static std::map<std::string, TransportFactory> registry{
+      {"gloo", [](const c10::intrusive_ptr<c10d::Store>& store, const DistributedEnv& env) -> std::unique_ptr<Transport> {
+         return std::make_unique<GlooTransport>(store, env.rank, env.worldSize, env);
+       }}};
+  return registry;
+}
+
+// Point-to-point messages (shape headers, shape keys, posted receives, matching) and reductions
+// over any transport.
+class GroupCommunicator final : public Communicator {
 public:
   // `members`: the world rank of each of the group's ranks (the world: 0 .. worldSize - 1).
-  GlooCommunicator(c10::intrusive_ptr<c10d::TCPStore> store, c10::intrusive_ptr<c10d::ProcessGroupGloo> group,
-                   DistributedEnv env, std::vector<int> members, std::vector<pid_t> transportThreads)
-      : store_(std::move(store)), group_(std::move(group)), env_(std::move(env)), members_(std::move(members)),
-        transportThreads_(std::move(transportThreads)) {
+  GroupCommunicator(c10::intrusive_ptr<c10d::Store> store, std::unique_ptr<Transport> transport, DistributedEnv env,
+                    std::vector<int> members)
+      : store_(std::move(store)), transport_(std::move(transport)), env_(std::move(env)), members_(std::move(members)),
+        transportThreads_(transport_->threads()) {
     groupRank_ = static_cast<int>(std::find(members_.begin(), members_.end(), env_.rank) - members_.begin());
+    if (!transport_->tagged())
+      setMatching(ChannelMatching::InOrder);
   }
 
   int rank() const override { return groupRank_; }
   int worldSize() const override { return static_cast<int>(members_.size()); }
 
-  // Tag 2t carries the header, 2t + 1 the data.
+  // The transport's tag 2t carries the header, 2t + 1 the data; t is the caller's tag, or under
+  // in-order matching the message's number on its channel.
   Status send(const at::Tensor& original, int dst, std::uint32_t tag, std::uint64_t shapeKey) override {
-    at::Tensor tensor = toDense(original).to(at::kCPU).contiguous();
+    at::Tensor tensor = toDense(original).to(transport_->device()).contiguous();
     if (tensor.dim() > kMaxRank)
       return Error(ErrorCode::Unsupported) << "a tensor of rank " << tensor.dim() << " (at most " << kMaxRank << ")";
     std::string what = "send to rank " + std::to_string(members_.at(static_cast<std::size_t>(dst)));
+    const int headerTag = 2 * glooTag(sentOnChannel_[dst], tag), dataTag = headerTag + 1;
+    bool shapeUnknown = true; // at the receiver: its header carries the shape
     if (shapeKey) {
       auto [known, fresh] = sentShapes_.try_emplace({dst, shapeKey}, tensor.scalar_type(), tensor.sizes().vec());
+      shapeUnknown = fresh;
       if (!fresh && (known->second.first != tensor.scalar_type() || known->second.second != tensor.sizes().vec()))
         return Error(ErrorCode::InvalidArgument)
                << "rank " << env_.rank << ": " << what << " (tag " << tag << "): a " << tensor.scalar_type()
                << c10::str(tensor.sizes()) << " where its shape key says " << known->second.first
                << c10::str(at::IntArrayRef(known->second.second))
                << " (from the plan, or the key's first message: the same value for microbatches of the same rows)";
-      if (!fresh)
-        return guarded(what, [&] { post(tensor, dst, static_cast<int>(2 * tag + 1)); });
+      if (!fresh && matching_ != ChannelMatching::InOrderChecked)
+        return guarded(what, [&] { post(tensor, dst, dataTag); });
     }
-    at::Tensor header = at::zeros({2 + kMaxRank}, at::kLong);
+    at::Tensor header = at::zeros({kHeaderLength}, at::kLong);
     header[0] = static_cast<std::int64_t>(tensor.scalar_type());
     header[1] = tensor.dim();
     for (std::int64_t d = 0; d < tensor.dim(); ++d)
       header[2 + d] = tensor.size(d);
-    ++headersSent_;
+    header[kHeaderLength - 1] = static_cast<std::int64_t>(tag);
+    header = header.to(transport_->device());
+    if (shapeUnknown) // not a checked channel's header for a shape already known
+      ++headersSent_;
     return guarded(what, [&] {
-      post(header, dst, static_cast<int>(2 * tag));
-      post(tensor, dst, static_cast<int>(2 * tag + 1));
+      post(header, dst, headerTag);
+      post(tensor, dst, dataTag);
     });
+  }
+
+  void setMatching(ChannelMatching matching) override {
+    if (!transport_->tagged() && matching == ChannelMatching::ByTag)
+      matching = ChannelMatching::InOrder; // it has no tags
+    matching_ = matching == ChannelMatching::InOrder && env_.checkChannelOrder ? ChannelMatching::InOrderChecked : matching;
   }
 
   void declareShape(int peer, std::uint64_t shapeKey, at::ScalarType type, std::vector<std::int64_t> dims) override {
@@ -136,18 +204,17 @@ public:
       return {};
     PostedRecv& posted = slot->second;
     posted.shapeKey = shapeKey;
-    auto known = shapeKey ? receivedShapes_.find({src, shapeKey}) : receivedShapes_.end();
+    posted.glooTag = glooTag(receivedOnChannel_[src], tag);
+    const bool checked = matching_ == ChannelMatching::InOrderChecked;
+    auto known = shapeKey && !checked ? receivedShapes_.find({src, shapeKey}) : receivedShapes_.end();
     if (known != receivedShapes_.end())
       return postData(src, tag, posted, known->second.first, known->second.second);
     // An earlier message of this key carries the header (a channel keeps its order, as the
     // validator requires), so this one travels alone: its data is posted once that header is in.
-    if (shapeKey && !headersPosted_.insert({src, shapeKey}).second)
+    if (shapeKey && !checked && !headersPosted_.insert({src, shapeKey}).second)
       return {};
-    posted.header = at::zeros({2 + kMaxRank}, at::kLong);
-    return guarded(receiveName(src, tag), [&] {
-      std::vector<at::Tensor> list{posted.header};
-      posted.headerWork = group_->recv(list, src, static_cast<int>(2 * tag));
-    });
+    posted.header = at::zeros({kHeaderLength}, at::TensorOptions().dtype(at::kLong).device(transport_->device()));
+    return guarded(receiveName(src, tag), [&] { posted.headerWork = transport_->recv(posted.header, src, 2 * posted.glooTag); });
   }
 
   Expected<at::Tensor> recv(int src, std::uint32_t tag, std::uint64_t shapeKey) override {
@@ -157,10 +224,17 @@ public:
     posted_.erase(slot);
     const std::string what = receiveName(src, tag);
     if (posted.headerWork) {
-      CLEAVE_CHECK(guarded(what, [&] { posted.headerWork->wait(env_.timeout); }));
+      CLEAVE_CHECK(guarded(what, [&] {
+        posted.headerWork->wait(env_.timeout);
+        posted.header = posted.header.to(at::kCPU); // (on a GPU, waits for the header's stream)
+      }));
       const std::int64_t* h = posted.header.data_ptr<std::int64_t>();
       if (h[1] < 0 || h[1] > kMaxRank || h[0] < 0 || h[0] >= static_cast<std::int64_t>(at::ScalarType::NumOptions))
         return Error(ErrorCode::ParseError) << what << ": a corrupt tensor header";
+      if (matching_ == ChannelMatching::InOrderChecked && h[kHeaderLength - 1] != static_cast<std::int64_t>(tag))
+        return Error(ErrorCode::InvalidArgument)
+               << "rank " << env_.rank << ": " << what << " met the message of tag " << h[kHeaderLength - 1]
+               << ": receives posted in another order than the sender's sends (NCCL matches a channel's messages in order)";
       auto type = static_cast<at::ScalarType>(h[0]);
       std::vector<std::int64_t> dims(h + 2, h + 2 + h[1]);
       if (posted.shapeKey) {
@@ -198,20 +272,26 @@ public:
   }
 
   Status barrier() override {
-    return guarded("barrier", [&] { group_->barrier()->wait(env_.timeout); });
+    return guarded("barrier", [&] { transport_->barrier()->wait(env_.timeout); });
   }
 
+  // A tensor elsewhere than the transport's device is summed in a copy there, copied back.
   Status allReduceSum(at::Tensor& tensor) override {
     return guarded("all-reduce", [&] {
-      std::vector<at::Tensor> list{tensor};
-      group_->allreduce(list)->wait(env_.timeout);
+      at::Tensor moved = tensor.to(transport_->device());
+      transport_->allReduceSum(moved)->wait(env_.timeout);
+      if (!moved.is_same(tensor))
+        tensor.copy_(moved);
     });
   }
 
   Status postAllReduceSum(const at::Tensor& tensor) override {
+    if (tensor.device() != transport_->device())
+      return Error(ErrorCode::InvalidArgument) << "an all-reduce posted on " << tensor.device() << " where the "
+                                               << transport_->name() << " transport reduces on " << transport_->device();
     return guarded("all-reduce", [&] {
-      std::vector<at::Tensor> list{tensor};
-      pending_.push_back({group_->allreduce(list), tensor});
+      at::Tensor target = tensor;
+      pending_.push_back({transport_->allReduceSum(target), tensor});
     });
   }
 
@@ -220,12 +300,9 @@ public:
     try {
       auto store = c10::make_intrusive<c10d::PrefixStore>("cleave/group/" + name + "/", store_);
       const int groupRank = static_cast<int>(std::find(members.begin(), members.end(), rank()) - members.begin());
-      auto options = c10d::ProcessGroupGloo::Options::create(env_.timeout);
-      const std::vector<pid_t> before = threadIds();
-      options->devices.push_back(transportDevice(env_));
-      auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, groupRank, static_cast<int>(members.size()), options);
-      return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(
-          store_, std::move(group), env_, std::move(world), threadsStartedSince(before)));
+      std::unique_ptr<Transport> transport = transport_->subgroup(store, groupRank, static_cast<int>(members.size()));
+      return std::unique_ptr<Communicator>(
+          std::make_unique<GroupCommunicator>(store_, std::move(transport), env_, std::move(world)));
     } catch (const std::exception& e) {
       return Error(ErrorCode::InvalidArgument) << "rank " << env_.rank << ": joining the group " << name
                                                << " failed (timeout " << env_.timeout.count()
@@ -274,6 +351,7 @@ private:
   // A receive posted ahead: its header's (when its key has no shape yet), then its data's.
   struct PostedRecv {
     std::uint64_t shapeKey = 0;
+    int glooTag = 0; // the caller's tag, or the message's number on its channel (glooTag())
     at::Tensor header, data;
     c10::intrusive_ptr<c10d::Work> headerWork, dataWork;
   };
@@ -299,10 +377,17 @@ private:
   Status postData(int src, std::uint32_t tag, PostedRecv& posted, at::ScalarType type,
                   const std::vector<std::int64_t>& dims) {
     return guarded(receiveName(src, tag), [&] {
-      posted.data = at::empty(dims, at::TensorOptions().dtype(type));
-      std::vector<at::Tensor> list{posted.data};
-      posted.dataWork = group_->recv(list, src, static_cast<int>(2 * tag + 1));
+      posted.data = at::empty(dims, at::TensorOptions().dtype(type).device(transport_->device()));
+      posted.dataWork = transport_->recv(posted.data, src, 2 * posted.glooTag + 1);
     });
+  }
+
+  // What a message's Gloo tags are made from: the caller's tag, or under in-order matching the
+  // channel's next number (`counter` counts the channel's messages so far).
+  int glooTag(std::uint64_t& counter, std::uint32_t tag) const {
+    if (matching_ == ChannelMatching::ByTag)
+      return static_cast<int>(tag);
+    return static_cast<int>(counter++ % kSequenceWrap);
   }
 
   // Posts one send, keeping the tensor alive until it completes. Sends already done are let go
@@ -310,12 +395,12 @@ private:
   // saving would go into them); a failed one stays for finish() to report.
   void post(const at::Tensor& tensor, int dst, int tag) {
     std::erase_if(pending_, [](const auto& entry) { return entry.first->isCompleted() && !entry.first->exception(); });
-    std::vector<at::Tensor> list{tensor};
-    pending_.push_back({group_->send(list, dst, tag), tensor});
+    at::Tensor sent = tensor;
+    pending_.push_back({transport_->send(sent, dst, tag), tensor});
   }
 
-  c10::intrusive_ptr<c10d::TCPStore> store_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  c10::intrusive_ptr<c10d::Store> store_; // the world's rendezvous (subgroups' prefix it)
+  std::unique_ptr<Transport> transport_;
   DistributedEnv env_; // the world's (its rank names this process in errors)
   std::vector<int> members_; // world rank by group rank
   int groupRank_ = 0;
@@ -323,13 +408,16 @@ private:
   std::map<std::pair<int, std::uint64_t>, std::pair<at::ScalarType, std::vector<std::int64_t>>> sentShapes_,
       receivedShapes_;
   std::size_t headersSent_ = 0;
+  ChannelMatching matching_ = ChannelMatching::ByTag;
+  // In-order matching: messages sent to / receives posted from each peer so far.
+  std::map<int, std::uint64_t> sentOnChannel_, receivedOnChannel_;
   // (peer, shape key) whose first message's header receive is posted and not yet in.
   std::set<std::pair<int, std::uint64_t>> headersPosted_;
   // Receives posted ahead by (peer, tag), until their recv().
   std::map<std::pair<int, std::uint32_t>, PostedRecv> posted_;
   // Posted sends with the tensors they read (kept alive until the send completes).
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> pending_;
-  std::vector<pid_t> transportThreads_; // the threads Gloo started at connect
+  std::vector<pid_t> transportThreads_; // the threads the transport started at connect
 };
 class LocalCommunicator final : public Communicator {
 public:
@@ -346,6 +434,7 @@ public:
     return Error(ErrorCode::InvalidArgument) << "a single process has no rank " << src << " to receive from";
   }
   Status finish() override { return {}; }
+  void setMatching(ChannelMatching) override {}
   std::size_t headersSent() const override { return 0; }
   double transportCpuSeconds() const override { return 0.0; }
   Status barrier() override { return {}; }
@@ -362,7 +451,12 @@ public:
 
 std::unique_ptr<Communicator> Communicator::local() { return std::make_unique<LocalCommunicator>(); }
 
-Expected<std::unique_ptr<Communicator>> Communicator::connect(const DistributedEnv& env) {
+Expected<std::unique_ptr<Communicator>> Communicator::connect(const DistributedEnv& env, const std::string& transport) {
+  auto factory = transportRegistry().find(transport);
+  if (factory == transportRegistry().end())
+    return Error(ErrorCode::InvalidArgument) << "no transport '" << transport << "' in this build (it has "
+                                             << joinStrings(transportNames())
+                                             << "; NCCL needs a libtorch with CUDA: scripts/gpu-build)";
   std::string where = env.masterAddr + ":" + std::to_string(env.masterPort);
   try {
     c10d::TCPStoreOptions options;
@@ -371,18 +465,26 @@ Expected<std::unique_ptr<Communicator>> Communicator::connect(const DistributedE
     options.numWorkers = env.worldSize;
     options.timeout = env.timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(env.masterAddr, options);
-    auto groupOptions = c10d::ProcessGroupGloo::Options::create(env.timeout);
-    // The transport's threads: those the device (its I/O loop) and the group (its workers) start.
-    const std::vector<pid_t> before = threadIds();
-    groupOptions->devices.push_back(transportDevice(env));
-    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.worldSize, groupOptions);
+    std::unique_ptr<Transport> made = factory->second(store, env);
     return std::unique_ptr<Communicator>(
-        std::make_unique<GlooCommunicator>(std::move(store), std::move(group), env, worldMembers(env.worldSize),
-                                           threadsStartedSince(before)));
+        std::make_unique<GroupCommunicator>(std::move(store), std::move(made), env, worldMembers(env.worldSize)));
   } catch (const std::exception& e) {
     return Error(ErrorCode::InvalidArgument) << "rank " << env.rank << ": rendezvous at " << where << " failed (timeout "
                                              << env.timeout.count() << " s): " << firstLine(e.what());
   }
+}
+
+bool registerTransport(const std::string& name, TransportFactory factory) {
+  transportRegistry()[name] = std::move(factory);
+  return true;
+}
+
+std::vector<std::string> transportNames() {
+  std::vector<std::string> names{"gloo"};
+  for (const auto& entry : transportRegistry())
+    if (entry.first != "gloo")
+      names.push_back(entry.first);
+  return names;
 }
 
 void announceFailure(const std::string& masterAddr, std::uint16_t masterPort, const std::string& failure,

@@ -1,6 +1,6 @@
 // runtime/distributed/communicator.h - point-to-point tensors between ranks on PyTorch's own
 // distributed engine: a c10d TCPStore (rank 0 serves it at MASTER_ADDR:MASTER_PORT) and a
-// ProcessGroupGloo over TCP.
+// transport (transport.h): ProcessGroupGloo over TCP, or where libtorch has CUDA, NCCL.
 //
 // Guarantees: connect() returns once every rank has joined, or an Error naming the address and
 // the timeout. send() returns at once (the transfer completes when the receiver posts its
@@ -30,6 +30,11 @@
 // are all computing comes out of the compute.
 // Subgroups (subgroup()): the ranks of one pipeline, or the replicas of one pipeline rank, talk on
 // a group of their own, made from the same store; rank numbers in its errors stay the world's.
+// Matching (matchInOrder): by default a receive meets the send of its tag. NCCL has no tags: the
+// k-th message a rank sends on a channel (to one peer) meets the peer's k-th receive posted from
+// it. A Gloo communicator told to match in order does exactly that (the tag only names the
+// message in errors), so CPU runs hold a caller to NCCL's rule; checked, every message also
+// carries its tag in a header, and a receive that meets another message fails naming both.
 // Complexity: per tensor, its bytes, plus one header of 18 int64 the first time of its key.
 #pragma once
 
@@ -44,9 +49,13 @@
 
 namespace cleave::runtime::distributed {
 
+enum class ChannelMatching : std::uint8_t { ByTag, InOrder, InOrderChecked };
+
 class Communicator {
 public:
-  static Expected<std::unique_ptr<Communicator>> connect(const DistributedEnv& env);
+  // Over `transport` (transport.h: "gloo", or "nccl" where this build has it); fails naming the
+  // transports there are.
+  static Expected<std::unique_ptr<Communicator>> connect(const DistributedEnv& env, const std::string& transport = "gloo");
   // One rank, no peers: what a plan runs on in a single process.
   static std::unique_ptr<Communicator> local();
   virtual ~Communicator() = default;
@@ -61,6 +70,10 @@ public:
   // Starts recv(src, tag, shapeKey) ahead of time; posting one twice is a no-op.
   virtual Status postRecv(int src, std::uint32_t tag, std::uint64_t shapeKey = 0) = 0;
   virtual Status finish() = 0; // waits for every send posted so far
+  // How receives meet sends from now on (above); both ends of a channel set it before its first
+  // message. InOrder becomes InOrderChecked where the environment asks (CLEAVE_DIST_CHECK_ORDER).
+  // A communicator without tags (NCCL) matches in order whatever it is told.
+  virtual void setMatching(ChannelMatching matching) = 0;
   virtual std::size_t headersSent() const = 0; // shape headers sent so far
   // CPU seconds the transport's own threads have run so far (0 for a single process).
   virtual double transportCpuSeconds() const = 0;

@@ -35,6 +35,7 @@ Expected<DistributedEnv> readDistributedEnv(const std::function<const char*(cons
   CLEAVE_TRY(long long localWorldSize, integerVariable(get, "LOCAL_WORLD_SIZE", 0, 1 << 20, "0"));
   CLEAVE_TRY(long long port, integerVariable(get, "MASTER_PORT", 1, 65535));
   CLEAVE_TRY(long long timeout, integerVariable(get, "CLEAVE_DIST_TIMEOUT", 1, 1 << 20, "300"));
+  CLEAVE_TRY(long long checkOrder, integerVariable(get, "CLEAVE_DIST_CHECK_ORDER", 0, 1, "0"));
   const char* addr = get("MASTER_ADDR");
   if (!addr || !*addr)
     return Error(ErrorCode::InvalidArgument) << "MASTER_ADDR is not set (run under `cleave launch`)";
@@ -45,6 +46,7 @@ Expected<DistributedEnv> readDistributedEnv(const std::function<const char*(cons
   env.masterAddr = addr;
   env.masterPort = static_cast<std::uint16_t>(port);
   env.timeout = std::chrono::seconds(timeout);
+  env.checkChannelOrder = checkOrder == 1;
   return env;
 }
 

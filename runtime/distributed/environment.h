@@ -1,6 +1,8 @@
 // runtime/distributed/environment.h - where a rank is, the torchrun way: RANK, WORLD_SIZE,
 // LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (cleave launch sets them), plus
-// CLEAVE_DIST_TIMEOUT (seconds, default 300) for rendezvous and every receive.
+// CLEAVE_DIST_TIMEOUT (seconds, default 300) for rendezvous and every receive, and
+// CLEAVE_DIST_CHECK_ORDER (0 or 1, default 0): a channel matched in order carries each message's
+// tag and checks it (communicator.h; what tests run with).
 //
 // Guarantee: a missing or malformed variable, or an inconsistent set (RANK >= WORLD_SIZE, a port
 // outside 1-65535), is one InvalidArgument naming the variable and what it holds.
@@ -22,6 +24,7 @@ struct DistributedEnv {
   std::string masterAddr;
   std::uint16_t masterPort = 0;
   std::chrono::seconds timeout{300};
+  bool checkChannelOrder = false;
 
   // Whether every rank runs on this host (LOCAL_WORLD_SIZE = WORLD_SIZE); false when unknown.
   bool oneHost() const { return localWorldSize == worldSize; }

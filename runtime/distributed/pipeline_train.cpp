@@ -20,6 +20,7 @@
 #include "runtime/model/plan_backends.h"
 #include "runtime/training/split_backward.h"
 #include "runtime/distributed/plan_shapes.h"
+#include "runtime/distributed/receive_order.h"
 #include "runtime/distributed/replica_gradients.h"
 #include "base/file_io.h"
 #include "base/strings.h"
@@ -136,9 +137,15 @@ struct PipelineTrainer::State {
   // value types with symbolic dims bound by the data's; a message whose shape that leaves open
   // has no key (shapeKey).
   void declareMessageShapes(const TensorMap& chunk, std::size_t m);
-  // Posts the receives `action` will make (communicator.h), so their transfers overlap the
-  // actions before it.
-  Status postReceives(const pipeline::Action& action);
+  // What `sender` sends after action `a`, in the order it sends it: a forward's outputs to each
+  // reading stage on another rank (outputs in the stage's order, readers ascending); a
+  // backward's (B or I) gradients of the stage's inputs made on other ranks, by input name (the
+  // order of its leaves). The one description of the sends: this rank sends through it, and
+  // replays its peers' through it to post receives in their order (receive_order.h).
+  Expected<std::vector<OutgoingMessage>> sendsOf(int sender, const pipeline::Action& a) const;
+  // This step's receives, each channel's in its sender's order, for this rank's `actions`.
+  Expected<ReceiveOrder> planReceives(const pipeline::Schedule* schedule, std::size_t microbatches,
+                                      const std::vector<pipeline::Action>& actions) const;
   // comm->recv, its wait counted in the step's timing, its bytes in the action's (allocated when
   // the receive was posted, before the action began).
   Expected<at::Tensor> receive(int src, std::uint32_t tag, std::uint64_t key) {
@@ -151,6 +158,10 @@ struct PipelineTrainer::State {
     return tensor;
   }
   Status reduceTiedGradients();
+  // Where a tied parameter's sums are made: on this rank's copies (a stage's device), else the CPU.
+  at::Device tiedDevice(std::map<std::string, std::vector<at::Tensor>>::const_iterator copies) const {
+    return copies != ownCopies.end() && !copies->second.empty() ? copies->second.front().device() : at::Device(at::kCPU);
+  }
   // Zeroes the step's timing (StepTiming) for `microbatches` microbatches.
   void resetTiming(std::size_t microbatches);
   // Runs one F, B, I or W of this rank's order (SEND/RECV: nothing, implied by them) and records
@@ -220,26 +231,48 @@ void PipelineTrainer::State::declareMessageShapes(const TensorMap& chunk, std::s
   }
 }
 
-Status PipelineTrainer::State::postReceives(const pipeline::Action& action) {
-  const int i = static_cast<int>(action.stage);
-  const std::size_t m = action.microbatch;
-  if (action.type == pipeline::ActionType::Forward) {
-    for (const std::string& name : stages[i].inputs) {
-      const int made = producerOf(name);
-      if (made != kGraphInput && !own(made)) {
-        CLEAVE_TRY(std::uint32_t t, tag(m, name, i, false));
-        CLEAVE_CHECK(comm->postRecv(stages[made].rank, t, shapeKey(m, name, i, false)));
-      }
-    }
-  } else if (action.type == pipeline::ActionType::Backward || action.type == pipeline::ActionType::BackwardInput) {
+Expected<std::vector<OutgoingMessage>> PipelineTrainer::State::sendsOf(int sender, const pipeline::Action& a) const {
+  using pipeline::ActionType;
+  std::vector<OutgoingMessage> out;
+  const int i = static_cast<int>(a.stage);
+  const std::size_t m = a.microbatch;
+  if (a.type == ActionType::Forward) {
     for (const std::string& name : stages[i].outputs)
-      for (int reader : readersOf(name))
-        if (!own(reader)) {
-          CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, true));
-          CLEAVE_CHECK(comm->postRecv(stages[reader].rank, t, shapeKey(m, name, reader, true)));
+      for (std::uint32_t reader : readersOf(name))
+        if (stages[reader].rank != sender) {
+          CLEAVE_TRY(std::uint32_t t, tag(m, name, static_cast<int>(reader), false));
+          out.push_back({stages[reader].rank, t, shapeKey(m, name, static_cast<int>(reader), false), name,
+                         {reader, ActionType::Forward, a.microbatch}});
         }
+  } else if (a.type == ActionType::Backward || a.type == ActionType::BackwardInput) {
+    std::vector<std::string> made; // the inputs other stages make: the stage's leaves, by name
+    for (const std::string& name : stages[i].inputs)
+      if (producerOf(name) != kGraphInput)
+        made.push_back(name);
+    std::sort(made.begin(), made.end());
+    for (const std::string& name : made) {
+      const int producer = producerOf(name);
+      if (stages[producer].rank == sender)
+        continue;
+      CLEAVE_TRY(std::uint32_t t, tag(m, name, i, true));
+      out.push_back({stages[producer].rank, t, shapeKey(m, name, i, true), name,
+                     {static_cast<std::uint32_t>(producer), ActionType::Backward, a.microbatch}});
+    }
   }
-  return {};
+  return out;
+}
+
+Expected<ReceiveOrder> PipelineTrainer::State::planReceives(const pipeline::Schedule* schedule, std::size_t microbatches,
+                                                            const std::vector<pipeline::Action>& actions) const {
+  const auto stageCount = static_cast<std::uint32_t>(stages.size());
+  const auto ranks = static_cast<std::uint32_t>(worldSize);
+  return ReceiveOrder::plan(
+      rank, worldSize, actions,
+      [&](int peer) {
+        return pipeline::rankComputeActions(schedule, stageCount, static_cast<std::uint32_t>(microbatches), ranks,
+                                            static_cast<std::uint32_t>(peer), true);
+      },
+      [&](int sender, const pipeline::Action& a) { return sendsOf(sender, a); });
 }
 
 Status PipelineTrainer::State::loadPlan(const std::string& dir, pipeline::Placement placement) {
@@ -320,12 +353,10 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
       CLEAVE_TRY(run.outputs, runForward(i, feeds));
     }
     timing.forwardSeconds[i] += secondsSince(started);
-    for (const std::string& name : stages[i].outputs)
-      for (int reader : readersOf(name))
-        if (!own(reader)) {
-          CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, false));
-          CLEAVE_CHECK(comm->send(run.outputs.at(name).detach(), stages[reader].rank, t, shapeKey(m, name, reader, false)));
-        }
+    CLEAVE_TRY(std::vector<OutgoingMessage> sends,
+               sendsOf(rank, {static_cast<std::uint32_t>(i), pipeline::ActionType::Forward, static_cast<std::uint32_t>(m)}));
+    for (const OutgoingMessage& out : sends)
+      CLEAVE_CHECK(comm->send(run.outputs.at(out.value).detach(), out.receiver, out.tag, out.shapeKey));
     if (i == lossStage)
       lossSum += run.outputs.at(loss).item<double>() * share;
     if (options.recompute == Recompute::Stage) // sent: held only where a stage of this rank reads it
@@ -356,6 +387,7 @@ Status PipelineTrainer::State::outputGradients(std::size_t m, int i, std::vector
       } else {
         CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, true));
         CLEAVE_TRY(part, receive(stages[reader].rank, t, shapeKey(m, name, reader, true)));
+        part = part.to(output.device()); // Gloo's arrive on the CPU, a stage may train on a GPU
       }
       if (part.defined())
         grad = grad.defined() ? grad + part : part;
@@ -405,17 +437,18 @@ Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<s
       leafGrads.push_back(leaf.grad());
   }
   timing.backwardSeconds[i] += secondsSince(started);
+  TensorMap sentGrads; // by leaf name
   for (std::size_t l = 0; l < leaves.size(); ++l) {
     const std::string& name = leafNames[l];
-    int made = producerOf(name);
-    if (own(made)) {
+    if (own(producerOf(name)))
       run.leafGrads[name] = leafGrads[l];
-      continue;
-    }
-    at::Tensor grad = leafGrads[l].defined() ? leafGrads[l] : at::zeros_like(leaves[l]);
-    CLEAVE_TRY(std::uint32_t t, tag(m, name, i, true));
-    CLEAVE_CHECK(comm->send(grad, stages[made].rank, t, shapeKey(m, name, i, true)));
+    else
+      sentGrads[name] = leafGrads[l].defined() ? leafGrads[l] : at::zeros_like(leaves[l]);
   }
+  CLEAVE_TRY(std::vector<OutgoingMessage> sends,
+             sendsOf(rank, {static_cast<std::uint32_t>(i), pipeline::ActionType::Backward, static_cast<std::uint32_t>(m)}));
+  for (const OutgoingMessage& out : sends)
+    CLEAVE_CHECK(comm->send(sentGrads.at(out.value), out.receiver, out.tag, out.shapeKey));
   run.leaves.clear(); // the activations of this stage and microbatch are no longer needed
   run.outputs.clear(); // (what W needs, pendingWeights keeps)
   return {};
@@ -554,8 +587,8 @@ std::vector<std::vector<int>> PipelineTrainer::State::gradientsDoneAfter(
 Status PipelineTrainer::State::reduceTiedGradients() {
   for (const auto& [name, shape] : tied) {
     CLEAVE_TRY(at::ScalarType type, scalarTypeOf(shape.first));
-    at::Tensor sum = at::zeros(shape.second, at::TensorOptions().dtype(type));
     auto copies = ownCopies.find(name);
+    at::Tensor sum = at::zeros(shape.second, at::TensorOptions().dtype(type).device(tiedDevice(copies)));
     if (copies != ownCopies.end())
       for (const at::Tensor& copy : copies->second)
         if (copy.grad().defined())
@@ -575,8 +608,8 @@ Status PipelineTrainer::State::broadcastTiedParameters() {
   c10::NoGradGuard noGrad;
   for (const auto& [name, shape] : tied) {
     CLEAVE_TRY(at::ScalarType type, scalarTypeOf(shape.first));
-    at::Tensor value = at::zeros(shape.second, at::TensorOptions().dtype(type));
     auto copies = ownCopies.find(name);
+    at::Tensor value = at::zeros(shape.second, at::TensorOptions().dtype(type).device(tiedDevice(copies)));
     if (own(firstHolder.at(name)))
       value.copy_(copies->second.front());
     CLEAVE_CHECK(comm->allReduceSum(value));
@@ -687,6 +720,7 @@ Status PipelineTrainer::connect(Communicator& comm, Communicator* replicas) {
     return Error(ErrorCode::InvalidArgument) << "the communicator is rank " << comm.rank() << " of " << comm.worldSize()
                                              << ", the trainer rank " << s.rank << " of " << s.worldSize;
   s.comm = &comm;
+  comm.setMatching(ChannelMatching::InOrder); // NCCL's rule, held on every transport (communicator.h)
   if (replicas && replicas->worldSize() > 1) {
     if (s.options.batch % replicas->worldSize() != 0)
       return Error(ErrorCode::InvalidArgument) << "--batch " << s.options.batch << " does not split into "
@@ -829,12 +863,14 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   const std::vector<pipeline::Action> actions =
       pipeline::rankComputeActions(schedule, static_cast<std::uint32_t>(s.stages.size()), static_cast<std::uint32_t>(chunks.size()),
                                    static_cast<std::uint32_t>(s.worldSize), static_cast<std::uint32_t>(s.rank), true);
-  std::size_t received = 0; // actions whose receives are posted
+  CLEAVE_TRY(ReceiveOrder receives, s.planReceives(schedule, chunks.size(), actions));
+  const ReceiveOrder::Post post = [&](int peer, std::uint32_t tag, std::uint64_t key) {
+    return s.comm->postRecv(peer, tag, key);
+  };
   const std::vector<std::vector<int>> gradientsDone =
       s.replicas ? s.gradientsDoneAfter(actions) : std::vector<std::vector<int>>(actions.size());
   for (std::size_t k = 0; k < actions.size(); ++k) {
-    for (; received < std::min(actions.size(), k + 1 + kReceiveLookahead); ++received)
-      CLEAVE_CHECK(s.postReceives(actions[received]));
+    CLEAVE_CHECK(receives.postThrough(k + kReceiveLookahead, post));
     CLEAVE_CHECK(s.runAction(actions[k], chunks, shares, runs, lossSum, started));
     for (int done : gradientsDone[k])
       CLEAVE_CHECK(s.startReplicaSum(done));

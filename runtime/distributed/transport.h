@@ -1,0 +1,58 @@
+// runtime/distributed/transport.h - what a Communicator's messages and reductions travel on: a
+// c10d backend over a group of ranks. Gloo's (communicator.cpp) carries CPU tensors and matches a
+// receive to the send of its tag; NCCL's (runtime/cuda/nccl_transport.cpp, built where libtorch
+// has CUDA) carries tensors on this rank's GPU, each channel (sender, receiver) on a communicator
+// and CUDA stream of its own, and matches a channel's messages in order. A transport is a wing of
+// the communicator as a device is of the executor: the communicator names none but Gloo, the
+// default, and finds the others by name in a registry their code fills before main.
+//
+// Guarantees of every transport: operations return at once with a c10d Work; a Work's wait()
+// makes what the operation produced readable by what runs after it on this rank (on a GPU, by
+// the current stream: the host does not block); send and recv move contiguous tensors on
+// device(); c10d's failures surface as exceptions, which the communicator turns into Errors.
+// Complexity: O(1) per operation besides the bytes it moves.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/expected.h"
+#include "runtime/distributed/environment.h"
+
+namespace cleave::runtime::distributed {
+
+class Transport {
+public:
+  virtual ~Transport() = default;
+  virtual std::string name() const = 0;
+  // False: a channel's messages meet its receives in order, whatever their tags (NCCL).
+  virtual bool tagged() const = 0;
+  // Where the tensors it moves must be, and where received ones arrive.
+  virtual at::Device device() const = 0;
+  virtual c10::intrusive_ptr<c10d::Work> send(at::Tensor& tensor, int dst, int tag) = 0;
+  virtual c10::intrusive_ptr<c10d::Work> recv(at::Tensor& tensor, int src, int tag) = 0;
+  virtual c10::intrusive_ptr<c10d::Work> allReduceSum(at::Tensor& tensor) = 0;
+  virtual c10::intrusive_ptr<c10d::Work> barrier() = 0;
+  // The same transport over `size` ranks whose rendezvous is `store`, this one `rank` among them.
+  virtual std::unique_ptr<Transport> subgroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) = 0;
+  // The threads it started for this rank (their CPU time is the transport's; none: not counted).
+  virtual std::vector<pid_t> threads() const { return {}; }
+};
+
+// Makes a transport over the world (`env`'s rank and size) whose rendezvous is `store`.
+using TransportFactory =
+    std::function<std::unique_ptr<Transport>(const c10::intrusive_ptr<c10d::Store>& store, const DistributedEnv& env)>;
+
+// Registers a transport under `name` ("nccl"); a wing calls it before main. Returns true.
+bool registerTransport(const std::string& name, TransportFactory factory);
+// The names registered, "gloo" first.
+std::vector<std::string> transportNames();
+
+} // namespace cleave::runtime::distributed
