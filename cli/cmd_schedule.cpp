@@ -8,6 +8,7 @@
 #include "base/strings.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "pipeline/nccl_streams.h"
 #include "report/schedule_report.h"
 
 namespace cleave::cli {
@@ -44,7 +45,8 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
   app.add_option("--csv", flags.csvOut, "write the schedule as CSV (one line per rank)");
   app.add_flag("--comm", flags.comm,
                "include the SEND/RECV actions (and report which transports the schedule fits: buffered sends, "
-               "rendezvous sends, ordered channels)");
+               "rendezvous sends, ordered channels, NCCL as cleave's trainer and as PyTorch's pipelining issue "
+               "messages there)");
   app.add_flag("--simulate", flags.simulate,
                "time the schedule: makespan, bubble fraction, peak activations per rank");
   app.add_option("--costs", flags.costsText,

@@ -1,5 +1,6 @@
 #include "cli/runtime_options.h"
 
+#include "pipeline/nccl_streams.h"
 #include "pipeline/schedule_sim.h"
 
 namespace cleave::cli {
@@ -65,13 +66,13 @@ Expected<pipeline::Schedule> rankSchedule(pipeline::ScheduleKind kind, std::size
                                                                  static_cast<std::uint32_t>(ranks));
   if (!made)
     return usageError() << "--schedule " << pipeline::kScheduleKinds.name(kind) << ": " << made.error().message();
-  // Gloo matches messages by tag, so buffered sends are what the runners need; loop-placed
-  // schedules are also held to ordered channels (what an untagged transport such as NCCL needs).
-  // The V schedules are not: one channel carries a stage's activations and another stage's
-  // gradients (rank 0 sends stage 0's to rank 1 and stage 2R - 1's), in orders that differ at its
-  // two ends; each (stage, direction) still goes microbatch by microbatch, which shape keys need.
-  const bool ordered = made->placement == pipeline::Placement::Loop;
-  CLEAVE_CHECK(pipeline::validateSchedule(pipeline::withCommunication(*made), {pipeline::SendSemantics::Buffered, ordered}));
+  // Buffered sends are what the runners need: inference matches by tag, and the trainer posts
+  // each channel's receives in its sender's order (runtime/distributed/receive_order.h), so its
+  // messages meet in order on Gloo and NCCL alike, whatever order the receiver reads them in
+  // (the V schedules' channels carry one stage's activations and another's gradients). The NCCL
+  // check states that for the trainer's lookahead (pipeline/nccl_streams.h: ChannelStreams).
+  CLEAVE_CHECK(pipeline::validateSchedule(pipeline::withCommunication(*made)));
+  CLEAVE_CHECK(pipeline::checkNccl(*made, pipeline::NcclIssue::ChannelStreams, pipeline::kReceiveLookahead));
   return made;
 }
 

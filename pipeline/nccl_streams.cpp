@@ -281,4 +281,12 @@ Status checkNccl(const Schedule& schedule, NcclIssue how, std::uint32_t lookahea
   return NcclPlay(schedule, how, lookahead).play();
 }
 
+TransportFit checkTransports(const Schedule& schedule) {
+  auto why = [](const Status& status) { return status ? std::string() : status.error().message(); };
+  return {why(validateSchedule(schedule, {SendSemantics::Rendezvous, false})),
+          why(validateSchedule(schedule, {SendSemantics::Buffered, true})),
+          why(checkNccl(schedule, NcclIssue::ChannelStreams, kReceiveLookahead)),
+          why(checkNccl(schedule, NcclIssue::PairStreams, 0))};
+}
+
 } // namespace cleave::pipeline

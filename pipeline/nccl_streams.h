@@ -26,7 +26,8 @@
 // validator reports for it, with the batches each rank is stuck in.
 // Messages are the schedule's (F from stage s to s + 1, B from s + 1 to s, one per microbatch);
 // a plan's skip connections between stages further apart are further channels of the same rules.
-// Complexity: O((A + M) x P) for A compute actions, M messages and P passes (P <= A + M).
+// Complexity: O((A + M) x P) for A compute actions, M messages and P passes (P <= A + M);
+// checkTransports adds the validator's plays (schedule_sim.h).
 #pragma once
 
 #include <string>
@@ -68,5 +69,14 @@ std::vector<std::vector<std::vector<StageMessage>>> channelOrders(const Schedule
 // k-th send and receive differ, or the deadlock: each blocked rank's next action and the batch
 // its stream is stuck in.
 Status checkNccl(const Schedule& schedule, NcclIssue how, std::uint32_t lookahead);
+
+// For a schedule with its SEND/RECV actions that validates with buffered sends: why it would not
+// with rendezvous sends, with ordered channels (schedule_sim.h), and on NCCL as cleave's trainer
+// issues messages there (ChannelStreams, its lookahead) and as PyTorch's pipelining does
+// (PairStreams, receives just before their action); empty: it does.
+struct TransportFit {
+  std::string rendezvous, orderedChannels, ncclChannelStreams, ncclPairStreams;
+};
+TransportFit checkTransports(const Schedule& schedule);
 
 } // namespace cleave::pipeline

@@ -39,7 +39,7 @@ std::vector<std::pair<Shape, Schedule>> generatedSchedules() {
 TEST(NcclStreams, EveryGeneratedScheduleProgressesOnCleavesChannelStreams) {
   std::size_t fewerMicrobatchesThanStages = 0;
   const auto all = generatedSchedules();
-  ASSERT_GT(all.size(), 150u);
+  ASSERT_EQ(all.size(), 256u);
   for (const auto& [shape, schedule] : all) {
     ASSERT_TRUE(validateSchedule(schedule)) << describe(shape);
     for (std::uint32_t lookahead : {0u, 1u, 2u, 16u}) {
@@ -48,7 +48,7 @@ TEST(NcclStreams, EveryGeneratedScheduleProgressesOnCleavesChannelStreams) {
     }
     fewerMicrobatchesThanStages += shape.microbatches < shape.stages;
   }
-  EXPECT_GT(fewerMicrobatchesThanStages, 30u); // torchtitan's hang: microbatches < stages
+  EXPECT_EQ(fewerMicrobatchesThanStages, 44u); // torchtitan's hang: microbatches < stages
 }
 
 TEST(NcclStreams, OneStreamPerRankPairHangs1F1BWhenReceivesArePostedAhead) {

@@ -2,6 +2,7 @@
 // TestSchedulePlan grid, round trips, the validator's refusals, the simulator), stage planning
 // on ONNX-style graphs (markers, split points, parameters, loss, backward plan).
 #include "pipeline/balance.h"
+#include "pipeline/nccl_streams.h"
 #include "pipeline/schedule_sim.h"
 #include "pipeline/stages.h"
 

@@ -1,7 +1,5 @@
 #include "pipeline/schedule_sim.h"
 
-#include "pipeline/nccl_streams.h"
-
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -449,19 +447,6 @@ Status validateSchedule(const Schedule& schedule, const ValidationOptions& optio
   if (options.orderedChannels)
     CLEAVE_CHECK(checkChannelOrder(schedule));
   return {};
-}
-
-TransportFit checkTransports(const Schedule& schedule) {
-  TransportFit fit;
-  if (Status rendezvous = validateSchedule(schedule, {SendSemantics::Rendezvous, false}); !rendezvous)
-    fit.rendezvous = rendezvous.error().message();
-  if (Status ordered = checkChannelOrder(schedule); !ordered)
-    fit.orderedChannels = ordered.error().message();
-  if (Status channels = checkNccl(schedule, NcclIssue::ChannelStreams, kReceiveLookahead); !channels)
-    fit.ncclChannelStreams = channels.error().message();
-  if (Status pairs = checkNccl(schedule, NcclIssue::PairStreams, 0); !pairs)
-    fit.ncclPairStreams = pairs.error().message();
-  return fit;
 }
 
 Expected<SimulationResult> simulateSchedule(const Schedule& schedule, const SimulationOptions& options) {

@@ -52,15 +52,6 @@ struct ValidationOptions {
 
 Status validateSchedule(const Schedule& schedule, const ValidationOptions& options = {});
 
-// For a schedule with its SEND/RECV actions that validates with buffered sends: why it would not
-// with rendezvous sends, with ordered channels, and on NCCL as cleave issues messages there (one
-// stream per channel) and as PyTorch's pipelining does (one stream per rank pair, each action's
-// messages one batch, receives just before their action): pipeline/nccl_streams.h (empty: it does).
-struct TransportFit {
-  std::string rendezvous, orderedChannels, ncclChannelStreams, ncclPairStreams;
-};
-TransportFit checkTransports(const Schedule& schedule);
-
 struct StageCosts {
   double forward = 1.0, backward = 2.0;      // a full backward (B)
   double backwardInput = 1.0, backwardWeight = 1.0; // I and W

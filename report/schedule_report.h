@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/json.h"
+#include "pipeline/nccl_streams.h"
 #include "pipeline/schedule_sim.h"
 
 namespace cleave::report {

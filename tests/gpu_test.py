@@ -14,10 +14,9 @@ import glob
 import json
 import math
 import os
-import sys
 import unittest
 
-from testlib import EXAMPLES, TempDirTest, run
+from testlib import EXAMPLES, TempDirTest, main, run
 
 RTOL, ATOL_SCALE = 1e-3, 1e-5  # |cuda - cpu| <= ATOL_SCALE * max|cpu| + RTOL * |cpu|, element by element
 
@@ -99,8 +98,4 @@ class Cuts(TempDirTest):
 
 
 if __name__ == "__main__":
-    sys.argv = sys.argv[:1]
-    result = unittest.main(verbosity=2, exit=False).result
-    if not result.wasSuccessful():
-        sys.exit(1)
-    sys.exit(77 if SKIP_REASON is not None else 0)
+    main(SKIP_REASON)

@@ -10,11 +10,9 @@ with MSE, 3 steps of SGD with momentum on a batch of 10 rows in 4 uneven microba
 Where torch, CUDA or this build's CUDA wing is missing, every case is skipped with the reason and
 the script exits 77 (ctest's SKIP_RETURN_CODE): CI machines have no GPU."""
 import json
-import os
-import sys
 import unittest
 
-from testlib import TempDirTest, launch, run
+from testlib import TempDirTest, launch, main, run
 
 
 def why_not():
@@ -102,8 +100,4 @@ class TrainingOnTheGpu(TempDirTest):
 
 
 if __name__ == "__main__":
-    sys.argv = sys.argv[:1]
-    result = unittest.main(verbosity=2, exit=False).result
-    if not result.wasSuccessful():
-        sys.exit(1)
-    sys.exit(77 if SKIP_REASON is not None else 0)
+    main(SKIP_REASON)
