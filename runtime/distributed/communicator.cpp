@@ -27,7 +27,7 @@ namespace {
 constexpr std::int64_t kMaxRank = 16; // dims a header carries
 // A header: dtype, rank, kMaxRank dims, and the message's tag (checked in-order matching).
 constexpr std::int64_t kHeaderLength = 3 + kMaxRank;
-// In-order matching numbers each channel's messages; Gloo's tags for them wrap below 2^30.
+// In-order matching numbers each channel's messages; the transport's tags for them wrap below 2^30.
 constexpr std::uint64_t kSequenceWrap = std::uint64_t{1} << 29;
 // The store keys of the first failure: a counter (the first launcher to add 1 writes the
 // message) and the message itself.
@@ -158,7 +158,7 @@ public:
     if (tensor.dim() > kMaxRank)
       return Error(ErrorCode::Unsupported) << "a tensor of rank " << tensor.dim() << " (at most " << kMaxRank << ")";
     std::string what = "send to rank " + std::to_string(members_.at(static_cast<std::size_t>(dst)));
-    const int headerTag = 2 * glooTag(sentOnChannel_[dst], tag), dataTag = headerTag + 1;
+    const int headerTag = 2 * nextWireTag(sentOnChannel_[dst], tag), dataTag = headerTag + 1;
     bool shapeUnknown = true; // at the receiver: its header carries the shape
     if (shapeKey) {
       auto [known, fresh] = sentShapes_.try_emplace({dst, shapeKey}, tensor.scalar_type(), tensor.sizes().vec());
@@ -204,7 +204,7 @@ public:
       return {};
     PostedRecv& posted = slot->second;
     posted.shapeKey = shapeKey;
-    posted.glooTag = glooTag(receivedOnChannel_[src], tag);
+    posted.wireTag = nextWireTag(receivedOnChannel_[src], tag);
     const bool checked = matching_ == ChannelMatching::InOrderChecked;
     auto known = shapeKey && !checked ? receivedShapes_.find({src, shapeKey}) : receivedShapes_.end();
     if (known != receivedShapes_.end())
@@ -214,7 +214,7 @@ public:
     if (shapeKey && !checked && !headersPosted_.insert({src, shapeKey}).second)
       return {};
     posted.header = at::zeros({kHeaderLength}, at::TensorOptions().dtype(at::kLong).device(transport_->device()));
-    return guarded(receiveName(src, tag), [&] { posted.headerWork = transport_->recv(posted.header, src, 2 * posted.glooTag); });
+    return guarded(receiveName(src, tag), [&] { posted.headerWork = transport_->recv(posted.header, src, 2 * posted.wireTag); });
   }
 
   Expected<at::Tensor> recv(int src, std::uint32_t tag, std::uint64_t shapeKey) override {
@@ -351,7 +351,7 @@ private:
   // A receive posted ahead: its header's (when its key has no shape yet), then its data's.
   struct PostedRecv {
     std::uint64_t shapeKey = 0;
-    int glooTag = 0; // the caller's tag, or the message's number on its channel (glooTag())
+    int wireTag = 0; // the caller's tag, or the message's number on its channel (nextWireTag())
     at::Tensor header, data;
     c10::intrusive_ptr<c10d::Work> headerWork, dataWork;
   };
@@ -378,13 +378,13 @@ private:
                   const std::vector<std::int64_t>& dims) {
     return guarded(receiveName(src, tag), [&] {
       posted.data = at::empty(dims, at::TensorOptions().dtype(type).device(transport_->device()));
-      posted.dataWork = transport_->recv(posted.data, src, 2 * posted.glooTag + 1);
+      posted.dataWork = transport_->recv(posted.data, src, 2 * posted.wireTag + 1);
     });
   }
 
-  // What a message's Gloo tags are made from: the caller's tag, or under in-order matching the
+  // What a message's transport tags are made from: the caller's tag, or under in-order matching the
   // channel's next number (`counter` counts the channel's messages so far).
-  int glooTag(std::uint64_t& counter, std::uint32_t tag) const {
+  int nextWireTag(std::uint64_t& counter, std::uint32_t tag) const {
     if (matching_ == ChannelMatching::ByTag)
       return static_cast<int>(tag);
     return static_cast<int>(counter++ % kSequenceWrap);
