@@ -23,6 +23,7 @@
 #include "runtime/distributed/pipeline_train.h"
 #include "runtime/distributed/transport.h"
 #include "runtime/engine/host_memory.h"
+#include "runtime/model/backend_names.h"
 #include "runtime/model/microbatch.h"
 #include "runtime/model/tensor_files.h"
 #include "runtime/training/train.h"
@@ -134,8 +135,8 @@ void describe(CLI::App& app, TrainFlags& flags) {
                     "plan directories under launch: the pipeline schedule each rank follows (default gpipe; in one "
                     "process stages run in GPipe order)");
   app.add_option("--backend", flags.backend,
-                 "where to train: aten-cpu or aten-cuda (a plan's stages on a device whose devices-file entry names a "
-                 "backend train there)")
+                 "where to train: aten-cpu, or aten-cuda[:N] (GPU N; under launch, aten-cuda is GPU LOCAL_RANK) (a "
+                 "plan's stages on a device whose devices-file entry names a backend train there)")
       ->capture_default_str();
   app.add_option("--transport", flags.transport,
                  "plan directories under launch: how the ranks talk. gloo (TCP, CPU tensors), nccl (GPU tensors; "
@@ -283,13 +284,22 @@ struct LayoutCommunicators {
   runtime::distributed::Communicator& ofPipeline() { return pipeline ? *pipeline : *world; }
 };
 
+// A rank's backend: under launch, aten-cuda is GPU LOCAL_RANK (of those the rank sees, wrapping
+// around, as the NCCL transport picks its device); aten-cuda:N and the rest as given.
+std::string rankBackend(const std::string& backend, const std::optional<runtime::distributed::DistributedEnv>& env) {
+  const int gpus = static_cast<int>(at::getNumGPUs());
+  if (backend != "aten-cuda" || !env || gpus == 0)
+    return backend;
+  return "aten-cuda:" + std::to_string(env->localRank % gpus);
+}
+
 // The transport of --transport: auto is NCCL where the stages train on CUDA and this build has it.
 Expected<std::string> chosenTransport(const TrainFlags& flags) {
   const std::vector<std::string> names = runtime::distributed::transportNames();
   const bool built = std::find(names.begin(), names.end(), flags.transport) != names.end();
   if (flags.transport == "auto") {
     const bool nccl = std::find(names.begin(), names.end(), "nccl") != names.end();
-    return std::string(flags.backend == "aten-cuda" && nccl ? "nccl" : "gloo");
+    return std::string(runtime::isCudaBackend(flags.backend) && nccl ? "nccl" : "gloo");
   }
   if (!built)
     return Error(ErrorCode::InvalidArgument) << "--transport " << flags.transport << ": not in this build (it has "
@@ -493,7 +503,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
     return std::move(opened.error());
   std::optional<OutputDirectory>& outDir = *opened;
   CLEAVE_CHECK(checkTrainingRows(flags, layout));
-  CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));
+  CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(rankBackend(flags.backend, env)));
   const pipeline::Placement placement = flags.schedule ? pipeline::placementOf(*flags.schedule) : pipeline::Placement::Loop;
   CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, layout.pipelineRank(),
                                                                          layout.pipelineRanks, *backend, placement));

@@ -1,13 +1,14 @@
 #include "cli/runtime_inputs.h"
 
 #include "cli/commands.h"
+#include "runtime/model/backend_names.h"
 #include "runtime/model/tensor_files.h"
 
 namespace cleave::cli {
 
 Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOptions& options) {
   OpenedRunnable opened;
-  if (options.optimizations.tf32 && options.backend != "aten-cuda")
+  if (options.optimizations.tf32 && !runtime::isCudaBackend(options.backend))
     return usageError() << "--tf32 applies to --backend aten-cuda; " << options.backend
                         << " computes float32 as float32";
   CLEAVE_TRY(opened.acc, runtime::makeBackend(options.backend, options.optimizations));

@@ -1,5 +1,6 @@
 #include "runtime/model/backend.h"
 
+#include "runtime/model/backend_names.h"
 #include "split/shape_prologue.h"
 
 namespace cleave::runtime {
@@ -104,14 +105,19 @@ Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec, const Op
     return std::unique_ptr<Backend>(new AtenBackend(spec, at::kCPU, optimizations));
   if (spec == "aten-cpu-bf16")
     return std::unique_ptr<Backend>(new AtenBackend(spec, at::kCPU, optimizations, at::kBFloat16));
-  if (spec == "aten-cuda")
-    return std::unique_ptr<Backend>(new AtenBackend(spec, at::Device(at::kCUDA, 0), optimizations));
+  if (isCudaBackend(spec)) {
+    const std::optional<int> index = cudaDeviceOf(spec);
+    if (!index)
+      return Error(ErrorCode::InvalidArgument) << "backend '" << spec << "': expected aten-cuda or aten-cuda:N, N a GPU's index";
+    return std::unique_ptr<Backend>(
+        new AtenBackend(spec, at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*index)), optimizations));
+  }
   if (spec.rfind("profile:", 0) == 0) {
     CLEAVE_TRY(support::Profile profile, support::Profile::load(spec.substr(8)));
     return std::unique_ptr<Backend>(new ProfileBackend(spec, std::move(profile), optimizations));
   }
   return Error(ErrorCode::InvalidArgument) << "unknown backend '" << spec
-                                           << "' (backends: aten-cpu, aten-cpu-bf16, aten-cuda, profile:FILE)";
+                                           << "' (backends: aten-cpu, aten-cpu-bf16, aten-cuda[:N], profile:FILE)";
 }
 
 } // namespace cleave::runtime

@@ -4,8 +4,9 @@
 //   aten-cpu-bf16  the ATen executor on the CPU computing in bfloat16 (floating inputs and
 //                  parameters cast, outputs cast back to float32): a low-precision device whose
 //                  disagreements exercise verify, preview and minimize
-//   aten-cuda      the ATen executor on CUDA device 0; lowering fails unless libtorch was built
-//                  with CUDA (configure with -DCLEAVE_TORCH_DIR pointing at such a libtorch)
+//   aten-cuda      the ATen executor on CUDA device 0, aten-cuda:N on device N; lowering fails
+//                  unless libtorch was built with CUDA (configure with -DCLEAVE_TORCH_DIR pointing
+//                  at such a libtorch)
 //   profile:FILE   refuses, at lowering, any node the support profile FILE does not support
 //                  (naming the node and the profile's reason), else runs like aten-cpu: a
 //                  stand-in accelerator to exercise failure paths. The shape prologue split
@@ -49,7 +50,8 @@ public:
   virtual Expected<std::unique_ptr<Executor>> lowerTrainable(std::shared_ptr<const ir::Graph> graph) const = 0;
 };
 
-// Fails: InvalidArgument (unknown backend name), what loading the profile fails with.
+// Fails: InvalidArgument (unknown backend name, a CUDA index that is not one), what loading the
+// profile fails with.
 Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec, const Optimizations& optimizations = {});
 
 } // namespace cleave::runtime

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "runtime/model/backend_names.h"
+
 namespace cleave::runtime {
 
 enum class ToleranceScale : std::uint8_t { Element, Output };
@@ -25,7 +27,7 @@ inline constexpr AllClose kTf32CutTolerance{1e-2, 1e-5, ToleranceScale::Output};
 // float32 on any device at kCutTolerance (a GPU's float32 kernels reassociate sums as the CPU's
 // do, within it); TF32 on aten-cuda at kTf32CutTolerance.
 constexpr AllClose cutToleranceFor(std::string_view backend, bool tf32) {
-  return backend == "aten-cuda" && tf32 ? kTf32CutTolerance : kCutTolerance;
+  return isCudaBackend(backend) && tf32 ? kTf32CutTolerance : kCutTolerance;
 }
 
 } // namespace cleave::runtime

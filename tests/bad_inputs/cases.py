@@ -592,6 +592,8 @@ CASES = [
     Case("usage", "nccl-transport-in-a-build-without-cuda", split_plan(lambda plan, s: None),
          ["train", "{models}/plan", "--data", CNN, "--batch", "2", "--transport", "nccl"],
          r"--transport nccl: not in this build \(it has gloo; NCCL needs a libtorch with CUDA"),
+    Case("usage", "cuda-backend-index-not-a-number", example("cnn.onnx"), ["run", CNN, "--backend", "aten-cuda:one"],
+         r"backend 'aten-cuda:one': expected aten-cuda or aten-cuda:N, N a GPU's index"),
     Case("usage", "unknown-transport", split_plan(lambda plan, s: None),
          ["train", "{models}/plan", "--data", CNN, "--batch", "2", "--transport", "mpi"], r"--transport: mpi not in", exit=2),
     Case("usage", "unknown-flag", example("cnn.onnx"), ["inspect", CNN, "--frobnicate"], r"usage error", exit=2),
