@@ -141,8 +141,7 @@ public:
   // `members`: the world rank of each of the group's ranks (the world: 0 .. worldSize - 1).
   GroupCommunicator(c10::intrusive_ptr<c10d::Store> store, std::unique_ptr<Transport> transport, DistributedEnv env,
                     std::vector<int> members)
-      : store_(std::move(store)), transport_(std::move(transport)), env_(std::move(env)), members_(std::move(members)),
-        transportThreads_(transport_->threads()) {
+      : store_(std::move(store)), transport_(std::move(transport)), env_(std::move(env)), members_(std::move(members)) {
     groupRank_ = static_cast<int>(std::find(members_.begin(), members_.end(), env_.rank) - members_.begin());
     if (!transport_->tagged())
       setMatching(ChannelMatching::InOrder);
@@ -266,7 +265,7 @@ public:
 
   double transportCpuSeconds() const override {
     double seconds = 0.0;
-    for (pid_t thread : transportThreads_)
+    for (pid_t thread : transport_->threads())
       seconds += std::max(0.0, threadCpuSeconds(thread));
     return seconds;
   }
@@ -417,7 +416,6 @@ private:
   std::map<std::pair<int, std::uint32_t>, PostedRecv> posted_;
   // Posted sends with the tensors they read (kept alive until the send completes).
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, at::Tensor>> pending_;
-  std::vector<pid_t> transportThreads_; // the threads the transport started at connect
 };
 class LocalCommunicator final : public Communicator {
 public:

@@ -92,6 +92,14 @@ struct PipelineTrainer::State {
   std::set<std::pair<std::int64_t, std::uint32_t>> planGivesShape; // (rows, value id) keyed (declared or learned)
   std::optional<PlanShapes> planShapes; // the plan's value types
   std::set<std::int64_t> declaredRows; // microbatch row counts whose message shapes are declared
+  // The receive order of steps under this schedule whose microbatches had these rows (its shape
+  // keys follow them): planned once, posted anew each step.
+  struct PlannedReceives {
+    const pipeline::Schedule* schedule = nullptr;
+    std::vector<std::int64_t> rows;
+    ReceiveOrder order;
+  };
+  std::optional<PlannedReceives> receiveOrder;
 
   int rank = 0, worldSize = 1; // this process's place (known before connecting)
   bool own(int stage) const { return stages[stage].rank == rank; }
@@ -863,7 +871,12 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   const std::vector<pipeline::Action> actions =
       pipeline::rankComputeActions(schedule, static_cast<std::uint32_t>(s.stages.size()), static_cast<std::uint32_t>(chunks.size()),
                                    static_cast<std::uint32_t>(s.worldSize), static_cast<std::uint32_t>(s.rank), true);
-  CLEAVE_TRY(ReceiveOrder receives, s.planReceives(schedule, chunks.size(), actions));
+  if (!s.receiveOrder || s.receiveOrder->schedule != schedule || s.receiveOrder->rows != s.microbatchRows) {
+    CLEAVE_TRY(ReceiveOrder planned, s.planReceives(schedule, chunks.size(), actions));
+    s.receiveOrder = State::PlannedReceives{schedule, s.microbatchRows, std::move(planned)};
+  }
+  ReceiveOrder& receives = s.receiveOrder->order;
+  receives.restart();
   const ReceiveOrder::Post post = [&](int peer, std::uint32_t tag, std::uint64_t key) {
     return s.comm->postRecv(peer, tag, key);
   };

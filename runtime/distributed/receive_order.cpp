@@ -42,6 +42,12 @@ Expected<ReceiveOrder> ReceiveOrder::plan(int rank, int ranks, const std::vector
   return order;
 }
 
+void ReceiveOrder::restart() {
+  posted_.clear();
+  needed_.clear();
+  scanned_ = 0;
+}
+
 Status ReceiveOrder::postThrough(std::size_t through, const Post& post) {
   for (; scanned_ < reads_.size() && scanned_ <= through; ++scanned_)
     for (const auto& [peer, count] : reads_[scanned_])

@@ -11,7 +11,8 @@
 // Guarantees: every message the rank's actions read is posted exactly once, before the action
 // that reads it, and each channel's in its sender's order. Fails: a peer's message that none of
 // this rank's actions reads (a plan and schedule that disagree).
-// Complexity: plan O(M log M + A) for M messages and A actions of all ranks; posting O(M) a step.
+// Complexity: plan O(M log M + A) for M messages and A actions of all ranks (once for a run's
+// steps of the same microbatch rows); posting O(M) a step.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,8 @@ public:
   // Posts, through `post`, every receive not yet posted that actions 0 .. `through` read, with the
   // messages their channels carry before them.
   Status postThrough(std::size_t through, const Post& post);
+  // Forgets what was posted: the next step posts the same receives again.
+  void restart();
 
 private:
   struct Inbound {
