@@ -30,7 +30,7 @@ for model in $models; do
         --json | tr -d '\n')" >>"$tmp/times"
     done
   done
-  /usr/bin/python3 - "$model" "$tmp/times" <<'PY'
+  "$root/.venv/bin/python3" - "$model" "$tmp/times" <<'PY'
 import json, statistics, sys
 model, medians = sys.argv[1], {}
 for line in open(sys.argv[2]):

@@ -20,7 +20,7 @@ cleave_out="$("$root/build/release/bench_load" "$model")"
 floor_out="$("$root/build/release/bench_load" "$model" --parse-only-first | head -1)"
 echo "$cleave_out"
 echo "$floor_out"
-python_s="$(/usr/bin/python3 - "$model" <<'PY'
+python_s="$("$root/.venv/bin/python3" - "$model" <<'PY'
 import sys, time, onnx
 t = time.perf_counter(); m = onnx.load(sys.argv[1]); print(f"{time.perf_counter() - t:.3f}")
 PY

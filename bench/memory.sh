@@ -3,8 +3,8 @@
 # inputs (issue 16: "peak memory within 1.2x of ORT's").
 #
 # Models as bench/runtime.sh (tools/export_zoo.py: resnet50, the BERT-base-sized encoder). Each
-# side runs the model REPEAT times in a fresh process: ORT (npm onnxruntime-node through
-# tests/oracle/run_model.js, all graph optimizations) and `cleave run`. Measured: the process's
+# side runs the model REPEAT times in a fresh process: ORT (PyPI onnxruntime through
+# tests/oracle/onnxruntime_oracle.py, all graph optimizations) and `cleave run`. Measured: the process's
 # peak resident set (getrusage's ru_maxrss, from os.wait4), and the same for a one-op model (a
 # Relu on [1, 1]) so each runtime's own libraries can be subtracted: "model" = peak - baseline.
 # Rounds (ROUNDS, default 3) alternate the order; printed are the medians over rounds and the
@@ -13,14 +13,14 @@
 # copies it holds for oneDNN beside them (packed and reordered; onednn_weight_bytes).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/zoo_models.sh" # root, zoo
-/usr/bin/python3 - "$root" "$zoo" "${ROUNDS:-3}" "${REPEAT:-3}" "$models" <<'PY'
+"$root/.venv/bin/python3" - "$root" "$zoo" "${ROUNDS:-3}" "${REPEAT:-3}" "$models" <<'PY'
 import json, os, statistics, subprocess, sys, tempfile
 import onnx
 from onnx import TensorProto, helper
 
 root, zoo, rounds, repeat, models = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5].split()
 cleave = os.path.join(root, "build/release/cleave")
-runner = os.path.join(root, "tests/oracle/run_model.js")
+runner = [sys.executable, os.path.join(root, "tests/oracle/onnxruntime_oracle.py"), "run"]
 tmp = tempfile.mkdtemp(prefix="cleave_memory_")
 
 # The one-op baseline model and its input.
@@ -44,7 +44,7 @@ def peak_kib(cmd):
 
 def side(name, onnx_path, inputs):
     if name == "ort":
-        return peak_kib(["node", runner, onnx_path, inputs, os.path.join(tmp, "ort.json"), "--repeat", repeat])[0]
+        return peak_kib([*runner, onnx_path, inputs, os.path.join(tmp, "ort.json"), "--repeat", repeat])[0]
     return peak_kib([cleave, "run", onnx_path, "--inputs", inputs, "--repeat", repeat])[0]
 
 

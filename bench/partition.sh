@@ -22,8 +22,8 @@ ref="$root/../shared/bench/reference"
 printf '%-13s %6s %7s %12s %12s %9s %12s %12s\n' family n nodes torch_s cleave_s ratio torch_cp cleave_cp
 for case in "linear_chain 100" "linear_chain 1000" "diamonds 8" "diamonds 14"; do
   set -- $case
-  torch_line="$(cd "$ref" && /usr/bin/python3 time_partitioner.py size_based "$1" "$2" | tail -1)"
-  /usr/bin/python3 "$root/tools/cleave_fx.py" family "$1" "$2" -o "$tmp/g.json"
+  torch_line="$(cd "$ref" && "$root/.venv/bin/python3" time_partitioner.py size_based "$1" "$2" | tail -1)"
+  "$root/.venv/bin/python3" "$root/tools/cleave_fx.py" family "$1" "$2" -o "$tmp/g.json"
   cleave_line="$("$root/build/release/bench_partition" "$tmp/g.json" --reference --repeat 5)"
   field() { echo "$1" | sed -n "s/.*$2=\([0-9.]*\).*/\1/p"; }
   awk -v f="$1" -v n="$2" -v nodes="$(field "$torch_line" nodes)" -v t="$(field "$torch_line" seconds)" \
@@ -35,8 +35,8 @@ echo
 printf '%-10s %-13s %6s %7s %12s %12s %9s %12s %12s\n' mode family n nodes torch_s cleave_s ratio torch_cp cleave_cp
 for case in "cost_aware linear_chain 30" "cost_aware diamonds 8" "kl_based linear_chain 80" "kl_based diamonds 8"; do
   set -- $case
-  torch_line="$(cd "$ref" && /usr/bin/python3 time_partitioner.py "$1" "$2" "$3" | tail -1)"
-  /usr/bin/python3 "$root/tools/cleave_fx.py" family "$2" "$3" -o "$tmp/g.json"
+  torch_line="$(cd "$ref" && "$root/.venv/bin/python3" time_partitioner.py "$1" "$2" "$3" | tail -1)"
+  "$root/.venv/bin/python3" "$root/tools/cleave_fx.py" family "$2" "$3" -o "$tmp/g.json"
   cleave_line="$("$root/build/release/bench_partition" "$tmp/g.json" --reference --repeat 5 --mode "$1")"
   field() { echo "$1" | sed -n "s/.*$2=\([0-9.]*\).*/\1/p"; }
   awk -v m="$1" -v f="$2" -v n="$3" -v nodes="$(field "$torch_line" nodes)" -v t="$(field "$torch_line" seconds)" \
@@ -47,7 +47,7 @@ done
 echo
 for case in "linear_chain 5000" "diamonds 2500"; do
   set -- $case
-  /usr/bin/python3 "$root/tools/cleave_fx.py" family "$1" "$2" -o "$tmp/g.json"
+  "$root/.venv/bin/python3" "$root/tools/cleave_fx.py" family "$1" "$2" -o "$tmp/g.json"
   for mode in cost_aware kl_based optimal; do
     echo "$1 $2: $("$root/build/release/bench_partition" "$tmp/g.json" --reference --repeat 3 --mode "$mode")"
   done

@@ -9,7 +9,7 @@ cpu submodules, CPU nodes, the CPU nodes that are int64 shape arithmetic (Shape,
 integer Gather/Mul/Add/Sub/Div/Concat/Unsqueeze/Cast outputs), folding's rounds, and the median
 wall time of the split with the [min, max] of the per-round ratios folded / as read.
 
-usage: /usr/bin/python3 bench/real_exports.py CLEAVE [--rounds R] [--keep DIR] [MODEL ...]
+usage: .venv/bin/python3 bench/real_exports.py CLEAVE [--rounds R] [--keep DIR] [MODEL ...]
 """
 import argparse
 import json

@@ -7,7 +7,7 @@
 # MODELS="mobilenet_v3_large vit_b_16 dcgan" also those (torchvision, 224x224; DCGAN's generator,
 # batch 16: five ConvTranspose layers), and any other model tools/export_zoo.py writes (r3d_18:
 # 3-D convolutions; ssdlite, fasterrcnn, retinanet, fcos, ssd300 and maskrcnn: detectors with TopK, NonMaxSuppression, RoiAlign, Loop).
-#   1. latency: ORT (npm onnxruntime-node, default threads, all graph optimizations) vs
+#   1. latency: ORT (PyPI onnxruntime, default threads, all graph optimizations) vs
 #      `cleave run --repeat N` (median of N; the first run included), ratio cleave / ORT;
 #   2. cut overhead: the model split by a profile that leaves Relu/Softmax/Erf on the CPU, run
 #      by `cleave run OUT_DIR` (both sides on aten-cpu, so the submodels run joined: cut_ms), and
@@ -35,7 +35,7 @@ printf '%-18s %9s %9s %20s %9s %20s %9s %20s %10s %18s %18s %18s %18s\n' model o
   "/ channels-last"
 for model in $models; do
   onnx="$zoo/$model.onnx" inputs="$zoo/$model.inputs.json"
-  /usr/bin/python3 - "$onnx" "$tmp/profile.json" <<'PY'
+  "$root/.venv/bin/python3" - "$onnx" "$tmp/profile.json" <<'PY'
 import json, sys, onnx
 ops = {n.op_type for n in onnx.load(sys.argv[1], load_external_data=False).graph.node}
 json.dump({"name": "holes", "ops": sorted(ops - {"Relu", "Softmax", "Erf"})}, open(sys.argv[2], "w"))
@@ -45,8 +45,8 @@ PY
   : >"$tmp/times"
   time_side() { # SIDE ROUND: one block of $repeat runs, appended as "SIDE ROUND JSON"
     case "$1" in
-      ort) echo "ort $2 $(node "$root/tests/oracle/run_model.js" "$onnx" "$inputs" "$tmp/ort.json" --repeat "$repeat" \
-             2>/dev/null | tr -d '\n')" ;;
+      ort) echo "ort $2 $("$root/.venv/bin/python3" "$root/tests/oracle/onnxruntime_oracle.py" run "$onnx" "$inputs" \
+             "$tmp/ort.json" --repeat "$repeat" 2>/dev/null | tr -d '\n')" ;;
       whole) echo "whole $2 $("$cleave" run "$onnx" --inputs "$inputs" --repeat "$repeat" --json | tr -d '\n')" ;;
       cut) echo "cut $2 $("$cleave" run "$tmp/cut" --inputs "$inputs" --repeat "$repeat" --baseline "$onnx" --json \
              | tr -d '\n')" ;;
@@ -71,7 +71,7 @@ PY
     ((round % 2)) && sides=(channelslast unpacked dense nofusion seams cut whole ort)
     for side in "${sides[@]}"; do time_side "$side" "$round"; done
   done
-  /usr/bin/python3 - "$model" "$tmp/times" <<'PY'
+  "$root/.venv/bin/python3" - "$model" "$tmp/times" <<'PY'
 import json, statistics, sys
 model, per_round, submodules = sys.argv[1], {}, 0
 paired = {}  # side -> round -> median of its runs' ratios to the whole model's, run by run

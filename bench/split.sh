@@ -20,10 +20,10 @@ printf '%-7s %8s %8s %14s %14s %10s\n' family n nodes torch_s cleave_s ratio
 for case in "chain 200" "chain 2000" "wide 250" "wide 2500"; do
   set -- $case
   family=$1 n=$2
-  torch_line="$(cd "$ref" && /usr/bin/python3 time_splitter.py "$family" "$n" | tail -1)"
+  torch_line="$(cd "$ref" && "$root/.venv/bin/python3" time_splitter.py "$family" "$n" | tail -1)"
   setup_s="$(echo "$torch_line" | sed -n 's/.*setup_s=\([0-9.]*\).*/\1/p')"
   split_s="$(echo "$torch_line" | sed -n 's/.*split_s=\([0-9.]*\).*/\1/p')"
-  /usr/bin/python3 "$root/tools/cleave_fx.py" family "$family" "$n" -o "$tmp/g.json"
+  "$root/.venv/bin/python3" "$root/tools/cleave_fx.py" family "$family" "$n" -o "$tmp/g.json"
   cleave_line="$("$root/build/release/bench_split" "$tmp/g.json" "$tmp/fx.json" --repeat 5)"
   nodes="$(echo "$cleave_line" | sed -n 's/.*nodes=\([0-9]*\).*/\1/p')"
   cleave_s="$(echo "$cleave_line" | sed -n 's/.*split_median_s=\([0-9.]*\).*/\1/p')"

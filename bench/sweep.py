@@ -4,7 +4,7 @@ Where bench/runtime.sh times a few models every way (cut, unfused, ...), this ti
 classification models (one per family), 4 video models, 3 segmentation models (their "out" at
 520x520) and RAFT's small optical flow (4 updates, 128x128), exported from Debian's torchvision
 with random weights (tools/export_zoo.py's randomize: BatchNorm statistics random too), batch 1.
-Per model: one run each of ORT (npm onnxruntime-node, default threads) and `cleave run` on the
+Per model: one run each of ORT (PyPI onnxruntime, default threads) and `cleave run` on the
 same input, whose outputs must agree within 1e-4 of ORT's largest (else the row says DIFFERS);
 then ROUNDS interleaved rounds (order alternating), each timing one block per side (its median),
 blocks sized to about BUDGET ms. Printed: each side's median over the rounds and the median of
@@ -15,7 +15,7 @@ Softmax, Erf, Gather, HardSwish, Sigmoid and Tanh on the CPU, so every model is 
 `cleave verify` on each cut: its verdict, the largest error against the output's scale, and how
 many elements the element-wise rule would have failed (issue 41's false alarms).
 
-usage: /usr/bin/python3 bench/sweep.py CLEAVE [--rounds R] [--budget-ms B] [--zoo DIR] [--verify] [MODEL ...]
+usage: .venv/bin/python3 bench/sweep.py CLEAVE [--rounds R] [--budget-ms B] [--zoo DIR] [--verify] [MODEL ...]
 """
 import argparse
 import json
@@ -30,7 +30,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-ORACLE = os.path.join(ROOT, "tests", "oracle", "run_model.js")
+ORACLE = [sys.executable, os.path.join(ROOT, "tests", "oracle", "onnxruntime_oracle.py"), "run"]
 
 
 def models():
@@ -97,7 +97,7 @@ def export(zoo, name, spec):
 
 
 def ort_block(model, inputs, outputs, repeat):
-    out = subprocess.run(["node", ORACLE, model, inputs, outputs, "--repeat", str(repeat)], capture_output=True,
+    out = subprocess.run([*ORACLE, model, inputs, outputs, "--repeat", str(repeat)], capture_output=True,
                          text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])["median_s"]
 

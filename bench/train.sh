@@ -11,9 +11,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/scripts/setup"
 "$root/scripts/build" "$root/build/release"
 cleave="$root/build/release/cleave"
-/usr/bin/python3 "$root/bench/train_modes.py" "$cleave" --rounds "${ROUNDS:-3}" --steps "${STEPS:-6}"
-/usr/bin/python3 "$root/bench/train_schedules.py" "$cleave" --rounds "${ROUNDS:-3}" --steps "${STEPS:-6}"
-/usr/bin/python3 "$root/bench/train_bench.py" "$cleave" "$root/build/release/bench_comm" --rounds "${ROUNDS:-3}" \
+"$root/.venv/bin/python3" "$root/bench/train_modes.py" "$cleave" --rounds "${ROUNDS:-3}" --steps "${STEPS:-6}"
+"$root/.venv/bin/python3" "$root/bench/train_schedules.py" "$cleave" --rounds "${ROUNDS:-3}" --steps "${STEPS:-6}"
+"$root/.venv/bin/python3" "$root/bench/train_bench.py" "$cleave" "$root/build/release/bench_comm" --rounds "${ROUNDS:-3}" \
   --steps "${STEPS:-6}" ${BASELINE:+--baseline-cleave "$BASELINE"}
 "$cleave" launch --nproc 2 --master-port 29650 -- "$root/build/release/bench_comm" --rows 8 --cols 1024 \
   --iters "${ITERS:-1000}" --rounds "${ROUNDS:-3}"

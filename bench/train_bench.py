@@ -33,7 +33,7 @@ own measured times (`--action-costs`), against that step's idle share; and the s
 stage medians and the measured spread of action times within a step (`--cost-spread`, see
 busy_spread), a prediction that keeps the variation but not which action varied.
 
-usage: /usr/bin/python3 bench/train_bench.py CLEAVE BENCH_COMM [--rounds R] [--steps K] [--width W]
+usage: .venv/bin/python3 bench/train_bench.py CLEAVE BENCH_COMM [--rounds R] [--steps K] [--width W]
        [--baseline-cleave OTHER_CLEAVE]
 """
 import argparse

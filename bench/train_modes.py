@@ -17,7 +17,7 @@ median step time (each run's first step dropped as warm-up), for the plans the p
 and the ratio to its pair (bf16 / fp32 step time, per round) as median
 [min, max] over rounds.
 
-usage: /usr/bin/python3 bench/train_modes.py CLEAVE [--rounds R] [--steps K] [--width W] [--rows N]
+usage: .venv/bin/python3 bench/train_modes.py CLEAVE [--rounds R] [--steps K] [--width W] [--rows N]
 """
 import argparse
 import inspect

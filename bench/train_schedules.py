@@ -10,7 +10,7 @@ allocator above the step's start) and, for the replicas, the seconds a rank stil
 gradient sums after its schedule (rank_replica_wait_s) against the step. Sides are interleaved
 per round, the order flipped every round; values are medians over rounds, ratios median [min, max].
 
-usage: /usr/bin/python3 bench/train_schedules.py CLEAVE [--rounds R] [--steps K] [--width W] [--rows N]
+usage: .venv/bin/python3 bench/train_schedules.py CLEAVE [--rounds R] [--steps K] [--width W] [--rows N]
 """
 import argparse
 import json

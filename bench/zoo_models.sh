@@ -9,4 +9,4 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 zoo="${CLEAVE_ZOO_DIR:-${TMPDIR:-/tmp}/cleave_zoo}"
 models="${MODELS:-resnet50 bert_base}"
 # shellcheck disable=SC2086 # a list of names
-/usr/bin/python3 "$root/tools/export_zoo.py" "$zoo" $models >/dev/null
+"$root/.venv/bin/python3" "$root/tools/export_zoo.py" "$zoo" $models >/dev/null

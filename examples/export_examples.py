@@ -1,6 +1,6 @@
 """Export cleave's example models with Debian's python3-torch (random weights, fixed seed).
 
-    /usr/bin/python3 examples/export_examples.py [OUT_DIR] [--large]
+    .venv/bin/python3 examples/export_examples.py [OUT_DIR] [--large]
 
 Writes, for each model, NAME.onnx (opset 17) and NAME.fx.json (FX graph, tools/cleave_fx.py):
   cnn          a small ResNet-style CNN (conv, batchnorm, relu, residual add, pooling, linear)

@@ -155,7 +155,7 @@ class PipelineOnnx(TempDirTest):
                   f"m = MLPStack({module}).eval()\n"
                   f"torch.onnx.export(m, (torch.randn({rows}, {D}),), {path!r}, input_names=['x'],\n"
                   f"                  output_names=[{output!r}], dynamic_axes={axes}, opset_version=17)\n")
-        subprocess.run(["/usr/bin/python3", "-c", script], check=True, capture_output=True, text=True)
+        subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
         return path
 
     def test_stages_run_microbatch_by_microbatch_give_the_original(self):
@@ -236,7 +236,7 @@ class FixedBatch(TempDirTest):
                   f"axes = {{'x': {{0: 'b'}}, 't': {{0: 'b'}}}} if {dynamic} else None\n"
                   f"torch.onnx.export(HeadsMse(), (x, t), {path!r}, input_names=['x', 't'], output_names=['loss'],\n"
                   "                  opset_version=17, dynamic_axes=axes)\n")
-        subprocess.run(["/usr/bin/python3", "-c", script], check=True, capture_output=True, text=True)
+        subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
         return path
 
     def test_a_batch_held_in_a_constant_shape_is_refused_before_running(self):

@@ -6,6 +6,8 @@ the random ops by their statistics (their values are ATen's draws, reproducible 
 import json
 import os
 import resource
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -306,7 +308,6 @@ class RuntimeCli(TempDirTest):
         self.assertEqual(json.loads(stdout)["culprits"], [])
 
     def test_shapes_completes_dynamic_dims_from_a_run(self):
-        import subprocess
         model = self.path("dynamic.onnx")
         script = (
             "import torch\n"
@@ -314,7 +315,7 @@ class RuntimeCli(TempDirTest):
             "m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()\n"
             f"torch.onnx.export(m, (torch.randn(2, 8),), {model!r}, input_names=['x'], output_names=['y'],\n"
             "                  dynamic_axes={'x': {0: 'batch'}, 'y': {0: 'batch'}}, opset_version=17)\n")
-        subprocess.run(["/usr/bin/python3", "-c", script], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
         code, out, err = run("inspect", model, "--json")
         self.assertEqual(code, 0, err)
         self.assertGreater(json.loads(out)["unknown_size_values"], 0)

@@ -1,4 +1,4 @@
-"""The ATen runtime against ONNX Runtime (npm onnxruntime-node) on the model zoo of issue 4:
+"""The ATen runtime against ONNX Runtime (PyPI onnxruntime) on the model zoo of issue 4:
 torchvision resnet50, mobilenet_v3_large and a ViT (torchvision's VisionTransformer), a
 torch.nn.TransformerEncoder, a GPT-2-style decoder, a DLRM-like model with EmbeddingBag and
 2-layer bidirectional LSTM and GRU taggers, torchvision's segmentation models (deeplabv3, lraspp,
@@ -15,9 +15,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from testlib import EXAMPLES, SOURCE_DIR, TempDirTest, main, run, CLEAVE
+from testlib import CLEAVE, EXAMPLES, ORACLE, SOURCE_DIR, TempDirTest, main, run
 
-ORACLE = os.path.join(SOURCE_DIR, "tests", "oracle", "run_model.js")
 ZOO = os.path.join(os.path.dirname(os.path.abspath(CLEAVE)), "zoo_small")
 MODELS = ("resnet50", "mobilenet_v3_large", "vit_b_16", "transformer_encoder", "gpt2", "dlrm", "lstm", "gru",
           "deeplabv3", "lraspp", "fcn", "swin_t", "maxvit_t", "dcgan", "r3d_18", "wav2letter")
@@ -26,7 +25,7 @@ NPU = os.path.join(EXAMPLES, "profiles", "npu.json")
 
 
 def export_zoo():
-    subprocess.run(["/usr/bin/python3", os.path.join(SOURCE_DIR, "tools", "export_zoo.py"), ZOO, *MODELS, "--small"],
+    subprocess.run([sys.executable, os.path.join(SOURCE_DIR, "tools", "export_zoo.py"), ZOO, *MODELS, "--small"],
                    check=True, capture_output=True, text=True, timeout=900)
 
 
@@ -51,7 +50,7 @@ class RuntimeOracle(TempDirTest):
                 model, inputs = self.model(name)
                 opsets.add(onnx.load(model, load_external_data=False).opset_import[0].version)
                 ort_out, cleave_out = self.path(f"{name}.ort.json"), self.path(f"{name}.cleave.json")
-                proc = subprocess.run(["node", ORACLE, model, inputs, ort_out], capture_output=True, text=True,
+                proc = subprocess.run([*ORACLE, "run", model, inputs, ort_out], capture_output=True, text=True,
                                       timeout=600)
                 self.assertEqual(proc.returncode, 0, proc.stderr)
                 code, _, err = run("run", model, "--inputs", inputs, "--save-outputs", cleave_out)
@@ -125,7 +124,7 @@ class DetectionOps(TempDirTest):
             json.dump({k: {"dtype": "int64" if v.dtype == np.int64 else "float32", "dims": list(v.shape),
                            "data": v.flatten().tolist()} for k, v in values.items()}, f)
         ort_out, cleave_out = self.path(f"{name}.ort.json"), self.path(f"{name}.cleave.json")
-        proc = subprocess.run(["node", ORACLE, model, feeds, ort_out], capture_output=True, text=True, timeout=300)
+        proc = subprocess.run([*ORACLE, "run", model, feeds, ort_out], capture_output=True, text=True, timeout=300)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         code, _, err = run("run", model, "--inputs", feeds, "--save-outputs", cleave_out)
         self.assertEqual(code, 0, err)

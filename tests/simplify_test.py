@@ -1,7 +1,7 @@
 """`cleave simplify` on real exports (Debian's torch, the TorchScript exporter): a transformer
 encoder exported with static shapes and with a dynamic batch and sequence, and a model that calls
 x.view(x.size(0), x.size(1), -1). The folded model must give ONNX Runtime's outputs of the
-original (tests/oracle/run_model.js), hold no Shape node where every shape is static, split into
+original (tests/oracle/onnxruntime_oracle.py), hold no Shape node where every shape is static, split into
 fewer CPU nodes (and no more submodules) with the GPU profile, and come out byte for byte the same twice."""
 import json
 import os
@@ -11,9 +11,8 @@ import numpy as np
 import onnx
 import torch
 
-from testlib import EXAMPLES, SOURCE_DIR, TempDirTest, main, run
+from testlib import EXAMPLES, ORACLE, SOURCE_DIR, TempDirTest, main, run
 
-ORACLE = os.path.join(SOURCE_DIR, "tests", "oracle", "run_model.js")
 GPU = os.path.join(EXAMPLES, "profiles", "gpu.json")
 
 
@@ -40,7 +39,7 @@ class SimplifyTest(TempDirTest):
         inputs, outputs = self.path("inputs.json"), self.path("outputs.json")
         with open(inputs, "w") as f:
             json.dump({"x": {"dtype": "float32", "dims": list(x.shape), "data": x.flatten().tolist()}}, f)
-        subprocess.run(["node", ORACLE, model, inputs, outputs], check=True, capture_output=True, timeout=300)
+        subprocess.run([*ORACLE, "run", model, inputs, outputs], check=True, capture_output=True, timeout=300)
         with open(outputs) as f:
             y = json.load(f)["y"]
         return np.array(y["data"], dtype=np.float32).reshape(y["dims"])

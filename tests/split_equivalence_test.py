@@ -2,7 +2,7 @@
 
 For the example models (and generated ones) and several profiles (the bundled GPU- and NPU-like
 ones, and seeded random halves of each model's op types, which cut in many places), `cleave split`
-writes submodels; ONNX Runtime (npm onnxruntime-node, tests/oracle/run_plan.js) runs the original
+writes submodels; ONNX Runtime (PyPI onnxruntime, tests/oracle/onnxruntime_oracle.py) runs the original
 and the submodels in plan order on the same inputs, and the outputs must agree within 1e-4
 relative / 1e-5 absolute error.
 """
@@ -11,9 +11,8 @@ import os
 import random
 import subprocess
 
-from testlib import EXAMPLES, SOURCE_DIR, TempDirTest, main, run
+from testlib import EXAMPLES, ORACLE, SOURCE_DIR, TempDirTest, main, run
 
-ORACLE = os.path.join(SOURCE_DIR, "tests", "oracle", "run_plan.js")
 
 
 def tensor(dtype, dims, data):
@@ -65,7 +64,7 @@ class Equivalence(TempDirTest):
             with self.subTest(model=name, profile=os.path.basename(profile)):
                 out = self.path(f"{name}.{k}")
                 run("split", model_path, "--profile", profile, "-o", out, *extra_args, check=True)
-                proc = subprocess.run(["node", ORACLE, model_path, out, inputs], capture_output=True, text=True,
+                proc = subprocess.run([*ORACLE, "plan", model_path, out, inputs], capture_output=True, text=True,
                                       timeout=300)
                 self.assertEqual(proc.returncode, 0, proc.stderr)
                 report = json.loads(proc.stdout)
@@ -108,7 +107,7 @@ class Equivalence(TempDirTest):
                                             "-o", out, "--json")
                     self.assertEqual(code, 0, err)
                     self.assertGreater(len(json.loads(stdout)["partitions"]), 1, mode)
-                    proc = subprocess.run(["node", ORACLE, model, out, inputs], capture_output=True, text=True,
+                    proc = subprocess.run([*ORACLE, "plan", model, out, inputs], capture_output=True, text=True,
                                           timeout=300)
                     self.assertEqual(proc.returncode, 0, proc.stderr)
                     for value, error in json.loads(proc.stdout)["outputs"].items():

@@ -1,6 +1,6 @@
 """Export the runtime's model zoo with Debian's python3-torch (random weights, fixed seeds).
 
-    /usr/bin/python3 tools/export_zoo.py OUT_DIR [NAME ...] [--small]
+    .venv/bin/python3 tools/export_zoo.py OUT_DIR [NAME ...] [--small]
 
 Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
   resnet50           torchvision, opset 13          mobilenet_v3_large  torchvision, opset 14

@@ -1,7 +1,7 @@
 // runtime/engine/tensors.h - ATen tensors for cleave's IR: dtypes, parameters, ONNX TensorProto bytes,
 // named tensor maps and their JSON file format, random inputs, summaries.
 //
-// Tensor files (JSON; the format tests/oracle/run_plan.js reads too):
+// Tensor files (JSON; the format tests/oracle/onnxruntime_oracle.py reads too):
 //   {"name": {"dtype": "float32", "dims": [1, 3], "data": [0.5, 1.0, 2.0]}, ...}
 // dtypes: float32, float64, float16, int64, int32, int16, int8, uint8, bool, string (data: JSON
 // strings). Data is row-major.
