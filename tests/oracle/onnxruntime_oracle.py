@@ -71,15 +71,16 @@ def feeds_for(session, values, where):
     return feeds
 
 
-def run_session(session, values, where):
-    """The session's outputs by name, on the values it names as inputs."""
+def run_session(session, feeds):
+    """The session's outputs by name, on exactly its inputs (feeds_for)."""
     names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds_for(session, values, where))))
+    return dict(zip(names, session.run(names, feeds)))
 
 
 def run_model(model_path, values):
     """Every graph output of the model on `values` (a dict of numpy arrays), by name."""
-    return run_session(session_for(model_path), values, model_path)
+    session = session_for(model_path)
+    return run_session(session, feeds_for(session, values, model_path))
 
 
 def time_runs(session, feeds, repeat):
@@ -125,7 +126,7 @@ def main(argv):
         model, inputs, outputs = argv[1:4]
         session = session_for(model)
         feeds = feeds_for(session, read_tensors(inputs), model)
-        write_tensors(outputs, run_session(session, feeds, model))
+        write_tensors(outputs, run_session(session, feeds))
         if len(argv) == 6:
             print(json.dumps(time_runs(session, feeds, int(argv[5]))))
         return 0
