@@ -7,7 +7,11 @@ the cost). Both sides run the same command in one run, interleaved, alternating 
 Printed per command: each side's median wall time over ROUNDS rounds, and the median of the
 per-round ratios preloaded / now with their [min, max].
 
-usage: bench/startup.py [BUILD_DIR] [--rounds N]   (BUILD_DIR: build/release)
+With --against OTHER_BUILD_DIR the two sides are instead this build's cleave and that build's (a
+build on another libtorch: "start-up no slower than before"), on the same commands plus a model
+run (`run cnn.onnx`: libtorch's load and one small model), printed as this / other.
+
+usage: bench/startup.py [BUILD_DIR] [--rounds N] [--against OTHER_BUILD_DIR]   (BUILD_DIR: build/release)
 """
 import argparse
 import os
@@ -40,6 +44,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("build", nargs="?", default=os.path.join(ROOT, "build", "release"))
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--against", help="another build folder: time its cleave against this one's")
     args = parser.parse_args()
     cleave = os.path.join(args.build, "cleave")
     examples = os.path.join(ROOT, "examples")
@@ -51,24 +56,33 @@ def main():
         "support cnn": ["support", os.path.join(examples, "cnn.onnx"), "--profile", profile],
         "pipeline transformer --stages 2": ["pipeline", os.path.join(examples, "transformer.onnx"), "--stages", "2"],
     }
-    preload = dict(os.environ, LD_PRELOAD=":".join(runtime_libraries(args.build)))
     plain = dict(os.environ)
-    print(f"{'command':32} {'now_ms':>8} {'preloaded_ms':>13} {'preloaded/now [range]':>24}")
+    if args.against:
+        commands["run cnn.onnx"] = ["run", os.path.join(examples, "cnn.onnx")]
+        other = os.path.join(args.against, "cleave")
+        sides = {"this": ([cleave], plain), "other": ([other], plain)}
+    else:
+        preload = dict(os.environ, LD_PRELOAD=":".join(runtime_libraries(args.build)))
+        sides = {"other": ([cleave], plain), "this": ([cleave], preload)}  # ratio: preloaded / now
+    head = ("this_ms", "other_ms", "this/other [range]") if args.against else ("now_ms", "preloaded_ms",
+                                                                            "preloaded/now [range]")
+    print(f"{'command':32} {head[0]:>8} {head[1]:>13} {head[2]:>24}")
     for name, argv in commands.items():
         try:
-            wall([cleave, *argv], plain)
+            for binary, env in sides.values():
+                wall([*binary, *argv], env)
         except subprocess.CalledProcessError:
             print(f"{name:32} (fails here: skipped)")
             continue
-        times = {"now": [], "preloaded": []}
+        times = {"this": [], "other": []}
         for round_ in range(args.rounds):
-            sides = ["now", "preloaded"] if round_ % 2 == 0 else ["preloaded", "now"]
-            for side in sides:
-                times[side].append(wall([cleave, *argv], plain if side == "now" else preload))
-        ratios = sorted(p / n for p, n in zip(times["preloaded"], times["now"]))
-        print(f"{name:32} {statistics.median(times['now']) * 1e3:8.1f} "
-              f"{statistics.median(times['preloaded']) * 1e3:13.1f} "
-              f"{statistics.median(ratios):10.1f} [{ratios[0]:.1f}, {ratios[-1]:.1f}]")
+            for side in (["this", "other"] if round_ % 2 == 0 else ["other", "this"]):
+                binary, env = sides[side]
+                times[side].append(wall([*binary, *argv], env))
+        ratios = sorted(t / o for t, o in zip(times["this"], times["other"]))
+        first, second = (times["this"], times["other"]) if args.against else (times["other"], times["this"])
+        print(f"{name:32} {statistics.median(first) * 1e3:8.1f} {statistics.median(second) * 1e3:13.1f} "
+              f"{statistics.median(ratios):10.2f} [{ratios[0]:.2f}, {ratios[-1]:.2f}]")
 
 
 if __name__ == "__main__":

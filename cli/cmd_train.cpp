@@ -23,6 +23,7 @@
 #include "runtime/distributed/pipeline_train.h"
 #include "runtime/distributed/transport.h"
 #include "runtime/engine/host_memory.h"
+#include "runtime/engine/wing_library.h"
 #include "runtime/model/backend_names.h"
 #include "runtime/model/microbatch.h"
 #include "runtime/model/tensor_files.h"
@@ -295,6 +296,12 @@ std::string rankBackend(const std::string& backend, const std::optional<runtime:
 
 // The transport of --transport: auto is NCCL where the stages train on CUDA and this build has it.
 Expected<std::string> chosenTransport(const TrainFlags& flags) {
+  // nccl is the CUDA wing's: registered once its library is loaded (train loaded it for a CUDA
+  // backend; a build without it keeps gloo alone).
+  if (flags.transport == "nccl" && !runtime::isCudaBackend(flags.backend))
+    return usageError() << "--transport nccl moves CUDA tensors: train the stages on aten-cuda (--backend) or use gloo";
+  if (flags.transport == "nccl")
+    (void)runtime::loadWingProviding(flags.transport);
   const std::vector<std::string> names = runtime::distributed::transportNames();
   const bool built = std::find(names.begin(), names.end(), flags.transport) != names.end();
   if (flags.transport == "auto") {
@@ -543,6 +550,11 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   runtime::keepFreedHostMemory();
   flags.options.lrSchedule.steps = flags.steps;
   CLEAVE_CHECK(checkCheckpointFlags(flags));
+  // Before any call into ATen's CUDA hooks (manual_seed seeds every GPU): libtorch keeps the
+  // first answer it gets, so a CUDA wing loaded after it would find CUDA off for good.
+  if (runtime::isCudaBackend(flags.backend))
+    if (Status loaded = runtime::loadWingProviding(flags.backend); !loaded)
+      return Error(ErrorCode::Unsupported) << "backend " << flags.backend << ": " << loaded.error().message();
   at::manual_seed(flags.seed);
   if (!flags.betas.empty()) {
     flags.options.optimizer.beta1 = flags.betas[0];

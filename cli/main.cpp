@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/version.h"
 #include "base/strings.h"
 
 namespace cleave::cli {
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? kExitUsage : kExitOk;
   }
   if (std::strcmp(argv[1], "--version") == 0) {
-    std::cout << "cleave 0.1.0\n";
+    printVersion(std::cout);
     return kExitOk;
   }
   Args args(argv + 2, argv + argc);

@@ -6,11 +6,11 @@
 #include <climits>
 #include <cstring>
 
+#include "cli/prebind.h"
 #include "cli/runtime_library.h"
 
 namespace cleave::cli {
 
-namespace {
 // The folder of the running executable, with its trailing slash (empty when unknown).
 std::string executableFolder() {
   char path[PATH_MAX];
@@ -21,10 +21,14 @@ std::string executableFolder() {
   return text.substr(0, text.rfind('/') + 1);
 }
 
+namespace {
 Expected<const RuntimeLibrary*> openRuntimeLibrary() {
+  prebindRuntimeLibraries();
   std::string path = executableFolder() + "libcleave_runtime.so";
-  // RTLD_NOW: a missing symbol fails here, in one line, not at some later call.
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // RTLD_NOW: a missing symbol fails here, in one line, not at some later call. RTLD_GLOBAL: a
+  // device wing's library, loaded later (runtime/engine/wing_library.h), resolves the engine's
+  // symbols against this one.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
   if (!handle)
     return Error(ErrorCode::NotFound) << "cannot load the runtime library: " << dlerror();
   auto entry = reinterpret_cast<const RuntimeLibrary* (*)()>(dlsym(handle, "cleave_runtime_library"));

@@ -2,6 +2,7 @@
 #
 # Guarantee: a dependency that is missing stops the configure step with one line,
 #   cleave: missing dependency NAME: install the Debian package PKG (scripts/setup installs them all)
+# or, for libtorch (PyPI's wheel, not a Debian package), one naming scripts/setup's .libtorch
 # (also written to BUILD_DIR/missing-dependency.txt, which scripts/build prints alone) instead of a
 # CMake trace from deep inside a package's config file. scripts/setup is the one list of packages; the names here must match it.
 
@@ -30,13 +31,86 @@ if(CLEAVE_FUZZ) # the fuzz build has no runtime
   return()
 endif()
 
-# The runtime's libtorch. CLEAVE_TORCH_DIR may point at another libtorch's CMake config (e.g. a
-# CUDA-enabled one inside a pip PyTorch: python -c 'import torch; print(torch.utils.cmake_prefix_path)').
-set(CLEAVE_TORCH_DIR "" CACHE PATH "directory holding TorchConfig.cmake (default: the system's)")
+# The runtime's libtorch: PyPI's torch wheel, which scripts/setup installs as files into the
+# clone's .libtorch (scripts/requirements-libtorch.txt), or another libtorch's CMake config named by
+# CLEAVE_TORCH_DIR (the GPU machines' own pip PyTorch: python3 -c 'import torch;
+# print(torch.utils.cmake_prefix_path)'). One libtorch serves the build (docs/architecture.md,
+# "Builds"): Debian's 1.13 is no longer built against.
+set(CLEAVE_TORCH_DIR "" CACHE PATH "directory holding Torch/TorchConfig.cmake (default: .libtorch/torch/share/cmake)")
 if(CLEAVE_TORCH_DIR)
-  list(PREPEND CMAKE_PREFIX_PATH ${CLEAVE_TORCH_DIR})
+  set(_cleave_torch_prefix "${CLEAVE_TORCH_DIR}")
+else()
+  set(_cleave_torch_prefix "${CMAKE_CURRENT_SOURCE_DIR}/.libtorch/torch/share/cmake")
 endif()
-cleave_require(Torch libtorch-dev)
+if(NOT EXISTS "${_cleave_torch_prefix}/Torch/TorchConfig.cmake")
+  set(_cleave_missing "cleave: missing dependency Torch: no TorchConfig.cmake under ${_cleave_torch_prefix} (scripts/setup installs PyPI's torch into .libtorch)")
+  file(WRITE "${CMAKE_BINARY_DIR}/missing-dependency.txt" "${_cleave_missing}\n")
+  message(FATAL_ERROR "${_cleave_missing}")
+endif()
+# Forced: a build folder configured against another libtorch keeps its *_DIR in the cache.
+set(Torch_DIR "${_cleave_torch_prefix}/Torch" CACHE PATH "libtorch's CMake config (cmake/dependencies.cmake)" FORCE)
+set(Caffe2_DIR "${_cleave_torch_prefix}/Caffe2" CACHE PATH "libtorch's CMake config (cmake/dependencies.cmake)" FORCE)
+# Caffe2's CUDA probe compiles and runs a program for the GPU's architecture unless it is named;
+# no machine that builds cleave need have a GPU. 9.0 is the H100/H200's (only used by CUDA sources
+# compiled through Caffe2's flags; cleave compiles none).
+if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
+endif()
+find_package(Torch QUIET)
+if(NOT Torch_FOUND OR NOT TARGET torch_cpu)
+  set(_cleave_missing "cleave: libtorch under ${_cleave_torch_prefix} does not configure (run CMake with --debug-find, or scripts/setup again)")
+  file(WRITE "${CMAKE_BINARY_DIR}/missing-dependency.txt" "${_cleave_missing}\n")
+  message(FATAL_ERROR "${_cleave_missing}")
+endif()
+set(CLEAVE_TORCH_VERSION "${Torch_VERSION}")
+
+# The wheel's include/ holds, beside ATen, c10 and torch, the protobuf and oneDNN headers libtorch
+# was built with. Debian's libonnx and libdnnl need their own versions of both, and an -I folder
+# wins over /usr/include: so the runtime sees the wheel's headers through a folder of links to
+# everything but google/ (protobuf), dnnl*.h* and oneapi/ (oneDNN).
+get_target_property(_cleave_torch_includes torch_cpu INTERFACE_INCLUDE_DIRECTORIES)
+list(GET _cleave_torch_includes 0 _cleave_torch_include)
+set(CLEAVE_TORCH_INCLUDE "${CMAKE_BINARY_DIR}/torch-include")
+file(REMOVE_RECURSE "${CLEAVE_TORCH_INCLUDE}")
+file(MAKE_DIRECTORY "${CLEAVE_TORCH_INCLUDE}")
+file(GLOB _cleave_torch_entries RELATIVE "${_cleave_torch_include}" "${_cleave_torch_include}/*")
+foreach(entry IN LISTS _cleave_torch_entries)
+  if(NOT entry MATCHES "^(google|oneapi|dnnl.*)$")
+    file(CREATE_LINK "${_cleave_torch_include}/${entry}" "${CLEAVE_TORCH_INCLUDE}/${entry}" SYMBOLIC)
+  endif()
+endforeach()
+foreach(target IN ITEMS torch torch_cpu c10 torch_cuda c10_cuda headeronly)
+  if(TARGET ${target})
+    set_target_properties(${target} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES
+      "${CLEAVE_TORCH_INCLUDE};${CLEAVE_TORCH_INCLUDE}/torch/csrc/api/include")
+  endif()
+endforeach()
+# What a CPU-only binary links: libtorch_cpu and libc10, never libtorch.so (which needs
+# libtorch_cuda, and so cuDNN, cuBLAS and NCCL, in every process).
+set(CLEAVE_TORCH_CPU_LIBRARIES torch_cpu c10)
+# The wheel's libtorch_cpu exports some std::filesystem functions of its own (another libstdc++'s):
+# a binary that lists libtorch before libstdc++ resolves remove_all to that copy, which crashes on
+# this libstdc++'s directory entries. libstdc++ first among every binary's needed libraries.
+add_link_options("LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
+
+# The CUDA wing (runtime/cuda/) builds where libtorch has CUDA: its libraries, and NCCL, the one
+# libtorch_cuda loads (the wheel's nvidia-nccl; a second NCCL in one process would not share its
+# communicators' state).
+option(CLEAVE_CUDA_WING "Build the CUDA wing (libcleave_cuda.so) where libtorch has CUDA" ON)
+if(CLEAVE_CUDA_WING AND TARGET torch_cuda AND TARGET c10_cuda)
+  get_filename_component(_cleave_torch_root "${_cleave_torch_include}/../.." ABSOLUTE)
+  find_path(CLEAVE_NCCL_INCLUDE nccl.h NO_DEFAULT_PATH PATHS "${_cleave_torch_root}/nvidia/nccl/include")
+  find_library(CLEAVE_NCCL_LIBRARY NAMES nccl libnccl.so.2 NO_DEFAULT_PATH PATHS "${_cleave_torch_root}/nvidia/nccl/lib")
+  if(CLEAVE_NCCL_INCLUDE AND CLEAVE_NCCL_LIBRARY)
+    set(CLEAVE_HAS_CUDA_WING ON)
+    file(STRINGS "${CLEAVE_NCCL_INCLUDE}/nccl.h" _cleave_nccl_version REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
+    string(REGEX REPLACE "[^0-9;]" "" _cleave_nccl_version "${_cleave_nccl_version}")
+    string(REPLACE ";" "." CLEAVE_NCCL_VERSION "${_cleave_nccl_version}")
+  else()
+    message(WARNING "cleave: libtorch has CUDA but its NCCL (nvidia/nccl beside torch) is missing: no CUDA wing")
+  endif()
+endif()
+
 # OpenMP, the threads of Debian's libtorch: ATen's at::parallel_for is an inline template whose
 # `#pragma omp parallel` is compiled into the caller, so cleave's own kernels run in parallel only
 # when cleave is compiled with OpenMP too (without it, every one of them ran on one thread).

@@ -1,7 +1,8 @@
 // runtime/cuda/cuda_wing.h - the CUDA wing: how executors on a CUDA device hold weights, what the
-// device computes with, and what it measures. Built only against a libtorch with CUDA
-// (CMakeLists.txt: CLEAVE_WITH_CUDA), linked into every binary that runs models, and installed
-// before main (runtime/engine/device_wing.h); the engine never names it.
+// device computes with, and what it measures. Built only against a libtorch with CUDA, as a
+// library of its own (libcleave_cuda.so, with the NCCL transport), which the runtime loads on the
+// first use of a CUDA device or of NCCL (runtime/engine/wing_library.h); loading it installs it
+// (runtime/engine/device_wing.h). The engine never names it.
 //
 // Guarantees, for every executor whose device is a CUDA device:
 //   - weights are held as loaded, on the device (no private layout: cuBLAS and cuDNN take
@@ -16,7 +17,8 @@
 
 namespace cleave::runtime::cuda {
 
-// Whether this binary holds the CUDA wing (true once linked; the installation runs before main).
+// Whether this process holds the CUDA wing (true once its library is loaded: the installation runs
+// as it loads).
 bool wingInstalled();
 
 } // namespace cleave::runtime::cuda

@@ -12,6 +12,7 @@
 #include "runtime/distributed/transport.h"
 
 #include <c10/cuda/CUDAFunctions.h>
+#include <nccl.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
@@ -73,6 +74,16 @@ private:
   std::map<std::pair<int, int>, c10::intrusive_ptr<c10d::ProcessGroupNCCL>> channels_; // (sender, receiver)
 };
 
+// The NCCL this process runs is the one the wing was compiled against, which is the one
+// libtorch_cuda's communicators use (the wing links the same libnccl.so.2): two NCCLs in one
+// process would not share their state, and their versions may disagree on the wire.
+void checkOneNccl() {
+  int loaded = 0;
+  if (ncclGetVersion(&loaded) != ncclSuccess || loaded != NCCL_VERSION_CODE)
+    throw std::runtime_error("NCCL " + std::to_string(loaded) + " is loaded, but the CUDA wing was built with NCCL " +
+                             std::to_string(NCCL_VERSION_CODE) + " (rebuild against this libtorch's NCCL)");
+}
+
 // GPU LOCAL_RANK of those this process sees (CUDA_VISIBLE_DEVICES), wrapping around.
 at::Device rankDevice(const DistributedEnv& env) {
   const int count = static_cast<int>(c10::cuda::device_count());
@@ -83,6 +94,7 @@ at::Device rankDevice(const DistributedEnv& env) {
 
 [[maybe_unused]] const bool registered = distributed::registerTransport(
     "nccl", [](const c10::intrusive_ptr<c10d::Store>& store, const DistributedEnv& env) -> std::unique_ptr<Transport> {
+      checkOneNccl();
       return std::make_unique<NcclTransport>(store, env.rank, env.worldSize, rankDevice(env));
     });
 

@@ -1,5 +1,6 @@
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/transport.h"
+#include "runtime/engine/wing_library.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -13,9 +14,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <future>
 #include <map>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include "runtime/engine/kernel.h"
 #include "base/resources.h"
@@ -333,18 +336,29 @@ private:
 
   // The run's first failure as a launcher announced it, waiting up to the grace; empty when none
   // came (no launcher, a hung peer, or the store itself gone with rank 0). Launchers announce
-  // only to other hosts, so a run on one host does not wait.
+  // only to other hosts, so a run on one host does not wait. TCPStore's client waits for its
+  // server's answer with no deadline of its own (torch 2.x: a wait on a store whose host is cut
+  // off blocks in recv for good), so the wait runs on a thread of its own, holding its own
+  // reference to the store, and is abandoned after the grace.
   std::string announcedFailure() {
     if (env_.oneHost())
       return {};
-    try {
-      store_->wait({kFirstFailure}, std::min<std::chrono::milliseconds>(kAnnouncementGrace, env_.timeout));
-      std::vector<std::uint8_t> bytes = store_->get(kFirstFailure);
-      std::string text(bytes.begin(), bytes.end());
-      return std::string(firstLine(text));
-    } catch (const std::exception&) {
+    const auto grace = std::min<std::chrono::milliseconds>(kAnnouncementGrace, env_.timeout);
+    auto answer = std::make_shared<std::promise<std::string>>();
+    std::future<std::string> announced = answer->get_future();
+    std::thread([store = store_, answer, grace] {
+      std::string first;
+      try {
+        store->wait({kFirstFailure}, grace);
+        std::vector<std::uint8_t> bytes = store->get(kFirstFailure);
+        first = std::string(firstLine(std::string(bytes.begin(), bytes.end())));
+      } catch (const std::exception&) {
+      }
+      answer->set_value(std::move(first));
+    }).detach();
+    if (announced.wait_for(grace + std::chrono::seconds(1)) != std::future_status::ready)
       return {};
-    }
+    return announced.get();
   }
 
   // A receive posted ahead: its header's (when its key has no shape yet), then its data's.
@@ -450,6 +464,8 @@ public:
 std::unique_ptr<Communicator> Communicator::local() { return std::make_unique<LocalCommunicator>(); }
 
 Expected<std::unique_ptr<Communicator>> Communicator::connect(const DistributedEnv& env, const std::string& transport) {
+  if (Status loaded = loadWingProviding(transport); !loaded)
+    return Error(ErrorCode::InvalidArgument) << "transport '" << transport << "': " << loaded.error().message();
   auto factory = transportRegistry().find(transport);
   if (factory == transportRegistry().end())
     return Error(ErrorCode::InvalidArgument) << "no transport '" << transport << "' in this build (it has "

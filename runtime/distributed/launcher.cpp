@@ -11,6 +11,7 @@
 
 #include <climits>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 namespace cleave::runtime::distributed {
@@ -112,6 +113,18 @@ Expected<Rank> start(const LaunchOptions& options, int local, int cores, const s
   return rank;
 }
 
+// Whether `line` is a log line of libtorch's c10 logging ("[W1129 08:52:02.804993752 socket.cpp:207]
+// ..."): c10d warns of its sockets on stderr, and a rank's failure is described by its own last
+// line, not by a library's remark printed before it.
+bool isLibraryLogLine(const std::string& line) {
+  if (line.size() < 7 || line[0] != '[' || std::string_view("IWEF").find(line[1]) == std::string_view::npos)
+    return false;
+  for (std::size_t i = 2; i < 6; ++i)
+    if (line[i] < '0' || line[i] > '9')
+      return false;
+  return line[6] == ' ';
+}
+
 // Moves whole lines from `pending` to `to`, prefixed; with `flush`, the rest too.
 void emitLines(std::string& pending, int rank, std::ostream& to, bool flush, std::string* lastLine) {
   std::size_t start = 0, end;
@@ -120,7 +133,7 @@ void emitLines(std::string& pending, int rank, std::ostream& to, bool flush, std
       end = pending.size();
     std::string line = pending.substr(start, end - start);
     to << "[rank " << rank << "] " << line << "\n";
-    if (lastLine && !line.empty())
+    if (lastLine && !line.empty() && !isLibraryLogLine(line))
       *lastLine = line;
     start = end + 1;
   }

@@ -16,6 +16,7 @@
 #include "plan/plan_file.h"
 #include "runtime/engine/executor.h"
 #include "runtime/engine/host_memory.h"
+#include "runtime/engine/kernel.h"
 #include "runtime/model/microbatch.h"
 #include "runtime/model/plan_backends.h"
 #include "runtime/training/split_backward.h"
@@ -337,7 +338,10 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
       if (made == kGraphInput) {
         value = chunk.at(name);
       } else if (own(made)) {
-        value = runs[m].at(made).outputs.at(name).detach();
+        // As a message would arrive (communicator.h: dense and contiguous): ATen's kernels may
+        // round differently for other strides, and a stage must compute the same bytes whichever
+        // rank produced its inputs.
+        value = toDense(runs[m].at(made).outputs.at(name).detach()).contiguous();
       } else {
         CLEAVE_TRY(std::uint32_t t, tag(m, name, i, false));
         CLEAVE_TRY(value, receive(stages[made].rank, t, shapeKey(m, name, i, false)));
@@ -389,7 +393,7 @@ Status PipelineTrainer::State::outputGradients(std::size_t m, int i, std::vector
       if (own(reader)) { // taken: this is its one use, and the step need not hold it on
         TensorMap& readerGrads = runs[m].at(reader).leafGrads;
         if (auto found = readerGrads.find(name); found != readerGrads.end()) {
-          part = std::move(found->second);
+          part = found->second.defined() ? found->second.contiguous() : at::Tensor(); // as a message arrives
           readerGrads.erase(found);
         }
       } else {

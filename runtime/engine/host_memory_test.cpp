@@ -158,6 +158,10 @@ TEST_F(HostMemory, AChildForkedDuringAllocationsCanAllocate) {
   // release build, where malloc is glibc's.
   GTEST_SKIP() << "ASan's allocator is not fork-safe with another thread allocating";
 #endif
+  // ATen's first call of an op initializes a function-local static (the op's handle) under a
+  // guard: a child forked while the busy thread holds that guard would wait on it for ever. That
+  // is libtorch's, not the allocator's, so the op is called once before the thread starts.
+  at::empty({1 << 20}, at::kFloat);
   std::atomic<bool> stop{false};
   std::thread busy([&] {
     while (!stop)

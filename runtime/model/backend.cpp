@@ -1,5 +1,6 @@
 #include "runtime/model/backend.h"
 
+#include "runtime/engine/wing_library.h"
 #include "runtime/model/backend_names.h"
 #include "split/shape_prologue.h"
 
@@ -42,10 +43,13 @@ public:
 
 private:
   Expected<std::unique_ptr<Executor>> makeExecutor(std::shared_ptr<const ir::Graph> graph, bool trainable) const {
-    if (device_.is_cuda() && !at::hasCUDA())
-      return Error(ErrorCode::Unsupported) << "backend " << name_
-                                           << ": this build's libtorch has no CUDA (configure with -DCLEAVE_TORCH_DIR "
-                                              "pointing at a CUDA-enabled libtorch)";
+    if (device_.is_cuda()) {
+      if (Status loaded = loadWingProviding(name_); !loaded)
+        return Error(ErrorCode::Unsupported) << "backend " << name_ << ": " << loaded.error().message();
+      if (!at::hasCUDA())
+        return Error(ErrorCode::Unsupported) << "backend " << name_
+                                             << ": no CUDA device is usable here (no GPU, or no NVIDIA driver)";
+    }
     ExecutorOptions options;
     options.device = device_;
     options.floatType = floatType_;

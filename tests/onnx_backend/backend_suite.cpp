@@ -152,7 +152,8 @@ std::map<std::string, std::string> readExpected(const std::string& path) {
 
 } // namespace
 
-int main(int argc, char** argv) {
+// Run by tests/suite_host.cpp (the executable cleave_onnx_backend_suite), as the runtime is run.
+extern "C" int cleave_suite_main(int argc, char** argv) {
   if (argc < 3) {
     std::cerr << "usage: cleave_onnx_backend_suite DATA_DIR EXPECTED_FAILURES [--write-expected FILE] "
                  "[--separate-host-memory] [SUITE...]\n";

@@ -1,0 +1,27 @@
+// runtime/engine/wing_library.h - device wings built as libraries of their own, loaded on first
+// use of what they provide, as ONNX Runtime loads its execution providers' libraries. Today one:
+// the CUDA wing, libcleave_cuda.so (runtime/cuda/), which provides the aten-cuda backends and the
+// nccl transport and links libtorch_cuda, cuDNN, cuBLAS and NCCL; a process that never asks for
+// them never maps those libraries (a command on the CPU starts as fast as without CUDA).
+//
+// Guarantees: a library is looked for beside the object that holds this code (the runtime
+// library, libcleave_runtime.so, which the executable loads with RTLD_GLOBAL so that the wing
+// resolves installWing and registerTransport against it) and loaded at most once per process;
+// loading runs its static registrations. A test binary that links the runtime statically exports
+// none of those symbols, so a wing library does not load there (the error says so).
+// Complexity: O(length of the name) after the first load; the load is dlopen's.
+#pragma once
+
+#include <string_view>
+
+#include "base/expected.h"
+
+namespace cleave::runtime {
+
+// Loads the wing library that provides `name` (a backend name such as "aten-cuda:1", or a
+// transport name such as "nccl"); nothing to do when no wing library provides it.
+// Fails: Unsupported naming the library when this build has none beside the runtime library
+// (a libtorch without CUDA) or when it does not load (dlerror's line).
+Status loadWingProviding(std::string_view name);
+
+} // namespace cleave::runtime
