@@ -50,10 +50,30 @@ endif()
 # Forced: a build folder configured against another libtorch keeps its *_DIR in the cache.
 set(Torch_DIR "${_cleave_torch_prefix}/Torch" CACHE PATH "libtorch's CMake config (cmake/dependencies.cmake)" FORCE)
 set(Caffe2_DIR "${_cleave_torch_prefix}/Caffe2" CACHE PATH "libtorch's CMake config (cmake/dependencies.cmake)" FORCE)
-# Caffe2's CUDA probe compiles and runs a program for the GPU's architecture unless it is named;
-# no machine that builds cleave need have a GPU. 9.0 is the H100/H200's (only used by CUDA sources
-# compiled through Caffe2's flags; cleave compiles none).
-if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+# libtorch's CMake config looks for CUDA by enabling CMake's CUDA language (Caffe2's
+# public/cuda.cmake), which compiles probe programs with nvcc; cleave compiles no CUDA code, and a
+# machine that builds it need not compile CUDA (a fresh root's read-only toolkit failed that
+# probe). A pip wheel carries CUDA's runtime headers and library beside torch (nvidia/cu13, or
+# nvidia/cuda_runtime for CUDA 12): torch::cudart is made from those, and the config, finding that
+# target defined, takes CUDA as found without probing. Elsewhere the config probes as it will.
+get_filename_component(_cleave_torch_site "${_cleave_torch_prefix}/../../.." ABSOLUTE)
+find_path(CLEAVE_CUDART_INCLUDE cuda_runtime_api.h NO_DEFAULT_PATH
+          PATHS "${_cleave_torch_site}/nvidia/cu13/include" "${_cleave_torch_site}/nvidia/cuda_runtime/include")
+find_library(CLEAVE_CUDART_LIBRARY NAMES libcudart.so.13 libcudart.so.12 NO_DEFAULT_PATH
+             PATHS "${_cleave_torch_site}/nvidia/cu13/lib" "${_cleave_torch_site}/nvidia/cuda_runtime/lib")
+set(CLEAVE_TORCH_CUDA_VERSION "")
+if(CLEAVE_CUDART_INCLUDE AND CLEAVE_CUDART_LIBRARY AND NOT TARGET torch::cudart)
+  add_library(torch::cudart INTERFACE IMPORTED)
+  set_target_properties(torch::cudart PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${CLEAVE_CUDART_INCLUDE}"
+                                                 INTERFACE_LINK_LIBRARIES "${CLEAVE_CUDART_LIBRARY}")
+  file(STRINGS "${CLEAVE_CUDART_INCLUDE}/cuda_runtime_api.h" _cleave_cudart REGEX "^#define CUDART_VERSION +[0-9]+")
+  string(REGEX REPLACE "^#define CUDART_VERSION +([0-9]+).*" "\\1" _cleave_cudart "${_cleave_cudart}")
+  math(EXPR _cleave_cuda_major "${_cleave_cudart} / 1000")
+  math(EXPR _cleave_cuda_minor "(${_cleave_cudart} % 1000) / 10")
+  set(CLEAVE_TORCH_CUDA_VERSION "${_cleave_cuda_major}.${_cleave_cuda_minor}")
+elseif(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  # The config's probe also runs a program for the GPU's architecture unless it is named; 9.0 is
+  # the H100/H200's (cleave compiles no CUDA source, so it only quiets the probe).
   set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
 endif()
 find_package(Torch QUIET)
@@ -63,6 +83,9 @@ if(NOT Torch_FOUND OR NOT TARGET torch_cpu)
   message(FATAL_ERROR "${_cleave_missing}")
 endif()
 set(CLEAVE_TORCH_VERSION "${Torch_VERSION}")
+if(NOT CLEAVE_TORCH_CUDA_VERSION AND TARGET torch_cuda AND DEFINED CUDAToolkit_VERSION) # the config probed
+  set(CLEAVE_TORCH_CUDA_VERSION "${CUDAToolkit_VERSION}")
+endif()
 
 # The wheel's include/ holds, beside ATen, c10 and torch, the protobuf and oneDNN headers libtorch
 # was built with. Debian's libonnx and libdnnl need their own versions of both, and an -I folder
