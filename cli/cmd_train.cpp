@@ -23,10 +23,10 @@
 #include "runtime/distributed/pipeline_train.h"
 #include "runtime/distributed/transport.h"
 #include "runtime/engine/host_memory.h"
-#include "runtime/engine/wing_library.h"
 #include "runtime/model/backend_names.h"
 #include "runtime/model/microbatch.h"
 #include "runtime/model/tensor_files.h"
+#include "runtime/model/wing_library.h"
 #include "runtime/training/train.h"
 
 namespace cleave::cli {

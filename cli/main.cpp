@@ -51,7 +51,8 @@ const Command* const kCommands[] = {&kInspectCommand, &kGenCommand,      &kConve
 
 void printUsage(std::ostream& out) {
   out << "cleave - cut neural-network graphs across devices\n\n"
-         "usage: cleave COMMAND [ARGS] (cleave COMMAND --help for each)\n\n"
+         "usage: cleave COMMAND [ARGS] (cleave COMMAND --help for each)\n"
+         "       cleave --version (what it was built with: libtorch, ONNX, oneDNN, the CUDA wing)\n\n"
          "commands:\n";
   for (const Command* command : kCommands)
     out << "  " << command->name << std::string(10 - std::strlen(command->name), ' ') << command->summary

@@ -31,8 +31,6 @@ namespace cleave::cli {
 // The folder of the running executable, with its trailing slash (empty when unknown): where the
 // runtime library and the device wings' libraries are.
 std::string executableFolder();
-// The CUDA wing's library, beside the runtime library (runtime/engine/wing_library.h loads it).
-inline constexpr const char* kCudaWingFile = "libcleave_cuda.so";
 
 // Raised whenever these declarations change, so that an executable never calls a library built
 // from other ones.

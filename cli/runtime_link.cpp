@@ -26,7 +26,7 @@ Expected<const RuntimeLibrary*> openRuntimeLibrary() {
   prebindRuntimeLibraries();
   std::string path = executableFolder() + "libcleave_runtime.so";
   // RTLD_NOW: a missing symbol fails here, in one line, not at some later call. RTLD_GLOBAL: a
-  // device wing's library, loaded later (runtime/engine/wing_library.h), resolves the engine's
+  // device wing's library, loaded later (runtime/model/wing_library.h), resolves the engine's
   // symbols against this one.
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
   if (!handle)

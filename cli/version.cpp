@@ -6,6 +6,7 @@
 
 #include "cli/build_info.h"
 #include "cli/runtime_library.h"
+#include "runtime/model/wing_library.h"
 
 namespace cleave::cli {
 
@@ -23,7 +24,7 @@ void printVersion(std::ostream& out) {
     out << "CUDA wing: absent (" << (cuda.empty() ? "libtorch has no CUDA" : "not built") << ")\n";
     return;
   }
-  const std::string path = executableFolder() + kCudaWingFile;
+  const std::string path = executableFolder() + runtime::kCudaWingLibrary;
   struct stat info {};
   if (stat(path.c_str(), &info) != 0)
     out << "CUDA wing: missing (built, but " << path << " is not there)\n";

@@ -1,7 +1,7 @@
 // runtime/cuda/cuda_wing.h - the CUDA wing: how executors on a CUDA device hold weights, what the
 // device computes with, and what it measures. Built only against a libtorch with CUDA, as a
 // library of its own (libcleave_cuda.so, with the NCCL transport), which the runtime loads on the
-// first use of a CUDA device or of NCCL (runtime/engine/wing_library.h); loading it installs it
+// first use of a CUDA device or of NCCL (runtime/model/wing_library.h); loading it installs it
 // (runtime/engine/device_wing.h). The engine never names it.
 //
 // Guarantees, for every executor whose device is a CUDA device:

@@ -1,6 +1,6 @@
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/transport.h"
-#include "runtime/engine/wing_library.h"
+#include "runtime/model/wing_library.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>

@@ -1,7 +1,7 @@
 #include "runtime/model/backend.h"
 
-#include "runtime/engine/wing_library.h"
 #include "runtime/model/backend_names.h"
+#include "runtime/model/wing_library.h"
 #include "split/shape_prologue.h"
 
 namespace cleave::runtime {

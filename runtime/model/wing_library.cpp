@@ -1,4 +1,6 @@
-#include "runtime/engine/wing_library.h"
+#include "runtime/model/wing_library.h"
+
+#include "runtime/model/backend_names.h"
 
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -15,11 +17,11 @@ struct WingLibrary {
   const char* file; // beside the runtime library
 };
 
-constexpr WingLibrary kCudaWing{"CUDA", "libcleave_cuda.so"};
+constexpr WingLibrary kCudaWing{"CUDA", kCudaWingLibrary};
 
 // The wing library that provides `name`, or none (a name the runtime itself provides).
 const WingLibrary* providerOf(std::string_view name) {
-  if (name == "nccl" || name == "aten-cuda" || name.substr(0, 10) == "aten-cuda:")
+  if (name == "nccl" || isCudaBackend(name))
     return &kCudaWing;
   return nullptr;
 }

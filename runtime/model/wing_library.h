@@ -1,4 +1,4 @@
-// runtime/engine/wing_library.h - device wings built as libraries of their own, loaded on first
+// runtime/model/wing_library.h - device wings built as libraries of their own, loaded on first
 // use of what they provide, as ONNX Runtime loads its execution providers' libraries. Today one:
 // the CUDA wing, libcleave_cuda.so (runtime/cuda/), which provides the aten-cuda backends and the
 // nccl transport and links libtorch_cuda, cuDNN, cuBLAS and NCCL; a process that never asks for
@@ -9,7 +9,9 @@
 // resolves installWing and registerTransport against it) and loaded at most once per process;
 // loading runs its static registrations. A test binary that links the runtime statically exports
 // none of those symbols, so a wing library does not load there (the error says so).
-// Complexity: O(length of the name) after the first load; the load is dlopen's.
+// The file name below is plain text, so the executable names the wing (`cleave --version`)
+// without loading the runtime. Complexity: O(length of the name) after the first load; the load
+// is dlopen's.
 #pragma once
 
 #include <string_view>
@@ -17,6 +19,9 @@
 #include "base/expected.h"
 
 namespace cleave::runtime {
+
+// The CUDA wing's library, beside the runtime library (CMakeLists.txt builds it by this name).
+inline constexpr const char* kCudaWingLibrary = "libcleave_cuda.so";
 
 // Loads the wing library that provides `name` (a backend name such as "aten-cuda:1", or a
 // transport name such as "nccl"); nothing to do when no wing library provides it.
