@@ -1,5 +1,6 @@
 """Helpers for cleave's end-to-end tests: run the binary, make temp dirs, count results."""
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -15,9 +16,28 @@ EXAMPLES = os.path.join(SOURCE_DIR, "examples")
 ORACLE = [sys.executable, os.path.join(SOURCE_DIR, "tests", "oracle", "onnxruntime_oracle.py")]
 
 
+# LeakSanitizer's stop-the-world tracer sometimes crashes at exit, on a process whose work is done
+# (a known intermittent fault of the sanitizer runtime, seen in many projects' CI; here once, in a
+# CI run of the bad-input catalogue, and not in 260 runs of that case since). The leak check did
+# not run, so the command runs again, once.
+LSAN_TRACER_CRASH = re.compile(r"^Tracer caught signal \d+: .*\n==\d+==LeakSanitizer has encountered a fatal error\.$",
+                               re.MULTILINE)
+
+
+def run_checking_leaks(argv, **kwargs):
+    """subprocess.run(argv, capture_output=True, **kwargs), run again once where LeakSanitizer's
+    tracer crashed (LSAN_TRACER_CRASH); the second run's result is the answer."""
+    proc = subprocess.run(argv, capture_output=True, **kwargs)
+    err = proc.stderr if isinstance(proc.stderr, str) else proc.stderr.decode("utf-8", "replace")
+    if LSAN_TRACER_CRASH.search(err):
+        print(f"rerun after LeakSanitizer's tracer crashed: {' '.join(map(str, argv))}", file=sys.stderr)
+        proc = subprocess.run(argv, capture_output=True, **kwargs)
+    return proc
+
+
 def run(*args, check=False):
     """Runs `cleave ARGS`; returns (exit code, stdout, stderr)."""
-    proc = subprocess.run([CLEAVE, *map(str, args)], capture_output=True, text=True, timeout=300)
+    proc = run_checking_leaks([CLEAVE, *map(str, args)], text=True, timeout=300)
     if check and proc.returncode != 0:
         raise AssertionError(f"cleave {' '.join(map(str, args))} failed ({proc.returncode}): {proc.stderr}")
     return proc.returncode, proc.stdout, proc.stderr

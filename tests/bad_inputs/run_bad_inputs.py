@@ -21,7 +21,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import cases  # noqa: E402
+from testlib import run_checking_leaks  # noqa: E402
 
 CLEAVE = os.path.abspath(sys.argv[1])
 FILTER = sys.argv[2] if len(sys.argv) > 2 else ""
@@ -76,8 +78,8 @@ def run_case(case):
         env = dict(os.environ, HOME=ctx.home)
         start = time.monotonic()
         try:
-            proc = subprocess.run([CLEAVE, *argv], capture_output=True, cwd=ctx.work, env=env, stdin=subprocess.DEVNULL,
-                                  timeout=case.timeout * TIME_SCALE)
+            proc = run_checking_leaks([CLEAVE, *argv], cwd=ctx.work, env=env, stdin=subprocess.DEVNULL,
+                                      timeout=case.timeout * TIME_SCALE)
         except subprocess.TimeoutExpired:
             return f"no answer within {case.timeout * TIME_SCALE:.0f} s (a hang?)", case.timeout * TIME_SCALE
         elapsed = time.monotonic() - start
