@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <sstream>
 #include <type_traits>
 
 #include "base/file_io.h"
@@ -29,29 +28,19 @@ constexpr const char* kFormat = "cleave-checkpoint";
 constexpr std::int64_t kFormatVersion = 1;
 constexpr int kMaxCheckpointRanks = 1 << 16; // a manifest claiming more is damaged
 
-// libtorch keys an optimizer's per-parameter state by the parameter's TensorImpl: as a pointer
-// (PyTorch 2) or as the pointer's text (1.13, c10::guts::to_string). Both are computed here.
-template <typename StateMap> typename StateMap::key_type stateKey(const at::Tensor& param) {
-  using Key = typename StateMap::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream text;
-    text << static_cast<const void*>(param.unsafeGetTensorImpl());
-    return text.str();
-  } else {
-    return static_cast<Key>(param.unsafeGetTensorImpl());
-  }
-}
+// libtorch keys an optimizer's per-parameter state by the parameter's TensorImpl pointer.
+void* stateKey(const at::Tensor& param) { return param.unsafeGetTensorImpl(); }
 
 torch::optim::OptimizerParamState* findState(torch::optim::Optimizer& optimizer, const at::Tensor& param) {
   auto& states = optimizer.state();
-  auto found = states.find(stateKey<std::decay_t<decltype(states)>>(param));
+  auto found = states.find(stateKey(param));
   return found == states.end() ? nullptr : found->second.get();
 }
 
 void setState(torch::optim::Optimizer& optimizer, const at::Tensor& param,
               std::unique_ptr<torch::optim::OptimizerParamState> state) {
   auto& states = optimizer.state();
-  states[stateKey<std::decay_t<decltype(states)>>(param)] = std::move(state);
+  states[stateKey(param)] = std::move(state);
 }
 
 std::string describeTensor(const at::Tensor& tensor) {
