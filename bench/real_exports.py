@@ -1,6 +1,6 @@
 """bench/real_exports.py - accelerator splits of real exports, with shape folding and without.
 
-Exports (Debian's torch 1.13, the TorchScript exporter, random weights, opset 17): swin_t and
+Exports (PyTorch 2.x's TorchScript exporter, random weights, opset 17): swin_t and
 vit_b_16 from torchvision at batch 1, and a 12-layer transformer encoder (d 768, 12 heads,
 (16, 2, 768) input) with static shapes and with dynamic batch and sequence. Each is split with
 examples/profiles/gpu.json by `cleave split --preview --json`, folded (the default) and as read
@@ -47,7 +47,7 @@ def export(name, folder):
     if not os.path.exists(path):
         torch.manual_seed(0)
         torch.onnx.export(make().eval(), (torch.randn(*shape),), path, input_names=["x"], output_names=["y"],
-                          opset_version=17, dynamic_axes=axes)
+                          opset_version=17, dynamic_axes=axes, dynamo=False)
     return path
 
 

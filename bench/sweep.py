@@ -2,7 +2,7 @@
 
 Where bench/runtime.sh times a few models every way (cut, unfused, ...), this times many: 21
 classification models (one per family), 4 video models, 3 segmentation models (their "out" at
-520x520) and RAFT's small optical flow (4 updates, 128x128), exported from Debian's torchvision
+520x520) and RAFT's small optical flow (4 updates, 128x128), exported from torchvision
 with random weights (tools/export_zoo.py's randomize: BatchNorm statistics random too), batch 1.
 Per model: one run each of ORT (PyPI onnxruntime, default threads) and `cleave run` on the
 same input, whose outputs must agree within 1e-4 of ORT's largest (else the row says DIFFERS);
@@ -89,7 +89,7 @@ def export(zoo, name, spec):
     torch.manual_seed(0)
     model = randomize(make()).eval()  # torchvision builders default to random weights
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(3))
-    torch.onnx.export(model, (x,), path + ".tmp", opset_version=opset, input_names=["x"], output_names=["output"])
+    torch.onnx.export(model, (x,), path + ".tmp", opset_version=opset, input_names=["x"], output_names=["output"], dynamo=False)
     with open(os.path.join(zoo, f"{name}.inputs.json"), "w") as f:
         json.dump({"x": tensor_spec(x)}, f)
     os.replace(path + ".tmp", path)

@@ -1,6 +1,6 @@
 """bench/train_bench.py - pipeline training on c10d against PyTorch eager (issue 15's performance).
 
-A 4-layer MLP with an MSE loss (Debian's PyTorch, random weights) trains K steps of SGD on the same
+A 4-layer MLP with an MSE loss (PyTorch, random weights) trains K steps of SGD on the same
 data in five ways, interleaved per round with the order flipped every round:
   torch        PyTorch eager in one process, the whole batch at once (2 intra-op threads)
   torch_mb     the same in cleave's microbatches (gradients accumulated)
@@ -292,7 +292,7 @@ def main():
     model = os.path.join(work, "mlp.onnx")
     torch.onnx.export(module, (torch.randn(BATCH, 256), torch.randn(BATCH, 256)), model,
                       input_names=["x", "target"], output_names=["loss"], opset_version=13,
-                      do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+                      do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
     rng = np.random.default_rng(1)
     data = {"x": rng.standard_normal((BATCH * args.steps, 256), dtype=np.float32),
             "target": rng.standard_normal((BATCH * args.steps, 256), dtype=np.float32)}

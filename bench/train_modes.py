@@ -10,7 +10,7 @@ them from the bytes per stage and microbatch --timing measured (stage_forward_by
 stage_backward_bytes of the held run; of the recomputing run, what a forward holds).
 
 Model: an MLP of 4 Linear layers (WIDTH -> 4 WIDTH -> WIDTH, twice) with GELU and an MSE loss,
-ROWS rows a step, SGD; exported by Debian's PyTorch. Attention: 4 pre-norm blocks (d 64, 4 heads,
+ROWS rows a step, SGD; exported by PyTorch's TorchScript exporter. Attention: 4 pre-norm blocks (d 64, 4 heads,
 sequences of 256, a Tanh MLP 4x wide), 16 sequences a step in 8 microbatches. Every side runs STEPS steps in its own
 process, the sides interleaved per round with the order flipped every round. Per side: the
 median step time (each run's first step dropped as warm-up), for the plans the peak step bytes,
@@ -161,7 +161,7 @@ def main():
     x, target = torch.randn(args.rows, args.width), torch.randn(args.rows, args.width)
     model = os.path.join(work, "mlp.onnx")
     torch.onnx.export(module, (x, target), model, input_names=["x", "target"], output_names=["loss"],
-                      opset_version=13, do_constant_folding=False)
+                      opset_version=13, do_constant_folding=False, dynamo=False)
     np.savez(os.path.join(work, "data.npz"), x=x.numpy(), target=target.numpy())
     torch.save(module.state_dict(), os.path.join(work, "mlp.pt"))
     torch.save({"x": x, "target": target}, os.path.join(work, "data.pt"))
@@ -171,7 +171,7 @@ def main():
     blocks = os.path.join(work, "blocks.onnx")
     narrow = torch.randn(args.rows * 4, args.width // 8)
     torch.onnx.export(Blocks(args.width), (narrow, narrow), blocks, input_names=["x", "target"],
-                      output_names=["loss"], opset_version=13, do_constant_folding=False)
+                      output_names=["loss"], opset_version=13, do_constant_folding=False, dynamo=False)
     np.savez(os.path.join(work, "blocks.npz"), x=narrow.numpy(), target=torch.randn_like(narrow).numpy())
     plan = os.path.join(work, "blocks_plan")
     subprocess.run([args.cleave, "pipeline", blocks, "--stages", "4", "-o", plan], check=True,
@@ -182,7 +182,7 @@ def main():
     sequences = torch.randn(16, 256, 64)
     torch.onnx.export(Attention(), (sequences, sequences), attention, input_names=["x", "target"],
                       output_names=["loss"], opset_version=13, do_constant_folding=False,
-                      dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})  # reshapes follow the microbatch
+                      dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)  # reshapes follow the microbatch
     np.savez(os.path.join(work, "attention.npz"), x=sequences.numpy(), target=torch.randn_like(sequences).numpy())
     attention_plan = os.path.join(work, "attention_plan")
     subprocess.run([args.cleave, "pipeline", attention, "--stages", "4", "-o", attention_plan], check=True,

@@ -57,7 +57,7 @@ def main():
     narrow = torch.randn(batch * args.steps, args.width // 8)
     torch.onnx.export(Blocks(args.width), (narrow[:batch], narrow[:batch]), blocks, input_names=["x", "target"],
                       output_names=["loss"], opset_version=13, do_constant_folding=False,
-                      dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+                      dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
     np.savez(os.path.join(work, "blocks.npz"), x=narrow.numpy(), target=torch.randn_like(narrow).numpy())
     plan = os.path.join(work, "blocks_plan")
     subprocess.run([args.cleave, "pipeline", blocks, "--stages", "4", "-o", plan], check=True,

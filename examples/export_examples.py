@@ -1,4 +1,4 @@
-"""Export cleave's example models with Debian's python3-torch (random weights, fixed seed).
+"""Export cleave's example models with PyTorch's TorchScript exporter (random weights, fixed seed).
 
     .venv/bin/python3 examples/export_examples.py [OUT_DIR] [--large]
 
@@ -110,7 +110,7 @@ def export(name, model, inputs, input_names, output_names, out_dir, fx=True):
     # Gradients stay enabled: under no_grad, TransformerEncoderLayer takes its fused fast path
     # (aten::_transformer_encoder_layer_fwd), which has no ONNX export.
     torch.onnx.export(model, inputs, path, opset_version=OPSET, input_names=input_names,
-                      output_names=output_names, do_constant_folding=True)
+                      output_names=output_names, do_constant_folding=True, dynamo=False)
     if fx:
         gm = torch.fx.symbolic_trace(model)
         cleave_fx.export_graph(gm, inputs, os.path.join(out_dir, f"{name}.fx.json"))

@@ -60,7 +60,7 @@ class Checkpoints(TempDirTest):
         self.model = self.path("mlp.onnx")
         torch.onnx.export(Mlp(), (torch.randn(BATCH, 6), torch.zeros(BATCH, dtype=torch.long)), self.model,
                           input_names=["x", "target"], output_names=["loss"], opset_version=13,
-                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
         g = torch.Generator().manual_seed(1)
         np.savez(self.path("data.npz"), x=torch.randn(20, 6, generator=g).numpy(),
                  target=torch.randint(0, 4, (20,), generator=g).numpy())
@@ -158,7 +158,7 @@ class Checkpoints(TempDirTest):
 
         torch.onnx.export(Wider(), (torch.randn(BATCH, 6), torch.zeros(BATCH, dtype=torch.long)), wider,
                           input_names=["x", "target"], output_names=["loss"], opset_version=13,
-                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
         run("pipeline", wider, "--stages", 4, "-o", other, "--force", check=True)
         code, _, err = launch(2, "cleave", "train", other, "--data", self.path("data.npz"), *COMMON, *sized,
                               "--resume", checkpoints, *OPTIMIZERS["sgd"])

@@ -49,10 +49,9 @@ class TrainingOnTheGpu(TempDirTest):
         self.x, self.target = data_for("mlp", torch.Generator().manual_seed(1))
         np.savez(self.path("data.npz"), x=self.x.numpy(), target=self.target.numpy())
         self.model = self.path("mlp.onnx")
-        legacy = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
         torch.onnx.export(self.module, (self.x[:BATCH], self.target[:BATCH]), self.model, input_names=["x", "target"],
                           output_names=["loss"], opset_version=13, do_constant_folding=False,
-                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, **legacy)
+                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
 
     def torch_cuda_losses(self):
         module = MlpMse().cuda()

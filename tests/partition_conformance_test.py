@@ -1,4 +1,4 @@
-"""`cleave partition --mode size_based` against torch.fx's Partitioner (Debian's python3-torch).
+"""`cleave partition --mode size_based` against torch.fx's Partitioner (PyTorch 2.11).
 
 The modules of PyTorch's own partitioner tests (test_fx_experimental.py: find_single_partition,
 size_based_partition, partition_device_mapping) and graphs.py families, with device sets that force

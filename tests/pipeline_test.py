@@ -2,7 +2,7 @@
 
 The modules of PyTorch's pipelining tests (test_pipe.py's ExampleCode and MultiMLP, the model with
 a parameter alias, an 8-layer MLP stack split at layers.4), traced to FX with cleave_fx's tracer
-(which records pipe_split() markers; PyTorch 1.13 has no pipelining package): the stage counts
+(which records torch.distributed.pipelining's pipe_split() markers): the stage counts
 PyTorch's tests expect, torch's own split_by_tags with cleave's assignment computing what the
 model computes, and stage parameter names that are the model's own. ONNX exports: stages run
 microbatch by microbatch give the original outputs."""
@@ -12,12 +12,12 @@ import subprocess
 import sys
 
 import torch
+from torch.distributed.pipelining import pipe_split
 
 from testlib import SOURCE_DIR, TempDirTest, main, run
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
 import cleave_fx  # noqa: E402
-from cleave_fx import pipe_split  # noqa: E402
 
 D = 16
 
@@ -154,7 +154,7 @@ class PipelineOnnx(TempDirTest):
                   "torch.manual_seed(0)\n"
                   f"m = MLPStack({module}).eval()\n"
                   f"torch.onnx.export(m, (torch.randn({rows}, {D}),), {path!r}, input_names=['x'],\n"
-                  f"                  output_names=[{output!r}], dynamic_axes={axes}, opset_version=17)\n")
+                  f"                  output_names=[{output!r}], dynamic_axes={axes}, opset_version=17, dynamo=False)\n")
         subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
         return path
 
@@ -235,7 +235,7 @@ class FixedBatch(TempDirTest):
                   "x, t = torch.randn(4, 5, 8), torch.randn(4, 5, 8)\n"
                   f"axes = {{'x': {{0: 'b'}}, 't': {{0: 'b'}}}} if {dynamic} else None\n"
                   f"torch.onnx.export(HeadsMse(), (x, t), {path!r}, input_names=['x', 't'], output_names=['loss'],\n"
-                  "                  opset_version=17, dynamic_axes=axes)\n")
+                  "                  opset_version=17, dynamic_axes=axes, dynamo=False)\n")
         subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
         return path
 

@@ -1,4 +1,4 @@
-"""Pipeline training across ranks against PyTorch's own training (Debian's python3-torch), the
+"""Pipeline training across ranks against PyTorch's own training (PyTorch 2.11), the
 issue-15 proof: four small models exported with their loss (an MLP stack with MSE; a skip
 connection across non-adjacent stages; one weight read by the first stage and, transposed, by a
 later one; a pre-norm transformer block with cross-entropy) train 3 steps with torch.optim on
@@ -167,7 +167,7 @@ class PipelineTrainingMatchesTorch(TempDirTest):
         model = self.path(f"{name}.onnx")
         torch.onnx.export(module, (x[:BATCH], target[:BATCH]), model, input_names=["x", "target"],
                           output_names=["loss"], opset_version=13, do_constant_folding=False,
-                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}} if dynamic_batch else None)
+                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}} if dynamic_batch else None, dynamo=False)
         # A run is (ranks, stages, schedule) or (ranks, stages, schedule, microbatches).
         runs_by_optimizer = {kind: [(*r, MICROBATCHES)[:4] for r in runs] for kind, runs in runs_by_optimizer.items()}
         stage_counts = sorted({r[1] for runs in runs_by_optimizer.values() for r in runs})
@@ -232,7 +232,7 @@ class PipelineTrainingMatchesTorch(TempDirTest):
         model = self.path("tied.onnx")
         torch.onnx.export(module, (x[:BATCH], target[:BATCH]), model, input_names=["x", "target"],
                           output_names=["loss"], opset_version=13, do_constant_folding=False,
-                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
         return module, initial, x, target, model
 
     @staticmethod

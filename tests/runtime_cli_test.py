@@ -314,7 +314,7 @@ class RuntimeCli(TempDirTest):
             "torch.manual_seed(0)\n"
             "m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()\n"
             f"torch.onnx.export(m, (torch.randn(2, 8),), {model!r}, input_names=['x'], output_names=['y'],\n"
-            "                  dynamic_axes={'x': {0: 'batch'}, 'y': {0: 'batch'}}, opset_version=17)\n")
+            "                  dynamic_axes={'x': {0: 'batch'}, 'y': {0: 'batch'}}, opset_version=17, dynamo=False)\n")
         subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
         code, out, err = run("inspect", model, "--json")
         self.assertEqual(code, 0, err)

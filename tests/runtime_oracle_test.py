@@ -3,7 +3,7 @@ torchvision resnet50, mobilenet_v3_large and a ViT (torchvision's VisionTransfor
 torch.nn.TransformerEncoder, a GPT-2-style decoder, a DLRM-like model with EmbeddingBag and
 2-layer bidirectional LSTM and GRU taggers, torchvision's segmentation models (deeplabv3, lraspp,
 fcn), swin_t, MaxViT (Einsum attention), DCGAN's generator (ConvTranspose), a small 3-D ResNet (Conv3d, MaxPool3d) and a wav2letter-like
-stack of 1-D convolutions (exported by tools/export_zoo.py --small with Debian's torch, opsets 11 to 17). Outputs must agree within 1e-4 relative error (max |cleave - ORT| / max |ORT|). Cut models (split with the GPU and NPU
+stack of 1-D convolutions (exported by tools/export_zoo.py --small with PyTorch's TorchScript exporter, opsets 11 to 17). Outputs must agree within 1e-4 relative error (max |cleave - ORT| / max |ORT|). Cut models (split with the GPU and NPU
 profiles) must verify against the original with `cleave verify`, and unsupported input must be
 refused with one-line errors."""
 import json

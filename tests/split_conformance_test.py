@@ -1,4 +1,4 @@
-"""`cleave split` against torch.fx's own splitter (_SplitterBase in Debian's python3-torch).
+"""`cleave split` against torch.fx's own splitter (_SplitterBase in PyTorch 2.11).
 
 For the graph families of shared/bench/reference/graphs.py and torchvision's resnet18 and
 mobilenet_v2, with the same support set and settings, the sequence of acc/cpu subgraphs cleave
@@ -25,8 +25,7 @@ import cleave_fx  # noqa: E402
 def reference_subgraphs(gm, inputs, supported_targets, min_size):
     argv, sys.argv = sys.argv, sys.argv[:1]  # _SplitterSettingBase parses sys.argv
     try:
-        settings = _SplitterSettingBase()  # 1.13 takes no arguments
-        settings.min_acc_module_size = min_size
+        settings = _SplitterSettingBase(min_acc_module_size=min_size)
     finally:
         sys.argv = argv
     support = OperatorSupport({t: None for t in supported_targets})
@@ -41,8 +40,7 @@ def reference_extended(gm, inputs, supported_targets, min_size):
     """tag() then extend_acc_subgraph on every acc tag, in order: [(tag, sorted node names)]."""
     argv, sys.argv = sys.argv, sys.argv[:1]
     try:
-        settings = _SplitterSettingBase()
-        settings.min_acc_module_size = min_size
+        settings = _SplitterSettingBase(min_acc_module_size=min_size)
     finally:
         sys.argv = argv
     splitter = _SplitterBase(gm, inputs, OperatorSupport({t: None for t in supported_targets}), settings)

@@ -1,4 +1,4 @@
-"""`cleave train` against PyTorch's own training (Debian's python3-torch): an MLP exported with its
+"""`cleave train` against PyTorch's own training (PyTorch 2.11): an MLP exported with its
 CrossEntropy loss (the seeds' LossWrapper: targets are an input) is trained by cleave and by
 torch.optim on the same rows; the per-step losses and the trained weights (read back from
 trained.onnx) must agree within float rounding, for SGD with momentum and weight decay over
@@ -66,7 +66,7 @@ class Train(TempDirTest):
         self.model = self.path("mlp_loss.onnx")
         torch.onnx.export(self.wrapper, (torch.randn(8, 6), torch.zeros(8, dtype=torch.long)), self.model,
                           input_names=["x", "target"], output_names=["loss"], opset_version=13,
-                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
         g = torch.Generator().manual_seed(1)
         self.x = torch.randn(20, 6, generator=g)
         self.target = torch.randint(0, 4, (20,), generator=g)
@@ -251,7 +251,7 @@ class Train(TempDirTest):
         model, plan = self.path("wide.onnx"), self.path("wide_plan")
         torch.onnx.export(Blocks(), (torch.randn(8, 64), torch.randn(8, 64)), model,
                           input_names=["x", "target"], output_names=["loss"], opset_version=13,
-                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
         run("pipeline", model, "--stages", 4, "-o", plan, check=True)
         g = torch.Generator().manual_seed(3)
         np.savez(self.path("wide.npz"), x=torch.randn(1024, 64, generator=g).numpy(),
@@ -322,7 +322,7 @@ class Train(TempDirTest):
         model, plan = self.path("attention.onnx"), self.path("attention_plan")
         torch.onnx.export(module, (torch.randn(2, 128, 32), torch.randn(2, 128, 32)), model,
                           input_names=["x", "target"], output_names=["loss"], opset_version=13,
-                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
         run("pipeline", model, "--stages", 2, "-o", plan, check=True)
         g = torch.Generator().manual_seed(5)
         x, target = torch.randn(16, 128, 32, generator=g), torch.randn(16, 128, 32, generator=g)
@@ -422,7 +422,7 @@ class Train(TempDirTest):
         model = self.path("probe.onnx")
         torch.onnx.export(module, (torch.randn(8, 6), torch.zeros(8, dtype=torch.long)), model,
                           input_names=["x", "target"], output_names=["loss", "probe"], opset_version=13,
-                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
         out, steps, lr, decay = self.path("probe_out"), 3, 0.1, 0.2
         run("train", model, "--data", self.path("data.npz"), "--batch", 8, "--steps", steps, "--optimizer", "sgd",
             "--lr", lr, "--weight-decay", decay, "--microbatches", 2, "-o", out, "--force", check=True)
@@ -469,7 +469,7 @@ class Train(TempDirTest):
         model = self.path("objective.onnx")
         torch.onnx.export(self.wrapper, (torch.randn(8, 6), torch.zeros(8, dtype=torch.long)), model,
                           input_names=["x", "target"], output_names=["objective"], opset_version=13,
-                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
         plan = self.path("stages")
         run("pipeline", model, "--stages", 2, "-o", plan, check=True)
         common = ["--data", self.path("data.npz"), "--batch", 8, "--steps", 2, "--json"]
@@ -514,7 +514,7 @@ class Train(TempDirTest):
         torch.onnx.export(module, (torch.randn(4, 2, 5, 5), torch.randn(4, 2, 10, 10)), model,
                           input_names=["x", "target"], output_names=["loss"], opset_version=13,
                           do_constant_folding=False, training=torch.onnx.TrainingMode.EVAL,
-                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}})
+                          dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
         g = torch.Generator().manual_seed(4)
         x, target = torch.randn(8, 2, 5, 5, generator=g), torch.randn(8, 2, 10, 10, generator=g)
         np.savez(self.path("images.npz"), x=x.numpy(), target=target.numpy())

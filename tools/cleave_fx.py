@@ -1,4 +1,4 @@
-"""cleave's bridge to PyTorch FX (runs on Debian's python3-torch, PyTorch 1.13).
+"""cleave's bridge to PyTorch FX (PyTorch 2.x: scripts/setup's .venv/bin/python3).
 
     from cleave_fx import export_graph
     export_graph(gm, example_inputs, "model.fx.json")
@@ -22,31 +22,37 @@ import torch.fx as fx
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 from torch.fx.node import _get_qualified_name
 from torch.fx.passes.tools_common import get_node_target
+from torch.distributed.pipelining import pipe_split
+from torch.utils._python_dispatch import TorchDispatchMode
 
 SCHEMA = "cleave.fx_graph"
 SCHEMA_VERSION = 1
 
 
-_ACTIVE_TRACER = None
+class _RecordPipeSplits(TorchDispatchMode):
+    """Records each torch.distributed.pipelining.pipe_split() call met while `tracer` traces.
 
+    pipe_split() runs the operator pippy::_pipe_split, which takes no tensor, so symbolic tracing
+    (which follows Proxy arguments) would not see it; torch.export keeps it, and so does this
+    dispatch mode: the call becomes a call_function node of pipe_split, which `cleave pipeline`
+    cuts at (and which does nothing when the traced module runs)."""
 
-def pipe_split():
-    """A pipeline split marker (the role of torch.distributed.pipelining's pipe_split, which
-    PyTorch 1.13 lacks): `symbolic_trace` below records each call as a call_function node;
-    `cleave pipeline` cuts where each stands. Outside tracing it does nothing."""
-    if _ACTIVE_TRACER is not None:
-        _ACTIVE_TRACER.create_proxy("call_function", pipe_split, (), {})
+    def __init__(self, tracer):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.pippy._pipe_split.default:
+            self.tracer.create_proxy("call_function", pipe_split, (), {})
+            return None
+        return func(*args, **(kwargs or {}))
 
 
 def symbolic_trace(module):
     """torch.fx.symbolic_trace that also records pipe_split() markers."""
-    global _ACTIVE_TRACER
     tracer = torch.fx.Tracer()
-    _ACTIVE_TRACER = tracer
-    try:
+    with _RecordPipeSplits(tracer):
         graph = tracer.trace(module)
-    finally:
-        _ACTIVE_TRACER = None
     return torch.fx.GraphModule(tracer.root, graph, type(module).__name__)
 
 
@@ -198,14 +204,8 @@ def apply_split(gm, out_dir, return_tuple=False):
     split_by_tags: reads out_dir/assignment.json (node name -> submodule tag), tags the callable
     nodes and returns the split GraphModule (one child module per tag, in plan order).
     return_tuple=True makes every submodule return a tuple, also for one output (split_by_tags'
-    return_tuple; PyTorch 1.13's split_by_tags has no such parameter and refuses it)."""
-    import inspect
+    return_tuple)."""
     from torch.fx.passes.split_utils import split_by_tags
-    extra = {}
-    if return_tuple:
-        if "return_tuple" not in inspect.signature(split_by_tags).parameters:
-            raise NotImplementedError(f"torch {torch.__version__}: split_by_tags has no return_tuple")
-        extra["return_tuple"] = True
     with open(os.path.join(out_dir, "assignment.json")) as f:
         assignment = json.load(f)
     if assignment.get("schema") != "cleave.fx_assignment" or assignment.get("version") != 1:
@@ -217,7 +217,7 @@ def apply_split(gm, out_dir, return_tuple=False):
             if node.name not in names:
                 raise ValueError(f"node '{node.name}' has no submodule in {out_dir}/assignment.json")
             node.tag = names[node.name]
-    return split_by_tags(gm, tags, **extra)
+    return split_by_tags(gm, tags, return_tuple=return_tuple)
 
 
 def _reference_graphs():

@@ -1,4 +1,4 @@
-"""Export the runtime's model zoo with Debian's python3-torch (random weights, fixed seeds).
+"""Export the runtime's model zoo with PyTorch's TorchScript exporter (random weights, fixed seeds).
 
     .venv/bin/python3 tools/export_zoo.py OUT_DIR [NAME ...] [--small]
 
@@ -313,11 +313,10 @@ def zoo(small):
 
 
 def export_onnx(model, inputs, path, opset, input_names):
-    """torch.onnx.export with the TorchScript exporter on any PyTorch (2.x's default is dynamo's,
-    which needs onnxscript), static shapes, constants folded, the one output named "output"."""
-    legacy = {"dynamo": False} if "dynamo" in torch.onnx.export.__code__.co_varnames else {}
+    """torch.onnx.export with the TorchScript exporter (2.x's default is dynamo's, which needs
+    onnxscript), static shapes, constants folded, the one output named "output"."""
     torch.onnx.export(model, inputs, path, opset_version=opset, input_names=input_names,
-                      output_names=["output"], do_constant_folding=True, **legacy)
+                      output_names=["output"], do_constant_folding=True, dynamo=False)
 
 
 def main():
