@@ -16,6 +16,7 @@
 #include "io/model_loader.h"
 #include "io/onnx.h"
 #include "pipeline/schedule.h"
+#include "cli/planning_model.h"
 #include "cli/runtime_options.h"
 #include "plan/fixed_batch_check.h"
 #include "plan/plan_file.h"
@@ -28,6 +29,7 @@
 #include "runtime/model/tensor_files.h"
 #include "runtime/model/wing_library.h"
 #include "runtime/training/train.h"
+#include "runtime/training/trainable_set.h"
 
 namespace cleave::cli {
 namespace {
@@ -41,6 +43,7 @@ struct TrainFlags {
   std::optional<pipeline::ScheduleKind> schedule;
   OutputDirectoryFlags output;
   bool json = false, timing = false;
+  io::FixedPatterns trainable; // --frozen / --trainable (a model; a plan records its own)
   // Checkpoints (runtime/training/checkpoint.h): where, how often, where from, and where to stop.
   std::string checkpointDir, resumeDir;
   std::int64_t checkpointEvery = 0;
@@ -146,6 +149,7 @@ void describe(CLI::App& app, TrainFlags& flags) {
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
       ->capture_default_str();
   app.add_option("--loss", flags.options.loss, "the output that is the loss (default: 'loss', else the only scalar)");
+  addTrainableFlags(app, flags.trainable);
   app.add_option("--model", flags.wholeModelPath,
                  "plan directories: the model the plan was cut from; -o DIR then gets its trained.onnx too");
   addOutputDirectory(app, flags.output, "directory for trained.onnx (a model) or the trained plan (a plan)");
@@ -161,19 +165,54 @@ void describe(CLI::App& app, TrainFlags& flags) {
                "end, receive wait and compute seconds per rank");
 }
 
-// `timing`: null, or the step's measurements (--timing).
+// What trains and what stays fixed, as JSON (the first step line's "trainable").
+Json trainableJson(const runtime::TrainableSet& set) {
+  Json fixed = Json::object();
+  for (const auto& [why, count] : set.fixed)
+    fixed[std::string(ir::kFixedReasons.name(why))] = count;
+  return {{"trains", set.trains}, {"trained_bytes", set.trainedBytes}, {"fixed", std::move(fixed)},
+          {"integer", set.integer}, {"rule", set.defaultRule ? "default" : "listed"}};
+}
+
+// "trains 9 tensors (1.2 MiB); holds 3 fixed: 2 folded, 1 buffer" and, under the default rule,
+// the line that says a buffer may be among those that train.
+void printTrainable(const runtime::TrainableSet& set, std::ostream& out) {
+  std::int64_t held = set.integer;
+  for (const auto& entry : set.fixed)
+    held += entry.second;
+  out << "trains " << set.trains << " tensor(s) (" << formatBytes(set.trainedBytes) << "); holds " << held << " fixed";
+  const char* separator = ": ";
+  for (const auto& [why, count] : set.fixed) {
+    out << separator << count << " " << ir::kFixedReasons.name(why);
+    separator = ", ";
+  }
+  if (set.integer)
+    out << separator << set.integer << " integer";
+  out << "\n";
+  if (set.defaultRule)
+    out << "the model lists no buffers: every floating initializer trains but Constants, running statistics and "
+           "folded values, so a registered buffer exported as an initializer would train (tools/cleave_onnx.py "
+           "lists a module's buffers in the model)\n";
+}
+
+// `timing`: null, or the step's measurements (--timing). `trainable`: given with the first line
+// printed.
 void printStep(const TrainFlags& flags, std::int64_t step, const runtime::StepResult& result, const Json& timing,
-               std::ostream& out) {
+               const runtime::TrainableSet* trainable, std::ostream& out) {
   const bool scheduled =
       flags.options.lrSchedule.kind != runtime::LrScheduleKind::Constant || flags.options.lrSchedule.warmup > 0;
   if (flags.json) {
     Json line{{"step", step + 1}, {"loss", result.loss}, {"lr", result.lr}};
+    if (trainable)
+      line["trainable"] = trainableJson(*trainable);
     if (result.gradNorm)
       line["grad_norm"] = *result.gradNorm;
     if (!timing.is_null())
       line.update(timing);
     out << toJsonText(line) << "\n"; // one line per step
   } else {
+    if (trainable)
+      printTrainable(*trainable, out);
     out << "step " << step + 1 << "/" << flags.steps << ": loss " << result.loss;
     if (scheduled)
       out << ", lr " << result.lr;
@@ -438,6 +477,7 @@ struct StepLoop {
   runtime::distributed::Communicator& comm;
   runtime::RankTrainingState state;
   runtime::CheckpointIdentity identity;
+  runtime::TrainableSet trainable;
   std::function<Expected<runtime::StepResult>(std::int64_t)> step;
   std::function<Expected<Json>(double seconds)> timing; // --timing's measurements (may be collective)
 };
@@ -453,7 +493,7 @@ Status runSteps(const TrainFlags& flags, std::int64_t first, StepLoop& loop, std
       CLEAVE_TRY(timing, loop.timing(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()));
     }
     if (loop.comm.rank() == 0)
-      printStep(flags, step, result, timing, out);
+      printStep(flags, step, result, timing, step == first ? &loop.trainable : nullptr, out);
     if (checkpointAfter(flags, step + 1))
       CLEAVE_CHECK(saveCheckpoint(flags, loop.comm, step + 1, loop.state, loop.identity));
   }
@@ -534,7 +574,8 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   CLEAVE_TRY(std::int64_t first, resumeStep(flags, layout.rank, identity, trainer->trainingState(), err));
   CLEAVE_TRY(LayoutCommunicators comms, connectLayout(layout, transport, env));
   CLEAVE_CHECK(trainer->connect(comms.ofPipeline(), comms.replicas.get()));
-  StepLoop loop{*comms.world, trainer->trainingState(), identity,
+  const std::vector<const ir::Graph*> stageGraphs = trainer->stageGraphs();
+  StepLoop loop{*comms.world, trainer->trainingState(), identity, runtime::trainableSet(stageGraphs),
                 [&](std::int64_t step) { return trainer->step(data, step, schedule ? &*schedule : nullptr); },
                 [&](double) { return planStepTiming(*trainer, layout.pipelineRanks); }};
   CLEAVE_CHECK(runSteps(flags, first, loop, out));
@@ -560,8 +601,12 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
     flags.options.optimizer.beta1 = flags.betas[0];
     flags.options.optimizer.beta2 = flags.betas[1];
   }
-  if (plan::isPlanDirectory(flags.path))
+  if (plan::isPlanDirectory(flags.path)) {
+    if (!flags.trainable.frozen.empty() || !flags.trainable.trainable.empty())
+      return usageError() << "--frozen and --trainable are for a model; a plan trains what it records: give them "
+                             "to cleave pipeline";
     return trainPlan(flags, out, err);
+  }
   if (!flags.wholeModelPath.empty())
     return usageError() << "--model is for plan directories (MODEL is a model already)";
   if (flags.pipelineRanks)
@@ -571,7 +616,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
                            "backward right after its forward, so there is no stage to recompute (selective is "
                            "for both)";
   CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.dataPath}));
-  CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path));
+  CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path, {.fixedPatterns = flags.trainable}));
   auto graph = std::make_shared<const ir::Graph>(std::move(loaded));
   CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, ir::graphInputNames(*graph)));
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));
@@ -579,7 +624,9 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   const runtime::CheckpointIdentity identity = checkpointIdentity(flags, RankLayout{}, "the whole model");
   CLEAVE_TRY(std::int64_t first, resumeStep(flags, 0, identity, trainer->trainingState(), err));
   std::unique_ptr<runtime::distributed::Communicator> comm = runtime::distributed::Communicator::local();
-  StepLoop loop{*comm, trainer->trainingState(), identity, [&](std::int64_t step) { return trainer->step(data, step); },
+  const ir::Graph* modelGraph = graph.get();
+  StepLoop loop{*comm, trainer->trainingState(), identity, runtime::trainableSet({&modelGraph, 1}),
+                [&](std::int64_t step) { return trainer->step(data, step); },
                 [](double seconds) -> Expected<Json> { return Json{{"seconds", seconds}}; }};
   CLEAVE_CHECK(runSteps(flags, first, loop, out));
   if (!outDir)

@@ -11,12 +11,23 @@ void addSimplifyFlag(CLI::App& app, bool& noSimplify) {
                "(cleave simplify does that folding alone)");
 }
 
+void addTrainableFlags(CLI::App& app, io::FixedPatterns& patterns) {
+  app.add_option("--frozen", patterns.frozen,
+                 "hold the ONNX model's floating tensors whose names match these glob patterns fixed in training "
+                 "(as requires_grad=False does); a pattern that matches none is an error");
+  app.add_option("--trainable", patterns.trainable,
+                 "train only the ONNX model's floating tensors whose names match these glob patterns; the others "
+                 "are held fixed");
+}
+
 namespace {
 // The fold plan for what holds for any batch: computed on the model read with its rows free,
 // whose ids are the plain read's. Nothing when that read fails or does not line up.
-Expected<simplify::FoldPlan> planForAnyRows(const std::string& path, const ir::Graph& graph) {
+Expected<simplify::FoldPlan> planForAnyRows(const std::string& path, const ir::Graph& graph,
+                                            const io::FixedPatterns& trainable) {
   io::OnnxReadOptions options;
   options.freeRows = true;
+  options.fixedPatterns = trainable;
   CLEAVE_TRY(ir::Graph free, io::loadModel(path, options));
   if (free.numNodes() != graph.numNodes() || free.numValues() != graph.numValues())
     return Error(ErrorCode::Unsupported) << "the model read with a free batch has other nodes";
@@ -25,12 +36,12 @@ Expected<simplify::FoldPlan> planForAnyRows(const std::string& path, const ir::G
 } // namespace
 
 Expected<PlanningModel> loadPlanningModel(const std::string& path, const PlanningLoad& load) {
-  CLEAVE_TRY(ir::Graph graph, io::loadModel(path));
+  CLEAVE_TRY(ir::Graph graph, io::loadModel(path, {.fixedPatterns = load.trainable}));
   if (!load.simplify || graph.modelInfo().format != ir::SourceFormat::Onnx)
     return PlanningModel{std::move(graph), std::nullopt, std::nullopt, ""};
   simplify::FoldPlan plan;
   if (load.anyRows) {
-    Expected<simplify::FoldPlan> planned = planForAnyRows(path, graph);
+    Expected<simplify::FoldPlan> planned = planForAnyRows(path, graph, load.trainable);
     if (!planned)
       return PlanningModel{std::move(graph), std::nullopt, std::nullopt,
                            "not folded: reading it with a free batch failed: " + planned.error().message()};

@@ -14,6 +14,7 @@
 
 #include "base/expected.h"
 #include "cli/commands.h"
+#include "io/onnx.h"
 #include "ir/graph.h"
 #include "report/simplify_report.h"
 
@@ -21,6 +22,8 @@ namespace cleave::cli {
 
 // --no-simplify
 void addSimplifyFlag(CLI::App& app, bool& noSimplify);
+// --frozen PATTERN... / --trainable PATTERN... (ONNX models: io/fixed_parameters.h)
+void addTrainableFlags(CLI::App& app, io::FixedPatterns& patterns);
 
 struct PlanningModel {
   ir::Graph graph;                              // what to plan on
@@ -33,6 +36,7 @@ struct PlanningLoad {
   bool simplify = true;
   bool anyRows = false;      // fold only what holds for any batch
   bool keepUnfolded = false; // also hold the model as read (split counts what folding saved)
+  io::FixedPatterns trainable; // --frozen / --trainable
 };
 
 Expected<PlanningModel> loadPlanningModel(const std::string& path, const PlanningLoad& load);

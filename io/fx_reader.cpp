@@ -98,7 +98,7 @@ Expected<ir::Parameter> parseParameter(const json& entry, const std::string& nod
   if (entry.contains("bytes")) {
     CLEAVE_TRY(param.bytes, jsonInteger(entry["bytes"], what + " '" + param.name + "'", "bytes", 0, INT64_MAX));
   }
-  param.isBuffer = entry.value("buffer", false);
+  param.fixed = entry.value("buffer", false) ? ir::Fixed::Buffer : ir::Fixed::Trains;
   return param;
 }
 
@@ -204,6 +204,7 @@ Expected<ir::Graph> graphFromDocument(const json& doc, const std::string& source
   builder.modelInfo().producerName = "torch.fx";
   builder.modelInfo().producerVersion = doc.value("torch_version", "");
   builder.modelInfo().sourcePath = sourceName;
+  builder.modelInfo().buffersListed = true; // each tensor says whether it is a buffer (tools/cleave_fx.py)
   builder.reserve(nodes.size(), nodes.size());
   std::vector<std::string> outputNames;
   bool sawOutput = false;

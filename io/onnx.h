@@ -26,6 +26,11 @@ enum class ShapeInference : std::uint8_t {
   Never,  // keep the types the file has
 };
 
+struct FixedPatterns {
+  std::vector<std::string> frozen;    // a tensor matching one is frozen
+  std::vector<std::string> trainable; // when given, a tensor matching none is frozen
+};
+
 struct OnnxReadOptions {
   ShapeInference shapeInference = ShapeInference::Auto;
   // Read the model as any batch would see it: dim 0 of the graph inputs that share the first
@@ -33,6 +38,9 @@ struct OnnxReadOptions {
   // inference, as io/fixed_batch.h does). Value and node ids are those of a plain read, so a plan
   // computed on this graph applies to that one (simplify's folding of what holds for any batch).
   bool freeRows = false;
+  // --frozen / --trainable: glob patterns (fnmatch) over initializer names that hold tensors fixed
+  // as frozen (io/fixed_parameters.h).
+  FixedPatterns fixedPatterns;
 };
 
 inline constexpr std::int64_t kMinOnnxOpset = 11;

@@ -25,6 +25,7 @@
 #include "base/isolated_call.h"
 #include "base/mapped_file.h"
 #include "io/fixed_batch.h"
+#include "io/fixed_parameters.h"
 #include "io/onnx.h"
 #include "io/onnx_inference.h"
 #include "io/protobuf_wire.h"
@@ -855,8 +856,8 @@ Status OnnxScanner::addNode(std::string_view nodeBytes, std::size_t index) {
   // A normalization's running mean and variance are buffers, as in the PyTorch module exported:
   // training updates them (in training mode) but never by their gradient.
   if (spec.domain.empty() && spec.opType == "BatchNormalization" && spec.inputs.size() >= 5) {
-    builder_.markBuffer(spec.inputs[3]);
-    builder_.markBuffer(spec.inputs[4]);
+    builder_.markFixed(spec.inputs[3], ir::Fixed::RunningStatistic);
+    builder_.markFixed(spec.inputs[4], ir::Fixed::RunningStatistic);
   }
   builder_.addNode(spec);
   return {};
@@ -876,7 +877,7 @@ Expected<bool> OnnxScanner::addAsParameter(const ir::NodeSpec& spec) {
   const ir::Attribute& attr = spec.attributes[0];
   ir::Parameter param;
   param.name = name;
-  param.isBuffer = true;
+  param.fixed = ir::Fixed::Constant;
   param.sourceNode = spec.name;
   param.sourceAttributes = spec.attributes;
   std::string bytes;
@@ -955,6 +956,7 @@ Expected<ir::GraphBuilder> OnnxScanner::scan() {
     outputs.emplace_back(name);
   }
   builder_.setOutputs(std::move(outputs));
+  CLEAVE_CHECK(applyFixedParameters(builder_, options_.fixedPatterns));
   return std::move(builder_);
 }
 

@@ -352,13 +352,59 @@ TEST_F(OnnxTest, NormalizationStatisticsAreBuffers) {
   Expected<ir::Graph> read = readOnnx(save(model, "norm.onnx"));
   ASSERT_TRUE(read) << read.error().message();
   auto isBuffer = [&](const char* name) {
-    return read->parameter(read->parameters(read->findNode(name))[0]).isBuffer;
+    return read->parameter(read->parameters(read->findNode(name))[0]).isBuffer();
   };
   EXPECT_FALSE(isBuffer("scale"));
   EXPECT_FALSE(isBuffer("shift"));
   EXPECT_TRUE(isBuffer("mean"));
   EXPECT_TRUE(isBuffer("var"));
   EXPECT_TRUE(isBuffer("var_alias"));
+}
+
+// The model's cleave.fixed_parameters entry (io/fixed_parameters.h) holds its tensors fixed, with
+// their reasons; cleave writes it back with every reason it knows, so they survive a write and a
+// read (a folded value stays folded); a damaged entry is a parse error naming the key.
+TEST_F(OnnxTest, TheFixedParametersEntryHoldsTensorsFixedAndRoundTrips) {
+  onnx::ModelProto model = reluModel();
+  onnx::GraphProto* graph = model.mutable_graph();
+  for (const char* name : {"weight", "inv_freq", "table"}) {
+    onnx::TensorProto* init = graph->add_initializer();
+    init->set_name(name);
+    init->set_data_type(onnx::TensorProto::FLOAT);
+    init->add_dims(1);
+    init->add_float_data(1.0f);
+    onnx::NodeProto* add = graph->add_node();
+    add->set_op_type("Add");
+    add->add_input("y");
+    add->add_input(name);
+    add->add_output(std::string("sum_") + name);
+  }
+  auto* entry = model.add_metadata_props();
+  entry->set_key("cleave.fixed_parameters");
+  entry->set_value(R"({"version": 1, "buffers_listed": true, "fixed": {"inv_freq": "buffer", "table": "folded", "gone": "buffer"}})");
+  Expected<ir::Graph> read = readOnnx(save(model, "listed.onnx"));
+  ASSERT_TRUE(read) << read.error().message();
+  auto fixedOf = [](const ir::Graph& g, const char* name) {
+    return g.parameter(g.parameters(g.findNode(name))[0]).fixed;
+  };
+  EXPECT_EQ(fixedOf(*read, "weight"), ir::Fixed::Trains);
+  EXPECT_EQ(fixedOf(*read, "inv_freq"), ir::Fixed::Buffer);
+  EXPECT_EQ(fixedOf(*read, "table"), ir::Fixed::Folded);
+  EXPECT_TRUE(read->modelInfo().buffersListed);
+  ASSERT_TRUE(writeOnnx(*read, path("again.onnx")));
+  Expected<ir::Graph> again = readOnnx(path("again.onnx"));
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_EQ(fixedOf(*again, "inv_freq"), ir::Fixed::Buffer);
+  EXPECT_EQ(fixedOf(*again, "table"), ir::Fixed::Folded);
+  EXPECT_TRUE(again->modelInfo().buffersListed);
+  for (const char* damaged : {R"({"version": 2, "fixed": {}})", R"({"version": 1, "fixed": {"table": "trains"}})",
+                              R"({"version": 1, "fixed": {"table": "weights"}})", "[1"}) {
+    entry->set_value(damaged);
+    Expected<ir::Graph> refused = readOnnx(save(model, "damaged.onnx"));
+    ASSERT_FALSE(refused) << damaged;
+    EXPECT_EQ(refused.error().code(), ErrorCode::ParseError) << damaged;
+    EXPECT_NE(refused.error().message().find("cleave.fixed_parameters"), std::string::npos) << refused.error().message();
+  }
 }
 
 TEST_F(OnnxTest, SubgraphCapturesBecomeImplicitInputs) {

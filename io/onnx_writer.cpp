@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "base/file_io.h"
+#include "io/fixed_parameters.h"
 #include "io/onnx.h"
 
 namespace cleave::io {
@@ -177,9 +178,16 @@ Expected<onnx::ModelProto> toModelProto(const Graph& graph, const OnnxWriteOptio
     opset->set_version(version);
   }
   for (const auto& [key, value] : info.metadata) {
+    if (key == kFixedParametersKey)
+      continue; // written anew below, from the graph's parameters
     auto* prop = model.add_metadata_props();
     prop->set_key(key);
     prop->set_value(value);
+  }
+  if (std::optional<std::string> fixed = fixedParametersEntry(graph)) {
+    auto* prop = model.add_metadata_props();
+    prop->set_key(std::string(kFixedParametersKey));
+    prop->set_value(*fixed);
   }
   onnx::GraphProto* out = model.mutable_graph();
   out->set_name(info.graphName.empty() ? "main" : info.graphName);

@@ -95,15 +95,16 @@ bool GraphBuilder::addParameterAlias(std::string_view aliasName, std::string_vie
   return true;
 }
 
-bool GraphBuilder::markBuffer(std::string_view name) {
+bool GraphBuilder::markFixed(std::string_view name, Fixed why) {
   std::uint32_t id = strings_.find(name);
   auto found = id == kNone ? parameterNodeParam_.end() : parameterNodeParam_.find(id);
   if (found == parameterNodeParam_.end())
     return false;
   Parameter& param = params_[found->second];
-  param.isBuffer = true;
+  if (param.fixed == Fixed::Trains)
+    param.fixed = why;
   if (!param.aliasOf.empty())
-    markBuffer(param.aliasOf);
+    markFixed(param.aliasOf, why);
   return true;
 }
 

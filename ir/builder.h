@@ -53,9 +53,11 @@ public:
   // name yet.
   // `nodeName`: the ONNX Identity node it came from (Parameter::sourceNode).
   bool addParameterAlias(std::string_view aliasName, std::string_view existingName, std::string_view nodeName);
-  // Marks the parameter node `name` (added before) and the parameter it aliases as buffers (not
-  // trained). False when no parameter node has that name.
-  bool markBuffer(std::string_view name);
+  // Holds the parameter node `name` (added before) and the parameter it aliases fixed in training,
+  // for `why` (a reason already given stays). False when no parameter node has that name.
+  bool markFixed(std::string_view name, Fixed why);
+  // The parameters added so far, in order.
+  std::span<const Parameter> parameters() const { return params_; }
   // Inline bytes for a parameter; returns the ParameterData to put in the Parameter.
   ParameterData appendInlineData(std::string_view bytes);
   // Copies what it needs: callers may reuse one NodeSpec for many nodes (no allocations then).

@@ -160,7 +160,7 @@ Expected<Graph> extractSubgraph(const Graph& graph, const SubgraphSpec& spec) {
     parameter.dtype = added.dtype;
     parameter.dims = added.dims;
     parameter.bytes = static_cast<std::int64_t>(added.bytes.size());
-    parameter.isBuffer = true; // a constant, never trained
+    parameter.fixed = Fixed::Folded; // a constant, never trained
     parameter.data = builder.appendInlineData(added.bytes);
     builder.addParameter(std::move(parameter), ValueType::tensor(added.dtype, added.dims));
   }

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/enum_table.h"
 #include "base/expected.h"
 #include "base/ids.h"
 #include "base/mapped_file.h"
@@ -69,13 +70,32 @@ struct ParameterData {
   friend bool operator==(const ParameterData&, const ParameterData&) = default;
 };
 
+// Why training holds a parameter fixed (Trains: it does not). Which tensors train is the model's
+// trainable set: io/ reads it (a Constant, a normalization's running statistic, an FX buffer, the
+// list a model's metadata gives: io/fixed_parameters.h) and passes keep it (a folded value is
+// fixed), so that a plan trains exactly what the PyTorch module trains.
+enum class Fixed : std::uint8_t {
+  Trains,
+  Constant,         // an ONNX Constant read as a parameter
+  RunningStatistic, // a normalization's running mean or variance (updated, never by gradient)
+  Buffer,           // a module's registered buffer (FX, or the model's list)
+  Frozen,           // a parameter the module does not train (requires_grad=False; --frozen)
+  Folded,           // computed from constants by folding (simplify/)
+};
+inline constexpr auto kFixedReasons = enumTable<Fixed>({{Fixed::Trains, "trains"},
+                                                       {Fixed::Constant, "constant"},
+                                                       {Fixed::RunningStatistic, "running_statistic"},
+                                                       {Fixed::Buffer, "buffer"},
+                                                       {Fixed::Frozen, "frozen"},
+                                                       {Fixed::Folded, "folded"}});
+
 struct Parameter {
   std::string name; // qualified name (ONNX initializer name, FX attribute path)
   DType dtype = DType::Undefined;
   std::vector<std::int64_t> dims;
   std::int64_t bytes = 0;
-  bool isBuffer = false; // not trained: an FX buffer, an ONNX Constant read as a parameter, or a
-                         // BatchNormalization's running mean or variance
+  Fixed fixed = Fixed::Trains; // why training holds it fixed, if it does
+  bool isBuffer() const { return fixed != Fixed::Trains; } // not trained
   // The name of the parameter whose tensor this is, when one tensor goes by two names (ONNX
   // exporters write the second name as Identity(initializer)); empty for a tensor of its own.
   // `data` points at the same bytes. Passes count and tie the tensor once (Graph::storageOf).
@@ -99,6 +119,9 @@ struct ModelInfo {
   std::vector<std::pair<std::string, std::string>> metadata;
   std::string sourcePath; // the file it was read from, for external data
   std::int64_t convertedFromOpset = 0; // the ai.onnx opset the file had, when converted on reading
+  // The model says which of its tensors are buffers and frozen (FX graphs; an ONNX model's
+  // cleave.fixed_parameters list); otherwise the default rule decides (io/fixed_parameters.h).
+  bool buffersListed = false;
 };
 
 // A dimension in the flat dims array: extent >= 0, or a symbol id (0 = unnamed unknown).

@@ -26,7 +26,7 @@ IdVector<NodeId, NodeSize> computeNodeSizes(const ir::Graph& graph) {
     if (graph.kind(node) != ir::NodeKind::Parameter)
       for (ir::ParamId param : graph.parameters(node)) {
         const ir::Parameter& p = graph.parameter(param);
-        if (p.isBuffer)
+        if (p.isBuffer())
           continue; // torch counts named_parameters() only
         std::int64_t elements = 1;
         for (std::int64_t d : p.dims)

@@ -268,6 +268,7 @@ std::vector<ParameterPlacement> collectParameterReads(const ir::Graph& graph, co
     ParameterPlacement& placement = byStorage[index(storage)];
     placement.name = graph.parameter(storage).name;
     placement.bytes = graph.parameter(storage).bytes;
+    placement.fixed = graph.parameter(storage).fixed;
     const std::string& name = graph.parameter(param).name;
     if (name != placement.name && std::find(placement.aliases.begin(), placement.aliases.end(), name) == placement.aliases.end())
       placement.aliases.push_back(name);

@@ -81,6 +81,7 @@ struct ParameterPlacement {  // one tensor
   std::vector<std::uint32_t> stages; // every stage that reads it
   std::uint32_t owner = 0;           // the first
   std::int64_t bytes = 0;
+  ir::Fixed fixed = ir::Fixed::Trains; // why training holds it fixed, if it does
 };
 
 struct GradientInput { // a stage's output whose gradient it receives

@@ -58,6 +58,8 @@ Json pipelineReportJson(const ir::Graph& graph, const PipelinePlan& plan, const 
     Json entry = {{"name", p.name}, {"bytes", p.bytes}, {"stages", p.stages}, {"owner", p.owner}, {"mode", mode}};
     if (!p.aliases.empty())
       entry["aliases"] = p.aliases;
+    if (p.fixed != ir::Fixed::Trains)
+      entry["fixed"] = std::string(ir::kFixedReasons.name(p.fixed));
     params.push_back(std::move(entry));
     if (p.stages.size() > 1 && plan.multiUse == MultiUse::Replicate) {
       Json tie = {{"parameter", p.name}, {"stages", p.stages}};

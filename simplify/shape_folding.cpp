@@ -61,7 +61,7 @@ private:
     for (std::int64_t d : p.dims)
       elements *= d;
     // A trained weight never folds, however small: training must still see it as a parameter.
-    const bool trained = !p.isBuffer && (p.dtype == ir::DType::F32 || p.dtype == ir::DType::F64);
+    const bool trained = !p.isBuffer() && (p.dtype == ir::DType::F32 || p.dtype == ir::DType::F64);
     if (!holdsDType(p.dtype) || elements > maxElements_ || trained)
       return std::nullopt;
     Expected<std::string> bytes = graph_.readParameterData(param);

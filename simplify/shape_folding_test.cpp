@@ -63,7 +63,7 @@ public:
     p.name = name;
     p.dtype = DType::F32;
     p.dims = dims;
-    p.isBuffer = isBuffer;
+    p.fixed = isBuffer ? ir::Fixed::Buffer : ir::Fixed::Trains;
     std::vector<float> values(static_cast<std::size_t>(dims.empty() ? 1 : dims[0]), 1.5f);
     p.bytes = static_cast<std::int64_t>(values.size() * 4);
     std::string bytes(values.size() * 4, '\0');

@@ -40,7 +40,9 @@ class Mlp(torch.nn.Module):
 
 
 def losses_of(stdout):
-    return [json.loads(line.split("] ", 1)[-1]) for line in stdout.splitlines()]
+    """Each step's line, without the run's own facts (what trains: with the first line printed)."""
+    lines = [json.loads(line.split("] ", 1)[-1]) for line in stdout.splitlines()]
+    return [{key: value for key, value in line.items() if key != "trainable"} for line in lines]
 
 
 def files_of(folder):

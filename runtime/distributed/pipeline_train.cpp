@@ -59,7 +59,7 @@ std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> trainedSh
   for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
     const ir::Parameter& param = g.parameter(ir::ParamId{p});
     bool floating = param.dtype == ir::DType::F32 || param.dtype == ir::DType::F64 || param.dtype == ir::DType::F16;
-    if (g.storageOf(ir::ParamId{p}) == ir::ParamId{p} && floating && !param.isBuffer)
+    if (g.storageOf(ir::ParamId{p}) == ir::ParamId{p} && floating && !param.isBuffer())
       shapes[param.name] = {param.dtype, param.dims};
   }
   return shapes;
@@ -753,9 +753,15 @@ Status PipelineTrainer::checkData(const TensorMap& data) const {
 
 Status PipelineTrainer::checkWholeModel(const ir::Graph& whole) const {
   std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> planShapes;
-  for (const Stage& stage : state_->stages)
+  std::set<std::string> heldFixed; // by the plan (--frozen given to cleave pipeline, a folded value)
+  for (const Stage& stage : state_->stages) {
     planShapes.merge(trainedShapes(*stage.graph)); // tied copies agree (checked at create)
+    for (std::uint32_t p = 0; p < stage.graph->numParameters(); ++p)
+      if (stage.graph->parameter(ir::ParamId{p}).isBuffer())
+        heldFixed.insert(stage.graph->parameter(ir::ParamId{p}).name);
+  }
   auto wholeShapes = trainedShapes(whole);
+  std::erase_if(wholeShapes, [&](const auto& entry) { return heldFixed.count(entry.first) > 0; });
   auto formatDims = [](const std::vector<std::int64_t>& dims) {
     return ir::formatShape(ir::ValueType::tensor(ir::DType::F32, dims).shape);
   };
@@ -832,6 +838,13 @@ RankTrainingState PipelineTrainer::trainingState() { return {state_->optimized, 
 std::size_t PipelineTrainer::stages() const { return state_->stages.size(); }
 
 const std::string& PipelineTrainer::stageName(std::size_t stage) const { return state_->stages[stage].name; }
+
+std::vector<const ir::Graph*> PipelineTrainer::stageGraphs() const {
+  std::vector<const ir::Graph*> graphs;
+  for (const Stage& stage : state_->stages)
+    graphs.push_back(stage.graph.get());
+  return graphs;
+}
 
 const std::vector<std::string>& PipelineTrainer::graphInputs() const { return state_->plan->graphInputs(); }
 

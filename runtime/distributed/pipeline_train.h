@@ -125,6 +125,8 @@ public:
   Status gatherStepTiming(StepTiming& timing) const;
   std::size_t stages() const;
   const std::string& stageName(std::size_t stage) const;
+  // Every stage's graph (all ranks hold them all), in stage order.
+  std::vector<const ir::Graph*> stageGraphs() const;
   // The plan's graph inputs (what the data must hold).
   const std::vector<std::string>& graphInputs() const;
   std::vector<std::string> ownStages() const;

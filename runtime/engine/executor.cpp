@@ -191,7 +191,7 @@ Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param, Side side) {
     tensor = tensor.to(*options_.floatType);
   tensor = tensor.to(deviceOf(side));
   storageSide_[index(owner)] = side;
-  if (options_.trainable && at::isFloatingType(tensor.scalar_type()) && !g.parameter(owner).isBuffer)
+  if (options_.trainable && at::isFloatingType(tensor.scalar_type()) && !g.parameter(owner).isBuffer())
     tensor.requires_grad_(true);
   if (weightPlan_)
     tensor = weightPlan_->adopt(owner, std::move(tensor));

@@ -704,7 +704,7 @@ ir::Graph convolutionsWithBatchNorms(bool statisticsAreInputs, std::int64_t trai
     } else {
       addFloatParameter(builder, name, t);
       if (statistic)
-        builder.markBuffer(name); // as the ONNX reader marks them
+        builder.markFixed(name, ir::Fixed::RunningStatistic); // as the ONNX reader marks them
     }
   }
   auto node = [&](std::string op, std::vector<std::string> inputs, std::string out, std::vector<ir::Attribute> attrs) {

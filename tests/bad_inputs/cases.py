@@ -69,6 +69,11 @@ def relu_model(opset=13, dims=(2, 3), elem=TensorProto.FLOAT, extra_opsets=()):
     return helper.make_model(graph, opset_imports=opsets)
 
 
+def with_metadata(model_proto, key, value):
+    model_proto.metadata_props.add(key=key, value=value)
+    return model_proto
+
+
 def add_model(weight):
     """y = x + w, with `weight` the TensorProto initializer w (shape [12])."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [12])
@@ -312,6 +317,13 @@ CASES = [
     Case("graph", "opset-too-old", model(lambda: relu_model(opset=0)), ["inspect", M], r"opset 0 is not supported"),
     Case("graph", "opset-too-new", model(lambda: relu_model(opset=999)), ["run", M],
          r"opset 999, newer than the newest cleave knows \(18\)"),
+    Case("graph", "fixed-parameters-not-json", model(lambda: with_metadata(relu_model(), "cleave.fixed_parameters", "{oops")),
+         ["inspect", M], r"metadata 'cleave\.fixed_parameters'"),
+    Case("graph", "fixed-parameters-bad-reason", model(lambda: with_metadata(
+        relu_model(), "cleave.fixed_parameters", '{"version": 1, "fixed": {"x": "maybe"}}')),
+         ["inspect", M], r"cleave\.fixed_parameters.*'x': the reason must be"),
+    Case("cli-numbers", "frozen-pattern-matches-nothing", example("cnn.onnx"),
+         ["pipeline", CNN, "--stages", "2", "--frozen", "nothing.*"], r"--frozen 'nothing\.\*' matches no floating tensor"),
     Case("graph", "no-default-opset", model(lambda: helper.make_model(
         helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", 1, [2])], [helper.make_tensor_value_info("y", 1, [2])]),

@@ -1,0 +1,31 @@
+// runtime/training/trainable_set.h - what a training run trains and what it holds fixed, and why:
+// the tensors of a model (or of a plan's stages together) counted once each, as `cleave train`
+// prints them before its first step.
+//
+// A tensor trains when it is floating, owns its storage (an ONNX alias is its tensor's other
+// name) and nothing holds it fixed (ir::Fixed, read by io/fixed_parameters.h): the same rule the
+// executor and the pipeline trainer apply. Stages that hold copies of one tensor (tied) count it
+// once, by name.
+// Guarantees: trains + every fixed count + integer = the distinct tensors; `defaultRule` is true
+// when some graph does not list its buffers, so a registered buffer may be among those that train.
+// Complexity: O(P log P) over the graphs' parameters.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+
+#include "ir/graph.h"
+
+namespace cleave::runtime {
+
+struct TrainableSet {
+  std::int64_t trains = 0, trainedBytes = 0;
+  std::map<ir::Fixed, std::int64_t> fixed; // by reason, reasons with none left out
+  std::int64_t integer = 0;                // not floating: never trained
+  bool defaultRule = false;
+};
+
+TrainableSet trainableSet(std::span<const ir::Graph* const> graphs);
+
+} // namespace cleave::runtime
