@@ -71,7 +71,8 @@ void describeCheckpoints(CLI::App& app, TrainFlags& flags) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
   app.add_option("--seed", flags.seed,
                  "seeds the random generator every rank starts with (libtorch's own is seeded at random: a fixed "
-                 "seed makes runs and their checkpoints repeat byte for byte)")
+                 "seed makes runs and their checkpoints repeat byte for byte); dropout draws from it, seeded anew "
+                 "for each stage, step and microbatch, so its masks do not depend on the ranks")
       ->capture_default_str();
 }
 
@@ -597,6 +598,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
     if (Status loaded = runtime::loadWingProviding(flags.backend); !loaded)
       return Error(ErrorCode::Unsupported) << "backend " << flags.backend << ": " << loaded.error().message();
   at::manual_seed(flags.seed);
+  flags.options.seed = flags.seed;
   if (!flags.betas.empty()) {
     flags.options.optimizer.beta1 = flags.betas[0];
     flags.options.optimizer.beta2 = flags.betas[1];

@@ -21,9 +21,7 @@ Status applyPatterns(ir::GraphBuilder& builder, const FixedPatterns& patterns) {
   std::vector<bool> frozenMatched(patterns.frozen.size()), trainableMatched(patterns.trainable.size());
   std::vector<std::string> freeze;
   for (const ir::Parameter& param : builder.parameters()) {
-    const bool floating = param.dtype == ir::DType::F32 || param.dtype == ir::DType::F64 ||
-                          param.dtype == ir::DType::F16 || param.dtype == ir::DType::BF16;
-    if (!floating || param.isBuffer() || !param.aliasOf.empty())
+    if (!ir::isFloating(param.dtype) || param.isBuffer() || !param.aliasOf.empty())
       continue;
     const bool frozen = matchesAny(patterns.frozen, param.name, frozenMatched);
     const bool listed = matchesAny(patterns.trainable, param.name, trainableMatched);

@@ -22,6 +22,10 @@ constexpr int kMaxDTypeCode = 16;
 
 // Bytes per element; 0 for Undefined and String (no fixed size).
 int dtypeSize(DType dtype);
+// A real floating type (what training can differentiate): f16, bf16, f32, f64.
+constexpr bool isFloating(DType dtype) {
+  return dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::F32 || dtype == DType::F64;
+}
 // Short lower-case name used in text, JSON and profiles: "f32", "i64", "bool", ...
 std::string_view dtypeName(DType dtype);
 std::optional<DType> parseDTypeName(std::string_view name);

@@ -58,8 +58,7 @@ std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> trainedSh
   std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> shapes;
   for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
     const ir::Parameter& param = g.parameter(ir::ParamId{p});
-    bool floating = param.dtype == ir::DType::F32 || param.dtype == ir::DType::F64 || param.dtype == ir::DType::F16;
-    if (g.storageOf(ir::ParamId{p}) == ir::ParamId{p} && floating && !param.isBuffer())
+    if (g.storageOf(ir::ParamId{p}) == ir::ParamId{p} && ir::isFloating(param.dtype) && !param.isBuffer())
       shapes[param.name] = {param.dtype, param.dims};
   }
   return shapes;
@@ -73,6 +72,7 @@ struct PipelineTrainer::State {
   // this replica's place among them, and this step's gradient sums across them.
   Communicator* replicas = nullptr;
   int replica = 0, replicaCount = 1;
+  std::int64_t stepIndex = 0; // the step running (dropout's seeds: seedForward)
   ReplicaGradients replicaGradients;
   TrainOptions options;
   std::vector<Stage> stages;
@@ -353,6 +353,7 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
         run.leaves[name] = value;
     }
     auto started = std::chrono::steady_clock::now();
+    seedForward(options.seed, i, stepIndex, static_cast<std::int64_t>(m));
     if (options.recompute == Recompute::Stage) {
       // With the graph, then without it: the kernels take the paths the recomputation will
       // (without it, oneDNN's direct ones), so what is sent equals what is differentiated.
@@ -866,6 +867,7 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   const double transportBefore = s.comm->transportCpuSeconds();
   CLEAVE_TRY(TensorMap batch, s.replicaRows(data, stepIndex));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
+  s.stepIndex = stepIndex;
   if (schedule && schedule->microbatches != chunks.size())
     return Error(ErrorCode::InvalidArgument) << "the schedule is for " << schedule->microbatches << " microbatches; "
                                              << s.options.batch / s.replicaCount << " rows make " << chunks.size();

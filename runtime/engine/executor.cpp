@@ -9,6 +9,7 @@
 
 #include "io/onnx.h"
 #include "runtime/engine/fusion.h"
+#include "runtime/engine/generator_state.h"
 #include "base/strings.h"
 
 namespace cleave::runtime {
@@ -328,8 +329,15 @@ Status Executor::runRecomputed(const RecomputeSegment& segment, RunState& state)
       CLEAVE_CHECK(runOp(NodeId{n}, state));
     return {};
   }
+  // The forward's run draws on from where the generator is; every replay in the backward draws
+  // what it drew (a Dropout in the segment drops the same elements).
+  auto runs = std::make_shared<int>(0);
   CLEAVE_TRY(std::vector<at::Tensor> outputs,
-             runRecomputable(inputs, [this, &segment](const std::vector<at::Tensor>& leaves) {
+             runRecomputable(inputs, [this, &segment, runs, drawsFrom = cpuGeneratorState()](
+                                         const std::vector<at::Tensor>& leaves) {
+               if ((*runs)++ == 0)
+                 return replaySegment(segment, leaves);
+               ReplayedDraws sameDraws(drawsFrom);
                return replaySegment(segment, leaves);
              }, options_.device));
   for (std::size_t k = 0; k < outputs.size(); ++k) {

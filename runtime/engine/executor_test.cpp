@@ -282,21 +282,27 @@ TEST(Executor, SoftmaxBeforeOpset13CoercesTo2D) {
   EXPECT_TRUE(at::allclose(now, at::softmax(x, -1)));
 }
 
-TEST(Executor, DropoutInTrainingModeIsRefusedNotSkipped) {
-  at::Tensor x = at::randn({2, 3});
+// Dropout in training mode drops as torch.nn.functional.dropout does: each element kept with
+// probability 1 - ratio, the kept ones scaled by 1 / (1 - ratio), from ATen's default generator
+// (the same seed, the same mask); out of training mode, or at ratio 0, it is the identity.
+TEST(Executor, DropoutInTrainingModeDropsAsTorchDoes) {
+  at::Tensor x = at::randn({64, 64});
   EXPECT_TRUE(at::equal(runOne(spec("Dropout", {"a"}), {{"a", x}}), x)); // inference: identity
   EXPECT_TRUE(at::equal(runOne(spec("Dropout", {"a", "r", "t"}), {{"a", x}, {"r", at::full({}, 0.5)},
                                                                    {"t", at::full({}, false)}}), x));
-  test_support::NodeChain chain({"a", "r", "t"});
-  chain.add(spec("Dropout", {"a", "r", "t"}, {}, "drop"), "y");
-  Expected<ir::Graph> graph = std::move(chain).finish({"y"});
-  ASSERT_TRUE(graph) << graph.error().message();
-  Expected<std::unique_ptr<Executor>> executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)));
-  ASSERT_TRUE(executor) << executor.error().message();
-  Expected<TensorMap> refused = (*executor)->run({{"a", x}, {"r", at::full({}, 0.1)}, {"t", at::full({}, true)}});
-  ASSERT_FALSE(refused);
-  EXPECT_NE(refused.error().message().find("'drop' (Dropout"), std::string::npos) << refused.error().message();
-  EXPECT_NE(refused.error().message().find("training_mode is true"), std::string::npos) << refused.error().message();
+  EXPECT_TRUE(at::equal(runOne(spec("Dropout", {"a", "r", "t"}), {{"a", x}, {"r", at::full({}, 0.0)},
+                                                                   {"t", at::full({}, true)}}), x));
+  auto dropped = [&](std::uint64_t seed) {
+    at::manual_seed(seed);
+    return runOne(spec("Dropout", {"a", "r", "t"}), {{"a", x}, {"r", at::full({}, 0.25)}, {"t", at::full({}, true)}});
+  };
+  at::Tensor y = dropped(7);
+  at::Tensor kept = y != 0;
+  const double keptShare = kept.to(at::kDouble).mean().item<double>();
+  EXPECT_NEAR(keptShare, 0.75, 0.03); // 4096 draws: 5 standard deviations
+  EXPECT_TRUE(at::allclose(y.masked_select(kept), (x / 0.75).masked_select(kept)));
+  EXPECT_TRUE(at::equal(dropped(7), y));
+  EXPECT_FALSE(at::equal(dropped(8), y));
 }
 
 TEST(Executor, NamesTheOpNodeAndOpsetItCannotRun) {

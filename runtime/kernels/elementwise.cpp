@@ -100,15 +100,25 @@ void registerElementwiseKernels(KernelTable& t) {
   });
   t.add("Identity", [](KernelContext& c) -> Outputs { return {c.input(0)}; });
   t.add("Dropout", [](KernelContext& c) -> Outputs { // inference: identity, mask all true
-    // Opset 12's training_mode operand, true, asks for random drops, which cleave does not make
-    // (training included): refused, rather than run as if the model had no dropout.
+    // Opset 12's training_mode operand, true: random drops, as torch.nn.functional.dropout makes
+    // them (each element kept with probability 1 - ratio, from ATen's default generator, the kept
+    // ones scaled by 1 / (1 - ratio)). cleave train seeds that generator before each stage's
+    // forward of a microbatch (runtime/training/train.h, seedForward).
     const bool training = c.has(2) && c.input(2).numel() == 1 && c.input(2).item<bool>();
-    if (training && (!c.has(1) || c.input(1).item<double>() > 0.0))
-      throw KernelError("training_mode is true, and cleave runs Dropout only as inference does (export the model "
-                        "with training=torch.onnx.TrainingMode.EVAL, or a ratio of 0)");
-    Outputs out{c.input(0)};
+    const double ratio = c.has(1) ? c.input(1).item<double>() : 0.5;
+    const at::Tensor& x = c.input(0);
+    if (!training || ratio <= 0.0) {
+      Outputs out{x};
+      if (c.numOutputs() > 1)
+        out.push_back(at::ones_like(x, at::TensorOptions().dtype(at::kBool)));
+      return out;
+    }
+    if (ratio >= 1.0)
+      return {at::zeros_like(x), at::zeros_like(x, at::TensorOptions().dtype(at::kBool))};
+    at::Tensor kept = at::empty_like(x, at::TensorOptions().dtype(at::kFloat)).bernoulli_(1.0 - ratio);
+    Outputs out{x * kept.to(x.scalar_type()) * (1.0 / (1.0 - ratio))};
     if (c.numOutputs() > 1)
-      out.push_back(at::ones_like(c.input(0), at::TensorOptions().dtype(at::kBool)));
+      out.push_back(kept.to(at::kBool));
     return out;
   }, hostOperands({1, 2}));
   // Activations with attributes.

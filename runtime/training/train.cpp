@@ -66,17 +66,20 @@ void stepOptimizer(torch::optim::Optimizer& optimizer) {
   optimizer.step();
 }
 
-at::Tensor cpuGeneratorState() {
+void seedForward(std::uint64_t seed, std::int64_t stage, std::int64_t step, std::int64_t microbatch) {
+  // splitmix64 over the coordinates: nearby coordinates give unrelated seeds.
+  std::uint64_t mixed = seed;
+  for (std::int64_t part : {stage, step, microbatch}) {
+    mixed += 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(part);
+    mixed = (mixed ^ (mixed >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    mixed = (mixed ^ (mixed >> 27)) * 0x94d049bb133111ebULL;
+    mixed ^= mixed >> 31;
+  }
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
+  generator.set_current_seed(mixed);
 }
 
-void setCpuGeneratorState(const at::Tensor& state) {
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
-}
 
 void enterForwardPrecision(std::optional<AutocastScope>& scope, const TrainOptions& options, c10::DeviceType device) {
   if (options.precision == Precision::Bf16)
@@ -154,7 +157,9 @@ Expected<StepResult> Trainer::step(const TensorMap& data, std::int64_t stepIndex
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
   clearGradients(*s.optimizer);
   double total = 0.0;
-  for (const TensorMap& chunk : chunks) {
+  for (std::size_t m = 0; m < chunks.size(); ++m) {
+    const TensorMap& chunk = chunks[m];
+    seedForward(s.options.seed, 0, stepIndex, static_cast<std::int64_t>(m));
     std::int64_t rows = chunk.begin()->second.dim() > 0 ? chunk.begin()->second.size(0) : s.options.batch;
     std::optional<AutocastScope> precision;
     enterForwardPrecision(precision, s.options, s.executor->device().type());

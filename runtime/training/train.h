@@ -23,6 +23,7 @@
 #include "base/expected.h"
 #include "ir/graph.h"
 #include "pipeline/schedule_sim.h"
+#include "runtime/engine/generator_state.h"
 #include "runtime/engine/tensors.h"
 #include "runtime/engine/torch_compat.h"
 #include "runtime/model/backend.h"
@@ -68,6 +69,7 @@ struct TrainOptions {
   std::optional<double> clipGradNorm; // clip the gradients' global L2 norm to this
   Precision precision = Precision::Fp32;
   Recompute recompute = Recompute::None; // Stage: plans only
+  std::uint64_t seed = 0; // --seed: dropout's draws (seedForward)
 };
 
 // Enters the forward's precision for `options` on `device` (autocast for bf16; nothing for fp32)
@@ -81,9 +83,11 @@ struct StepResult {
   std::optional<double> gradNorm;
 };
 
-// The default CPU generator's state (what dropout and random ops draw from), and setting it.
-at::Tensor cpuGeneratorState();
-void setCpuGeneratorState(const at::Tensor& state);
+// Seeds the default CPU generator for one forward: stage `stage` of microbatch `microbatch` of
+// step `step` draws the same dropout masks whichever rank runs it, however many ranks there are,
+// and after a resume. Data-parallel replicas draw alike on their own rows (as DDP's ranks do when
+// seeded alike), so their ranks' states, and checkpoints, stay equal. O(1).
+void seedForward(std::uint64_t seed, std::int64_t stage, std::int64_t step, std::int64_t microbatch);
 
 // Rows (stepIndex * batch + i) mod N, i < batch, of every tensor (rows along dim 0).
 Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch);

@@ -14,11 +14,9 @@ TrainableSet trainableSet(std::span<const ir::Graph* const> graphs) {
       const ir::Parameter& param = graph->parameter(ir::ParamId{p});
       if (graph->storageOf(ir::ParamId{p}) != ir::ParamId{p} || !counted.insert(param.name).second)
         continue;
-      const bool floating = param.dtype == ir::DType::F32 || param.dtype == ir::DType::F64 ||
-                            param.dtype == ir::DType::F16 || param.dtype == ir::DType::BF16;
       if (param.isBuffer())
         ++set.fixed[param.fixed];
-      else if (!floating)
+      else if (!ir::isFloating(param.dtype))
         ++set.integer;
       else {
         ++set.trains;
