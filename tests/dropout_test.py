@@ -6,10 +6,11 @@ cleave's losses lies within 4 standard deviations of torch's own runs' means acr
 rule the run without dropout fails). The masks come from (seed, stage, step, microbatch),
 so a 2-stage plan trains to the same losses on 1 and 2 ranks and with its stages recomputed in
 the backward, and a run resumed from a checkpoint repeats the run that never stopped, byte for
-byte."""
+byte; an attention's dropout replayed by `--recompute selective` drops what its forward dropped."""
 import json
 
 import numpy as np
+import onnx
 import torch
 
 from testlib import TempDirTest, launch, main, run
@@ -27,6 +28,38 @@ class Mlp(torch.nn.Module):
 
     def forward(self, x, target):
         return torch.nn.functional.cross_entropy(self.layers(x), target)
+
+
+class Attention(torch.nn.Module):
+    """Single-head attention with dropout on its probabilities: `--recompute selective` drops
+    the scores, softmax and dropout after the forward and replays them in the backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.out = (torch.nn.Linear(8, 8) for _ in range(4))
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x, target):
+        scores = torch.matmul(self.q(x), self.k(x).transpose(1, 2)) / 8 ** 0.5
+        attended = torch.matmul(self.drop(scores.softmax(-1)), self.v(x))
+        return torch.nn.functional.mse_loss(self.out(attended), target)
+
+
+def constants_as_initializers(path):
+    """The model with its Constant nodes written as initializers (as other exporters write them)."""
+    model = onnx.load(path)
+    kept = []
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute[0].name == "value":
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(node.attribute[0].t)
+            tensor.name = node.output[0]
+            model.graph.initializer.append(tensor)
+        else:
+            kept.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    onnx.save(model, path)
 
 
 def step_losses(stdout):
@@ -116,6 +149,27 @@ class DropoutTraining(TempDirTest):
         code, rest, err = run(*common, "--steps", 4, "--resume", checkpoints)
         self.assertEqual(code, 0, err)
         self.assertEqual(step_losses(first) + step_losses(rest), step_losses(one))
+
+
+    def test_a_replayed_segment_draws_what_its_forward_drew(self):
+        torch.manual_seed(0)
+        x, target = torch.randn(16, 6, 8), torch.randn(16, 6, 8)
+        np.savez(self.path("seq.npz"), x=x.numpy(), target=target.numpy())
+        model = self.path("attention.onnx")
+        torch.onnx.export(Attention().train(), (x[:4], target[:4]), model, input_names=["x", "target"],
+                          output_names=["loss"], opset_version=17, do_constant_folding=False, dynamo=False,
+                          training=torch.onnx.TrainingMode.TRAINING,
+                          dynamic_axes={"x": {0: "batch"}, "target": {0: "batch"}})
+        constants_as_initializers(model)  # else each Constant ends the segment before the Dropout
+        common = ["train", model, "--data", self.path("seq.npz"), "--batch", 8, "--microbatches", 2, "--steps", 3,
+                  "--lr", 0.1, "--seed", 2, "--json"]
+        code, plain, err = run(*common, "-o", self.path("plain"))
+        self.assertEqual(code, 0, err)
+        code, replayed, err = run(*common, "--recompute", "selective", "-o", self.path("replayed"))
+        self.assertEqual(code, 0, err)
+        self.assertEqual(step_losses(replayed), step_losses(plain))
+        with open(self.path("plain/trained.onnx"), "rb") as a, open(self.path("replayed/trained.onnx"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
 
 
 if __name__ == "__main__":
