@@ -18,7 +18,7 @@ struct PipelineFlags {
   pipeline::PipelineOptions options;
   std::int64_t microbatches = 1; // the run it is planned for: checks that the batch can be split
   bool json = false, noSimplify = false;
-  io::FixedPatterns trainable;
+  io::FixedPatterns fixedPatterns;
 };
 
 void describe(CLI::App& app, PipelineFlags& flags) {
@@ -42,7 +42,7 @@ void describe(CLI::App& app, PipelineFlags& flags) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
   addPlanOutput(app, flags.output);
   addSimplifyFlag(app, flags.noSimplify);
-  addTrainableFlags(app, flags.trainable);
+  addTrainableFlags(app, flags.fixedPatterns);
   addJsonFlag(app, flags.json);
 }
 
@@ -60,7 +60,7 @@ Status pipelineModel(const PipelineFlags& flags, std::ostream& out, std::ostream
   CLEAVE_TRY(PlanningModel model,
              loadPlanningModel(flags.path, {.simplify = !flags.noSimplify && flags.specPath.empty(),
                                             .anyRows = true,
-                                            .trainable = flags.trainable}));
+                                            .fixedPatterns = flags.fixedPatterns}));
   const ir::Graph& graph = model.graph;
   if (flags.microbatches > 1 && graph.modelInfo().format == ir::SourceFormat::Onnx) {
     // An analysis that fails (onnx's inference cannot type the model) leaves it unknown, not held.

@@ -43,7 +43,7 @@ struct TrainFlags {
   std::optional<pipeline::ScheduleKind> schedule;
   OutputDirectoryFlags output;
   bool json = false, timing = false;
-  io::FixedPatterns trainable; // --frozen / --trainable (a model; a plan records its own)
+  io::FixedPatterns fixedPatterns; // --frozen / --trainable (a model; a plan records its own)
   // Checkpoints (runtime/training/checkpoint.h): where, how often, where from, and where to stop.
   std::string checkpointDir, resumeDir;
   std::int64_t checkpointEvery = 0;
@@ -150,7 +150,7 @@ void describe(CLI::App& app, TrainFlags& flags) {
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
       ->capture_default_str();
   app.add_option("--loss", flags.options.loss, "the output that is the loss (default: 'loss', else the only scalar)");
-  addTrainableFlags(app, flags.trainable);
+  addTrainableFlags(app, flags.fixedPatterns);
   app.add_option("--model", flags.wholeModelPath,
                  "plan directories: the model the plan was cut from; -o DIR then gets its trained.onnx too");
   addOutputDirectory(app, flags.output, "directory for trained.onnx (a model) or the trained plan (a plan)");
@@ -604,7 +604,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
     flags.options.optimizer.beta2 = flags.betas[1];
   }
   if (plan::isPlanDirectory(flags.path)) {
-    if (!flags.trainable.frozen.empty() || !flags.trainable.trainable.empty())
+    if (!flags.fixedPatterns.frozen.empty() || !flags.fixedPatterns.trainable.empty())
       return usageError() << "--frozen and --trainable are for a model; a plan trains what it records: give them "
                              "to cleave pipeline";
     return trainPlan(flags, out, err);
@@ -618,7 +618,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
                            "backward right after its forward, so there is no stage to recompute (selective is "
                            "for both)";
   CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.dataPath}));
-  CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path, {.fixedPatterns = flags.trainable}));
+  CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path, {.fixedPatterns = flags.fixedPatterns}));
   auto graph = std::make_shared<const ir::Graph>(std::move(loaded));
   CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, ir::graphInputNames(*graph)));
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));

@@ -24,10 +24,10 @@ namespace {
 // The fold plan for what holds for any batch: computed on the model read with its rows free,
 // whose ids are the plain read's. Nothing when that read fails or does not line up.
 Expected<simplify::FoldPlan> planForAnyRows(const std::string& path, const ir::Graph& graph,
-                                            const io::FixedPatterns& trainable) {
+                                            const io::FixedPatterns& fixedPatterns) {
   io::OnnxReadOptions options;
   options.freeRows = true;
-  options.fixedPatterns = trainable;
+  options.fixedPatterns = fixedPatterns;
   CLEAVE_TRY(ir::Graph free, io::loadModel(path, options));
   if (free.numNodes() != graph.numNodes() || free.numValues() != graph.numValues())
     return Error(ErrorCode::Unsupported) << "the model read with a free batch has other nodes";
@@ -36,12 +36,12 @@ Expected<simplify::FoldPlan> planForAnyRows(const std::string& path, const ir::G
 } // namespace
 
 Expected<PlanningModel> loadPlanningModel(const std::string& path, const PlanningLoad& load) {
-  CLEAVE_TRY(ir::Graph graph, io::loadModel(path, {.fixedPatterns = load.trainable}));
+  CLEAVE_TRY(ir::Graph graph, io::loadModel(path, {.fixedPatterns = load.fixedPatterns}));
   if (!load.simplify || graph.modelInfo().format != ir::SourceFormat::Onnx)
     return PlanningModel{std::move(graph), std::nullopt, std::nullopt, ""};
   simplify::FoldPlan plan;
   if (load.anyRows) {
-    Expected<simplify::FoldPlan> planned = planForAnyRows(path, graph, load.trainable);
+    Expected<simplify::FoldPlan> planned = planForAnyRows(path, graph, load.fixedPatterns);
     if (!planned)
       return PlanningModel{std::move(graph), std::nullopt, std::nullopt,
                            "not folded: reading it with a free batch failed: " + planned.error().message()};

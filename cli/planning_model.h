@@ -36,7 +36,7 @@ struct PlanningLoad {
   bool simplify = true;
   bool anyRows = false;      // fold only what holds for any batch
   bool keepUnfolded = false; // also hold the model as read (split counts what folding saved)
-  io::FixedPatterns trainable; // --frozen / --trainable
+  io::FixedPatterns fixedPatterns; // --frozen / --trainable
 };
 
 Expected<PlanningModel> loadPlanningModel(const std::string& path, const PlanningLoad& load);

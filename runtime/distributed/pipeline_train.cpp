@@ -20,6 +20,7 @@
 #include "runtime/model/microbatch.h"
 #include "runtime/model/plan_backends.h"
 #include "runtime/training/split_backward.h"
+#include "runtime/training/trainable_set.h"
 #include "runtime/distributed/plan_shapes.h"
 #include "runtime/distributed/receive_order.h"
 #include "runtime/distributed/replica_gradients.h"
@@ -58,7 +59,7 @@ std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> trainedSh
   std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> shapes;
   for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
     const ir::Parameter& param = g.parameter(ir::ParamId{p});
-    if (g.storageOf(ir::ParamId{p}) == ir::ParamId{p} && ir::isFloating(param.dtype) && !param.isBuffer())
+    if (trains(g, ir::ParamId{p}))
       shapes[param.name] = {param.dtype, param.dims};
   }
   return shapes;

@@ -5,6 +5,11 @@
 
 namespace cleave::runtime {
 
+bool trains(const ir::Graph& graph, ir::ParamId param) {
+  const ir::Parameter& p = graph.parameter(param);
+  return graph.storageOf(param) == param && ir::isFloating(p.dtype) && !p.isBuffer();
+}
+
 TrainableSet trainableSet(std::span<const ir::Graph* const> graphs) {
   TrainableSet set;
   std::set<std::string> counted;
@@ -14,13 +19,13 @@ TrainableSet trainableSet(std::span<const ir::Graph* const> graphs) {
       const ir::Parameter& param = graph->parameter(ir::ParamId{p});
       if (graph->storageOf(ir::ParamId{p}) != ir::ParamId{p} || !counted.insert(param.name).second)
         continue;
-      if (param.isBuffer())
-        ++set.fixed[param.fixed];
-      else if (!ir::isFloating(param.dtype))
-        ++set.integer;
-      else {
+      if (trains(*graph, ir::ParamId{p})) {
         ++set.trains;
         set.trainedBytes += param.bytes;
+      } else if (param.isBuffer()) {
+        ++set.fixed[param.fixed];
+      } else {
+        ++set.integer;
       }
     }
   }

@@ -26,6 +26,10 @@ struct TrainableSet {
   bool defaultRule = false;
 };
 
+// Whether `param` trains: it owns its storage, is floating and nothing holds it fixed (the one
+// rule; the pipeline trainer's messages and checks use it too).
+bool trains(const ir::Graph& graph, ir::ParamId param);
+
 TrainableSet trainableSet(std::span<const ir::Graph* const> graphs);
 
 } // namespace cleave::runtime
