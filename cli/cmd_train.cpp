@@ -172,10 +172,11 @@ Json trainableJson(const runtime::TrainableSet& set) {
   for (const auto& [why, count] : set.fixed)
     fixed[std::string(ir::kFixedReasons.name(why))] = count;
   return {{"trains", set.trains}, {"trained_bytes", set.trainedBytes}, {"fixed", std::move(fixed)},
-          {"integer", set.integer}, {"rule", set.defaultRule ? "default" : "listed"}};
+          {"integer", set.integer}, {"updated", set.updated}, {"rule", set.defaultRule ? "default" : "listed"}};
 }
 
-// "trains 9 tensors (1.2 MiB); holds 3 fixed: 2 folded, 1 buffer" and, under the default rule,
+// "trains 9 tensors (1.2 MiB); holds 3 fixed: 2 folded, 1 buffer" (then how many running
+// statistics its normalizations update) and, under the default rule,
 // the line that says a buffer may be among those that train.
 void printTrainable(const runtime::TrainableSet& set, std::ostream& out) {
   std::int64_t held = set.integer;
@@ -189,6 +190,8 @@ void printTrainable(const runtime::TrainableSet& set, std::ostream& out) {
   }
   if (set.integer)
     out << separator << set.integer << " integer";
+  if (set.updated)
+    out << "; updates " << set.updated << " running statistic(s) as torch's BatchNorm does";
   out << "\n";
   if (set.defaultRule)
     out << "the model lists no buffers: every floating initializer trains but Constants, running statistics and "

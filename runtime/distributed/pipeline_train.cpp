@@ -15,8 +15,10 @@
 #include "pipeline/schedule.h"
 #include "plan/plan_file.h"
 #include "runtime/engine/executor.h"
+#include "runtime/engine/forward_replay.h"
 #include "runtime/engine/host_memory.h"
 #include "runtime/engine/kernel.h"
+#include "runtime/engine/running_statistics.h"
 #include "runtime/model/microbatch.h"
 #include "runtime/model/plan_backends.h"
 #include "runtime/training/split_backward.h"
@@ -62,6 +64,15 @@ std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> trainedSh
     if (trains(g, ir::ParamId{p}))
       shapes[param.name] = {param.dtype, param.dims};
   }
+  return shapes;
+}
+
+// What training changes in a stage, as written at the end: its trained tensors and the running
+// statistics its forwards update (running_statistics.h), by name.
+std::map<std::string, std::pair<ir::DType, std::vector<std::int64_t>>> changedShapes(const ir::Graph& g) {
+  auto shapes = trainedShapes(g);
+  for (ir::ParamId statistic : updatedRunningStatistics(g))
+    shapes[g.parameter(statistic).name] = {g.parameter(statistic).dtype, g.parameter(statistic).dims};
   return shapes;
 }
 
@@ -647,10 +658,10 @@ Expected<TensorMap> PipelineTrainer::State::runForward(int i, const TensorMap& f
 }
 
 Status PipelineTrainer::State::recomputeForward(int i, StageRun& run) {
-  const at::Tensor after = cpuGeneratorState();
-  setCpuGeneratorState(run.generatorState);
-  Expected<TensorMap> outputs = runForward(i, run.feeds);
-  setCpuGeneratorState(after);
+  Expected<TensorMap> outputs = [&] {
+    ForwardReplay replay(run.generatorState);
+    return runForward(i, run.feeds);
+  }();
   CLEAVE_TRY(run.outputs, std::move(outputs));
   run.feeds.clear();
   run.generatorState = at::Tensor();
@@ -790,13 +801,15 @@ Status PipelineTrainer::writeTrained(const std::string& planDir, const std::stri
   std::uint32_t tag = std::uint32_t(1) << 29;
   for (int i = 0; i < static_cast<int>(s.stages.size()); ++i) {
     Stage& stage = s.stages[i];
-    const auto shapes = trainedShapes(*stage.graph); // by name: the order of the messages
+    const auto shapes = changedShapes(*stage.graph); // by name: the order of the messages
     const std::uint32_t first = tag;
     tag += static_cast<std::uint32_t>(shapes.size());
     std::map<std::string, at::Tensor> own;
     if (s.own(i)) {
       for (auto& [name, tensor] : stage.executor->trainableParameters())
         own[name] = tensor.detach();
+      for (auto& [name, tensor] : stage.executor->updatedStatistics())
+        own[name] = tensor;
       for (const auto& entry : shapes)
         if (!own.count(entry.first))
           return Error(ErrorCode::InvalidGraph) << "stage '" << stage.name << "': no trained tensor '" << entry.first << "'";
@@ -835,7 +848,14 @@ Status PipelineTrainer::writeTrained(const std::string& planDir, const std::stri
   return writeFileAtomically((std::filesystem::path(outDir) / "plan.json").string(), planText);
 }
 
-RankTrainingState PipelineTrainer::trainingState() { return {state_->optimized, state_->optimizer.get()}; }
+RankTrainingState PipelineTrainer::trainingState() {
+  RankTrainingState state{state_->optimized, state_->optimizer.get()};
+  for (const Stage& stage : state_->stages)
+    if (stage.executor)
+      for (auto& [name, tensor] : stage.executor->updatedStatistics())
+        state.parameters.emplace_back(stage.name + "/" + name, tensor);
+  return state;
+}
 
 std::size_t PipelineTrainer::stages() const { return state_->stages.size(); }
 

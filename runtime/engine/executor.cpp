@@ -9,7 +9,8 @@
 
 #include "io/onnx.h"
 #include "runtime/engine/fusion.h"
-#include "runtime/engine/generator_state.h"
+#include "runtime/engine/forward_replay.h"
+#include "runtime/engine/running_statistics.h"
 #include "base/strings.h"
 
 namespace cleave::runtime {
@@ -33,8 +34,10 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
     return Error(ErrorCode::Unsupported) << "the runtime executes ONNX graphs; FX graphs carry torch targets, not ops";
   executor->graph_ = std::move(graph);
   executor->options_ = options;
-  if (options.trainable)
+  if (options.trainable) {
     executor->options_.optimizations = Optimizations{.fusion = false, .blockedLayout = false};
+    executor->updatedStatistics_ = updatedRunningStatistics(g);
+  }
   executor->opset_ = defaultOpset(g);
   executor->kernels_ = IdVector<NodeId, KernelEntry>(g.numNodes());
   executor->parameters_ = IdVector<NodeId, at::Tensor>(g.numNodes());
@@ -213,6 +216,26 @@ std::vector<std::pair<std::string, at::Tensor>> Executor::trainableParameters() 
   return trained;
 }
 
+std::vector<std::pair<std::string, at::Tensor>> Executor::updatedStatistics() const {
+  std::vector<std::pair<std::string, at::Tensor>> statistics;
+  for (ir::ParamId owner : updatedStatistics_)
+    if (storageLoaded_[index(owner)])
+      statistics.emplace_back(graph_->parameter(owner).name, storageTensors_[index(owner)]);
+  return statistics;
+}
+
+bool Executor::updatesStatisticInPlace(ir::ValueId value, const at::Tensor& operand) const {
+  if (updatedStatistics_.empty() || replayingForward())
+    return false;
+  const ir::Graph& g = *graph_;
+  const NodeId producer = g.producer(value);
+  if (g.kind(producer) != ir::NodeKind::Parameter)
+    return false;
+  const ir::ParamId owner = g.storageOf(g.parameters(producer)[0]);
+  return std::binary_search(updatedStatistics_.begin(), updatedStatistics_.end(), owner) &&
+         storageTensors_[index(owner)].is_same(operand);
+}
+
 Executor& Executor::subgraph(NodeId node, std::string_view attribute) {
   auto key = std::make_pair(index(node), std::string(attribute));
   auto found = subgraphs_.find(key);
@@ -236,6 +259,10 @@ Executor& Executor::subgraph(NodeId node, std::string_view attribute) {
   if (!executor)
     throw KernelError(executor.error().message());
   return *(subgraphs_[key] = std::move(*executor));
+}
+
+bool KernelContext::mayUpdateStatistic(std::size_t i) const {
+  return owner_ && has(i) && owner_->updatesStatisticInPlace(graph_.inputs(node_)[i], inputs_[i]);
 }
 
 Executor& KernelContext::subgraph(std::string_view attribute) const {
@@ -329,15 +356,16 @@ Status Executor::runRecomputed(const RecomputeSegment& segment, RunState& state)
       CLEAVE_CHECK(runOp(NodeId{n}, state));
     return {};
   }
-  // The forward's run draws on from where the generator is; every replay in the backward draws
-  // what it drew (a Dropout in the segment drops the same elements).
+  // The forward's run draws on from where the generator is and updates running statistics; every
+  // replay in the backward draws what it drew (a Dropout in the segment drops the same elements)
+  // and updates nothing (forward_replay.h).
   auto runs = std::make_shared<int>(0);
   CLEAVE_TRY(std::vector<at::Tensor> outputs,
              runRecomputable(inputs, [this, &segment, runs, drawsFrom = cpuGeneratorState()](
                                          const std::vector<at::Tensor>& leaves) {
                if ((*runs)++ == 0)
                  return replaySegment(segment, leaves);
-               ReplayedDraws sameDraws(drawsFrom);
+               ForwardReplay replay(drawsFrom);
                return replaySegment(segment, leaves);
              }, options_.device));
   for (std::size_t k = 0; k < outputs.size(); ++k) {

@@ -93,6 +93,9 @@ public:
   // inputs of the segments planSelectiveRecompute finds and run them again in the backward
   // (recompute.h; cleave train --recompute selective). The executor must outlive those graphs.
   void setSelectiveRecompute(bool on);
+  // With ExecutorOptions::trainable: the running statistics its training forwards update in place
+  // (running_statistics.h), under their names, in parameter order.
+  std::vector<std::pair<std::string, at::Tensor>> updatedStatistics() const;
   std::int64_t opset() const { return opset_; }
   // How many parameters (by storage) it holds only packed (Optimizations::packedWeights).
   std::size_t packedWeightCount() const;
@@ -104,6 +107,9 @@ private:
   friend class KernelContext; // builds subgraph executors through subgraph()
   Executor() = default;
   Executor& subgraph(ir::NodeId node, std::string_view attribute);
+  // Whether a kernel may update `operand`, the value `value`, in place as a running statistic
+  // (KernelContext::mayUpdateStatistic).
+  bool updatesStatisticInPlace(ir::ValueId value, const at::Tensor& operand) const;
   Status resolveKernels();
   Status loadParameters();
   Expected<at::Tensor> parameterTensor(ir::ParamId param, Side side);
@@ -149,6 +155,7 @@ private:
   std::vector<at::Tensor> storageTensors_;
   std::vector<bool> storageLoaded_;
   std::vector<Side> storageSide_;
+  std::vector<ir::ParamId> updatedStatistics_; // trainable: updatedRunningStatistics(), else none
   // Host and device memory apart: each node's and value's side; per value made by a parameter or
   // constant, its copy on the other side and the tensor it was copied from.
   std::optional<ValuePlacement> placement_;

@@ -68,6 +68,10 @@ public:
   // input or a parameter) and no other tensor or view shares its buffer. The way a convolution
   // accumulates onto its residual in place, as ONNX Runtime's planner reuses a dying buffer.
   bool mayOverwrite(std::size_t i) const;
+  // Whether the kernel updates operand i in place as a running statistic (running_statistics.h):
+  // the executor trains, this forward is not a replay (forward_replay.h), and the operand is the
+  // statistic's own tensor.
+  bool mayUpdateStatistic(std::size_t i) const;
 
   const ir::Attribute* attribute(std::string_view name) const { return graph_.findAttribute(node_, name); }
   std::int64_t intAttr(std::string_view name, std::int64_t fallback) const;

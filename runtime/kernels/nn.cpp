@@ -2,6 +2,7 @@
 // asymmetric pads applied as explicit padding, ceil_mode, count_include_pad), normalizations,
 // Gemm (transposes, alpha, beta), MatMul, Softmax/LogSoftmax (the pre-13 2-D coercion), Einsum.
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <cctype>
@@ -384,20 +385,29 @@ std::vector<std::int64_t> spatialDims(const at::Tensor& x) {
 }
 
 // BatchNormalization's training mode (opset 14+): normalized by the batch's mean and (biased)
-// variance over every axis but the channels; running mean and variance updated with `momentum`.
+// variance over every axis but the channels, by ATen's batch_norm (its backward is torch's).
+// The running statistics, in an executor that trains, update in place as torch's do
+// (running_statistics.h); the optional outputs 1 and 2 follow ONNX's formula (the batch's biased
+// variance, from the statistics as they came in).
 Outputs batchNormTraining(KernelContext& c) {
   const at::Tensor x = toDense(c.input(0));
-  std::vector<std::int64_t> axes{0};
-  for (std::int64_t d = 2; d < x.dim(); ++d)
-    axes.push_back(d);
-  std::vector<std::int64_t> channelShape(static_cast<std::size_t>(x.dim()), 1);
-  channelShape[1] = x.size(1);
-  at::Tensor mean = x.mean(axes, true), variance = x.var(axes, /*unbiased=*/false, true);
-  at::Tensor y = (x - mean) / at::sqrt(variance + c.floatAttr("epsilon", 1e-5f)) * c.input(1).reshape(channelShape) +
-                 c.input(2).reshape(channelShape);
-  const double momentum = c.floatAttr("momentum", 0.9f);
-  return {y, c.input(3) * momentum + mean.flatten() * (1 - momentum),
-          c.input(4) * momentum + variance.flatten() * (1 - momentum)};
+  const double momentum = c.floatAttr("momentum", 0.9f); // ONNX's: the running value's weight
+  Outputs outputs(c.numOutputs());
+  if (c.outputUsed(1) || c.outputUsed(2)) {
+    c10::NoGradGuard noGrad; // ONNX trains nothing through the statistics
+    const std::vector<std::int64_t> axes = [&] {
+      std::vector<std::int64_t> all = spatialDims(x);
+      all.insert(all.begin(), 0);
+      return all;
+    }();
+    outputs[1] = c.input(3) * momentum + x.mean(axes) * (1 - momentum);
+    outputs[2] = c.input(4) * momentum + x.var(axes, /*unbiased=*/false) * (1 - momentum);
+  }
+  const bool update = c.mayUpdateStatistic(3) && c.mayUpdateStatistic(4);
+  outputs[0] = at::batch_norm(x, c.input(1), c.input(2), update ? c.input(3) : at::Tensor(),
+                              update ? c.input(4) : at::Tensor(), /*training=*/true, 1.0 - momentum,
+                              c.floatAttr("epsilon", 1e-5f), /*cudnn_enabled=*/true);
+  return outputs;
 }
 
 // oneDNN's kernel where it takes x (over x when `inPlace`: the caller's to overwrite), else ATen's.

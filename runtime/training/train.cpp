@@ -146,7 +146,10 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(std::shared_ptr<const ir::Gra
 }
 
 RankTrainingState Trainer::trainingState() {
-  return {state_->executor->trainableParameters(), state_->optimizer.get()};
+  RankTrainingState state{state_->executor->trainableParameters(), state_->optimizer.get()};
+  for (auto& statistic : state_->executor->updatedStatistics())
+    state.parameters.push_back(std::move(statistic));
+  return state;
 }
 
 std::size_t Trainer::trainedTensors() const { return state_->executor->trainableParameters().size(); }
@@ -190,7 +193,10 @@ Expected<StepResult> Trainer::step(const TensorMap& data, std::int64_t stepIndex
 }
 
 Expected<ir::Graph> Trainer::trainedGraph() const {
-  return withTrainedParameters(*state_->graph, state_->executor->trainableParameters());
+  std::vector<std::pair<std::string, at::Tensor>> changed = state_->executor->trainableParameters();
+  for (auto& statistic : state_->executor->updatedStatistics())
+    changed.push_back(std::move(statistic));
+  return withTrainedParameters(*state_->graph, changed);
 }
 
 Expected<ir::Graph> withTrainedParameters(const ir::Graph& g,

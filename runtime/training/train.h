@@ -23,7 +23,7 @@
 #include "base/expected.h"
 #include "ir/graph.h"
 #include "pipeline/schedule_sim.h"
-#include "runtime/engine/generator_state.h"
+#include "runtime/engine/forward_replay.h"
 #include "runtime/engine/tensors.h"
 #include "runtime/engine/torch_compat.h"
 #include "runtime/model/backend.h"

@@ -3,6 +3,8 @@
 #include <set>
 #include <string>
 
+#include "runtime/engine/running_statistics.h"
+
 namespace cleave::runtime {
 
 bool trains(const ir::Graph& graph, ir::ParamId param) {
@@ -12,9 +14,11 @@ bool trains(const ir::Graph& graph, ir::ParamId param) {
 
 TrainableSet trainableSet(std::span<const ir::Graph* const> graphs) {
   TrainableSet set;
-  std::set<std::string> counted;
+  std::set<std::string> counted, updated;
   for (const ir::Graph* graph : graphs) {
     set.defaultRule = set.defaultRule || !graph->modelInfo().buffersListed;
+    for (ir::ParamId statistic : updatedRunningStatistics(*graph))
+      updated.insert(graph->parameter(statistic).name);
     for (std::uint32_t p = 0; p < graph->numParameters(); ++p) {
       const ir::Parameter& param = graph->parameter(ir::ParamId{p});
       if (graph->storageOf(ir::ParamId{p}) != ir::ParamId{p} || !counted.insert(param.name).second)
@@ -29,6 +33,7 @@ TrainableSet trainableSet(std::span<const ir::Graph* const> graphs) {
       }
     }
   }
+  set.updated = static_cast<std::int64_t>(updated.size());
   return set;
 }
 

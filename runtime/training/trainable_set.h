@@ -8,7 +8,7 @@
 // once, by name.
 // Guarantees: trains + every fixed count + integer = the distinct tensors; `defaultRule` is true
 // when some graph does not list its buffers, so a registered buffer may be among those that train.
-// Complexity: O(P log P) over the graphs' parameters.
+// Complexity: O(N + P log P) over the graphs' nodes and parameters.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,8 @@ struct TrainableSet {
   std::int64_t trains = 0, trainedBytes = 0;
   std::map<ir::Fixed, std::int64_t> fixed; // by reason, reasons with none left out
   std::int64_t integer = 0;                // not floating: never trained
+  // Of the fixed running statistics, those training forwards update (running_statistics.h).
+  std::int64_t updated = 0;
   bool defaultRule = false;
 };
 
