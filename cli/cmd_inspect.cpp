@@ -42,7 +42,7 @@ Status inspect(const InspectFlags& flags, std::ostream& out, std::ostream&) {
     options.missingKernels = runtime->missingKernels(graph);
   }
   if (graph.modelInfo().format == ir::SourceFormat::Onnx && !flags.noInfer) {
-    Expected<io::FixedBatch> batch = io::findFixedBatch(flags.path);
+    Expected<io::FixedBatch> batch = io::findFixedBatch(flags.path, graph);
     if (batch)
       options.batch = std::move(*batch);
     else

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -10,6 +11,7 @@
 #include "base/mapped_file.h"
 #include "io/onnx.h"
 #include "io/onnx_inference.h"
+#include "ir/graph.h"
 
 namespace cleave::io {
 
@@ -70,33 +72,67 @@ std::map<std::string, std::vector<std::int64_t>> shapeConstants(const onnx::Grap
 
 // Whether Reshape's constant target can follow the rows: -1 infers a dim, 0 copies one (unless
 // allowzero says 0 is an extent).
-bool targetAdapts(const onnx::NodeProto& node, const std::vector<std::int64_t>& target) {
-  bool allowZero = false;
-  for (const onnx::AttributeProto& attr : node.attribute())
-    if (attr.name() == "allowzero")
-      allowZero = attr.i() != 0;
+bool targetAdapts(std::span<const std::int64_t> target, bool allowZero) {
   for (std::int64_t extent : target)
     if (extent == -1 || (extent == 0 && !allowZero))
       return true;
   return false;
 }
 
-std::vector<BatchHolder> reshapesHoldingRows(const onnx::GraphProto& graph, const TypeMap& before, const TypeMap& after) {
+bool targetAdapts(const onnx::NodeProto& node, const std::vector<std::int64_t>& target) {
+  bool allowZero = false;
+  for (const onnx::AttributeProto& attr : node.attribute())
+    if (attr.name() == "allowzero")
+      allowZero = attr.i() != 0;
+  return targetAdapts(target, allowZero);
+}
+
+bool isDefaultDomain(std::string_view domain) { return domain.empty() || domain == "ai.onnx"; }
+
+// Whether Reshape `node` of the graph as read may hold the rows: its target is a constant (the
+// reader made Constant nodes parameters) that neither infers nor copies a dim, or one it cannot
+// read. O(the target's bytes).
+bool mayHoldRows(const ir::Graph& g, ir::NodeId node) {
+  auto inputs = g.inputs(node);
+  if (inputs.size() < 2 || inputs[1] == ir::kNoValue || g.kind(g.producer(inputs[1])) != ir::NodeKind::Parameter)
+    return false;
+  const ir::ParamId param = g.parameters(g.producer(inputs[1]))[0];
+  Expected<std::string> bytes = g.readParameterData(param);
+  if (g.parameter(param).dtype != ir::DType::I64 || !bytes)
+    return true;
+  std::vector<std::int64_t> target(bytes->size() / sizeof(std::int64_t));
+  std::memcpy(target.data(), bytes->data(), target.size() * sizeof(std::int64_t));
+  const ir::Attribute* allowZero = g.findAttribute(node, "allowzero");
+  return !targetAdapts(target, allowZero && allowZero->kind == ir::AttrKind::Int && allowZero->intValue != 0);
+}
+
+// The Reshapes whose target is a constant that can hold the rows: the only nodes that may. O(N log C).
+std::vector<std::pair<const onnx::NodeProto*, std::vector<std::int64_t>>> rigidReshapes(const onnx::GraphProto& graph) {
   const auto constants = shapeConstants(graph);
-  std::vector<BatchHolder> holders;
-  std::vector<bool> staticBefore, staticAfter;
+  std::vector<std::pair<const onnx::NodeProto*, std::vector<std::int64_t>>> rigid;
   for (const onnx::NodeProto& node : graph.node()) {
-    if (node.op_type() != "Reshape" || (!node.domain().empty() && node.domain() != "ai.onnx") || node.input_size() < 2)
+    if (node.op_type() != "Reshape" || !isDefaultDomain(node.domain()) || node.input_size() < 2)
       continue;
     auto target = constants.find(node.input(1));
-    if (target == constants.end() || targetAdapts(node, target->second))
-      continue;
+    if (target != constants.end() && !targetAdapts(node, target->second))
+      rigid.emplace_back(&node, target->second);
+  }
+  return rigid;
+}
+
+std::vector<BatchHolder> reshapesHoldingRows(
+    const std::vector<std::pair<const onnx::NodeProto*, std::vector<std::int64_t>>>& rigid, const TypeMap& before,
+    const TypeMap& after) {
+  std::vector<BatchHolder> holders;
+  std::vector<bool> staticBefore, staticAfter;
+  for (const auto& [nodePointer, target] : rigid) {
+    const onnx::NodeProto& node = *nodePointer;
     const int rank = staticDims(before, node.input(0), staticBefore);
     if (rank < 0 || staticDims(after, node.input(0), staticAfter) != rank)
       continue;
     for (int d = 0; d < rank; ++d)
       if (staticBefore[d] && !staticAfter[d]) { // this dim follows the rows
-        holders.push_back({node.name(), node.op_type(), target->second});
+        holders.push_back({node.name(), node.op_type(), target});
         break;
       }
   }
@@ -104,23 +140,33 @@ std::vector<BatchHolder> reshapesHoldingRows(const onnx::GraphProto& graph, cons
 }
 } // namespace
 
-void freeTheRows(onnx::GraphProto& graph, FixedBatch& fixed) {
+namespace {
+// The graph inputs (not initializers) whose static dim 0 is the batch (fixed.batch, or the first
+// such input's dim 0 when it is -1), into fixed.batchedInputs.
+void findBatchedInputs(const onnx::GraphProto& graph, FixedBatch& fixed) {
   std::unordered_set<std::string> initializers; // old exports list every initializer as an input too
   for (const onnx::TensorProto& tensor : graph.initializer())
     initializers.insert(tensor.name());
-  for (onnx::ValueInfoProto& input : *graph.mutable_input()) {
+  for (const onnx::ValueInfoProto& input : graph.input()) {
     if (!input.type().has_tensor_type() || !input.type().tensor_type().has_shape() || initializers.count(input.name()))
       continue;
-    onnx::TensorShapeProto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
-    if (shape->dim_size() == 0 || !shape->dim(0).has_dim_value())
+    const onnx::TensorShapeProto& shape = input.type().tensor_type().shape();
+    if (shape.dim_size() == 0 || !shape.dim(0).has_dim_value())
       continue;
     if (fixed.batch < 0)
-      fixed.batch = shape->dim(0).dim_value();
-    if (shape->dim(0).dim_value() != fixed.batch)
-      continue;
-    shape->mutable_dim(0)->set_dim_param(kRowsSymbol);
-    fixed.batchedInputs.push_back(input.name());
+      fixed.batch = shape.dim(0).dim_value();
+    if (shape.dim(0).dim_value() == fixed.batch)
+      fixed.batchedInputs.push_back(input.name());
   }
+}
+} // namespace
+
+void freeTheRows(onnx::GraphProto& graph, FixedBatch& fixed) {
+  findBatchedInputs(graph, fixed);
+  const std::unordered_set<std::string> batched(fixed.batchedInputs.begin(), fixed.batchedInputs.end());
+  for (onnx::ValueInfoProto& input : *graph.mutable_input())
+    if (batched.count(input.name()))
+      input.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_param(kRowsSymbol);
   graph.clear_value_info(); // inferred anew, from the free rows
   for (onnx::ValueInfoProto& output : *graph.mutable_output())
     if (output.type().has_tensor_type())
@@ -141,13 +187,45 @@ Expected<FixedBatch> findFixedBatch(const std::string& path, std::int64_t batch)
   CLEAVE_CHECK(checkBeforeInference(model.graph(), {}));
   FixedBatch fixed;
   fixed.batch = batch;
-  onnx::ModelProto freed = model;
-  freeTheRows(*freed.mutable_graph(), fixed);
+  findBatchedInputs(model.graph(), fixed);
   if (fixed.batchedInputs.empty())
     return FixedBatch{};
+  // Without a Reshape that could hold them, the rows are free: no inference needed (a model of
+  // a million elementwise nodes is analysed in the time of one read).
+  const auto rigid = rigidReshapes(model.graph());
+  if (rigid.empty())
+    return fixed;
+  onnx::ModelProto freed = model;
+  FixedBatch freedRows{fixed.batch, {}, {}};
+  freeTheRows(*freed.mutable_graph(), freedRows);
   CLEAVE_TRY(onnx::GraphProto typedBefore, inferTypesIsolated(model));
   CLEAVE_TRY(onnx::GraphProto typedAfter, inferTypesIsolated(freed));
-  fixed.holders = reshapesHoldingRows(model.graph(), typesOf(typedBefore), typesOf(typedAfter));
+  fixed.holders = reshapesHoldingRows(rigid, typesOf(typedBefore), typesOf(typedAfter));
+  return fixed;
+}
+
+Expected<FixedBatch> findFixedBatch(const std::string& path, const ir::Graph& asRead) {
+  FixedBatch fixed;
+  for (std::uint32_t n = 0; n < asRead.numNodes(); ++n) {
+    const ir::NodeId node{n};
+    if (asRead.kind(node) != ir::NodeKind::Input)
+      continue;
+    const ir::Shape& shape = asRead.valueType(asRead.outputs(node)[0]).shape;
+    if (!shape.rankKnown || shape.dims.empty() || !shape.dims[0].isKnown())
+      continue;
+    if (fixed.batch < 0)
+      fixed.batch = shape.dims[0].extent;
+    if (shape.dims[0].extent == fixed.batch)
+      fixed.batchedInputs.emplace_back(asRead.valueName(asRead.outputs(node)[0]));
+  }
+  if (fixed.batchedInputs.empty() || asRead.modelInfo().convertedFromOpset > 0)
+    return FixedBatch{};
+  for (std::uint32_t n = 0; n < asRead.numNodes(); ++n) {
+    const ir::NodeId node{n};
+    if (asRead.kind(node) == ir::NodeKind::Op && asRead.opType(node) == "Reshape" &&
+        isDefaultDomain(asRead.opDomain(node)) && mayHoldRows(asRead, node))
+      return findFixedBatch(path); // a Reshape that may hold them: the whole analysis
+  }
   return fixed;
 }
 

@@ -12,8 +12,9 @@
 // Guarantees: a model with a dynamic batch (no batched input of static dim 0) has batch -1 and
 // no holders; a model with holders has at least the first one (in graph order) found; later nodes
 // whose input a holder already made static again are not listed; the model file is only read.
-// Complexity: two runs of onnx's shape inference (each in a child process, as on reading) plus
-// linear in the model's nodes and small constants; large weights are never copied.
+// Complexity: linear in the model's nodes and small constants, plus, where some Reshape has a
+// constant target that could hold the rows, two runs of onnx's shape inference (each in a child
+// process, as on reading); large weights are never copied.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "base/expected.h"
+#include "ir/graph.h"
 
 namespace cleave::io {
 
@@ -41,6 +43,13 @@ struct FixedBatch {
 // 11 (converted on reading, from before exporters folded shapes) is taken as free. Fails like
 // readOnnx on a model that cannot be read.
 [[nodiscard]] Expected<FixedBatch> findFixedBatch(const std::string& path, std::int64_t batch = -1);
+
+// The same answer for the model at `path` as read into `asRead` (ShapeInference::Auto, not
+// simplified): the batch and its inputs from the graph's input types, and, where no Reshape has a
+// constant target that could hold the rows, no holders without running inference at all (a
+// million elementwise nodes: the time of a scan). Otherwise findFixedBatch(path). O(N) plus the
+// Reshape targets' bytes.
+[[nodiscard]] Expected<FixedBatch> findFixedBatch(const std::string& path, const ir::Graph& asRead);
 
 // One line for a refusal: the first holder, the batch it holds, and how to export instead.
 std::string describeFixedBatch(const FixedBatch& fixed);

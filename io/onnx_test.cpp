@@ -4,6 +4,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <optional>
 #include <filesystem>
 #include <sstream>
 #include <fstream>
@@ -12,6 +13,7 @@
 
 #include "base/file_io.h"
 #include "gen/families.h"
+#include "io/fixed_batch.h"
 #include "io/model_loader.h"
 #include "ir/printer.h"
 
@@ -490,6 +492,59 @@ TEST_F(OnnxTest, ScopesComeFromTorchNodeNames) {
   ir::NodeId conv = graph->findNode("/layer1/layer1.0/conv1/Conv");
   ASSERT_NE(conv, ir::NodeId{UINT32_MAX});
   EXPECT_EQ(graph->scope(conv), "layer1.0.conv1");
+}
+
+
+// x [4, 6] -> Reshape(x, target) or Relu(x) -> y, as a static-batch export writes it.
+onnx::ModelProto reshapeOfRows(std::optional<std::vector<std::int64_t>> target) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(17);
+  onnx::GraphProto& graph = *model.mutable_graph();
+  graph.set_name("rows");
+  onnx::ValueInfoProto& x = *graph.add_input();
+  x.set_name("x");
+  x.mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  for (std::int64_t extent : {4, 6})
+    x.mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(extent);
+  onnx::NodeProto& node = *graph.add_node();
+  node.set_name("/op");
+  node.add_input("x");
+  node.add_output("y");
+  node.set_op_type(target ? "Reshape" : "Relu");
+  if (target) {
+    onnx::TensorProto& shape = *graph.add_initializer();
+    shape.set_name("target");
+    shape.set_data_type(onnx::TensorProto::INT64);
+    shape.add_dims(static_cast<std::int64_t>(target->size()));
+    for (std::int64_t extent : *target)
+      shape.add_int64_data(extent);
+    node.add_input("target");
+  }
+  graph.add_output()->set_name("y");
+  return model;
+}
+
+TEST_F(OnnxTest, TheBatchAnalysisOfAModelAsReadAnswersAsTheWholeAnalysis) {
+  struct Case {
+    std::optional<std::vector<std::int64_t>> target;
+    std::size_t holders;
+  };
+  for (const Case& c : {Case{std::vector<std::int64_t>{2, 12}, 1}, Case{std::vector<std::int64_t>{-1, 12}, 0},
+                        Case{std::vector<std::int64_t>{0, 6}, 0}, Case{std::nullopt, 0}}) {
+    const std::string file = path("rows.onnx");
+    std::ofstream(file, std::ios::binary) << reshapeOfRows(c.target).SerializeAsString();
+    Expected<ir::Graph> graph = loadModel(file);
+    ASSERT_TRUE(graph) << graph.error().message();
+    Expected<FixedBatch> whole = findFixedBatch(file), asRead = findFixedBatch(file, *graph);
+    ASSERT_TRUE(whole && asRead);
+    EXPECT_EQ(whole->holders.size(), c.holders);
+    EXPECT_EQ(asRead->holders.size(), c.holders);
+    EXPECT_EQ(asRead->batch, 4);
+    EXPECT_EQ(whole->batch, asRead->batch);
+    EXPECT_EQ(whole->batchedInputs, asRead->batchedInputs);
+    EXPECT_EQ(asRead->batchedInputs, std::vector<std::string>{"x"});
+  }
 }
 
 } // namespace
