@@ -687,6 +687,31 @@ Result where(const OpToFold& op, std::int64_t maxElements) {
   return std::vector<Constant>{std::move(out)};
 }
 
+// Trilu: the upper (default) or lower triangle of each matrix of the last two dims, from the
+// diagonal k (input 1, default 0); the rest zeros (a causal mask made from a constant square).
+Result trilu(const OpToFold& op) {
+  const Constant& x = *op.inputs[0];
+  if (x.dims.size() < 2 || op.inputs.size() > 2 || (op.inputs.size() == 2 && op.inputs[1] &&
+                                                     (op.inputs[1]->floating() || op.inputs[1]->ints.size() != 1)))
+    return std::nullopt;
+  const std::int64_t k = op.inputs.size() == 2 && op.inputs[1] ? op.inputs[1]->ints[0] : 0;
+  const bool upper = intAttribute(op.attributes, "upper", 1) != 0;
+  const std::int64_t rows = x.dims[x.dims.size() - 2], columns = x.dims.back();
+  Constant out = x;
+  const std::size_t elements = static_cast<std::size_t>(x.numel());
+  for (std::size_t e = 0; e < elements; ++e) {
+    const std::int64_t within = static_cast<std::int64_t>(e) % (rows * columns);
+    const std::int64_t diagonal = within % columns - within / columns; // j - i
+    if (upper ? diagonal >= k : diagonal <= k)
+      continue;
+    if (out.floating())
+      out.reals[e] = 0.0;
+    else
+      out.ints[e] = 0;
+  }
+  return std::vector<Constant>{std::move(out)};
+}
+
 Result constantOfShape(const OpToFold& op, std::int64_t maxElements) {
   if (op.inputs.size() != 1 || !op.inputs[0] || op.inputs[0]->floating())
     return std::nullopt;
@@ -809,9 +834,10 @@ Result evaluateUnsqueeze(const OpToFold& op, std::int64_t) { return unsqueeze(op
 Result evaluateSqueeze(const OpToFold& op, std::int64_t) { return squeeze(op); }
 Result evaluateReshape(const OpToFold& op, std::int64_t) { return reshape(op); }
 Result evaluateTranspose(const OpToFold& op, std::int64_t) { return transpose(op); }
+Result evaluateTrilu(const OpToFold& op, std::int64_t) { return trilu(op); }
 
 // Every op evaluateOp folds, sorted by name: the one list (foldableOps() is derived from it).
-constexpr std::array<std::pair<std::string_view, Evaluator>, 36> kEvaluators = {{
+constexpr std::array<std::pair<std::string_view, Evaluator>, 37> kEvaluators = {{
     {"Abs", evaluateUnary},          {"Add", evaluateArithmetic},       {"And", evaluateComparison},
     {"Cast", evaluateCast},          {"Ceil", evaluateUnary},           {"Concat", concat},
     {"ConstantOfShape", constantOfShape}, {"Div", evaluateArithmetic},  {"Equal", evaluateComparison},
@@ -823,7 +849,8 @@ constexpr std::array<std::pair<std::string_view, Evaluator>, 36> kEvaluators = {
     {"Range", range},                {"Reshape", evaluateReshape},      {"ScatterND", scatterND},
     {"Sign", evaluateUnary},         {"Slice", slice},                  {"Sqrt", evaluateUnary},
     {"Squeeze", evaluateSqueeze},    {"Sub", evaluateArithmetic},       {"Transpose", evaluateTranspose},
-    {"Unsqueeze", evaluateUnsqueeze}, {"Where", where},                 {"Xor", evaluateComparison},
+    {"Trilu", evaluateTrilu},        {"Unsqueeze", evaluateUnsqueeze},  {"Where", where},
+    {"Xor", evaluateComparison},
 }};
 
 static_assert(std::is_sorted(kEvaluators.begin(), kEvaluators.end(),

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "io/onnx.h"
 #include "ir/extract.h"
+#include "simplify/symbolic_reshape.h"
 
 namespace cleave::simplify {
 namespace {
@@ -232,14 +235,42 @@ bool readOnlyExplicitly(const ir::Graph& graph, ValueId value) {
   return true;
 }
 
-// An Identity, or a Dropout that passes everything on (no training_mode, a constant false one, or
-// a constant ratio of 0) whose mask nothing reads: its readers can read its input instead. Its output must be read only explicitly.
-bool bypassable(const ir::Graph& graph, NodeId node, KnownValues& known) {
+// Whether Expand(x, shape) gives x's own dims: x's are static and broadcasting them with the
+// constant `shape` changes none (a class token expanded to a batch of 1).
+bool expandKeepsDims(const ir::Graph& graph, NodeId node, const FoldOptions& options, KnownValues& known) {
+  std::span<const ValueId> inputs = graph.inputs(node);
+  const Constant* shape = inputs.size() == 2 && inputs[1] != ir::kNoValue ? known.find(inputs[1]) : nullptr;
+  std::optional<std::vector<std::int64_t>> dims = extentsOf(graph, inputs[0], options, known);
+  if (!shape || shape->floating() || !dims || shape->ints.size() > dims->size() ||
+      std::find(dims->begin(), dims->end(), -1) != dims->end())
+    return false;
+  const std::size_t offset = dims->size() - shape->ints.size();
+  for (std::size_t k = 0; k < shape->ints.size(); ++k)
+    if (shape->ints[k] != 1 && shape->ints[k] != (*dims)[offset + k])
+      return false;
+  return true;
+}
+
+// An Identity, a Cast to the dtype its input already has, an Expand that keeps its input's dims
+// (ONNX Runtime's basic level removes all three), or a Dropout that passes everything on (no training_mode, a constant false one, or a
+// constant ratio of 0) whose mask nothing reads: its readers can read its input instead. Its
+// output must be read only explicitly.
+bool bypassable(const ir::Graph& graph, NodeId node, const FoldOptions& options, KnownValues& known) {
   const std::string_view type = graph.opType(node);
   std::span<const ValueId> inputs = graph.inputs(node), outputs = graph.outputs(node);
-  if ((type != "Identity" && type != "Dropout") || inputs.empty() || inputs[0] == ir::kNoValue ||
-      graph.numImplicitInputs(node) > 0 || graph.valueKind(inputs[0]) != ir::ValueKind::Tensor)
+  if ((type != "Identity" && type != "Dropout" && type != "Cast" && type != "Expand") || inputs.empty() ||
+      inputs[0] == ir::kNoValue || graph.numImplicitInputs(node) > 0 ||
+      graph.valueKind(inputs[0]) != ir::ValueKind::Tensor)
     return false;
+  if (type == "Expand" && !expandKeepsDims(graph, node, options, known))
+    return false;
+  if (type == "Cast") {
+    const ir::Attribute* to = graph.findAttribute(node, "to");
+    const ir::DType from = graph.valueType(inputs[0]).dtype;
+    if (!to || to->kind != ir::AttrKind::Int || from == ir::DType::Undefined ||
+        ir::dtypeFromOnnx(static_cast<int>(to->intValue)) != from)
+      return false;
+  }
   if (type == "Dropout") {
     auto scalarIs = [&](std::size_t input, double value) {
       const Constant* c = input < inputs.size() && inputs[input] != ir::kNoValue ? known.find(inputs[input]) : nullptr;
@@ -284,7 +315,7 @@ Decisions foldForward(const ir::Graph& graph, const FoldOptions& options, KnownV
       decided.folded[n] = true;
       ++plan.folded;
       ++plan.foldedByOp[std::string(graph.opType(node))];
-    } else if (bypassable(graph, node, known)) {
+    } else if (bypassable(graph, node, options, known)) {
       std::vector<ValueId>& instead = decided.readInstead;
       if (instead.empty())
         instead.assign(graph.numValues(), ir::kNoValue);
@@ -350,9 +381,34 @@ FoldPlan planShapeFolding(const ir::Graph& graph, const FoldOptions& options) {
 }
 
 namespace {
-// Inference's types on the graph `plan` leaves, by `graph`'s value ids (the names are kept).
-Expected<std::vector<ir::ValueType>> typesAfter(const ir::Graph& graph, const FoldPlan& plan) {
-  CLEAVE_TRY(ir::Graph folded, applyFoldPlan(graph, plan));
+// The graph `plan` leaves; `types` (by `graph`'s value ids), when given, replace its value types.
+Expected<ir::Graph> extractFolded(const ir::Graph& graph, const FoldPlan& plan,
+                                  const IdVector<ValueId, ir::ValueType>* types) {
+  std::vector<ValueId> inputs;
+  for (NodeId node : graph.inputNodes())
+    inputs.push_back(graph.outputs(node)[0]);
+  std::vector<ValueId> outputs(graph.graphOutputs().begin(), graph.graphOutputs().end());
+  std::vector<ir::AddedParameter> added;
+  for (const auto& [value, constant] : plan.constants)
+    added.push_back({value, constant.dtype, constant.dims, constant.bytes()});
+  return ir::extractSubgraph(graph, {std::string(graph.modelInfo().graphName), plan.kept, inputs, outputs, types,
+                                     nullptr, added, plan.readsInstead});
+}
+
+// Inference's types on the graph `plan` leaves, by `graph`'s value ids (the names are kept); the
+// types in `declared` (reshapes' outputs that symbols determine) go in as the graph's, for
+// inference to carry on from.
+Expected<std::vector<ir::ValueType>> typesAfter(const ir::Graph& graph, const FoldPlan& plan,
+                                                const std::map<ValueId, ir::ValueType>& declared) {
+  std::optional<IdVector<ValueId, ir::ValueType>> declaredTypes;
+  if (!declared.empty()) {
+    declaredTypes.emplace(graph.numValues());
+    for (std::uint32_t v = 0; v < graph.numValues(); ++v)
+      (*declaredTypes)[ValueId{v}] = graph.valueType(ValueId{v});
+    for (const auto& [value, type] : declared)
+      (*declaredTypes)[value] = type;
+  }
+  CLEAVE_TRY(ir::Graph folded, extractFolded(graph, plan, declaredTypes ? &*declaredTypes : nullptr));
   CLEAVE_TRY(std::vector<ir::ValueType> inferred, io::inferValueTypes(folded));
   std::vector<ir::ValueType> types(graph.numValues());
   for (std::uint32_t v = 0; v < folded.numValues(); ++v) {
@@ -390,10 +446,14 @@ bool mayLearnShapes(const ir::Graph& graph, const FoldPlan& plan) {
 FoldPlan foldToFixedPoint(const ir::Graph& graph, const FoldOptions& options) {
   FoldPlan plan = planShapeFolding(graph, options);
   std::vector<ir::ValueType> types;
-  for (std::size_t round = 2; round <= kMaxFoldRounds && plan.changes() && plan.shapesLeft > 0 &&
-                              mayLearnShapes(graph, plan);
-       ++round) {
-    Expected<std::vector<ir::ValueType>> inferred = typesAfter(graph, plan);
+  std::map<ValueId, ir::ValueType> declared; // every round's reshapes that symbols determine
+  for (std::size_t round = 2; round <= kMaxFoldRounds && plan.shapesLeft > 0; ++round) {
+    bool learned = false;
+    for (auto& [value, type] : reshapeTypesFromSymbols(graph, types))
+      learned = declared.insert_or_assign(value, std::move(type)).second || learned;
+    if (!learned && !(plan.changes() && mayLearnShapes(graph, plan)))
+      break;
+    Expected<std::vector<ir::ValueType>> inferred = typesAfter(graph, plan, declared);
     if (!inferred)
       break;
     types = std::move(*inferred);
@@ -409,15 +469,7 @@ FoldPlan foldToFixedPoint(const ir::Graph& graph, const FoldOptions& options) {
 }
 
 Expected<ir::Graph> applyFoldPlan(const ir::Graph& graph, const FoldPlan& plan) {
-  std::vector<ValueId> inputs;
-  for (NodeId node : graph.inputNodes())
-    inputs.push_back(graph.outputs(node)[0]);
-  std::vector<ValueId> outputs(graph.graphOutputs().begin(), graph.graphOutputs().end());
-  std::vector<ir::AddedParameter> added;
-  for (const auto& [value, constant] : plan.constants)
-    added.push_back({value, constant.dtype, constant.dims, constant.bytes()});
-  return ir::extractSubgraph(graph, {std::string(graph.modelInfo().graphName), plan.kept, inputs, outputs, nullptr,
-                                     nullptr, added, plan.readsInstead});
+  return extractFolded(graph, plan, nullptr);
 }
 
 } // namespace cleave::simplify

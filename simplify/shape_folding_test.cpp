@@ -1,4 +1,5 @@
 #include "simplify/shape_folding.h"
+#include "simplify/symbolic_reshape.h"
 
 #include <gtest/gtest.h>
 
@@ -58,6 +59,15 @@ public:
     node.attributes = std::move(attributes);
     builder_.addNode(node);
   }
+  // An op whose output type the graph does not know.
+  void untyped(std::string type, std::vector<std::string> inputs, std::string out) {
+    ir::NodeSpec node;
+    node.opType = std::move(type);
+    node.name = out;
+    node.inputs = std::move(inputs);
+    node.outputs.push_back({std::move(out), ir::ValueType()});
+    builder_.addNode(node);
+  }
   void float32(std::string name, std::vector<std::int64_t> dims, bool isBuffer) {
     ir::Parameter p;
     p.name = name;
@@ -72,16 +82,6 @@ public:
     builder_.addParameter(std::move(p), tensorType(DType::F32, std::move(dims)));
   }
 
-private:
-  static ir::NodeSpec spec(std::string type, std::vector<std::string> inputs, std::string out, DType dtype,
-                           std::vector<std::int64_t> dims) {
-    ir::NodeSpec node;
-    node.opType = std::move(type);
-    node.name = out;
-    node.inputs = std::move(inputs);
-    node.outputs.push_back({out, tensorType(dtype, std::move(dims))});
-    return node;
-  }
   void int64(std::string name, std::vector<std::int64_t> dims, std::vector<std::int64_t> values) {
     ir::Parameter p;
     p.name = name;
@@ -92,6 +92,16 @@ private:
     std::memcpy(bytes.data(), values.data(), bytes.size());
     p.data = builder_.appendInlineData(bytes);
     builder_.addParameter(std::move(p), tensorType(DType::I64, std::move(dims)));
+  }
+private:
+  static ir::NodeSpec spec(std::string type, std::vector<std::string> inputs, std::string out, DType dtype,
+                           std::vector<std::int64_t> dims) {
+    ir::NodeSpec node;
+    node.opType = std::move(type);
+    node.name = out;
+    node.inputs = std::move(inputs);
+    node.outputs.push_back({out, tensorType(dtype, std::move(dims))});
+    return node;
   }
   ir::GraphBuilder builder_{ir::SourceFormat::Onnx};
   std::vector<std::string> outputs_;
@@ -310,6 +320,104 @@ TEST(ShapeFolding, OpsFollowTheOnnxSpec) {
   const Constant pair = ints({2}, {4, 6});
   const Constant six = ints({}, {6});
   EXPECT_EQ(evaluate("Equal", {&pair, &six})->ints, (std::vector<std::int64_t>{0, 1}));
+  // Trilu: a causal mask's upper triangle above the diagonal (k = 1), and the lower one (k = -1).
+  Constant square;
+  square.dtype = DType::F32;
+  square.dims = {3, 3};
+  square.reals = std::vector<double>(9, -1.0);
+  const Constant one = ints({}, {1}), minusOne = ints({}, {-1});
+  std::optional<Constant> above = evaluate("Trilu", {&square, &one});
+  ASSERT_TRUE(above);
+  EXPECT_EQ(above->reals, (std::vector<double>{0, -1, -1, 0, 0, -1, 0, 0, 0}));
+  std::optional<Constant> below = evaluate("Trilu", {&square, &minusOne}, {intAttribute("upper", 0)});
+  ASSERT_TRUE(below);
+  EXPECT_EQ(below->reals, (std::vector<double>{0, 0, 0, -1, 0, 0, -1, -1, 0}));
+  EXPECT_EQ(evaluate("Trilu", {&matrix})->ints, (std::vector<std::int64_t>{1, 2, 3, 0, 5, 6})); // 2x3, k = 0
+  EXPECT_FALSE(evaluate("Trilu", {&pair})); // rank 1
+}
+
+TEST(ShapeFolding, AnExpandThatKeepsItsInputsDimsIsBypassedAndATrainedInputStays) {
+  ViewGraph built;
+  built.float32("token", {8}, /*isBuffer=*/false);
+  built.int64("keep", {2}, {1, 1});
+  built.int64("grow", {2}, {2, 8});
+  built.op("Expand", {"token", "keep"}, "same", DType::F32, {1, 8});
+  built.op("Expand", {"token", "grow"}, "rows", DType::F32, {2, 8});
+  built.op("Add", {"same", "rows"}, "sum", DType::F32, {2, 8});
+  built.output("sum");
+  ir::Graph graph = built.build();
+  FoldPlan plan = planShapeFolding(graph);
+  // [8] broadcast with [1, 1] is [1, 8]: a new dim, so not bypassed either.
+  EXPECT_TRUE(plan.bypassedByOp.empty());
+  ViewGraph flat;
+  flat.float32("token", {8}, false);
+  flat.int64("keep", {1}, {1});
+  flat.op("Expand", {"token", "keep"}, "same", DType::F32, {8});
+  flat.op("Neg", {"same"}, "negated", DType::F32, {8});
+  flat.output("negated");
+  ir::Graph kept = flat.build();
+  plan = planShapeFolding(kept);
+  EXPECT_EQ(plan.bypassedByOp, (std::map<std::string, std::size_t>{{"Expand", 1}}));
+  Expected<ir::Graph> folded = applyFoldPlan(kept, plan);
+  ASSERT_TRUE(folded) << folded.error().message();
+  EXPECT_EQ(folded->valueName(folded->inputs(folded->producer(folded->findValue("negated")))[0]), "token");
+  EXPECT_NE(folded->findNode("token"), ir::NodeId{UINT32_MAX}); // still the trained parameter, not a folded copy
+}
+
+// x [batch, 3, 8] viewed as (x.size(0), 3, 2, -1): the target's first element is batch, so the
+// view is [batch, 3, 2, 4], and its last dim, read back, folds (as in a static export).
+TEST(ShapeFolding, AViewThatCopiesASymbolicBatchHasKnownDimsAndTheirReadsFold) {
+  ViewGraph built("batch");
+  built.int64("three_two_rest", {3}, {3, 2, -1});
+  built.int64("last", {}, {-1});
+  built.op("Concat", {"bu", "three_two_rest"}, "heads", DType::I64, {4}, {intAttribute("axis", 0)});
+  built.untyped("Reshape", {"x", "heads"}, "split");
+  built.untyped("Shape", {"split"}, "split_shape");
+  built.untyped("Gather", {"split_shape", "last"}, "width");
+  built.output("width");
+  built.output("split");
+  ir::Graph graph = built.build();
+  const auto refined = reshapeTypesFromSymbols(graph, {});
+  ASSERT_EQ(refined.size(), 1u);
+  EXPECT_EQ(graph.valueName(refined[0].first), "split");
+  EXPECT_EQ(ir::formatShape(refined[0].second.shape), "[batch,3,2,4]");
+  auto widthFolded = [&](const FoldPlan& plan) -> std::optional<Constant> {
+    for (const auto& [value, constant] : plan.constants)
+      if (graph.valueName(value) == "width")
+        return constant;
+    return std::nullopt;
+  };
+  EXPECT_FALSE(widthFolded(planShapeFolding(graph))); // onnx's inference alone: unknown
+  std::optional<Constant> width = widthFolded(foldToFixedPoint(graph));
+  ASSERT_TRUE(width);
+  EXPECT_EQ(width->ints, (std::vector<std::int64_t>{4}));
+  // A symbol elsewhere than in the data is still that size; a -1 the numbers do not divide stays
+  // unknown.
+  ViewGraph other("batch");
+  other.int64("rest_three", {2}, {-1, 3});
+  other.op("Concat", {"tu", "bu", "rest_three"}, "swapped", DType::I64, {4}, {intAttribute("axis", 0)});
+  other.untyped("Reshape", {"x", "swapped"}, "moved");
+  other.output("moved");
+  ir::Graph moved = other.build();
+  const auto movedTypes = reshapeTypesFromSymbols(moved, {});
+  ASSERT_EQ(movedTypes.size(), 1u);
+  EXPECT_EQ(ir::formatShape(movedTypes[0].second.shape), "[3,batch,?,3]");
+}
+
+TEST(ShapeFolding, ACastToTheDtypeItHasIsBypassedAndAnotherStays) {
+  ViewGraph built;
+  built.op("Cast", {"out"}, "same", DType::F32, {2, 3, 8}, {intAttribute("to", 1)});  // float32 to float32
+  built.op("Cast", {"same"}, "wider", DType::F64, {2, 3, 8}, {intAttribute("to", 11)}); // to float64
+  built.op("Neg", {"wider"}, "final", DType::F64, {2, 3, 8});
+  built.output("final");
+  ir::Graph graph = built.build();
+  FoldPlan plan = planShapeFolding(graph);
+  EXPECT_EQ(plan.bypassedByOp, (std::map<std::string, std::size_t>{{"Cast", 1}}));
+  Expected<ir::Graph> folded = applyFoldPlan(graph, plan);
+  ASSERT_TRUE(folded) << folded.error().message();
+  const ir::NodeId wider = folded->producer(folded->findValue("wider"));
+  EXPECT_EQ(folded->valueName(folded->inputs(wider)[0]), "out");
+  EXPECT_EQ(folded->findValue("same"), ir::kNoValue);
 }
 
 TEST(ShapeFolding, BytesRoundTripInEveryHeldDType) {
