@@ -8,6 +8,7 @@
 
 #include "io/onnx.h"
 #include "ir/extract.h"
+#include "simplify/static_dims.h"
 #include "simplify/symbolic_reshape.h"
 
 namespace cleave::simplify {
@@ -47,6 +48,12 @@ public:
     }
     return slot_[v] == kUnknown ? nullptr : &pool_[static_cast<std::size_t>(slot_[v])];
   }
+  // Dims planning learned for a value its types leave unknown (static_dims.h); null when none.
+  const std::vector<std::int64_t>* learnedDims(ValueId value) const {
+    auto found = learned_.find(index(value));
+    return found == learned_.end() ? nullptr : &found->second;
+  }
+  void learnDims(ValueId value, std::vector<std::int64_t> dims) { learned_[index(value)] = std::move(dims); }
   void set(ValueId value, Constant constant) {
     slot_[index(value)] = static_cast<std::int32_t>(pool_.size());
     pool_.push_back(std::move(constant));
@@ -78,6 +85,7 @@ private:
   std::vector<std::int32_t> slot_;
   std::vector<bool> tried_;
   std::deque<Constant> pool_; // a deque: find() hands out pointers that later sets must not move
+  std::unordered_map<std::uint32_t, std::vector<std::int64_t>> learned_;
 };
 
 // The extents of `value`'s dims (-1: not static): a constant's own (it may be a fold whose type the
@@ -87,6 +95,8 @@ std::optional<std::vector<std::int64_t>> extentsOf(const ir::Graph& graph, Value
                                                    KnownValues& known) {
   if (const Constant* constant = known.find(value))
     return constant->dims;
+  if (const std::vector<std::int64_t>* learned = known.learnedDims(value))
+    return *learned;
   if (index(value) < options.inferredTypes.size()) {
     const ir::Shape& inferred = options.inferredTypes[index(value)].shape;
     if (inferred.rankKnown) {
@@ -198,6 +208,15 @@ bool fold(const ir::Graph& graph, NodeId node, std::int64_t opset, KnownValues& 
     known.set(graph.outputs(node)[0], std::move(*picked));
     return true;
   }
+  std::span<const ValueId> values = graph.outputs(node);
+  if (options.memo) {
+    auto remembered = options.memo->outputsByNode.find(index(node));
+    if (remembered != options.memo->outputsByNode.end()) {
+      for (std::size_t k = 0; k < values.size(); ++k)
+        known.set(values[k], remembered->second[k]);
+      return true;
+    }
+  }
   OpToFold op{type, opset, graph.attributes(node), {}, graph.outputs(node).size()};
   for (ValueId input : graph.inputs(node)) {
     if (input == ir::kNoValue) {
@@ -212,10 +231,11 @@ bool fold(const ir::Graph& graph, NodeId node, std::int64_t opset, KnownValues& 
   std::optional<std::vector<Constant>> outputs = evaluateOp(op, options.maxElements);
   if (!outputs)
     return false;
-  std::span<const ValueId> values = graph.outputs(node);
   for (std::size_t k = 0; k < values.size(); ++k) // a dtype the graph disagrees with: not ours to fold
     if (graph.dtype(values[k]) != ir::DType::Undefined && graph.dtype(values[k]) != (*outputs)[k].dtype)
       return false;
+  if (options.memo)
+    options.memo->outputsByNode.emplace(index(node), *outputs);
   for (std::size_t k = 0; k < values.size(); ++k)
     known.set(values[k], std::move((*outputs)[k]));
   return true;
@@ -289,6 +309,27 @@ bool bypassable(const ir::Graph& graph, NodeId node, const FoldOptions& options,
 } // namespace
 
 namespace {
+// A kept node's output dims, where its types leave some unknown and its operands now determine
+// them (static_dims.h): later Shape nodes of this plan read them, as inference anew would.
+void learnOutputDims(const ir::Graph& graph, NodeId node, std::int64_t opset, const FoldOptions& options,
+                     KnownValues& known) {
+  if (graph.outputs(node).empty())
+    return;
+  const ValueId output = graph.outputs(node)[0];
+  std::optional<std::vector<std::int64_t>> before = extentsOf(graph, output, options, known);
+  if (before && std::all_of(before->begin(), before->end(), [](std::int64_t d) { return d >= 0; }))
+    return;
+  DimsSources sources{[&](ValueId value) { return extentsOf(graph, value, options, known); },
+                      [&](ValueId value) { return known.find(value); }};
+  std::optional<std::vector<std::int64_t>> dims = staticOutputDims(graph, node, opset, sources);
+  if (!dims || (before && before->size() != dims->size()))
+    return;
+  for (std::size_t k = 0; before && k < dims->size(); ++k)
+    if ((*before)[k] >= 0 && (*before)[k] != (*dims)[k])
+      return; // the types disagree: not ours to settle
+  known.learnDims(output, std::move(*dims));
+}
+
 // What the forward pass decided, per node and per value.
 struct Decisions {
   std::vector<bool> folded, bypassed;    // by node
@@ -308,14 +349,20 @@ Decisions foldForward(const ir::Graph& graph, const FoldOptions& options, KnownV
     auto [type, added] = candidateType.try_emplace(graph.opTypeId(node), false);
     if (added) // what folds, and what can be bypassed
       type->second = foldable(graph.opType(node)) || graph.opType(node) == "Dropout";
-    const std::string_view domain = type->second ? graph.opDomain(node) : std::string_view("-");
+    const std::string_view domain = graph.opDomain(node);
     if (!(domain.empty() || domain == "ai.onnx"))
       continue;
+    if (!type->second) { // an op that never folds: what it makes may still get known dims
+      learnOutputDims(graph, node, opset, options, known);
+      continue;
+    }
     if (fold(graph, node, opset, known, options)) {
       decided.folded[n] = true;
       ++plan.folded;
       ++plan.foldedByOp[std::string(graph.opType(node))];
-    } else if (bypassable(graph, node, options, known)) {
+    } else if (!bypassable(graph, node, options, known)) {
+      learnOutputDims(graph, node, opset, options, known);
+    } else {
       std::vector<ValueId>& instead = decided.readInstead;
       if (instead.empty())
         instead.assign(graph.numValues(), ir::kNoValue);
@@ -444,7 +491,11 @@ bool mayLearnShapes(const ir::Graph& graph, const FoldPlan& plan) {
 } // namespace
 
 FoldPlan foldToFixedPoint(const ir::Graph& graph, const FoldOptions& options) {
-  FoldPlan plan = planShapeFolding(graph, options);
+  FoldMemo memo;
+  FoldOptions first = options;
+  if (!first.memo)
+    first.memo = &memo;
+  FoldPlan plan = planShapeFolding(graph, first);
   std::vector<ir::ValueType> types;
   std::map<ValueId, ir::ValueType> declared; // every round's reshapes that symbols determine
   for (std::size_t round = 2; round <= kMaxFoldRounds && plan.shapesLeft > 0; ++round) {
@@ -457,7 +508,7 @@ FoldPlan foldToFixedPoint(const ir::Graph& graph, const FoldOptions& options) {
     if (!inferred)
       break;
     types = std::move(*inferred);
-    FoldOptions next = options;
+    FoldOptions next = first;
     next.inferredTypes = types;
     FoldPlan better = planShapeFolding(graph, next);
     if (better.folded <= plan.folded)

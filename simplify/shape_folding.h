@@ -9,9 +9,12 @@
 //  - so is every op of simplify/constant.h's foldableOps() whose inputs are all constants
 //    (untrained initializers and float buffers, Constant nodes read as parameters, earlier
 //    folds), when it evaluates exactly; a trained (float, not buffer) weight never folds;
-//  - an Identity, or an inference Dropout whose mask nothing reads, is bypassed: its readers read
-//    its input (ONNX Runtime's basic level removes both); not when it makes a graph output or a
-//    subgraph body reads its output by name;
+//  - an op it keeps whose output dims its types leave unknown gets them from its operands where
+//    they now determine them (static_dims.h), so the Shape nodes after it fold in the same plan;
+//  - an Identity, a Cast to the dtype its input has, an Expand that keeps its input's dims, or an
+//    inference Dropout whose mask nothing reads, is bypassed: its readers read its input (ONNX
+//    Runtime's basic level removes them); not when it makes a graph output or a subgraph body
+//    reads its output by name;
 //  - folded values that a remaining node or the graph's outputs read become initializers named as
 //    the values; every op node whose outputs nothing reads any more is removed.
 // Guarantees: the graph's inputs and outputs keep their names, order and types; every remaining
@@ -20,14 +23,17 @@
 // a value over `maxElements` elements never does (shape tensors are small; a large constant would
 // only grow the model).
 // Complexity: O(nodes + operands) plus the elements evaluated (each result <= maxElements) and the
-// bytes of the small initializers read; foldToFixedPoint: that per round, plus an extraction and
-// onnx's inference (without large weights' bytes) between rounds.
+// bytes of the small initializers read; foldToFixedPoint: that per round (a node evaluated once is
+// not evaluated again: FoldMemo), plus an extraction and onnx's inference (without large weights'
+// bytes) between rounds, which run only while inference anew may learn a dim planning does not
+// follow (an op static_dims.h does not know, a view of symbolic dims: symbolic_reshape.h).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -37,11 +43,19 @@
 
 namespace cleave::simplify {
 
+// The outputs of op nodes evaluated in an earlier plan of the same graph (foldToFixedPoint's
+// rounds): a node whose inputs were known then has the same outputs again, so a later round
+// takes them instead of evaluating (a window-attention mask is 150k elements, in every round).
+struct FoldMemo {
+  std::unordered_map<std::uint32_t, std::vector<Constant>> outputsByNode;
+};
+
 struct FoldOptions {
   std::int64_t maxElements = 1 << 20;
   // Types by ValueId that onnx's inference gave anew (foldToFixedPoint); where one knows its rank,
   // its dims stand for the graph's. Empty: the graph's own.
   std::span<const ir::ValueType> inferredTypes;
+  FoldMemo* memo = nullptr; // read and filled when set
 };
 
 struct FoldPlan {
@@ -59,12 +73,14 @@ struct FoldPlan {
 
 FoldPlan planShapeFolding(const ir::Graph& graph, const FoldOptions& options = {});
 
-// planShapeFolding to a fixed point. A fold can make a shape computable that was not (a Pad whose
-// pads were a computed chain): while a round folds more than the last and leaves Shape or Size
-// nodes, onnx's inference runs anew on the graph that round leaves (io::inferValueTypes) and the
-// next round plans with those types. At most kMaxFoldRounds rounds; an inference that fails ends
-// it with the last round's plan. Rounds after the first run only where Shape or Size nodes remain
-// and a node that stays reads a folded value while its output's dims are not all known.
+// planShapeFolding to a fixed point. A fold can make a shape computable that planning does not
+// follow (an op static_dims.h does not know): while a round folds more than the last and leaves
+// Shape or Size nodes, onnx's inference runs anew on the graph that round leaves
+// (io::inferValueTypes), with the types symbolic_reshape.h gives views of symbolic dims declared
+// in it, and the next round plans with those types. At most kMaxFoldRounds rounds; an inference
+// that fails ends it with the last round's plan. Rounds after the first run only where Shape or
+// Size nodes remain and either a node that stays reads a folded value while its output's dims are
+// not all known, or a view's symbols say more than the types did.
 inline constexpr std::size_t kMaxFoldRounds = 32;
 FoldPlan foldToFixedPoint(const ir::Graph& graph, const FoldOptions& options = {});
 
