@@ -50,10 +50,10 @@ struct Stage {
 struct StageRun {
   TensorMap leaves, outputs, leafGrads;
   PendingWeightBackward pendingWeights; // after I, until W
-  // Recompute::Stage: the forward's inputs and the generator's state before it, to run it again
+  // Recompute::Stage: the forward's inputs and the generators' states before it, to run it again
   // with autograd's graph before the backward (outputs are then without one until that).
   TensorMap feeds;
-  at::Tensor generatorState;
+  GeneratorStates generatorState;
 };
 
 // Trainable tensors of a graph (storage owners, floating, not buffers): name -> (dtype, dims).
@@ -369,7 +369,7 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
     if (options.recompute == Recompute::Stage) {
       // With the graph, then without it: the kernels take the paths the recomputation will
       // (without it, oneDNN's direct ones), so what is sent equals what is differentiated.
-      run.generatorState = cpuGeneratorState();
+      run.generatorState = generatorStates();
       CLEAVE_TRY(run.outputs, runForward(i, feeds));
       for (auto& output : run.outputs)
         output.second = output.second.detach();
@@ -664,7 +664,7 @@ Status PipelineTrainer::State::recomputeForward(int i, StageRun& run) {
   }();
   CLEAVE_TRY(run.outputs, std::move(outputs));
   run.feeds.clear();
-  run.generatorState = at::Tensor();
+  run.generatorState = GeneratorStates();
   return {};
 }
 

@@ -361,7 +361,7 @@ Status Executor::runRecomputed(const RecomputeSegment& segment, RunState& state)
   // and updates nothing (forward_replay.h).
   auto runs = std::make_shared<int>(0);
   CLEAVE_TRY(std::vector<at::Tensor> outputs,
-             runRecomputable(inputs, [this, &segment, runs, drawsFrom = cpuGeneratorState()](
+             runRecomputable(inputs, [this, &segment, runs, drawsFrom = generatorStates()](
                                          const std::vector<at::Tensor>& leaves) {
                if ((*runs)++ == 0)
                  return replaySegment(segment, leaves);

@@ -1,6 +1,7 @@
 #include "runtime/engine/forward_replay.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 
 #include <mutex>
 
@@ -8,29 +9,58 @@ namespace cleave::runtime {
 
 namespace {
 thread_local bool replaying = false;
-} // namespace
 
-at::Tensor cpuGeneratorState() {
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
+// The CUDA generator of the current device; undefined without CUDA (nothing is loaded to ask).
+at::Generator cudaGenerator() {
+  if (!at::hasCUDA())
+    return {};
+  return at::globalContext().defaultGenerator(at::Device(at::kCUDA));
+}
+
+at::Tensor stateOf(at::Generator generator) {
   std::lock_guard<std::mutex> lock(generator.mutex());
   return generator.get_state();
 }
 
-void setCpuGeneratorState(const at::Tensor& state) {
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
+void setState(at::Generator generator, const at::Tensor& state) {
   std::lock_guard<std::mutex> lock(generator.mutex());
   generator.set_state(state);
+}
+} // namespace
+
+GeneratorStates generatorStates() {
+  GeneratorStates states{stateOf(at::detail::getDefaultCPUGenerator()), {}};
+  if (at::Generator cuda = cudaGenerator(); cuda.defined())
+    states.cuda = stateOf(cuda);
+  return states;
+}
+
+void setGeneratorStates(const GeneratorStates& states) {
+  if (states.cpu.defined())
+    setState(at::detail::getDefaultCPUGenerator(), states.cpu);
+  if (at::Generator cuda = states.cuda.defined() ? cudaGenerator() : at::Generator(); cuda.defined())
+    setState(cuda, states.cuda);
+}
+
+void seedGenerators(std::uint64_t seed) {
+  for (at::Generator generator : {at::detail::getDefaultCPUGenerator(), cudaGenerator()}) {
+    if (!generator.defined())
+      continue;
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(seed);
+  }
 }
 
 bool replayingForward() { return replaying; }
 
-ForwardReplay::ForwardReplay(const at::Tensor& drawsFrom) : savedDraws_(cpuGeneratorState()), wasReplaying_(replaying) {
-  setCpuGeneratorState(drawsFrom);
+ForwardReplay::ForwardReplay(const GeneratorStates& drawsFrom)
+    : savedDraws_(generatorStates()), wasReplaying_(replaying) {
+  setGeneratorStates(drawsFrom);
   replaying = true;
 }
 
 ForwardReplay::~ForwardReplay() {
-  setCpuGeneratorState(savedDraws_);
+  setGeneratorStates(savedDraws_);
   replaying = wasReplaying_;
 }
 

@@ -13,6 +13,7 @@
 #include "base/json.h"
 #include "base/strings.h"
 #include "ir/graph.h"
+#include "runtime/engine/forward_replay.h"
 #include "runtime/engine/tensors.h"
 #include "runtime/model/tensor_files.h"
 #include "runtime/training/train.h"
@@ -214,7 +215,10 @@ Status writeRankCheckpoint(const std::string& dir, std::int64_t step, int rank, 
     kinds.push_back(saved.kind);
     adamwSteps.push_back(saved.adamwStep);
   }
-  tensors["rng"] = cpuGeneratorState();
+  const GeneratorStates draws = generatorStates();
+  tensors["rng"] = draws.cpu;
+  if (draws.cuda.defined())
+    tensors["rng_cuda"] = draws.cuda;
   CLEAVE_CHECK(writeTensors(tensors, rankFile(folder, rank, ".npz"), {}));
   Json rankJson{{"rank", rank}, {"step", step}, {"tensors", listed}, {"state", kinds}, {"adamw_steps", adamwSteps}};
   return writeFileAtomically(rankFile(folder, rank, ".json"), dumpJson(rankJson));
@@ -284,6 +288,17 @@ Expected<RankFiles> readRankFiles(const std::string& folder, int rank, bool with
   return files;
 }
 
+// The generators' states a rank file holds ("rng": the CPU's; "rng_cuda": CUDA's, where the run
+// had CUDA), set where this process has that generator.
+void restoreGenerators(const TensorMap& tensors) {
+  GeneratorStates states;
+  if (auto cpu = tensors.find("rng"); cpu != tensors.end())
+    states.cpu = cpu->second;
+  if (auto cuda = tensors.find("rng_cuda"); cuda != tensors.end())
+    states.cuda = cuda->second;
+  setGeneratorStates(states);
+}
+
 // The same layout: this rank's own file, tensor for tensor.
 Status restoreOwnRank(const std::string& folder, int rank, RankTrainingState& state, const std::string& optimizerKind) {
   CLEAVE_TRY(RankFiles files, readRankFiles(folder, rank, true));
@@ -291,8 +306,7 @@ Status restoreOwnRank(const std::string& folder, int rank, RankTrainingState& st
     CLEAVE_CHECK(checkTensors(files.listing.at("tensors"), state, files.jsonPath));
     for (std::size_t i = 0; i < state.parameters.size(); ++i)
       CLEAVE_CHECK(restoreParameter(state, i, files.tensors, files.listing, i, optimizerKind, files.npzPath));
-    if (auto rng = files.tensors.find("rng"); rng != files.tensors.end())
-      setCpuGeneratorState(rng->second);
+    restoreGenerators(files.tensors);
     return {};
   });
 }
@@ -341,8 +355,7 @@ Status restoreResharded(const std::string& folder, int writtenRanks, int rank, R
     }));
   }
   CLEAVE_TRY(const RankFiles* generator, tensorsOf(rank < writtenRanks ? rank : 0));
-  if (auto rng = generator->tensors.find("rng"); rng != generator->tensors.end())
-    setCpuGeneratorState(rng->second);
+  restoreGenerators(generator->tensors);
   return {};
 }
 } // namespace

@@ -75,9 +75,7 @@ void seedForward(std::uint64_t seed, std::int64_t stage, std::int64_t step, std:
     mixed = (mixed ^ (mixed >> 27)) * 0x94d049bb133111ebULL;
     mixed ^= mixed >> 31;
   }
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_current_seed(mixed);
+  seedGenerators(mixed);
 }
 
 

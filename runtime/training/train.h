@@ -83,7 +83,7 @@ struct StepResult {
   std::optional<double> gradNorm;
 };
 
-// Seeds the default CPU generator for one forward: stage `stage` of microbatch `microbatch` of
+// Seeds the generators a forward draws from (forward_replay.h) for one forward: stage `stage` of microbatch `microbatch` of
 // step `step` draws the same dropout masks whichever rank runs it, however many ranks there are,
 // and after a resume. Data-parallel replicas draw alike on their own rows (as DDP's ranks do when
 // seeded alike), so their ranks' states, and checkpoints, stay equal. O(1).
