@@ -35,11 +35,21 @@ bool isStatic(const Dims& dims) {
   return std::all_of(dims.begin(), dims.end(), [](std::int64_t d) { return d >= 0; });
 }
 
-std::int64_t product(const Dims& dims, std::size_t from = 0, std::size_t to = SIZE_MAX) {
+// The product of dims [from, to); nullopt when it overflows (constants may say anything).
+std::optional<std::int64_t> product(const Dims& dims, std::size_t from = 0, std::size_t to = SIZE_MAX) {
   std::int64_t p = 1;
   for (std::size_t k = from; k < std::min(to, dims.size()); ++k)
-    p *= dims[k];
+    if (__builtin_mul_overflow(p, dims[k], &p))
+      return std::nullopt;
   return p;
+}
+
+// a + b + c; nullopt when it overflows.
+std::optional<std::int64_t> sum(std::int64_t a, std::int64_t b, std::int64_t c = 0) {
+  std::int64_t s = 0;
+  if (__builtin_add_overflow(a, b, &s) || __builtin_add_overflow(s, c, &s))
+    return std::nullopt;
+  return s;
 }
 
 // Normalizes `axis` for `rank` (negative from the end); nullopt when outside.
@@ -197,12 +207,14 @@ private:
         return std::nullopt;
       }
     }
-    const std::int64_t total = product(*data), known = product(out);
+    const std::optional<std::int64_t> total = product(*data), known = product(out);
+    if (!total || !known)
+      return std::nullopt;
     if (inferred) {
-      if (known == 0 || total % known != 0)
+      if (*known == 0 || *total % *known != 0)
         return std::nullopt;
-      out[*inferred] = total / known;
-    } else if (known != total) {
+      out[*inferred] = *total / *known;
+    } else if (*known != *total) {
       return std::nullopt;
     }
     return out;
@@ -246,9 +258,10 @@ private:
       std::optional<std::size_t> axis = normalized((*axes)[k], data->size());
       if (!axis)
         return std::nullopt;
-      out[*axis] += (*pads)[k] + (*pads)[k + axes->size()];
-      if (out[*axis] < 0)
+      std::optional<std::int64_t> padded = sum(out[*axis], (*pads)[k], (*pads)[k + axes->size()]);
+      if (!padded || *padded < 0)
         return std::nullopt;
+      out[*axis] = *padded;
     }
     return out;
   }
@@ -279,8 +292,10 @@ private:
         return forward ? std::clamp<std::int64_t>(i, 0, size) : std::clamp<std::int64_t>(i, -1, size - 1);
       };
       const std::int64_t begin = clampIndex((*starts)[k], step > 0), end = clampIndex((*ends)[k], step > 0);
-      const std::int64_t span = step > 0 ? end - begin : begin - end, stride = step > 0 ? step : -step;
-      out[*axis] = span <= 0 ? 0 : (span + stride - 1) / stride;
+      // step > INT64_MIN: -step cannot overflow; a step past the dim takes one element either way.
+      const std::int64_t span = step > 0 ? end - begin : begin - end,
+                         stride = step > 0 ? step : (step == INT64_MIN ? INT64_MAX : -step);
+      out[*axis] = span <= 0 ? 0 : 1 + (span - 1) / stride;
     }
     return out;
   }
@@ -301,7 +316,10 @@ private:
       }
       if (dims->size() != out->size())
         return std::nullopt;
-      (*out)[*axis] += (*dims)[*axis];
+      std::optional<std::int64_t> joined = sum((*out)[*axis], (*dims)[*axis]);
+      if (!joined)
+        return std::nullopt;
+      (*out)[*axis] = *joined;
     }
     return out;
   }
@@ -376,7 +394,10 @@ private:
     if (a < -rank || a > rank)
       return std::nullopt;
     const auto axis = static_cast<std::size_t>(a < 0 ? a + rank : a);
-    return Dims{product(*data, 0, axis), product(*data, axis)};
+    std::optional<std::int64_t> outer = product(*data, 0, axis), inner = product(*data, axis);
+    if (!outer || !inner)
+      return std::nullopt;
+    return Dims{*outer, *inner};
   }
 
   std::optional<Dims> reduce() const {
@@ -422,7 +443,10 @@ std::optional<std::vector<std::int64_t>> staticOutputDims(const ir::Graph& graph
   const std::string_view domain = graph.opDomain(node);
   if (graph.kind(node) != ir::NodeKind::Op || !(domain.empty() || domain == "ai.onnx"))
     return std::nullopt;
-  return DimsOfNode(graph, node, opset, sources).compute();
+  std::optional<Dims> dims = DimsOfNode(graph, node, opset, sources).compute();
+  if (!dims || !isStatic(*dims) || !product(*dims)) // a size no tensor can have is not learned
+    return std::nullopt;
+  return dims;
 }
 
 } // namespace cleave::simplify

@@ -121,6 +121,15 @@ TEST(StaticDims, OpsFollowTheOnnxSpec) {
   EXPECT_EQ(OneOp().input("x", {2, 3}).dims("Resize", {"x"}), std::nullopt); // not followed
 }
 
+TEST(StaticDims, SizesThatOverflowAreNotLearned) {
+  EXPECT_EQ(OneOp().input("x", {2, 3}).ints("t", {INT64_MAX, 4, -1}).dims("Reshape", {"x", "t"}), std::nullopt);
+  EXPECT_EQ(OneOp().input("x", {2, 3}).ints("p", {0, INT64_MAX, 0, INT64_MAX}).dims("Pad", {"x", "p"}), std::nullopt);
+  EXPECT_EQ(OneOp().input("x", {2, 3}).ints("s", {INT64_MAX, INT64_MAX}).dims("Expand", {"x", "s"}), std::nullopt);
+  EXPECT_EQ(OneOp().input("x", {10}).ints("s", {-1}).ints("e", {INT64_MIN}).ints("a", {0}).ints("k", {INT64_MIN}).dims(
+                "Slice", {"x", "s", "e", "a", "k"}),
+            (Dims{1}));
+}
+
 TEST(StaticDims, AnOperandThatSetsASizeMustBeAConstant) {
   EXPECT_EQ(OneOp().input("x", {2, 3, 8}).input("t", {3}).dims("Reshape", {"x", "t"}), std::nullopt);
   EXPECT_EQ(OneOp().input("x", {2, 3}).input("p", {4}).dims("Pad", {"x", "p"}), std::nullopt);

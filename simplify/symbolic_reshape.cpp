@@ -175,19 +175,18 @@ std::optional<std::vector<ir::Dim>> reshapedDims(const std::vector<ir::Dim>& dat
   std::map<std::string, int> symbols;
   std::int64_t numbers = 1, others = 1;
   for (const ir::Dim& dim : data) {
-    if (dim.isKnown())
-      numbers *= dim.extent;
-    else if (!dim.symbol.empty())
-      ++symbols[dim.symbol];
-    else
+    if (!dim.isKnown() && dim.symbol.empty())
       return out; // an unnamed unknown: -1 stays unknown
+    if (!dim.isKnown())
+      ++symbols[dim.symbol];
+    else if (__builtin_mul_overflow(numbers, dim.extent, &numbers))
+      return out;
   }
   for (std::size_t i = 0; i < out.size(); ++i) {
     if (i == *inferred)
       continue;
-    if (out[i].isKnown())
-      others *= out[i].extent;
-    else if (out[i].symbol.empty() || --symbols[out[i].symbol] < 0)
+    const bool unmatched = !out[i].isKnown() && (out[i].symbol.empty() || --symbols[out[i].symbol] < 0);
+    if (unmatched || (out[i].isKnown() && __builtin_mul_overflow(others, out[i].extent, &others)))
       return out;
   }
   const bool cancels = std::all_of(symbols.begin(), symbols.end(), [](const auto& entry) { return entry.second == 0; });
