@@ -51,7 +51,7 @@ Expected<PlanningModel> loadPlanningModel(const std::string& path, const Plannin
   }
   if (!plan.changes())
     return PlanningModel{std::move(graph), std::nullopt, std::nullopt, ""};
-  CLEAVE_TRY(ir::Graph folded, simplify::applyFoldPlan(graph, plan));
+  CLEAVE_TRY(ir::Graph folded, simplify::applyFoldPlanRetyped(graph, plan));
   PlanningModel model{std::move(folded), std::nullopt, report::foldingReport(plan, load.anyRows), ""};
   if (load.keepUnfolded)
     model.unfolded = std::move(graph);

@@ -523,4 +523,43 @@ Expected<ir::Graph> applyFoldPlan(const ir::Graph& graph, const FoldPlan& plan) 
   return extractFolded(graph, plan, nullptr);
 }
 
+namespace {
+// `own`, with what `inferred` knows of its rank and dims where `own` does not.
+ir::ValueType merged(ir::ValueType own, const ir::ValueType& inferred) {
+  if (!inferred.shape.rankKnown || (own.shape.rankKnown && own.shape.dims.size() != inferred.shape.dims.size()))
+    return own;
+  if (!own.shape.rankKnown) {
+    own.shape = inferred.shape;
+  } else {
+    for (std::size_t k = 0; k < own.shape.dims.size(); ++k)
+      if (!own.shape.dims[k].isKnown() && (inferred.shape.dims[k].isKnown() || own.shape.dims[k].symbol.empty()))
+        own.shape.dims[k] = inferred.shape.dims[k];
+  }
+  if (own.dtype == ir::DType::Undefined)
+    own.dtype = inferred.dtype;
+  if (own.kind == ir::ValueKind::Unknown)
+    own.kind = inferred.kind;
+  return own;
+}
+} // namespace
+
+Expected<ir::Graph> applyFoldPlanRetyped(const ir::Graph& graph, const FoldPlan& plan) {
+  CLEAVE_TRY(ir::Graph folded, extractFolded(graph, plan, nullptr));
+  Expected<std::vector<ir::ValueType>> inferred = io::inferValueTypes(folded);
+  if (!inferred)
+    return folded;
+  IdVector<ValueId, ir::ValueType> types(folded.numValues());
+  for (std::uint32_t v = 0; v < folded.numValues(); ++v)
+    types[ValueId{v}] = merged(folded.valueType(ValueId{v}), (*inferred)[v]);
+  std::vector<NodeId> ops;
+  std::vector<ValueId> inputs;
+  for (std::uint32_t n = 0; n < folded.numNodes(); ++n)
+    if (folded.kind(NodeId{n}) == ir::NodeKind::Op)
+      ops.push_back(NodeId{n});
+  for (NodeId node : folded.inputNodes())
+    inputs.push_back(folded.outputs(node)[0]);
+  std::vector<ValueId> outputs(folded.graphOutputs().begin(), folded.graphOutputs().end());
+  return ir::extractSubgraph(folded, {std::string(folded.modelInfo().graphName), ops, inputs, outputs, &types});
+}
+
 } // namespace cleave::simplify

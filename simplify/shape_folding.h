@@ -88,4 +88,11 @@ FoldPlan foldToFixedPoint(const ir::Graph& graph, const FoldOptions& options = {
 // ir::extractSubgraph fails with (a plan of another graph).
 Expected<ir::Graph> applyFoldPlan(const ir::Graph& graph, const FoldPlan& plan);
 
+// applyFoldPlan, then onnx's inference run anew on the result, whose types replace the graph's
+// where they say more: a value whose rank or dims the export's types left unknown because they
+// came from what has now folded (a Concat of folded parts), so that what later passes read of
+// shapes (split's shape prologue) is what the folded model says. One more inference (without
+// large weights' bytes); where it fails, applyFoldPlan's graph as it is.
+Expected<ir::Graph> applyFoldPlanRetyped(const ir::Graph& graph, const FoldPlan& plan);
+
 } // namespace cleave::simplify

@@ -412,6 +412,22 @@ TEST(ShapeFolding, AViewThatCopiesASymbolicBatchHasKnownDimsAndTheirReadsFold) {
   EXPECT_EQ(ir::formatShape(movedTypes[0].second.shape), "[3,batch,?,3]");
 }
 
+// A view whose target folds: the export's types did not know its dims; the retyped folded graph
+// does (what split's shape prologue reads).
+TEST(ShapeFolding, TheRetypedFoldedGraphKnowsWhatTheFoldsMadeKnown) {
+  ViewGraph built;
+  built.untyped("Reshape", {"x", "shape"}, "view");
+  built.untyped("Neg", {"view"}, "negated");
+  built.output("negated");
+  ir::Graph graph = built.build();
+  FoldPlan plan = foldToFixedPoint(graph);
+  Expected<ir::Graph> plain = applyFoldPlan(graph, plan), retyped = applyFoldPlanRetyped(graph, plan);
+  ASSERT_TRUE(plain && retyped);
+  EXPECT_FALSE(plain->rankKnown(plain->findValue("negated")));
+  EXPECT_EQ(ir::formatShape(retyped->valueType(retyped->findValue("negated")).shape), "[2,3,8]");
+  EXPECT_EQ(retyped->numNodes(), plain->numNodes());
+}
+
 TEST(ShapeFolding, ACastToTheDtypeItHasIsBypassedAndAnotherStays) {
   ViewGraph built;
   built.op("Cast", {"out"}, "same", DType::F32, {2, 3, 8}, {intAttribute("to", 1)});  // float32 to float32
