@@ -55,7 +55,7 @@ public:
     auto rule = std::make_unique<Profile::Rule>();
     for (const auto& [key, value] : node.items()) {
       std::string here = at.empty() ? key : at + "." + key;
-      if (key == "name" || key == "description" || key == "comment") {
+      if (key == "name" || key == "description" || key == "comment" || key == "source" || key == "version") {
         continue;
       } else if (key == "ops") {
         rule->hasOps = true;
@@ -84,7 +84,8 @@ public:
           (key == "all_of" ? rule->allOf : rule->anyOf).push_back(std::move(child));
         }
       } else {
-        return fail(here, "unknown key (expected ops, deny, force_cpu, all_of, any_of, name)");
+        return fail(here, "unknown key (expected ops, deny, force_cpu, all_of, any_of, name, description, source, "
+                          "version)");
       }
     }
     return rule;

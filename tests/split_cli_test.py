@@ -1,10 +1,11 @@
 """`cleave support` and `cleave split` end to end: outputs, standalone submodels, bad input."""
 import json
 import os
+import sys
 
 import onnx
 
-from testlib import EXAMPLES, TempDirTest, main, run
+from testlib import EXAMPLES, SOURCE_DIR, TempDirTest, main, run
 
 GPU = os.path.join(EXAMPLES, "profiles", "gpu.json")
 NPU = os.path.join(EXAMPLES, "profiles", "npu.json")
@@ -176,17 +177,38 @@ class Support(TempDirTest):
         self.assertIn(f"\n  {top['op']} x{top['cpu_nodes']}", text)
         self.assertIn(f"(saves {top['saved']})", text)
 
-    def test_the_tensorrt_profile_leaves_only_layer_normalization_on_the_cpu(self):
-        # TensorRT 8.5's ONNX matrix: every op of the example but LayerNormalization, int64 shape
-        # tensors included (TensorRT casts them down).
+    def test_the_tensorrt_profile_takes_a_decoder_but_its_loss(self):
+        """TensorRT 10.15's ONNX matrix (examples/profiles/tensorrt.json): a GPT-style decoder exported
+        with its cross-entropy loss goes to the accelerator whole, its LayerNormalizations included
+        (TensorRT 8.5's matrix lacked them: one submodule pair per LayerNormalization); the loss,
+        which TensorRT does not take, stays on the CPU."""
+        import torch
+        sys.path.insert(0, os.path.join(SOURCE_DIR, "bench"))
+        from real_exports import GptDecoder
+
+        class WithLoss(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.decoder = GptDecoder(vocab=100, d=32, heads=4, layers=3, context=16)
+
+            def forward(self, ids, target):
+                logits = self.decoder(ids)
+                return torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten())
+
+        torch.manual_seed(0)
+        model = self.path("decoder.onnx")
+        ids = torch.randint(0, 100, (2, 16))
+        torch.onnx.export(WithLoss(), (ids, ids), model, input_names=["ids", "target"], output_names=["loss"],
+                          opset_version=17, dynamo=False, do_constant_folding=False)
         trt = os.path.join(EXAMPLES, "profiles", "tensorrt.json")
-        code, stdout, err = run("split", os.path.join(EXAMPLES, "transformer.onnx"), "--profile", trt, "--preview",
-                                "--json", "--no-simplify")
+        self.assertIn("TensorRT 10.15", json.load(open(trt))["version"])
+        code, stdout, err = run("split", model, "--profile", trt, "--preview", "--json")
         self.assertEqual(code, 0, err)
         report = json.loads(stdout)
-        self.assertEqual({(n["target"], n["reason"]) for n in report["cpu_nodes"]},
-                         {("LayerNormalization", "not in the profile")})
-        self.assertEqual(len(report["cpu_nodes"]), 4)
+        self.assertEqual({n["target"] for n in report["cpu_nodes"]}, {"SoftmaxCrossEntropyLoss"})
+        self.assertEqual((report["acc_subgraphs"], report["cpu_subgraphs"]), (1, 1))
+        layer_norms = sum(n.op_type == "LayerNormalization" for n in onnx.load(model).graph.node)
+        self.assertEqual(layer_norms, 7)  # two per block and the last: all on the accelerator
 
 
 class BadInput(TempDirTest):
