@@ -114,19 +114,6 @@ std::optional<std::vector<std::int64_t>> extentsOf(const ir::Graph& graph, Value
   return extents;
 }
 
-// The dims [start, end) a Shape node of a rank-`rank` input reports (opset 15's start/end, counted
-// from the end when negative, clamped; end >= start).
-std::pair<std::int64_t, std::int64_t> shapeRange(const ir::Graph& graph, NodeId shapeNode, std::int64_t rank) {
-  std::int64_t start = 0, end = rank;
-  if (const ir::Attribute* a = graph.findAttribute(shapeNode, "start"))
-    start = a->intValue;
-  if (const ir::Attribute* a = graph.findAttribute(shapeNode, "end"))
-    end = a->intValue;
-  start = std::clamp(start < 0 ? start + rank : start, std::int64_t{0}, rank);
-  end = std::clamp(end < 0 ? end + rank : end, start, rank);
-  return {start, end};
-}
-
 // Shape (opset 15's start/end) or Size of `value` when its dims in that range are static.
 std::optional<Constant> staticShape(const ir::Graph& graph, NodeId node, bool size, const FoldOptions& options,
                                     KnownValues& known) {
@@ -134,7 +121,7 @@ std::optional<Constant> staticShape(const ir::Graph& graph, NodeId node, bool si
   if (!dims)
     return std::nullopt;
   const auto rank = static_cast<std::int64_t>(dims->size());
-  const auto [start, end] = size ? std::pair<std::int64_t, std::int64_t>{0, rank} : shapeRange(graph, node, rank);
+  const auto [start, end] = size ? std::pair<std::int64_t, std::int64_t>{0, rank} : shapeNodeRange(graph, node, rank);
   Constant out;
   out.dtype = ir::DType::I64;
   std::int64_t elements = 1;
@@ -174,7 +161,7 @@ std::optional<Constant> gatheredStaticDims(const ir::Graph& graph, NodeId node, 
   if (!dims)
     return std::nullopt;
   const auto rank = static_cast<std::int64_t>(dims->size());
-  const auto [start, end] = shapeRange(graph, shapeNode, rank);
+  const auto [start, end] = shapeNodeRange(graph, shapeNode, rank);
   Constant out;
   out.dtype = ir::DType::I64;
   out.dims = indices->dims;

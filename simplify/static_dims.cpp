@@ -438,6 +438,17 @@ private:
 };
 } // namespace
 
+std::pair<std::int64_t, std::int64_t> shapeNodeRange(const ir::Graph& graph, ir::NodeId shapeNode, std::int64_t rank) {
+  std::int64_t start = 0, end = rank;
+  if (const ir::Attribute* a = graph.findAttribute(shapeNode, "start"))
+    start = a->intValue;
+  if (const ir::Attribute* a = graph.findAttribute(shapeNode, "end"))
+    end = a->intValue;
+  start = std::clamp(start < 0 ? start + rank : start, std::int64_t{0}, rank);
+  end = std::clamp(end < 0 ? end + rank : end, start, rank);
+  return {start, end};
+}
+
 std::optional<std::vector<std::int64_t>> staticOutputDims(const ir::Graph& graph, ir::NodeId node, std::int64_t opset,
                                                           const DimsSources& sources) {
   const std::string_view domain = graph.opDomain(node);

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "ir/graph.h"
@@ -32,6 +33,10 @@ struct DimsSources {
   // A value's constant, or null.
   std::function<const Constant*(ir::ValueId)> constant;
 };
+
+// The dims [start, end) that Shape node `shapeNode` of a rank-`rank` input reports (opset 15's
+// start and end, counted from the end when negative, clamped; end >= start).
+std::pair<std::int64_t, std::int64_t> shapeNodeRange(const ir::Graph& graph, ir::NodeId shapeNode, std::int64_t rank);
 
 std::optional<std::vector<std::int64_t>> staticOutputDims(const ir::Graph& graph, ir::NodeId node, std::int64_t opset,
                                                           const DimsSources& sources);

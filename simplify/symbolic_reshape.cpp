@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "simplify/static_dims.h"
+
 namespace cleave::simplify {
 
 namespace {
@@ -93,14 +95,7 @@ private:
     std::optional<std::vector<ir::Dim>> dims = dimsOf(graph_.inputs(node)[0]);
     if (!dims)
       return std::nullopt;
-    const auto rank = static_cast<std::int64_t>(dims->size());
-    std::int64_t start = 0, end = rank;
-    if (const ir::Attribute* a = graph_.findAttribute(node, "start"))
-      start = a->intValue;
-    if (const ir::Attribute* a = graph_.findAttribute(node, "end"))
-      end = a->intValue;
-    start = std::clamp(start < 0 ? start + rank : start, std::int64_t{0}, rank);
-    end = std::clamp(end < 0 ? end + rank : end, start, rank);
+    const auto [start, end] = shapeNodeRange(graph_, node, static_cast<std::int64_t>(dims->size()));
     Elements out;
     for (std::int64_t k = start; k < end; ++k) {
       const ir::Dim& dim = (*dims)[static_cast<std::size_t>(k)];
