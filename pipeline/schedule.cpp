@@ -361,13 +361,14 @@ std::vector<Action> rankComputeActions(const Schedule* schedule, std::uint32_t s
         actions.push_back(action);
     return actions;
   }
+  auto runsHere = [&](std::uint32_t s) { return stageRank(s, static_cast<int>(ranks)) == static_cast<int>(rank); };
   for (std::uint32_t m = 0; m < microbatches; ++m)
     for (std::uint32_t s = 0; s < stages; ++s)
-      if (s % ranks == rank)
+      if (runsHere(s))
         actions.push_back({s, A::Forward, m});
   for (std::uint32_t m = 0; backward && m < microbatches; ++m)
     for (std::uint32_t s = stages; s-- > 0;)
-      if (s % ranks == rank)
+      if (runsHere(s))
         actions.push_back({s, A::Backward, m});
   return actions;
 }

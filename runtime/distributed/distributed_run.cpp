@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "runtime/distributed/message_name.h"
 #include "runtime/model/cut_model.h"
 #include "runtime/model/microbatch.h"
 #include "pipeline/schedule.h"
@@ -37,8 +38,9 @@ RankRoutes rankRoutes(const LoadedPlan& plan) {
   return routes;
 }
 
-std::uint32_t tagOf(const RankRoutes& routes, const std::string& name, std::size_t microbatch) {
-  return static_cast<std::uint32_t>(microbatch * routes.values() + routes.id(name));
+// A value's messages go forward, once to each reading rank: one reader in the space.
+MessageName messageOf(const RankRoutes& routes, const std::string& name, std::size_t microbatch) {
+  return {microbatch, routes.id(name), 0, false};
 }
 
 class RankRunner {
@@ -125,7 +127,8 @@ private:
     const int producer = routes_.producerRank[routes_.id(name)];
     if (values.count(name) || producer < 0 || producer == me_)
       return {};
-    CLEAVE_TRY(at::Tensor tensor, comm_.recv(producer, tagOf(routes_, name, microbatch), declaredKey(name, microbatch)));
+    CLEAVE_TRY(std::uint32_t tag, messageTag(space(), messageOf(routes_, name, microbatch)));
+    CLEAVE_TRY(at::Tensor tensor, comm_.recv(producer, tag, declaredKey(name, microbatch)));
     values[name] = std::move(tensor);
     return {};
   }
@@ -137,15 +140,17 @@ private:
   }
 
   Status sendToReaders(const std::string& name, const at::Tensor& tensor, std::size_t microbatch) {
+    CLEAVE_TRY(std::uint32_t tag, messageTag(space(), messageOf(routes_, name, microbatch)));
     for (int rank : routes_.readerRanks[routes_.id(name)])
       if (rank != me_)
-        CLEAVE_CHECK(comm_.send(tensor, rank, tagOf(routes_, name, microbatch), declaredKey(name, microbatch)));
+        CLEAVE_CHECK(comm_.send(tensor, rank, tag, declaredKey(name, microbatch)));
     return {};
   }
 
-  // A message's shape key: its value and its microbatch's rows (never 0: no key).
+  MessageSpace space() const { return {routes_.values(), 1}; }
+  // A message's shape key: its value and its microbatch's rows.
   std::uint64_t keyOf(const std::string& name, std::size_t microbatch) const {
-    return 1 + static_cast<std::uint64_t>(rows_[microbatch]) * routes_.values() + routes_.id(name);
+    return messageShapeKey(space(), messageOf(routes_, name, microbatch), rows_[microbatch]);
   }
   // Its key when the plan fixes its shape for these rows (declared or learned), else 0 (a header
   // with every message).

@@ -23,6 +23,7 @@
 #include "runtime/model/plan_backends.h"
 #include "runtime/training/split_backward.h"
 #include "runtime/training/trainable_set.h"
+#include "runtime/distributed/message_name.h"
 #include "runtime/distributed/plan_shapes.h"
 #include "runtime/distributed/receive_order.h"
 #include "runtime/distributed/replica_gradients.h"
@@ -126,12 +127,9 @@ struct PipelineTrainer::State {
   }
   // Tags: (microbatch, value, reading stage, direction) packed densely; < 2^30 (see communicator).
   Expected<std::uint32_t> tag(std::size_t m, const std::string& value, int reader, bool backward) const {
-    std::uint64_t t = ((static_cast<std::uint64_t>(m) * plan->values() + idOf(value)) * stages.size() +
-                       static_cast<std::uint64_t>(reader)) * 2 + (backward ? 1 : 0);
-    if (t >= (std::uint64_t(1) << 29))
-      return Error(ErrorCode::Unsupported) << "too many microbatches x values x stages for message tags";
-    return static_cast<std::uint32_t>(t);
+    return messageTag(messageSpace(), {m, idOf(value), static_cast<std::uint64_t>(reader), backward});
   }
+  MessageSpace messageSpace() const { return {plan->values(), stages.size()}; }
   // The communicator's shape key of a message: its value, reading stage and direction, and the
   // rows of its microbatch (a value's shape follows them), declared on both ranks from the plan
   // (or learned from the key's first message: plan_shapes.h's static-batch exports).
@@ -141,8 +139,7 @@ struct PipelineTrainer::State {
     const std::uint32_t id = idOf(value);
     if (!planGivesShape.count({microbatchRows[m], id}))
       return 0;
-    return 1 + ((static_cast<std::uint64_t>(microbatchRows[m]) * plan->values() + id) * stages.size() +
-                static_cast<std::uint64_t>(reader)) * 2 + (backward ? 1 : 0);
+    return messageShapeKey(messageSpace(), {m, id, static_cast<std::uint64_t>(reader), backward}, microbatchRows[m]);
   }
 
   Status loadPlan(const std::string& dir, pipeline::Placement placement);
@@ -798,7 +795,7 @@ Status PipelineTrainer::writeTrained(const std::string& planDir, const std::stri
   std::vector<std::pair<std::string, at::Tensor>> gathered; // rank 0: every stage's, for `whole`
   std::set<std::string> gatheredNames;
   // Tags above every step's (< 2^29): one per (stage, parameter) in stage and name order.
-  std::uint32_t tag = std::uint32_t(1) << 29;
+  auto tag = static_cast<std::uint32_t>(kMessageTagLimit);
   for (int i = 0; i < static_cast<int>(s.stages.size()); ++i) {
     Stage& stage = s.stages[i];
     const auto shapes = changedShapes(*stage.graph); // by name: the order of the messages
