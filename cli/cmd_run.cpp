@@ -13,6 +13,7 @@
 #include "plan/plan_file.h"
 #include "runtime/distributed/distributed_run.h"
 #include "runtime/distributed/environment.h"
+#include "runtime/model/wing_library.h"
 #include "runtime/engine/host_memory.h"
 #include "runtime/model/microbatch.h"
 #include "plan/fixed_batch_check.h"
@@ -304,7 +305,10 @@ Status runDistributed(const RunFlags& flags, std::ostream& out, std::ostream& er
     return usageError() << "--schedule " << pipeline::kScheduleKinds.name(*flags.schedule)
                         << " is a training schedule (two stages per rank in a V, for the backward's sake); a forward "
                            "runs under gpipe, 1f1b, interleaved or looped_bfs";
-  CLEAVE_TRY(auto acc, runtime::makeBackend(flags.runtime.backend, flags.runtime.optimizations));
+  // Each rank on its own GPU, by the rule training follows (the wing loaded before ATen is asked).
+  CLEAVE_CHECK(runtime::loadBackendWing(flags.runtime.backend));
+  CLEAVE_TRY(auto acc, runtime::makeBackend(runtime::distributed::rankBackend(flags.runtime.backend, &env),
+                                            flags.runtime.optimizations));
   CLEAVE_TRY(auto cpu, runtime::makeBackend("aten-cpu", flags.runtime.optimizations));
   CLEAVE_TRY(runtime::CutModel model, runtime::distributed::loadRankModel(flags.path, env.rank, env.worldSize, *acc, *cpu));
   runtime::TensorMap inputs;

@@ -328,14 +328,6 @@ struct LayoutCommunicators {
   runtime::distributed::Communicator& ofPipeline() { return pipeline ? *pipeline : *world; }
 };
 
-// A rank's backend: under launch, aten-cuda is GPU LOCAL_RANK (of those the rank sees, wrapping
-// around, as the NCCL transport picks its device); aten-cuda:N and the rest as given.
-std::string rankBackend(const std::string& backend, const std::optional<runtime::distributed::DistributedEnv>& env) {
-  const int gpus = static_cast<int>(at::getNumGPUs());
-  if (backend != "aten-cuda" || !env || gpus == 0)
-    return backend;
-  return "aten-cuda:" + std::to_string(env->localRank % gpus);
-}
 
 // The transport of --transport: auto is NCCL where the stages train on CUDA and this build has it.
 Expected<std::string> chosenTransport(const TrainFlags& flags) {
@@ -554,7 +546,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
     return std::move(opened.error());
   std::optional<OutputDirectory>& outDir = *opened;
   CLEAVE_CHECK(checkTrainingRows(flags, layout));
-  CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(rankBackend(flags.backend, env)));
+  CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(runtime::distributed::rankBackend(flags.backend, env ? &*env : nullptr)));
   const pipeline::Placement placement = flags.schedule ? pipeline::placementOf(*flags.schedule) : pipeline::Placement::Loop;
   CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, layout.pipelineRank(),
                                                                          layout.pipelineRanks, *backend, placement));
@@ -597,9 +589,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_CHECK(checkCheckpointFlags(flags));
   // Before any call into ATen's CUDA hooks (manual_seed seeds every GPU): libtorch keeps the
   // first answer it gets, so a CUDA wing loaded after it would find CUDA off for good.
-  if (runtime::isCudaBackend(flags.backend))
-    if (Status loaded = runtime::loadWingProviding(flags.backend); !loaded)
-      return Error(ErrorCode::Unsupported) << "backend " << flags.backend << ": " << loaded.error().message();
+  CLEAVE_CHECK(runtime::loadBackendWing(flags.backend));
   at::manual_seed(flags.seed);
   flags.options.seed = flags.seed;
   if (!flags.betas.empty()) {

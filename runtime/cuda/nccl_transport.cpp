@@ -9,6 +9,7 @@
 // Reductions and the barrier run on the group's own communicator. Rank r's tensors live on GPU
 // LOCAL_RANK (modulo the GPUs it sees); NCCL refuses two ranks on one GPU.
 // Complexity: per message O(1) besides its bytes; one communicator per channel used.
+#include "runtime/distributed/environment.h"
 #include "runtime/distributed/transport.h"
 
 #include <c10/cuda/CUDAFunctions.h>
@@ -89,7 +90,7 @@ at::Device rankDevice(const DistributedEnv& env) {
   const int count = static_cast<int>(c10::cuda::device_count());
   if (count == 0)
     throw std::runtime_error("the nccl transport needs a CUDA device, and this process sees none");
-  return {at::kCUDA, static_cast<c10::DeviceIndex>(env.localRank % count)};
+  return {at::kCUDA, static_cast<c10::DeviceIndex>(rankGpu(env, count))};
 }
 
 [[maybe_unused]] const bool registered = distributed::registerTransport(

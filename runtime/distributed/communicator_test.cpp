@@ -1,6 +1,7 @@
 // Tests of channel matching (communicator.h) on two ranks of Gloo in one process, and of the
 // order a pipeline rank posts its receives in (receive_order.h).
 #include "runtime/distributed/communicator.h"
+#include "runtime/distributed/environment.h"
 #include "runtime/distributed/receive_order.h"
 
 #include <gtest/gtest.h>
@@ -64,6 +65,17 @@ Expected<std::pair<double, double>> receiveInTheOtherOrder(ChannelMatching match
   if (got && !sent)
     return std::move(sent.error());
   return got;
+}
+
+TEST(RankDevice, ARanksGpuIsItsLocalRankAmongTheGpusItSeesAndCpuBackendsStayAsGiven) {
+  DistributedEnv env;
+  env.localRank = 5;
+  EXPECT_EQ(rankGpu(env, 8), 5);
+  EXPECT_EQ(rankGpu(env, 2), 1); // CUDA_VISIBLE_DEVICES shows fewer GPUs than the host's ranks
+  EXPECT_EQ(rankGpu(env, 0), 0);
+  EXPECT_EQ(rankBackend("aten-cpu", &env), "aten-cpu");
+  EXPECT_EQ(rankBackend("aten-cuda:1", &env), "aten-cuda:1"); // asked for by number
+  EXPECT_EQ(rankBackend("aten-cuda", nullptr), "aten-cuda");  // no launcher
 }
 
 TEST(ChannelMatching, ByTagAReceiveMeetsTheSendOfItsTag) {

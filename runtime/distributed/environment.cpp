@@ -1,5 +1,7 @@
 #include "runtime/distributed/environment.h"
 
+#include <ATen/Context.h>
+
 #include <cstdlib>
 
 namespace cleave::runtime::distributed {
@@ -48,6 +50,17 @@ Expected<DistributedEnv> readDistributedEnv(const std::function<const char*(cons
   env.timeout = std::chrono::seconds(timeout);
   env.checkChannelOrder = checkOrder == 1;
   return env;
+}
+
+int rankGpu(const DistributedEnv& env, int gpus) { return gpus > 0 ? env.localRank % gpus : 0; }
+
+std::string rankBackend(const std::string& backend, const DistributedEnv* env) {
+  if (backend != "aten-cuda" || !env)
+    return backend;
+  const int gpus = static_cast<int>(at::getNumGPUs());
+  if (gpus == 0)
+    return backend;
+  return "aten-cuda:" + std::to_string(rankGpu(*env, gpus));
 }
 
 } // namespace cleave::runtime::distributed

@@ -33,4 +33,14 @@ struct DistributedEnv {
 // `lookup` returns a variable's value or null (std::getenv by default).
 Expected<DistributedEnv> readDistributedEnv(const std::function<const char*(const char*)>& lookup = {});
 
+// The one rule that maps a rank to its GPU: LOCAL_RANK modulo the `gpus` its process sees
+// (CUDA_VISIBLE_DEVICES may show fewer than the ranks of a host). The nccl transport's device
+// and rankBackend's are this one.
+int rankGpu(const DistributedEnv& env, int gpus);
+
+// The backend a rank runs on: under a launcher (`env` set), `aten-cuda` is `aten-cuda:G` for
+// G = rankGpu of the GPUs this process sees; any other name (aten-cuda:N included) as given. Ask
+// after the CUDA wing is loaded: libtorch answers "how many GPUs" once.
+std::string rankBackend(const std::string& backend, const DistributedEnv* env);
+
 } // namespace cleave::runtime::distributed

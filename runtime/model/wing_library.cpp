@@ -61,4 +61,10 @@ Status loadWingProviding(std::string_view name) {
   return loaded;
 }
 
+Status loadBackendWing(std::string_view backend) {
+  if (Status loaded = loadWingProviding(backend); !loaded)
+    return Error(ErrorCode::Unsupported) << "backend " << backend << ": " << loaded.error().message();
+  return {};
+}
+
 } // namespace cleave::runtime

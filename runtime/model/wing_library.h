@@ -29,4 +29,8 @@ inline constexpr const char* kCudaWingLibrary = "libcleave_cuda.so";
 // (a libtorch without CUDA) or when it does not load (dlerror's line).
 Status loadWingProviding(std::string_view name);
 
+// loadWingProviding for backend `backend`, its failure said as the backend's ("backend
+// aten-cuda: ..."). Call it before anything asks ATen about CUDA: libtorch keeps its first answer.
+Status loadBackendWing(std::string_view backend);
+
 } // namespace cleave::runtime
