@@ -322,8 +322,7 @@ Status runDistributed(const RunFlags& flags, std::ostream& out, std::ostream& er
   if (flags.schedule) {
     CLEAVE_TRY(schedule, rankSchedule(*flags.schedule, model.size(), flags.microbatches, env.worldSize));
   }
-  CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(flags.path));
-  const runtime::distributed::PlanShapes shapes(planFile.values);
+  const runtime::distributed::PlanShapes shapes(model.plan().file().values);
   CLEAVE_TRY(auto comm, runtime::distributed::Communicator::connect(env));
   const std::size_t headersBefore = comm->headersSent();
   auto start = std::chrono::steady_clock::now();
