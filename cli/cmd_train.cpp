@@ -369,8 +369,7 @@ Expected<LayoutCommunicators> connectLayout(const RankLayout& layout, const std:
 
 // Microbatches (or a batch) of other rows than the plan's static-batch export fixed run only where
 // no constant shape holds that batch: refused here in one line rather than deep inside a step.
-Status checkTrainingRows(const TrainFlags& flags, const RankLayout& layout) {
-  CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(flags.path));
+Status checkTrainingRows(const TrainFlags& flags, const RankLayout& layout, const plan::PlanFile& planFile) {
   const std::int64_t exported = plan::exportedRows(planFile);
   const std::int64_t rows = layout.replicaRows(flags.options.batch), microbatches = flags.options.microbatches;
   if (exported < 0 || (microbatches <= 1 && rows == exported))
@@ -545,11 +544,12 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   if (!opened)
     return std::move(opened.error());
   std::optional<OutputDirectory>& outDir = *opened;
-  CLEAVE_CHECK(checkTrainingRows(flags, layout));
-  CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(runtime::distributed::rankBackend(flags.backend, env ? &*env : nullptr)));
+  CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend,
+             runtime::makeBackend(runtime::distributed::rankBackend(flags.backend, env ? &*env : nullptr)));
   const pipeline::Placement placement = flags.schedule ? pipeline::placementOf(*flags.schedule) : pipeline::Placement::Loop;
   CLEAVE_TRY(auto trainer, runtime::distributed::PipelineTrainer::create(flags.path, flags.options, layout.pipelineRank(),
                                                                          layout.pipelineRanks, *backend, placement));
+  CLEAVE_CHECK(checkTrainingRows(flags, layout, trainer->planFile()));
   std::optional<ir::Graph> whole;
   if (!flags.wholeModelPath.empty()) {
     Expected<ir::Graph> loaded = io::loadModel(flags.wholeModelPath);

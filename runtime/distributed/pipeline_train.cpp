@@ -856,6 +856,8 @@ RankTrainingState PipelineTrainer::trainingState() {
 
 std::size_t PipelineTrainer::stages() const { return state_->stages.size(); }
 
+const plan::PlanFile& PipelineTrainer::planFile() const { return state_->plan->file(); }
+
 const std::string& PipelineTrainer::stageName(std::size_t stage) const { return state_->stages[stage].name; }
 
 std::vector<const ir::Graph*> PipelineTrainer::stageGraphs() const {

@@ -31,6 +31,7 @@
 #include "runtime/distributed/communicator.h"
 #include "runtime/model/backend.h"
 #include "pipeline/schedule.h"
+#include "plan/plan_file.h"
 #include "runtime/training/train.h"
 
 namespace cleave::runtime::distributed {
@@ -127,6 +128,8 @@ public:
   const std::string& stageName(std::size_t stage) const;
   // Every stage's graph (all ranks hold them all), in stage order.
   std::vector<const ir::Graph*> stageGraphs() const;
+  // The plan as read (its plan.json), once.
+  const plan::PlanFile& planFile() const;
   // The plan's graph inputs (what the data must hold).
   const std::vector<std::string>& graphInputs() const;
   std::vector<std::string> ownStages() const;
