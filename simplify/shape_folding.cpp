@@ -97,6 +97,8 @@ std::optional<std::vector<std::int64_t>> extentsOf(const ir::Graph& graph, Value
     return constant->dims;
   if (const std::vector<std::int64_t>* learned = known.learnedDims(value))
     return *learned;
+  // Extents alone, not typedDims (static_dims.h): planning asks this of every node it keeps, and
+  // naming symbols would cost a 1M-node chain's plan half again its time.
   if (index(value) < options.inferredTypes.size()) {
     const ir::Shape& inferred = options.inferredTypes[index(value)].shape;
     if (inferred.rankKnown) {

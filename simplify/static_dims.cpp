@@ -438,6 +438,18 @@ private:
 };
 } // namespace
 
+std::optional<std::vector<ir::Dim>> typedDims(const ir::Graph& graph, ir::ValueId value,
+                                              std::span<const ir::ValueType> types) {
+  if (index(value) < types.size() && types[index(value)].shape.rankKnown)
+    return types[index(value)].shape.dims;
+  if (!graph.rankKnown(value))
+    return std::nullopt;
+  std::vector<ir::Dim> dims;
+  for (const ir::DimEntry& dim : graph.dims(value))
+    dims.push_back({dim.extent, dim.symbol ? std::string(graph.symbolName(dim.symbol)) : std::string()});
+  return dims;
+}
+
 std::pair<std::int64_t, std::int64_t> shapeNodeRange(const ir::Graph& graph, ir::NodeId shapeNode, std::int64_t rank) {
   std::int64_t start = 0, end = rank;
   if (const ir::Attribute* a = graph.findAttribute(shapeNode, "start"))

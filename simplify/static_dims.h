@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,11 @@ struct DimsSources {
   // A value's constant, or null.
   std::function<const Constant*(ir::ValueId)> constant;
 };
+
+// `value`'s dims as the types say: `types` (by ValueId; what onnx's inference gave anew) where
+// that knows its rank, else the graph's own, symbols named; nullopt when neither knows the rank.
+std::optional<std::vector<ir::Dim>> typedDims(const ir::Graph& graph, ir::ValueId value,
+                                              std::span<const ir::ValueType> types);
 
 // The dims [start, end) that Shape node `shapeNode` of a rank-`rank` input reports (opset 15's
 // start and end, counted from the end when negative, clamped; end >= start).

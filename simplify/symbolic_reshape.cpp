@@ -30,16 +30,7 @@ public:
       : graph_(graph), types_(types), vectors_(graph.numValues()) {}
 
   // `value`'s dims, each an extent, a symbol or neither; nullopt when its rank is unknown.
-  std::optional<std::vector<ir::Dim>> dimsOf(ValueId value) const {
-    if (index(value) < types_.size() && types_[index(value)].shape.rankKnown)
-      return types_[index(value)].shape.dims;
-    if (!graph_.rankKnown(value))
-      return std::nullopt;
-    std::vector<ir::Dim> dims;
-    for (const ir::DimEntry& dim : graph_.dims(value))
-      dims.push_back({dim.extent, dim.symbol ? std::string(graph_.symbolName(dim.symbol)) : std::string()});
-    return dims;
-  }
+  std::optional<std::vector<ir::Dim>> dimsOf(ValueId value) const { return typedDims(graph_, value, types_); }
 
   const Elements* find(ValueId value) {
     if (value == ir::kNoValue)
