@@ -803,10 +803,8 @@ Status PipelineTrainer::writeTrained(const std::string& planDir, const std::stri
     tag += static_cast<std::uint32_t>(shapes.size());
     std::map<std::string, at::Tensor> own;
     if (s.own(i)) {
-      for (auto& [name, tensor] : stage.executor->trainableParameters())
+      for (auto& [name, tensor] : changedByTraining(*stage.executor))
         own[name] = tensor.detach();
-      for (auto& [name, tensor] : stage.executor->updatedStatistics())
-        own[name] = tensor;
       for (const auto& entry : shapes)
         if (!own.count(entry.first))
           return Error(ErrorCode::InvalidGraph) << "stage '" << stage.name << "': no trained tensor '" << entry.first << "'";

@@ -143,12 +143,14 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(std::shared_ptr<const ir::Gra
   return trainer;
 }
 
-RankTrainingState Trainer::trainingState() {
-  RankTrainingState state{state_->executor->trainableParameters(), state_->optimizer.get()};
-  for (auto& statistic : state_->executor->updatedStatistics())
-    state.parameters.push_back(std::move(statistic));
-  return state;
+std::vector<std::pair<std::string, at::Tensor>> changedByTraining(const Executor& executor) {
+  std::vector<std::pair<std::string, at::Tensor>> changed = executor.trainableParameters();
+  for (auto& statistic : executor.updatedStatistics())
+    changed.push_back(std::move(statistic));
+  return changed;
 }
+
+RankTrainingState Trainer::trainingState() { return {changedByTraining(*state_->executor), state_->optimizer.get()}; }
 
 std::size_t Trainer::trainedTensors() const { return state_->executor->trainableParameters().size(); }
 
@@ -191,10 +193,7 @@ Expected<StepResult> Trainer::step(const TensorMap& data, std::int64_t stepIndex
 }
 
 Expected<ir::Graph> Trainer::trainedGraph() const {
-  std::vector<std::pair<std::string, at::Tensor>> changed = state_->executor->trainableParameters();
-  for (auto& statistic : state_->executor->updatedStatistics())
-    changed.push_back(std::move(statistic));
-  return withTrainedParameters(*state_->graph, changed);
+  return withTrainedParameters(*state_->graph, changedByTraining(*state_->executor));
 }
 
 Expected<ir::Graph> withTrainedParameters(const ir::Graph& g,

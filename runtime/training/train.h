@@ -111,6 +111,11 @@ double squaredGradientNorm(const std::vector<at::Tensor>& params);
 double updateParameters(torch::optim::Optimizer& optimizer, const TrainOptions& options, std::int64_t stepIndex,
                         double gradNorm);
 
+// What training changes in `executor` (trainable): its trained tensors, then the running
+// statistics its forwards update (running_statistics.h), by name: what checkpoints and trained
+// models hold.
+std::vector<std::pair<std::string, at::Tensor>> changedByTraining(const Executor& executor);
+
 // `graph` with its trainable parameters' data replaced by `trained` (by name; others unchanged).
 Expected<ir::Graph> withTrainedParameters(const ir::Graph& graph,
                                           const std::vector<std::pair<std::string, at::Tensor>>& trained);
