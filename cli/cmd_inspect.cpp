@@ -24,7 +24,8 @@ void describe(CLI::App& app, InspectFlags& flags) {
   addJsonFlag(app, flags.json);
   app.add_flag("--nodes", flags.nodes, "list every node (JSON) or print the graph's text form");
   app.add_flag("--check", flags.check, "also run onnx's full check (ONNX models)");
-  app.add_flag("--no-infer", flags.noInfer, "do not run onnx shape inference (nor the batch analysis, which runs it)");
+  app.add_flag("--no-infer", flags.noInfer, "do not run onnx shape inference, nor the batch analysis (which runs it on models with a "
+               "constant-shape Reshape)");
   app.add_option("--top", flags.top, "show only the K most frequent op types (0: all)");
 }
 

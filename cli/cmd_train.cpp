@@ -156,7 +156,8 @@ void describe(CLI::App& app, TrainFlags& flags) {
   addOutputDirectory(app, flags.output, "directory for trained.onnx (a model) or the trained plan (a plan)");
   describeCheckpoints(app, flags);
   app.add_flag("--json", flags.json,
-               "print one JSON line per step: {\"step\": N, \"loss\": X, \"lr\": R} (and \"grad_norm\" when clipping)");
+               "print one JSON line per step: {\"step\": N, \"loss\": X, \"lr\": R} (and \"grad_norm\" when clipping; the first line also \"trainable\": what trains, what "
+               "stays fixed and why, and how many running statistics it updates)");
   app.add_flag("--timing", flags.timing,
                "also print each step's wall seconds and, for a plan, the schedule's part of it, every stage's forward "
                "and backward compute seconds, the measured bubble (1 - compute / (ranks x schedule seconds)), each rank's "
