@@ -24,6 +24,7 @@
 #include "runtime/distributed/pipeline_train.h"
 #include "runtime/distributed/transport.h"
 #include "runtime/engine/host_memory.h"
+#include "runtime/engine/kernel.h"
 #include "runtime/model/backend_names.h"
 #include "runtime/model/microbatch.h"
 #include "runtime/model/tensor_files.h"
@@ -612,7 +613,8 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
                            "backward right after its forward, so there is no stage to recompute (selective is "
                            "for both)";
   CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.dataPath}));
-  CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path, {.fixedPatterns = flags.fixedPatterns}));
+  CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path, {.fixedPatterns = flags.fixedPatterns,
+                                                          .expandFunctions = runtime::opsWithoutKernels()}));
   auto graph = std::make_shared<const ir::Graph>(std::move(loaded));
   CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, ir::graphInputNames(*graph)));
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));

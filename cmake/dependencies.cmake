@@ -23,7 +23,18 @@ endmacro()
 
 cleave_require(Protobuf "libprotobuf-dev protobuf-compiler")
 cleave_require(ZLIB "zlib1g-dev")
-cleave_require(ONNX libonnx-dev)
+# ONNX's C++ library: built by scripts/onnx-library from PyPI's source of the onnx release the
+# Python side pins, into the clone's .onnx (scripts/setup), or the one CLEAVE_ONNX_DIR names (its
+# lib/cmake/ONNX). Found there only: Debian's libonnx 1.12, if installed, stops at opset 17.
+set(CLEAVE_ONNX_DIR "${CMAKE_CURRENT_SOURCE_DIR}/.onnx" CACHE PATH "prefix of ONNX's C++ library (scripts/onnx-library)")
+# Forced: a build folder configured against another ONNX keeps its ONNX_DIR in the cache.
+set(ONNX_DIR "${CLEAVE_ONNX_DIR}/lib/cmake/ONNX" CACHE PATH "ONNX's CMake config (cmake/dependencies.cmake)" FORCE)
+find_package(ONNX CONFIG QUIET NO_DEFAULT_PATH)
+if(NOT ONNX_FOUND OR NOT TARGET ONNX::onnx)
+  set(_cleave_missing "cleave: missing dependency ONNX: no ONNX C++ library under ${CLEAVE_ONNX_DIR} (scripts/setup builds it into .onnx)")
+  file(WRITE "${CMAKE_BINARY_DIR}/missing-dependency.txt" "${_cleave_missing}\n")
+  message(FATAL_ERROR "${_cleave_missing}")
+endif()
 cleave_require(nlohmann_json nlohmann-json3-dev 3)
 cleave_require(CLI11 libcli11-dev)
 
@@ -88,7 +99,7 @@ if(NOT CLEAVE_TORCH_CUDA_VERSION AND TARGET torch_cuda AND DEFINED CUDAToolkit_V
 endif()
 
 # The wheel's include/ holds, beside ATen, c10 and torch, the protobuf and oneDNN headers libtorch
-# was built with. Debian's libonnx and libdnnl need their own versions of both, and an -I folder
+# was built with. ONNX's library (built against Debian's protobuf) and libdnnl need their own versions of both, and an -I folder
 # wins over /usr/include: so the runtime sees the wheel's headers through a folder of links to
 # everything but google/ (protobuf), dnnl*.h* and oneapi/ (oneDNN).
 get_target_property(_cleave_torch_includes torch_cpu INTERFACE_INCLUDE_DIRECTORIES)

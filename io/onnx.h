@@ -12,10 +12,12 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "base/expected.h"
+#include "io/onnx_functions.h"
 #include "ir/graph.h"
 
 namespace cleave::io {
@@ -41,9 +43,15 @@ struct OnnxReadOptions {
   // --frozen / --trainable: glob patterns (fnmatch) over initializer names that hold tensors fixed
   // as frozen (io/fixed_parameters.h).
   FixedPatterns fixedPatterns;
+  // Ops to run as their function bodies (io/onnx_functions.h): the runtime's, those it has no
+  // kernel for. Empty: every node stays whole, as planning needs.
+  ExpandFunctionFilter expandFunctions;
 };
 
 inline constexpr std::int64_t kMinOnnxOpset = 11;
+// How a refusal of a type ATen lacks ends (the reader's of sub-byte types), so that tools can tell
+// such cases apart from failures (tests/onnx_backend/backend_suite.cpp counts them apart).
+inline constexpr std::string_view kNoAtenType = "no ATen tensor type holds it, so cleave does not read it yet";
 // Models of opsets 1 to 10 are brought to opset 11 on reading with libonnx's version converter
 // (ModelInfo::convertedFromOpset says so); older ones are refused.
 inline constexpr std::int64_t kMinConvertibleOpset = 1;
@@ -51,12 +59,14 @@ inline constexpr std::int64_t kMinConvertibleOpset = 1;
 // Scan-8 (an opset 8 model's Scan, with per-batch sequence_lens) becomes cleave::Scan8 on
 // conversion, which the runtime runs as Scan-8 says.
 inline constexpr std::string_view kLegacyDomain = "cleave";
-// The newest ai.onnx opset whose semantics cleave knows (its runtime kernels follow opset 18's
-// changes); a newer model is refused rather than run with older semantics.
-inline constexpr std::int64_t kMaxOnnxOpset = 18;
+// The newest ai.onnx opset whose semantics cleave knows: the newest that its ONNX library (the onnx
+// release scripts/onnx-library builds) defines, each op's changes up to it followed by the
+// runtime's kernels or its function bodies (io_test checks the two agree). A newer model is
+// refused rather than run with older semantics.
+inline constexpr std::int64_t kMaxOnnxOpset = 28;
 
 // Fails: NotFound (no such file), ParseError (not an ONNX protobuf, unknown dtype, bad external
-// data reference), Unsupported (opset below 7 or above 18, an op the opset converter cannot
+// data reference), Unsupported (an opset cleave cannot convert or newer than kMaxOnnxOpset, an op the opset converter cannot
 // convert, sparse initializers), InvalidArgument (negative
 // dims, sizes that overflow 64 bits, external data outside the model's folder), InvalidGraph (dangling
 // inputs, duplicate names, cycles).

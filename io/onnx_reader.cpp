@@ -28,6 +28,7 @@
 #include "io/fixed_parameters.h"
 #include "io/onnx.h"
 #include "io/onnx_inference.h"
+#include "io/tensor_proto.h"
 #include "io/protobuf_wire.h"
 #include "ir/builder.h"
 
@@ -58,39 +59,11 @@ Expected<DType> toDType(int code, const std::string& what) {
   std::optional<DType> dtype = ir::dtypeFromOnnx(code);
   if (!dtype || *dtype == DType::Undefined)
     return Error(ErrorCode::ParseError) << what << " has unknown data type " << code;
+  if (ir::isSubByte(*dtype))
+    return Error(ErrorCode::Unsupported) << what << " has type " << ir::dtypeName(*dtype)
+                                         << ", packed several to a byte: " << kNoAtenType;
   return *dtype;
 }
-
-// Typed repeated fields -> little-endian raw bytes, as raw_data would hold them.
-template <typename Source, typename Element>
-void appendAs(std::string& out, const Source& values) {
-  for (auto value : values) {
-    auto element = static_cast<Element>(value);
-    out.append(reinterpret_cast<const char*>(&element), sizeof element);
-  }
-}
-
-Expected<std::string> typedFieldsToRaw(const onnx::TensorProto& tensor, DType dtype) {
-  std::string raw;
-  switch (dtype) {
-  case DType::F32: case DType::C64: appendAs<decltype(tensor.float_data()), float>(raw, tensor.float_data()); break;
-  case DType::F64: case DType::C128: appendAs<decltype(tensor.double_data()), double>(raw, tensor.double_data()); break;
-  case DType::I64: appendAs<decltype(tensor.int64_data()), std::int64_t>(raw, tensor.int64_data()); break;
-  case DType::U32: appendAs<decltype(tensor.uint64_data()), std::uint32_t>(raw, tensor.uint64_data()); break;
-  case DType::U64: appendAs<decltype(tensor.uint64_data()), std::uint64_t>(raw, tensor.uint64_data()); break;
-  case DType::I32: appendAs<decltype(tensor.int32_data()), std::int32_t>(raw, tensor.int32_data()); break;
-  case DType::I16: appendAs<decltype(tensor.int32_data()), std::int16_t>(raw, tensor.int32_data()); break;
-  case DType::U16: case DType::F16: case DType::BF16:
-    appendAs<decltype(tensor.int32_data()), std::uint16_t>(raw, tensor.int32_data()); break;
-  case DType::I8: appendAs<decltype(tensor.int32_data()), std::int8_t>(raw, tensor.int32_data()); break;
-  case DType::U8: case DType::Bool: appendAs<decltype(tensor.int32_data()), std::uint8_t>(raw, tensor.int32_data()); break;
-  default:
-    return Error(ErrorCode::Unsupported) << "initializer '" << tensor.name() << "' of type "
-                                         << ir::dtypeName(dtype) << " is not supported";
-  }
-  return raw;
-}
-
 
 Error corrupt(const std::string& what) {
   return Error(ErrorCode::ParseError) << "not a valid ONNX model (" << what
@@ -118,29 +91,6 @@ enum Shape : std::uint32_t { kDim = 1 };
 enum Dim : std::uint32_t { kDimValue = 1, kDimParam = 2 };
 enum Entry : std::uint32_t { kKey = 1, kValue = 2 };
 } // namespace field
-
-// Calls visit(field, type, reader) for each field of a message; `visit` consumes the field (or
-// returns false to have it skipped). False when the message is malformed.
-template <typename Visit> bool forEachField(std::string_view message, Visit&& visit) {
-  WireReader reader(message);
-  while (!reader.atEnd()) {
-    std::uint32_t number;
-    WireType type;
-    if (!reader.readTag(number, type))
-      return false;
-    bool ok = true;
-    if (!visit(number, type, reader, ok))
-      ok = reader.skip(type);
-    if (!ok)
-      return false;
-  }
-  return true;
-}
-
-// Reads a length-delimited field as text/bytes; false if the field has another wire type.
-bool readText(WireType type, WireReader& reader, std::string_view& out) {
-  return type == WireType::Bytes && reader.readBytes(out);
-}
 
 bool readKeyValue(std::string_view entry, std::string_view& key, std::string_view& value) {
   return forEachField(entry, [&](std::uint32_t number, WireType type, WireReader& r, bool& ok) {
@@ -1087,6 +1037,12 @@ Expected<ir::Graph> readMappedOnnx(std::shared_ptr<const MappedFile> file, const
   const std::string path = file->path();
   std::int64_t originalOpset = 0;
   CLEAVE_TRY(file, convertOldOpset(file, originalOpset));
+  if (options.expandFunctions) {
+    Expected<std::shared_ptr<const MappedFile>> expanded = expandFunctionNodes(file, options.expandFunctions);
+    if (!expanded)
+      return std::move(expanded.error().withContext(path));
+    file = std::move(*expanded);
+  }
   Expected<ir::GraphBuilder> builder = OnnxScanner(file, options).scan();
   // A node output without a declared type: scan again with onnx's inferred types. Models that
   // need this (typical framework exports) are small next to the ones that do not.

@@ -108,4 +108,28 @@ inline void appendBytesField(std::string& out, std::uint32_t field, std::string_
   out.append(bytes);
 }
 
+// Calls visit(field, type, reader, ok) for each field of a message; `visit` consumes the field
+// (setting ok false when it is malformed) or returns false to have it skipped. False when the
+// message is malformed. O(message bytes) plus what `visit` does.
+template <typename Visit> bool forEachField(std::string_view message, Visit&& visit) {
+  WireReader reader(message);
+  while (!reader.atEnd()) {
+    std::uint32_t number;
+    WireType type;
+    if (!reader.readTag(number, type))
+      return false;
+    bool ok = true;
+    if (!visit(number, type, reader, ok))
+      ok = reader.skip(type);
+    if (!ok)
+      return false;
+  }
+  return true;
+}
+
+// Reads a length-delimited field as text/bytes; false if the field has another wire type.
+inline bool readText(WireType type, WireReader& reader, std::string_view& out) {
+  return type == WireType::Bytes && reader.readBytes(out);
+}
+
 } // namespace cleave::io

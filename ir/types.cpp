@@ -14,7 +14,8 @@ struct DTypeInfo {
 constexpr std::array<DTypeInfo, kMaxDTypeCode + 1> kDTypes = {{
     {"undefined", 0}, {"f32", 4}, {"u8", 1}, {"i8", 1}, {"u16", 2}, {"i16", 2}, {"i32", 4},
     {"i64", 8}, {"string", 0}, {"bool", 1}, {"f16", 2}, {"f64", 8}, {"u32", 4}, {"u64", 8},
-    {"c64", 8}, {"c128", 16}, {"bf16", 2},
+    {"c64", 8}, {"c128", 16}, {"bf16", 2}, {"f8e4m3fn", 1}, {"f8e4m3fnuz", 1}, {"f8e5m2", 1},
+    {"f8e5m2fnuz", 1}, {"u4", 0}, {"i4", 0}, {"f4e2m1", 0}, {"f8e8m0", 1}, {"u2", 0}, {"i2", 0},
 }};
 } // namespace
 

@@ -17,11 +17,20 @@ namespace cleave::ir {
 enum class DType : std::uint8_t {
   Undefined = 0, F32 = 1, U8 = 2, I8 = 3, U16 = 4, I16 = 5, I32 = 6, I64 = 7, String = 8,
   Bool = 9, F16 = 10, F64 = 11, U32 = 12, U64 = 13, C64 = 14, C128 = 15, BF16 = 16,
+  // 8-bit floats (opset 19; e8m0, opset 24: a power-of-two scale) and sub-byte types (opset 21 on),
+  // which ONNX packs two or four to a byte.
+  F8E4M3FN = 17, F8E4M3FNUZ = 18, F8E5M2 = 19, F8E5M2FNUZ = 20, U4 = 21, I4 = 22, F4E2M1 = 23, F8E8M0 = 24,
+  U2 = 25, I2 = 26,
 };
-constexpr int kMaxDTypeCode = 16;
+constexpr int kMaxDTypeCode = 26;
 
-// Bytes per element; 0 for Undefined and String (no fixed size).
+// Bytes per element; 0 for Undefined, String (no fixed size) and the sub-byte types.
 int dtypeSize(DType dtype);
+// A type ONNX packs several to a byte (int4, uint4, float4e2m1, int2, uint2). cleave reads none of
+// them yet: no ATen tensor type holds them element by element.
+constexpr bool isSubByte(DType dtype) {
+  return dtype == DType::U4 || dtype == DType::I4 || dtype == DType::F4E2M1 || dtype == DType::U2 || dtype == DType::I2;
+}
 // A real floating type (what training can differentiate): f16, bf16, f32, f64.
 constexpr bool isFloating(DType dtype) {
   return dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::F32 || dtype == DType::F64;

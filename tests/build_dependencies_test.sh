@@ -30,7 +30,18 @@ else
   failed=$((failed + 1))
   echo "FAIL: a missing libtorch gave exit $rc and: $err"
 fi
-check ONNX libonnx-dev
+# ONNX's library is built by scripts/setup into .onnx: a folder without it is named.
+dir="$(mktemp -d)"
+err="$("$root/scripts/build" "$dir" "-DCLEAVE_ONNX_DIR=$dir/no-onnx" 2>&1 >/dev/null)"
+rc=$?
+rm -rf "$dir"
+if [ "$rc" = 1 ] && [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] &&
+  [[ "$err" == "cleave: missing dependency ONNX: no ONNX C++ library under $dir/no-onnx (scripts/setup builds it into .onnx)" ]]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL: a missing ONNX library gave exit $rc and: $err"
+fi
 check OpenCL ocl-icd-opencl-dev
 check GTest "libgtest-dev libgmock-dev"
 echo "$passed passed, $failed failed"

@@ -5,7 +5,7 @@ import os
 import shutil
 import subprocess
 
-from testlib import CLEAVE, EXAMPLES, TempDirTest, main, run
+from testlib import CLEAVE, EXAMPLES, ONNX_TESTS, TempDirTest, main, run
 
 
 class Help(TempDirTest):
@@ -188,7 +188,7 @@ class ConcurrentOutput(TempDirTest):
 
 
 class OpsetsAndKernels(TempDirTest):
-    DATA = "/usr/share/libonnx-testdata/data"
+    DATA = ONNX_TESTS
 
     def test_old_opsets_are_converted_and_said_so(self):
         model = os.path.join(self.DATA, "pytorch-operator", "test_operator_conv", "model.onnx")

@@ -1,4 +1,4 @@
-"""Round trips checked by an independent reader: Python's onnx package (Debian's python3-onnx).
+"""Round trips checked by an independent reader: Python's onnx package (PyPI's, the release whose C++ library cleave builds).
 
 For every generated family and every example model, `cleave convert` must write a model that
 passes onnx.checker's full check and holds the same nodes (op, domain, inputs, outputs,

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from testlib import EXAMPLES, TempDirTest, main, run
+from testlib import EXAMPLES, ONNX_TESTS, TempDirTest, main, run
 
 CNN = os.path.join(EXAMPLES, "cnn.onnx")
 
@@ -442,7 +442,7 @@ class RuntimeCli(TempDirTest):
         self.assertEqual(zipfile.ZipFile(self.path("again.npz")).testzip(), None)
 
     def test_sequence_inputs_and_outputs_as_pb(self):
-        case = "/usr/share/libonnx-testdata/data/node/test_sequence_insert_at_back"
+        case = os.path.join(ONNX_TESTS, "node", "test_sequence_insert_at_back")
         model, data = os.path.join(case, "model.onnx"), os.path.join(case, "test_data_set_0")
         code, out, err = run("run", model, "--inputs", data, "--save-outputs", self.path("out") + "/")
         self.assertEqual(code, 0, err)

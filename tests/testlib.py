@@ -10,6 +10,8 @@ import unittest
 CLEAVE = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "cleave"
 SOURCE_DIR = os.environ.get("CLEAVE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".."))
 EXAMPLES = os.path.join(SOURCE_DIR, "examples")
+# ONNX's backend test cases of the onnx release scripts/setup installs (tests/onnx_backend/generate_cases.py).
+ONNX_TESTS = os.path.join(SOURCE_DIR, ".onnx-tests")
 # ONNX Runtime as the independent oracle (tests/oracle/onnxruntime_oracle.py), run in its own
 # process by the interpreter running the tests (scripts/setup's virtual environment):
 # `[*ORACLE, "run", MODEL, INPUTS, OUTPUTS]` or `[*ORACLE, "plan", MODEL, OUT_DIR, INPUTS]`.

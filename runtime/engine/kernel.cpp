@@ -130,6 +130,10 @@ std::vector<std::string> missingKernels(const ir::Graph& graph) {
   return missing;
 }
 
+io::ExpandFunctionFilter opsWithoutKernels() {
+  return [](std::string_view domain, std::string_view opType) { return kernelTable().find(domain, opType) == nullptr; };
+}
+
 at::Tensor toDense(const at::Tensor& t) {
   if (!t.defined())
     return t;

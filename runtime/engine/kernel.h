@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "io/onnx_functions.h"
 #include "ir/graph.h"
 #include "runtime/engine/device_wing.h"
 #include "runtime/engine/tensors.h"
@@ -156,6 +157,10 @@ const KernelTable& kernelTable();
 // The op targets of `graph` (ONNX op nodes, subgraph bodies not included) that have no kernel,
 // sorted and unique. O(nodes * log kernels).
 std::vector<std::string> missingKernels(const ir::Graph& graph);
+
+// What the runtime asks a reader to expand into function bodies (io/onnx_functions.h): the ops
+// that have no kernel. A kernel, where one is written, runs the op whole.
+io::ExpandFunctionFilter opsWithoutKernels();
 
 // Every kernel family's registration (runtime/kernels/families.cpp): the engine's table is built
 // from it once.

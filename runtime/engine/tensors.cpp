@@ -11,6 +11,7 @@
 #include "base/file_io.h"
 #include "base/json.h"
 #include "io/tensor_file.h"
+#include "io/tensor_proto.h"
 #include "runtime/engine/host_memory.h"
 #include "runtime/engine/kernel.h"
 
@@ -30,6 +31,11 @@ Expected<at::ScalarType> scalarTypeOf(ir::DType dtype) {
   case ir::DType::Bool: return at::kBool;
   case ir::DType::C64: return at::kComplexFloat;
   case ir::DType::C128: return at::kComplexDouble;
+  case ir::DType::F8E4M3FN: return at::kFloat8_e4m3fn;
+  case ir::DType::F8E4M3FNUZ: return at::kFloat8_e4m3fnuz;
+  case ir::DType::F8E5M2: return at::kFloat8_e5m2;
+  case ir::DType::F8E5M2FNUZ: return at::kFloat8_e5m2fnuz;
+  case ir::DType::F8E8M0: return at::kFloat8_e8m0fnu;
   case ir::DType::U16: return at::kInt;
   case ir::DType::U32: case ir::DType::U64: return at::kLong;
   default:
@@ -51,6 +57,11 @@ ir::DType dtypeOf(at::ScalarType type) {
   case at::kBool: return ir::DType::Bool;
   case at::kComplexFloat: return ir::DType::C64;
   case at::kComplexDouble: return ir::DType::C128;
+  case at::kFloat8_e4m3fn: return ir::DType::F8E4M3FN;
+  case at::kFloat8_e4m3fnuz: return ir::DType::F8E4M3FNUZ;
+  case at::kFloat8_e5m2: return ir::DType::F8E5M2;
+  case at::kFloat8_e5m2fnuz: return ir::DType::F8E5M2FNUZ;
+  case at::kFloat8_e8m0fnu: return ir::DType::F8E8M0;
   default: return ir::DType::Undefined;
   }
 }
@@ -173,7 +184,8 @@ Expected<at::Tensor> tensorFromParsed(const onnx::TensorProto& proto, const std:
                                           << " elements";
     return makeStringTensor(dims, {proto.string_data().begin(), proto.string_data().end()});
   }
-  CLEAVE_TRY(at::ScalarType type, scalarTypeOf(*dtype));
+  if (Expected<at::ScalarType> type = scalarTypeOf(*dtype); !type) // a dtype ATen has no type for
+    return std::move(type.error());
   std::size_t size = static_cast<std::size_t>(elements) * ir::dtypeSize(*dtype);
   if (proto.data_location() == onnx::TensorProto::EXTERNAL)
     return Error(ErrorCode::Unsupported) << what << ": external data in an attribute tensor";
@@ -183,31 +195,12 @@ Expected<at::Tensor> tensorFromParsed(const onnx::TensorProto& proto, const std:
                                           << size;
     return tensorFromStored(proto.raw_data().data(), size, dims, *dtype);
   }
-  at::Tensor tensor;
-  auto fill = [&](const auto& field, at::ScalarType from) -> Status {
-    if (static_cast<std::int64_t>(field.size()) != elements) // checked before allocating
-      return Error(ErrorCode::ParseError) << what << ": " << field.size() << " values for " << elements << " elements";
-    tensor = at::empty(dims, at::TensorOptions().dtype(type));
-    std::vector<std::remove_cvref_t<decltype(field[0])>> values(field.begin(), field.end());
-    tensor.copy_(at::from_blob(values.data(), dims, at::TensorOptions().dtype(from)).clone().to(type));
-    return {};
-  };
-  switch (type) {
-  case at::kFloat: CLEAVE_CHECK(fill(proto.float_data(), at::kFloat)); break;
-  case at::kDouble: CLEAVE_CHECK(fill(proto.double_data(), at::kDouble)); break;
-  case at::kLong:
-    if (*dtype == ir::DType::U32 || *dtype == ir::DType::U64) // uint64_data; u64 keeps its 64 bits
-      CLEAVE_CHECK(fill(proto.uint64_data(), at::kLong));
-    else
-      CLEAVE_CHECK(fill(proto.int64_data(), at::kLong));
-    break;
-  case at::kInt: case at::kShort: case at::kChar: case at::kByte: case at::kBool:
-    CLEAVE_CHECK(fill(proto.int32_data(), at::kInt));
-    break;
-  default:
-    return Error(ErrorCode::Unsupported) << what << ": typed-field data of dtype " << ir::dtypeName(*dtype);
-  }
-  return tensor;
+  // The typed fields (float_data, int32_data, ...) as raw_data would hold them (io/tensor_proto.h).
+  CLEAVE_TRY(std::string raw, io::typedFieldsToRaw(proto, *dtype));
+  if (raw.size() != size)
+    return Error(ErrorCode::ParseError) << what << ": " << raw.size() / std::max(1, ir::dtypeSize(*dtype))
+                                        << " values for " << elements << " elements";
+  return tensorFromStored(raw.data(), size, dims, *dtype);
 }
 } // namespace
 

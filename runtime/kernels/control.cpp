@@ -88,8 +88,10 @@ ScanSteps runScanSteps(Executor& body, const std::vector<std::string>& names, Te
 }
 
 // The number of scan inputs a Scan node names, checked against its operands (`explicitInputs`,
-// sequence_lens not included) and its body's inputs.
+// sequence_lens not included) and its body's own inputs (`bodyInputs` less the outer-scope values
+// it reads, which the reader appends as inputs: io/onnx.h).
 std::size_t scanInputCount(KernelContext& c, std::size_t explicitInputs, std::size_t bodyInputs) {
+  bodyInputs -= std::min<std::size_t>(bodyInputs, c.graph().numImplicitInputs(c.node()));
   const std::size_t count = static_cast<std::size_t>(c.intAttr("num_scan_inputs", 0));
   if (count == 0 || count > explicitInputs || bodyInputs != explicitInputs)
     throw KernelError("num_scan_inputs does not fit the node's " + std::to_string(explicitInputs) +

@@ -32,11 +32,17 @@ at::Tensor add(const at::Tensor& a, const at::Tensor& b) { return at::add(a, b);
 // BitShift on unsigned integers (uint8, and u16/u32/u64 held widened, runtime/engine/tensors.h): the
 // shift is logical, bits leaving the declared width are dropped, and a shift by the width or more
 // gives 0. O(elements).
+// BitShift on any integer type: unsigned values shift logically; signed ones (opset 28) shift
+// right arithmetically, and bits shifted past the sign bit are lost. A shift that is negative or
+// at least the type's width leaves what the sign alone gives: -1 for a right shift of a negative
+// value, else 0.
 Outputs bitShift(KernelContext& c) {
   const bool left = c.stringAttr("direction", "") == "LEFT";
-  const int width = 8 * ir::dtypeSize(c.graph().dtype(c.graph().inputs(c.node())[0]));
-  if (width == 0 || !at::isIntegralType(c.input(0).scalar_type(), false))
-    throw KernelError("BitShift needs unsigned integer operands");
+  const at::ScalarType type = c.input(0).scalar_type();
+  const int width = static_cast<int>(8 * c10::elementSize(type));
+  if (!at::isIntegralType(type, false))
+    throw KernelError("BitShift needs integer operands");
+  const bool isSigned = at::isSignedType(type);
   std::vector<at::Tensor> operands = at::broadcast_tensors({c.input(0), c.input(1)});
   at::Tensor x = operands[0].to(at::kLong).contiguous(), shift = operands[1].to(at::kLong).contiguous();
   at::Tensor out = at::empty_like(x);
@@ -45,11 +51,19 @@ Outputs bitShift(KernelContext& c) {
   const std::int64_t* ss = shift.data_ptr<std::int64_t>();
   std::int64_t* os = out.data_ptr<std::int64_t>();
   for (std::int64_t i = 0; i < x.numel(); ++i) {
-    const std::uint64_t value = static_cast<std::uint64_t>(xs[i]) & mask, by = static_cast<std::uint64_t>(ss[i]) & mask;
-    const std::uint64_t shifted = by >= static_cast<std::uint64_t>(width) ? 0 : left ? (value << by) & mask : value >> by;
+    const std::int64_t by = ss[i];
+    const bool outOfRange = by < 0 || by >= width;
+    if (isSigned && !left) {
+      os[i] = outOfRange ? (xs[i] < 0 ? -1 : 0) : xs[i] >> by; // xs[i] holds the sign-extended value
+      continue;
+    }
+    const std::uint64_t value = static_cast<std::uint64_t>(xs[i]) & mask;
+    std::uint64_t shifted = outOfRange ? 0 : left ? (value << by) & mask : value >> by;
+    if (isSigned && width < 64 && (shifted >> (width - 1) & 1u)) // back to the signed type's range
+      shifted |= ~mask;
     os[i] = static_cast<std::int64_t>(shifted);
   }
-  return {out.to(c.input(0).scalar_type())};
+  return {out.to(type)};
 }
 
 Outputs addOperands(KernelContext& c) {
@@ -161,6 +175,11 @@ void registerElementwiseKernels(KernelTable& t) {
   t.add("Gelu", [](KernelContext& c) -> Outputs { // opset 20
     return {geluInMemoryOrder(c.input(0), c.stringAttr("approximate", "none"))};
   });
+  t.add("Swish", [](KernelContext& c) -> Outputs { // opset 24
+    const at::Tensor& x = c.input(0);
+    float alpha = c.floatAttr("alpha", 1.0f);
+    return {alpha == 1.0f ? at::silu(x) : x * at::sigmoid(x * alpha)};
+  });
   t.add("Clip", [](KernelContext& c) -> Outputs {
     at::Tensor x = c.input(0);
     if (c.opset() < 11) {
@@ -195,6 +214,10 @@ void registerElementwiseKernels(KernelTable& t) {
     return {c.intAttr("fmod", 0) ? at::fmod(c.input(0), c.input(1)) : at::remainder(c.input(0), c.input(1))};
   });
   t.add("BitShift", bitShift);
+  t.add("BitwiseAnd", [](KernelContext& c) -> Outputs { return {at::bitwise_and(c.input(0), c.input(1))}; });
+  t.add("BitwiseOr", [](KernelContext& c) -> Outputs { return {at::bitwise_or(c.input(0), c.input(1))}; });
+  t.add("BitwiseXor", [](KernelContext& c) -> Outputs { return {at::bitwise_xor(c.input(0), c.input(1))}; });
+  t.add("BitwiseNot", [](KernelContext& c) -> Outputs { return {at::bitwise_not(c.input(0))}; });
   t.add("Equal", [](KernelContext& c) -> Outputs { return {at::eq(c.input(0), c.input(1))}; });
   t.add("Greater", [](KernelContext& c) -> Outputs { return {at::gt(c.input(0), c.input(1))}; });
   t.add("GreaterOrEqual", [](KernelContext& c) -> Outputs { return {at::ge(c.input(0), c.input(1))}; });
@@ -216,9 +239,19 @@ void registerElementwiseKernels(KernelTable& t) {
     std::optional<ir::DType> to = ir::dtypeFromOnnx(static_cast<int>(c.intAttr("to", 1)));
     if (!to)
       throw KernelError("unknown dtype code " + std::to_string(c.intAttr("to", 1)));
-    return {castTo(c.input(0), *to)};
+    return {castTo(c.input(0), *to, c.intAttr("saturate", 1) != 0)};
   });
-  t.add("CastLike", [](KernelContext& c) -> Outputs { return {castTo(c.input(0), dtypeOf(c.input(1)))}; });
+  t.add("BitCast", [](KernelContext& c) -> Outputs { // opset 26: the same bits as another type of their width
+    std::optional<ir::DType> to = ir::dtypeFromOnnx(static_cast<int>(c.intAttr("to", 0)));
+    Expected<at::ScalarType> type = scalarTypeOf(to.value_or(ir::DType::Undefined));
+    const at::Tensor& x = c.input(0);
+    if (!type || c10::elementSize(*type) != x.element_size())
+      throw KernelError("BitCast to type " + std::to_string(c.intAttr("to", 0)) + " of another width than its input");
+    return {x.contiguous().view(*type)};
+  });
+  t.add("CastLike", [](KernelContext& c) -> Outputs {
+    return {castTo(c.input(0), dtypeOf(c.input(1)), c.intAttr("saturate", 1) != 0)};
+  });
 }
 
 } // namespace cleave::runtime

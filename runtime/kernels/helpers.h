@@ -117,8 +117,9 @@ std::int64_t normalizeAxis(std::int64_t axis, std::int64_t rank); // throws Kern
 at::ScalarType onnxScalarType(std::int64_t onnxDtype);              // throws KernelError when unknown
 // ONNX Cast of `x` to `target`: numbers through ATen; to and from string tensors as ONNX's
 // reference (numpy) writes and reads them (runtime/kernels/text.cpp). Throws KernelError naming a
-// string that is not a number.
-at::Tensor castTo(const at::Tensor& x, ir::DType target);
+// string that is not a number. To an 8-bit float, `saturate` (Cast-19's attribute, default 1)
+// clamps to the type's finite range; otherwise what overflows is NaN or infinity.
+at::Tensor castTo(const at::Tensor& x, ir::DType target, bool saturate = true);
 // ONNX's 2-D coercion (Flatten, pre-13 Softmax): [prod(dims before axis), prod(dims from axis)].
 at::Tensor flattenTo2d(const at::Tensor& x, std::int64_t axis);
 // GELU (exact, or "tanh") of x, in x's own memory order: a dense tensor that is not contiguous (a

@@ -186,6 +186,23 @@ Outputs unique(KernelContext& c) {
 } // namespace
 
 void registerIndexKernels(KernelTable& t) {
+  // TensorScatter (opset 24): the cache with each batch entry's update written along `axis` from
+  // its write index (0 when none is given), wrapping around in circular mode; as a scatter.
+  t.add("TensorScatter", [](KernelContext& c) -> Outputs {
+    const at::Tensor &cache = c.input(0), &update = c.input(1);
+    const std::int64_t axis = normalizeAxis(c.intAttr("axis", -2), cache.dim());
+    const std::int64_t length = update.size(axis), capacity = cache.size(axis);
+    at::Tensor starts = c.has(2) ? c.input(2).to(at::kLong) : at::zeros({cache.size(0)}, cache.options().dtype(at::kLong));
+    std::vector<std::int64_t> startShape(static_cast<std::size_t>(cache.dim()), 1), stepShape = startShape;
+    startShape[0] = cache.size(0);
+    stepShape[static_cast<std::size_t>(axis)] = length;
+    at::Tensor positions = starts.reshape(startShape) + at::arange(length, starts.options()).reshape(stepShape);
+    if (c.stringAttr("mode", "linear") == "circular")
+      positions = at::remainder(positions, capacity);
+    else if (length > 0 && (positions.min().item<std::int64_t>() < 0 || positions.max().item<std::int64_t>() >= capacity))
+      throw KernelError("TensorScatter writes past the cache's " + std::to_string(capacity) + " positions");
+    return {cache.scatter(axis, positions.expand(update.sizes()), update)};
+  });
   t.add("Unique", unique);
   t.add("ScatterElements", scatterElements);
   t.add("Scatter", scatterElements); // opset 9-10 name, converted models keep it rarely

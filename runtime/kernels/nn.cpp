@@ -279,12 +279,67 @@ at::Tensor averagePool(const at::Tensor& x, const std::vector<std::int64_t>& ker
   }
 }
 
+// Sums of `x` over each window, dilated, as a convolution of each channel with ones (ATen's pooling
+// has no dilation): pads are zeros; in ceil mode the last window may run past the padded input, as
+// long as it starts inside the input or its begin pad (PyTorch's and ONNX's rule), and reads zeros
+// there. [N, C, spatial...] in, [N, C, out...] out.
+at::Tensor dilatedWindowSums(const at::Tensor& x, const std::vector<std::int64_t>& kernel,
+                             const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& dilations,
+                             const WindowPads& pads, bool ceil, double padValue = 0.0) {
+  const std::size_t n = kernel.size();
+  WindowPads padded = pads;
+  for (std::size_t d = 0; d < n; ++d) {
+    const std::int64_t size = x.size(static_cast<std::int64_t>(d) + 2), in = size + pads.begin[d] + pads.end[d],
+                       span = (kernel[d] - 1) * dilations[d] + 1;
+    std::int64_t out = (in - span) / strides[d] + 1;
+    if (ceil) {
+      out = (in - span + strides[d] - 1) / strides[d] + 1;
+      if ((out - 1) * strides[d] >= size + pads.begin[d])
+        --out;
+    }
+    padded.end[d] += std::max<std::int64_t>(0, (out - 1) * strides[d] + span - in);
+  }
+  // The begin and end pads hold padValue; what ceil mode adds past them holds zeros.
+  at::Tensor input = at::constant_pad_nd(x, pads.atenOrder(), padValue);
+  WindowPads extra{std::vector<std::int64_t>(n, 0), std::vector<std::int64_t>(n, 0)};
+  for (std::size_t d = 0; d < n; ++d)
+    extra.end[d] = padded.end[d] - pads.end[d];
+  input = at::constant_pad_nd(input, extra.atenOrder(), 0.0);
+  std::vector<std::int64_t> channels{x.size(0) * x.size(1), 1}, weightShape{1, 1};
+  for (std::size_t d = 0; d < n; ++d) {
+    channels.push_back(input.size(static_cast<std::int64_t>(d) + 2));
+    weightShape.push_back(kernel[d]);
+  }
+  at::Tensor sums = at::convolution(input.reshape(channels), at::ones(weightShape, x.options()), at::Tensor(), strides,
+                                    std::vector<std::int64_t>(n, 0), dilations, false, std::vector<std::int64_t>(n, 0), 1);
+  std::vector<std::int64_t> shape{x.size(0), x.size(1)};
+  for (std::size_t d = 0; d < n; ++d)
+    shape.push_back(sums.size(static_cast<std::int64_t>(d) + 2));
+  return sums.reshape(shape);
+}
+
+// AveragePool-19's dilated windows: their sums over the count of what each covers (real elements,
+// or with count_include_pad the pads as well, never ceil mode's overhang).
+at::Tensor dilatedAveragePool(const at::Tensor& x, const std::vector<std::int64_t>& kernel,
+                              const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& dilations,
+                              const WindowPads& pads, bool ceil, bool includePad) {
+  at::Tensor sums = dilatedWindowSums(x, kernel, strides, dilations, pads, ceil);
+  std::vector<std::int64_t> one(x.sizes().begin(), x.sizes().end());
+  one[0] = one[1] = 1;
+  at::Tensor counts = dilatedWindowSums(at::ones(one, x.options()), kernel, strides, dilations, pads, ceil, includePad ? 1.0 : 0.0);
+  return sums / counts;
+}
+
 Outputs avgPool(KernelContext& c) {
   at::Tensor x = c.input(0);
   std::vector<std::int64_t> kernel = c.intsAttr("kernel_shape");
   std::size_t n = kernel.size();
   std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), n), ones(n, 1);
   bool ceil = c.intAttr("ceil_mode", 0) != 0, includePad = c.intAttr("count_include_pad", 0) != 0;
+  std::vector<std::int64_t> dilations = orOnes(c.intsAttr("dilations"), n);
+  if (dilations != ones) // opset 19
+    return {dilatedAveragePool(toDense(x), kernel, strides, dilations, windowPads(c, x, kernel, strides, dilations), ceil,
+                               includePad)};
   WindowPads pads = windowPads(c, x, kernel, strides, ones);
   if (n == 2 || n == 3) { // oneDNN directly, in x's layout, any pads
     using K = onednn::PoolKind;
@@ -676,6 +731,32 @@ void registerNnKernels(KernelTable& t) {
   t.add("ConvTranspose", convTranspose);
   t.add("MaxPool", maxPool, Layouts::DenseOrBlocked); // blocked values of either kind (Layouts)
   t.add("AveragePool", avgPool, atenBlockedOrDense());
+  t.add("LpPool", [](KernelContext& c) -> Outputs { // (sum over the window of |x|^p)^(1/p)
+    const at::Tensor& x = c.input(0);
+    std::vector<std::int64_t> kernel = c.intsAttr("kernel_shape");
+    std::vector<std::int64_t> strides = orOnes(c.intsAttr("strides"), kernel.size()),
+                              dilations = orOnes(c.intsAttr("dilations"), kernel.size());
+    const double p = static_cast<double>(c.intAttr("p", 2));
+    at::Tensor sums = dilatedWindowSums(x.abs().pow(p), kernel, strides, dilations,
+                                        windowPads(c, x, kernel, strides, dilations), c.intAttr("ceil_mode", 0) != 0);
+    return {sums.pow(1.0 / p)};
+  });
+  t.add("Col2Im", [](KernelContext& c) -> Outputs { // torch.nn.Fold, 2-D images (ATen's col2im)
+    std::vector<std::int64_t> image = c.ints(1), block = c.ints(2);
+    if (image.size() != 2 || block.size() != 2)
+      throw KernelError("Col2Im over " + std::to_string(image.size()) + " spatial dims (ATen's col2im folds 2)");
+    std::vector<std::int64_t> pads = c.intsAttr("pads", {0, 0, 0, 0});
+    if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3])
+      throw KernelError("Col2Im with different begin and end pads");
+    return {at::col2im(c.input(0), image, block, orOnes(c.intsAttr("dilations"), 2), {pads[0], pads[1]},
+                       orOnes(c.intsAttr("strides"), 2))};
+  }, hostOperands({1, 2}));
+  t.add("LpNormalization", [](KernelContext& c) -> Outputs { // x / its Lp norm along axis; 0 where that is 0
+    const at::Tensor& x = c.input(0);
+    at::Tensor norm = at::linalg_vector_norm(x, static_cast<double>(c.intAttr("p", 2)),
+                                             {normalizeAxis(c.intAttr("axis", -1), x.dim())}, /*keepdim=*/true);
+    return {at::where(norm == 0, at::zeros_like(x), x / norm)};
+  });
   t.add("GlobalAveragePool", [](KernelContext& c) -> Outputs {
     const at::Tensor& x = c.input(0);
     if (at::Tensor y = globalAverageChannelsLast(x); y.defined())
@@ -709,6 +790,23 @@ void registerNnKernels(KernelTable& t) {
     auto [y, mean, rstd] = at::native_layer_norm(x, shape, scale.contiguous(), bias.defined() ? bias.contiguous() : bias,
                                                  c.floatAttr("epsilon", 1e-5f));
     return {y, mean, rstd};
+  });
+  t.add("RMSNormalization", [](KernelContext& c) -> Outputs { // opset 23
+    const at::Tensor& x = c.input(0);
+    std::int64_t axis = normalizeAxis(c.intAttr("axis", -1), x.dim());
+    std::vector<std::int64_t> axes;
+    for (std::int64_t d = axis; d < x.dim(); ++d)
+      axes.push_back(d);
+    // Stage one (the mean of squares and the division) in stash_type's precision, as the
+    // function body casts; the scale multiplies in X's type.
+    std::optional<ir::DType> stash = ir::dtypeFromOnnx(static_cast<int>(c.intAttr("stash_type", 1)));
+    Expected<at::ScalarType> stashType = scalarTypeOf(stash.value_or(ir::DType::Undefined));
+    if (!stashType)
+      throw KernelError("unsupported stash_type " + std::to_string(c.intAttr("stash_type", 1)));
+    at::Tensor wide = x.to(*stashType);
+    at::Tensor meanSquare = wide.square().mean(axes, /*keepdim=*/true);
+    at::Tensor normalized = (wide * at::rsqrt(meanSquare + c.floatAttr("epsilon", 1e-5f))).to(x.scalar_type());
+    return {normalized * c.input(1)};
   });
   t.add("Gemm", [](KernelContext& c) -> Outputs {
     at::Tensor a = c.input(0);

@@ -1,6 +1,8 @@
 // runtime/kernels/reduce.cpp - reductions (axes as an attribute, or as an operand from opset 13 for
 // ReduceSum and 18 for the others; keepdims; noop_with_empty_axes), ArgMax/ArgMin, TopK (ties in
 // index order), CumSum.
+#include <ATen/Dispatch.h>
+
 #include "runtime/kernels/helpers.h"
 
 namespace cleave::runtime {
@@ -9,6 +11,26 @@ namespace {
 using Outputs = std::vector<at::Tensor>;
 
 enum class Reduction { Mean, Sum, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare };
+
+// The maximum (minimum) of an empty set is the type's lowest (highest) value: -inf (inf) for
+// floats, false (true) for bool (ReduceMax/ReduceMin-20), shaped as the reduction would be.
+at::Tensor emptyExtreme(const at::Tensor& x, const std::vector<std::int64_t>& axes, bool keep, bool max) {
+  std::vector<std::int64_t> shape;
+  for (std::int64_t d = 0; d < x.dim(); ++d) {
+    bool reduced = std::find(axes.begin(), axes.end(), d) != axes.end();
+    if (!reduced || keep)
+      shape.push_back(reduced ? 1 : x.size(d));
+  }
+  at::Tensor out = at::empty(shape, x.options());
+  if (x.scalar_type() == at::kBool)
+    return out.fill_(!max);
+  if (at::isFloatingType(x.scalar_type()))
+    return out.fill_(max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity());
+  AT_DISPATCH_INTEGRAL_TYPES(x.scalar_type(), "emptyExtreme", [&] {
+    out.fill_(max ? std::numeric_limits<scalar_t>::lowest() : std::numeric_limits<scalar_t>::max());
+  });
+  return out;
+}
 
 template <Reduction R, int AxesOperandSince> Outputs reduce(KernelContext& c) {
   at::Tensor x = c.input(0);
@@ -28,6 +50,8 @@ template <Reduction R, int AxesOperandSince> Outputs reduce(KernelContext& c) {
   }
   for (std::int64_t& a : axes)
     a = normalizeAxis(a, x.dim());
+  if ((R == Reduction::Max || R == Reduction::Min) && x.numel() == 0)
+    return {emptyExtreme(x, axes, keep, R == Reduction::Max)};
   switch (R) {
   case Reduction::Mean: return {x.mean(axes, keep)};
   case Reduction::Sum: return {x.sum(axes, keep)};
@@ -135,10 +159,23 @@ void registerReduceKernels(KernelTable& t) {
     bool exclusive = c.intAttr("exclusive", 0) != 0, reverse = c.intAttr("reverse", 0) != 0;
     if (reverse)
       x = x.flip(axis);
-    at::Tensor sums = x.cumsum(axis);
+    at::Tensor sums = x.cumsum(axis, x.scalar_type()); // ATen would widen integers to int64
     if (exclusive)
       sums = sums - x;
     return {reverse ? sums.flip(axis) : sums};
+  }, hostOperands({1}));
+  t.add("CumProd", [](KernelContext& c) -> Outputs { // opset 26
+    at::Tensor x = c.input(0);
+    std::int64_t axis = normalizeAxis(c.input(1).item<std::int64_t>(), x.dim());
+    bool exclusive = c.intAttr("exclusive", 0) != 0, reverse = c.intAttr("reverse", 0) != 0;
+    if (reverse)
+      x = x.flip(axis);
+    at::Tensor products = x.cumprod(axis, x.scalar_type());
+    // Exclusive: each product of the elements before it, so the first is 1 (no division, which a
+    // zero would break).
+    if (exclusive && x.size(axis) > 0)
+      products = at::cat({at::ones_like(x.narrow(axis, 0, 1)), products.narrow(axis, 0, x.size(axis) - 1)}, axis);
+    return {reverse ? products.flip(axis) : products};
   }, hostOperands({1}));
 }
 

@@ -90,6 +90,22 @@ Outputs gather(KernelContext& c) {
   return {data.index_select(axis, indices.flatten()).reshape(shape)};
 }
 
+// Wrap padding (Pad-19): position i of each padded axis reads (i - before) mod n; negative pads crop.
+at::Tensor wrapPad(const at::Tensor& data, const std::vector<std::int64_t>& begin, const std::vector<std::int64_t>& end) {
+  at::Tensor result = data;
+  for (std::int64_t a = 0; a < data.dim(); ++a) {
+    const std::int64_t n = result.size(a), before = begin[static_cast<std::size_t>(a)],
+                       after = end[static_cast<std::size_t>(a)], length = n + before + after;
+    if (before == 0 && after == 0)
+      continue;
+    if (n == 0 || length < 0)
+      throw KernelError("cannot wrap-pad an axis of " + std::to_string(n) + " to " + std::to_string(length));
+    at::Tensor positions = at::arange(length, at::TensorOptions().dtype(at::kLong).device(data.device()));
+    result = result.index_select(a, at::remainder(positions - before, n));
+  }
+  return result;
+}
+
 // Edge or reflect padding of one axis as a gather, for every rank and dtype: position i of the
 // padded axis reads clamp(i) (edge) or numpy's reflection of i (reflect, period 2 (n - 1)); a
 // negative pad crops.
@@ -141,6 +157,8 @@ Outputs pad(KernelContext& c) {
   }
   if (mode == "constant")
     return {at::constant_pad_nd(data, atenPads, value)};
+  if (mode == "wrap") // opset 19: as if the data were a torus; a pad may exceed the axis (modular gather)
+    return {wrapPad(data, begin, end)};
   if (mode != "edge" && mode != "reflect")
     throw KernelError("unknown mode '" + mode + "'");
   at::Tensor result = data;
@@ -172,7 +190,10 @@ void registerShapeKernels(KernelTable& t) {
   t.add("SpaceToDepth", [](KernelContext& c) -> Outputs {
     const at::Tensor& x = c.input(0);
     std::int64_t b = c.intAttr("blocksize", 1), n = x.size(0), ch = x.size(1), h = x.size(2), w = x.size(3);
-    return {x.reshape({n, ch, h / b, b, w / b, b}).permute({0, 3, 5, 1, 2, 4}).reshape({n, ch * b * b, h / b, w / b})};
+    at::Tensor blocks = x.reshape({n, ch, h / b, b, w / b, b});
+    // DCR (the default): the block's offsets before the channel; CRD (opset 28): after it.
+    blocks = c.stringAttr("mode", "DCR") == "CRD" ? blocks.permute({0, 1, 3, 5, 2, 4}) : blocks.permute({0, 3, 5, 1, 2, 4});
+    return {blocks.reshape({n, ch * b * b, h / b, w / b})};
   });
   t.add("Constant", [](KernelContext& c) -> Outputs {
     if (at::Tensor value = c.tensorAttr("value"); value.defined())

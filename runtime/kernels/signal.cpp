@@ -42,16 +42,24 @@ Outputs dft(KernelContext& c) {
   at::Tensor x = c.input(0);
   if (x.dim() < 2 || (x.size(-1) != 1 && x.size(-1) != 2))
     throw KernelError("DFT input must end in an axis of 1 (real) or 2 (complex) entries");
-  std::int64_t axis = c.intAttr("axis", 1);
-  axis = axis < 0 ? axis + x.dim() : axis;
+  // Opset 20 moved the axis from an attribute (default 1) to input 2 (default -2, the last signal
+  // axis; negative counts from the back of the input's rank).
+  const std::int64_t given = c.opset() >= 20 ? (c.has(2) ? c.ints(2).at(0) : -2) : c.intAttr("axis", 1);
+  const std::int64_t axis = given < 0 ? given + x.dim() : given;
   if (axis < 0 || axis >= x.dim() - 1)
-    throw KernelError("axis " + std::to_string(c.intAttr("axis", 1)) + " is out of range");
+    throw KernelError("axis " + std::to_string(given) + " is out of range");
   bool inverse = c.intAttr("inverse", 0) != 0, onesided = c.intAttr("onesided", 0) != 0;
   at::ScalarType type = x.scalar_type();
   at::Tensor pairs = x.to(at::kDouble); // float's FFT leaves 1e-6 where exact bins are 0
   if (pairs.size(-1) == 1)
     pairs = at::cat({pairs, at::zeros_like(pairs)}, -1);
   at::Tensor complex = at::view_as_complex(pairs.contiguous());
+  if (inverse && onesided) { // a half spectrum back to a real signal (numpy's irfft)
+    std::int64_t length = c.has(1) ? c.ints(1).at(0) : 2 * (complex.size(axis) - 1);
+    if (length <= 0)
+      throw KernelError("dft_length must be positive");
+    return {at::fft_irfft(complex, length, axis).unsqueeze(-1).contiguous().to(type)};
+  }
   std::int64_t length = c.has(1) ? c.ints(1).at(0) : complex.size(axis);
   if (length <= 0)
     throw KernelError("dft_length must be positive");

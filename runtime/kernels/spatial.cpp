@@ -39,7 +39,11 @@ std::int64_t choice(const std::string& value, std::initializer_list<const char*>
 }
 
 Outputs gridSample(KernelContext& c) {
-  std::int64_t mode = choice(c.stringAttr("mode", "bilinear"), {"bilinear", "nearest", "bicubic"}, "mode");
+  // Opset 20 renamed the modes for any rank: linear, nearest, cubic (ATen's grid_sampler takes 4-D
+  // inputs in all three and 5-D in the first two).
+  std::int64_t mode = c.opset() >= 20
+                          ? choice(c.stringAttr("mode", "linear"), {"linear", "nearest", "cubic"}, "mode")
+                          : choice(c.stringAttr("mode", "bilinear"), {"bilinear", "nearest", "bicubic"}, "mode");
   std::int64_t padding =
       choice(c.stringAttr("padding_mode", "zeros"), {"zeros", "border", "reflection"}, "padding_mode");
   bool alignCorners = c.intAttr("align_corners", 0) != 0;

@@ -288,11 +288,29 @@ Outputs stringNormalizer(KernelContext& c) {
 }
 } // namespace
 
-at::Tensor castTo(const at::Tensor& x, ir::DType target) {
+namespace {
+// The largest finite value of an 8-bit float that saturates (Cast-19's saturate), else 0.
+double saturationBound(ir::DType target) {
+  switch (target) {
+  case ir::DType::F8E4M3FN: return 448.0;
+  case ir::DType::F8E4M3FNUZ: return 240.0;
+  case ir::DType::F8E5M2: case ir::DType::F8E5M2FNUZ: return 57344.0;
+  default: return 0.0;
+  }
+}
+} // namespace
+
+at::Tensor castTo(const at::Tensor& x, ir::DType target, bool saturate) {
   if (target == ir::DType::String)
     return isStringTensor(x) ? x : numbersToStrings(x);
   at::ScalarType type = onnxScalarType(static_cast<std::int64_t>(target));
-  return isStringTensor(x) ? stringsToNumbers(x, type) : x.to(type);
+  if (isStringTensor(x))
+    return stringsToNumbers(x, type);
+  // ATen rounds to the nearest 8-bit float and turns what overflows into NaN or infinity (what
+  // saturate=0 asks); saturation clamps to the type's largest finite value first. NaN stays NaN.
+  if (const double bound = saturate ? saturationBound(target) : 0.0; bound > 0 && at::isFloatingType(x.scalar_type()))
+    return x.clamp(-bound, bound).to(type);
+  return x.to(type);
 }
 
 void registerTextKernels(KernelTable& t) {

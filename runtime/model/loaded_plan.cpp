@@ -6,6 +6,7 @@
 #include "io/onnx.h"
 #include "plan/materialize.h"
 #include "pipeline/schedule.h"
+#include "runtime/engine/kernel.h"
 
 namespace cleave::runtime {
 
@@ -35,7 +36,8 @@ Expected<LoadedPlan> LoadedPlan::load(const std::string& dir, int worldSize, pip
       return Error(ErrorCode::ParseError) << dir << ": submodule '" << sub.name
                                           << "' has no model file (FX plans are applied with tools/cleave_fx.py)";
     // readPlan has checked that the file lies inside the plan's folder.
-    CLEAVE_TRY(ir::Graph graph, io::readOnnx((std::filesystem::path(dir) / sub.file).string()));
+    CLEAVE_TRY(ir::Graph graph, io::readOnnx((std::filesystem::path(dir) / sub.file).string(),
+                                             {.expandFunctions = opsWithoutKernels()}));
     // Reading touched the file's pages; its parameters are read again when it is lowered, so they
     // need not stay resident meanwhile: a BERT cut 49 ways holds its layers' weights in every
     // submodule file (85 MiB).

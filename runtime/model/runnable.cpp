@@ -4,6 +4,7 @@
 
 #include "io/model_loader.h"
 #include "plan/plan_file.h"
+#include "runtime/engine/kernel.h"
 
 namespace cleave::runtime {
 
@@ -18,7 +19,7 @@ Expected<Runnable> Runnable::open(const std::string& path, const Backend& acc, c
     runnable.cut_.emplace(std::move(cut));
     return runnable;
   }
-  CLEAVE_TRY(ir::Graph graph, io::loadModel(path));
+  CLEAVE_TRY(ir::Graph graph, io::loadModel(path, {.expandFunctions = opsWithoutKernels()}));
   runnable.graph_ = std::make_shared<const ir::Graph>(std::move(graph));
   CLEAVE_TRY(runnable.module_, acc.lower(runnable.graph_));
   runnable.backend_ = acc.name();

@@ -1,5 +1,5 @@
-// tests/onnx_backend/backend_suite.cpp - ONNX's own backend test suite (Debian's libonnx-testdata)
-// through cleave's runtime, in one process.
+// tests/onnx_backend/backend_suite.cpp - ONNX's own backend test suite through cleave's runtime, in
+// one process: the cases of the onnx release scripts/setup installs (.onnx-tests).
 //
 // usage: cleave_onnx_backend_suite DATA_DIR EXPECTED_FAILURES [--write-expected FILE]
 //                                  [--separate-host-memory] [SUITE...]
@@ -8,7 +8,8 @@
 // the model, lower it on aten-cpu, feed each data set's inputs to the graph inputs in order and
 // compare each output with numpy's allclose rule (rtol 1e-3, atol 1e-7: runtime/model/compare.h). Each
 // case runs in a forked child with a time limit, so a crash or a hang is a failed case, not a
-// failed run. Prints the pass count per suite, and fails when a case fails that
+// failed run. Prints the pass count per suite (cases refused in one line for an element type ATen
+// lacks counted apart: refusedForType), and fails when a case fails that
 // EXPECTED_FAILURES ("suite/case<TAB>reason" lines) does not list; listed cases that pass are
 // reported so the list can shrink. --write-expected writes the current failures with reasons.
 // --separate-host-memory runs each model on an executor that places values by host and device
@@ -29,6 +30,7 @@
 #include "runtime/model/backend.h"
 #include "runtime/model/compare.h"
 #include "runtime/model/tensor_files.h"
+#include "runtime/engine/kernel.h"
 #include "runtime/engine/tensors.h"
 
 namespace fs = std::filesystem;
@@ -77,7 +79,8 @@ at::Tensor asDeclared(const at::Tensor& tensor, const ir::Graph& graph, ir::Valu
 // "" when every data set of the case passes, else why not.
 std::string runCase(const fs::path& dir) {
   std::string where = dir.string();
-  Expected<ir::Graph> graph = io::readOnnx((dir / "model.onnx").string());
+  // As the runtime reads a model: ops without a kernel that ONNX defines as functions run as their bodies.
+  Expected<ir::Graph> graph = io::readOnnx((dir / "model.onnx").string(), {.expandFunctions = runtime::opsWithoutKernels()});
   if (!graph)
     return reasonOf(graph.error().message(), where);
   auto shared = std::make_shared<const ir::Graph>(std::move(*graph));
@@ -152,6 +155,13 @@ std::map<std::string, std::string> readExpected(const std::string& path) {
 
 } // namespace
 
+// A case refused in one line for an element type ATen lacks (the reader's sub-byte types, an
+// ATen kernel with no 8-bit-float form): counted apart from passes and failures, as issue 61 asks.
+bool refusedForType(const std::string& reason) {
+  return reason.find(io::kNoAtenType) != std::string::npos ||
+         reason.find("not implemented for 'Float8") != std::string::npos;
+}
+
 // Run by tests/suite_host.cpp (the executable cleave_onnx_backend_suite), as the runtime is run.
 extern "C" int cleave_suite_main(int argc, char** argv) {
   if (argc < 3) {
@@ -183,7 +193,7 @@ extern "C" int cleave_suite_main(int argc, char** argv) {
       if (fs::exists(entry.path() / "model.onnx"))
         cases.push_back(entry.path());
     std::sort(cases.begin(), cases.end());
-    int passed = 0;
+    int passed = 0, refused = 0;
     for (const fs::path& dir : cases) {
       std::string name = suite + "/" + dir.filename().string();
       std::string reason = runCaseIsolated(dir);
@@ -194,6 +204,7 @@ extern "C" int cleave_suite_main(int argc, char** argv) {
         continue;
       }
       failures[name] = reason;
+      refused += refusedForType(reason);
       if (!expected.count(name)) {
         ++regressions;
         std::cout << "FAIL (not expected)  " << name << ": " << reason << "\n";
@@ -201,8 +212,9 @@ extern "C" int cleave_suite_main(int argc, char** argv) {
     }
     passedTotal += passed;
     failedTotal += static_cast<int>(cases.size()) - passed;
-    std::printf("suite %-18s %4d / %4zu passed (%.1f%%)\n", suite.c_str(), passed, cases.size(),
-                cases.empty() ? 100.0 : 100.0 * passed / cases.size());
+    const int counted = static_cast<int>(cases.size()) - refused;
+    std::printf("suite %-18s %4d / %4d passed (%.1f%%), %d refused for a type ATen lacks (not counted)\n",
+                suite.c_str(), passed, counted, counted == 0 ? 100.0 : 100.0 * passed / counted, refused);
   }
   for (const std::string& name : nowPassing)
     std::cout << "now passes (remove from the expected failures): " << name << "\n";
