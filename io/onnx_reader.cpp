@@ -246,6 +246,9 @@ private:
   GraphSpans spans_;
   DeclaredTypes declared_;
   ir::NodeSpec spec_;        // reused for every node: its strings and vectors keep their capacity
+  // Whether the model imports ai.onnx; one that does not (an optimizer of
+  // ai.onnx.preview.training alone) may have no node in that domain.
+  bool importsDefaultDomain_ = false;
 };
 
 Status OnnxScanner::scanModel() {
@@ -294,11 +297,10 @@ Status OnnxScanner::scanModel() {
            << "not a valid ONNX model (protobuf parse failed: truncated or corrupt file?)";
   if (graphBytes_.data() == nullptr || info.irVersion <= 0)
     return Error(ErrorCode::ParseError) << "not an ONNX model (no graph or ir_version)";
-  bool hasDefaultDomain = false;
   for (const auto& [domain, version] : info.opsetImports) {
     if (!domain.empty() && domain != "ai.onnx")
       continue;
-    hasDefaultDomain = true;
+    importsDefaultDomain_ = true;
     if (version < kMinOnnxOpset)
       return Error(ErrorCode::Unsupported) << "opset " << version
                                            << " is not supported (cleave reads opset " << kMinConvertibleOpset
@@ -308,8 +310,6 @@ Status OnnxScanner::scanModel() {
       return Error(ErrorCode::Unsupported) << "the model uses ai.onnx opset " << version
                                            << ", newer than the newest cleave knows (" << kMaxOnnxOpset << ")";
   }
-  if (!hasDefaultDomain)
-    return Error(ErrorCode::ParseError) << "model imports no ai.onnx opset";
   return {};
 }
 
@@ -800,6 +800,9 @@ Status OnnxScanner::addNode(std::string_view nodeBytes, std::size_t index) {
     for (std::string& capture : captures)
       spec.inputs.push_back(std::move(capture));
   }
+  if (spec.domain.empty() && !importsDefaultDomain_)
+    return Error(ErrorCode::ParseError) << "node '" << spec.name << "' (" << spec.opType
+                                        << ") is an ai.onnx op, and the model imports no ai.onnx opset";
   CLEAVE_TRY(bool isParameter, addAsParameter(spec));
   if (isParameter)
     return {};
@@ -1054,7 +1057,7 @@ Expected<ir::Graph> readMappedOnnx(std::shared_ptr<const MappedFile> file, const
   }
   if (!builder)
     return std::move(builder.error().withContext(path));
-  if (originalOpset < kMinOnnxOpset)
+  if (originalOpset > 0 && originalOpset < kMinOnnxOpset)
     builder->modelInfo().convertedFromOpset = originalOpset;
   Expected<ir::Graph> graph = std::move(*builder).finish();
   if (!graph)

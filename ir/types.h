@@ -26,6 +26,11 @@ constexpr int kMaxDTypeCode = 26;
 
 // Bytes per element; 0 for Undefined, String (no fixed size) and the sub-byte types.
 int dtypeSize(DType dtype);
+// An 8-bit float (opsets 19 and 24).
+constexpr bool isFloat8(DType dtype) {
+  return dtype == DType::F8E4M3FN || dtype == DType::F8E4M3FNUZ || dtype == DType::F8E5M2 ||
+         dtype == DType::F8E5M2FNUZ || dtype == DType::F8E8M0;
+}
 // A type ONNX packs several to a byte (int4, uint4, float4e2m1, int2, uint2). cleave reads none of
 // them yet: no ATen tensor type holds them element by element.
 constexpr bool isSubByte(DType dtype) {

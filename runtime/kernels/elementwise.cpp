@@ -218,7 +218,11 @@ void registerElementwiseKernels(KernelTable& t) {
   t.add("BitwiseOr", [](KernelContext& c) -> Outputs { return {at::bitwise_or(c.input(0), c.input(1))}; });
   t.add("BitwiseXor", [](KernelContext& c) -> Outputs { return {at::bitwise_xor(c.input(0), c.input(1))}; });
   t.add("BitwiseNot", [](KernelContext& c) -> Outputs { return {at::bitwise_not(c.input(0))}; });
-  t.add("Equal", [](KernelContext& c) -> Outputs { return {at::eq(c.input(0), c.input(1))}; });
+  t.add("Equal", [](KernelContext& c) -> Outputs {
+    if (isStringTensor(c.input(0))) // opset 19
+      return stringsEqual(c.input(0), c.input(1));
+    return {at::eq(c.input(0), c.input(1))};
+  });
   t.add("Greater", [](KernelContext& c) -> Outputs { return {at::gt(c.input(0), c.input(1))}; });
   t.add("GreaterOrEqual", [](KernelContext& c) -> Outputs { return {at::ge(c.input(0), c.input(1))}; });
   t.add("Less", [](KernelContext& c) -> Outputs { return {at::lt(c.input(0), c.input(1))}; });

@@ -120,6 +120,8 @@ at::ScalarType onnxScalarType(std::int64_t onnxDtype);              // throws Ke
 // string that is not a number. To an 8-bit float, `saturate` (Cast-19's attribute, default 1)
 // clamps to the type's finite range; otherwise what overflows is NaN or infinity.
 at::Tensor castTo(const at::Tensor& x, ir::DType target, bool saturate = true);
+// Equal of two string tensors, broadcasting (runtime/kernels/text.cpp).
+std::vector<at::Tensor> stringsEqual(const at::Tensor& a, const at::Tensor& b);
 // ONNX's 2-D coercion (Flatten, pre-13 Softmax): [prod(dims before axis), prod(dims from axis)].
 at::Tensor flattenTo2d(const at::Tensor& x, std::int64_t axis);
 // GELU (exact, or "tanh") of x, in x's own memory order: a dense tensor that is not contiguous (a

@@ -1,12 +1,16 @@
 // runtime/kernels/text.cpp - text ops: casts to and from string tensors (runtime/engine/tensors.h),
-// StringNormalizer, and TfIdfVectorizer over integer token ids (string pools are not supported).
+// StringNormalizer, StringConcat, StringSplit, RegexFullMatch, string Equal, ai.onnx.ml's LabelEncoder,
+// Binarizer and ArrayFeatureExtractor, and TfIdfVectorizer over integer token ids (string pools are
+// not supported).
 // Complexity: casts and StringNormalizer O(total characters); TfIdfVectorizer O(rows * columns *
 // skips * gram lengths * log pool) per run.
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <locale>
 #include <map>
+#include <regex>
 #include <set>
 #include <span>
 
@@ -286,7 +290,179 @@ Outputs stringNormalizer(KernelContext& c) {
   return {makeStringTensor(x.dim() == 1 ? std::vector<std::int64_t>{count} : std::vector<std::int64_t>{1, count},
                            std::move(kept))};
 }
+// Each output element's pair of flat indices into `a` and `b` under numpy's broadcasting, and the
+// broadcast shape: ATen broadcasts two index tensors, since string tensors take no ATen op.
+struct BroadcastPairs {
+  std::vector<std::int64_t> dims, left, right;
+};
+
+BroadcastPairs broadcastPairs(const at::Tensor& a, const at::Tensor& b) {
+  auto indices = [](const at::Tensor& t) { return at::arange(t.numel(), at::kLong).reshape(t.sizes()); };
+  std::vector<at::Tensor> both = at::broadcast_tensors({indices(a), indices(b)});
+  at::Tensor left = both[0].contiguous(), right = both[1].contiguous();
+  BroadcastPairs pairs{{left.sizes().begin(), left.sizes().end()}, {}, {}};
+  pairs.left.assign(left.data_ptr<std::int64_t>(), left.data_ptr<std::int64_t>() + left.numel());
+  pairs.right.assign(right.data_ptr<std::int64_t>(), right.data_ptr<std::int64_t>() + right.numel());
+  return pairs;
+}
+
+Outputs stringConcat(KernelContext& c) { // StringConcat (opset 20), broadcasting
+  std::vector<std::string> a = stringValues(c.input(0)), b = stringValues(c.input(1));
+  BroadcastPairs pairs = broadcastPairs(c.input(0), c.input(1));
+  std::vector<std::string> joined(pairs.left.size());
+  for (std::size_t i = 0; i < joined.size(); ++i)
+    joined[i] = a[static_cast<std::size_t>(pairs.left[i])] + b[static_cast<std::size_t>(pairs.right[i])];
+  return {makeStringTensor(pairs.dims, std::move(joined))};
+}
+
+// A string's parts: split on `delimiter`, keeping empty parts; with no delimiter on runs of
+// whitespace, dropping empty parts (Python's str.split); at most `maxsplit` splits (-1: any).
+std::vector<std::string> splitString(const std::string& text, const std::string& delimiter, std::int64_t maxsplit) {
+  std::vector<std::string> parts;
+  std::size_t at = 0;
+  if (delimiter.empty()) {
+    auto space = [&](std::size_t i) { return std::isspace(static_cast<unsigned char>(text[i])) != 0; };
+    while (at < text.size()) {
+      while (at < text.size() && space(at))
+        ++at;
+      if (at == text.size())
+        break;
+      if (maxsplit >= 0 && static_cast<std::int64_t>(parts.size()) == maxsplit) {
+        std::size_t end = text.size();
+        while (end > at && space(end - 1))
+          --end;
+        parts.push_back(text.substr(at, end - at));
+        break;
+      }
+      std::size_t end = at;
+      while (end < text.size() && !space(end))
+        ++end;
+      parts.push_back(text.substr(at, end - at));
+      at = end;
+    }
+    return parts;
+  }
+  for (std::size_t found; (maxsplit < 0 || static_cast<std::int64_t>(parts.size()) < maxsplit) &&
+                          (found = text.find(delimiter, at)) != std::string::npos;
+       at = found + delimiter.size())
+    parts.push_back(text.substr(at, found - at));
+  parts.push_back(text.substr(at));
+  return parts;
+}
+
+Outputs stringSplit(KernelContext& c) { // StringSplit (opset 20): parts padded with "" and their counts
+  const at::Tensor& x = c.input(0);
+  const std::string delimiter = c.stringAttr("delimiter", "");
+  const std::int64_t maxsplit = c.intAttr("maxsplit", -1);
+  std::vector<std::vector<std::string>> split;
+  std::size_t width = 0;
+  for (const std::string& text : stringValues(x)) {
+    split.push_back(splitString(text, delimiter, maxsplit));
+    width = std::max(width, split.back().size());
+  }
+  std::vector<std::string> parts;
+  at::Tensor counts = at::empty(x.sizes(), at::kLong);
+  for (std::size_t i = 0; i < split.size(); ++i) {
+    counts.data_ptr<std::int64_t>()[i] = static_cast<std::int64_t>(split[i].size());
+    split[i].resize(width);
+    parts.insert(parts.end(), split[i].begin(), split[i].end());
+  }
+  std::vector<std::int64_t> dims(x.sizes().begin(), x.sizes().end());
+  dims.push_back(static_cast<std::int64_t>(width));
+  return {makeStringTensor(dims, std::move(parts)), counts};
+}
+
+// RegexFullMatch (opset 20): RE2's syntax, matched here by std::regex's ECMAScript grammar, which
+// reads the common subset (classes, groups, alternation, repetition) the same way.
+Outputs regexFullMatch(KernelContext& c) {
+  std::regex pattern;
+  try {
+    pattern = std::regex(c.stringAttr("pattern", ""), std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw KernelError("pattern '" + c.stringAttr("pattern", "") + "' does not compile: " + e.what());
+  }
+  std::vector<std::string> texts = stringValues(c.input(0));
+  at::Tensor matched = at::empty(c.input(0).sizes(), at::kBool);
+  for (std::size_t i = 0; i < texts.size(); ++i)
+    matched.data_ptr<bool>()[i] = std::regex_match(texts[i], pattern);
+  return {matched};
+}
+// ai.onnx.ml's LabelEncoder (opset 4): each element looked up among the keys (keys_strings,
+// keys_int64s, keys_floats or keys_tensor) and replaced by the value at the same position, or the
+// default where it is none of them. Keys compare as text: strings as they are, numbers as the
+// input's type prints them (integers exactly, floats to 17 digits).
+std::vector<std::string> labelKeys(const at::Tensor& t) {
+  if (isStringTensor(t))
+    return stringValues(t);
+  at::Tensor flat = t.reshape({-1}).contiguous();
+  std::vector<std::string> keys;
+  const bool integral = at::isIntegralType(t.scalar_type(), true);
+  at::Tensor numbers = flat.to(integral ? at::kLong : at::kDouble);
+  for (std::int64_t i = 0; i < numbers.numel(); ++i) {
+    char text[32];
+    if (integral)
+      std::snprintf(text, sizeof text, "%lld", static_cast<long long>(numbers.data_ptr<std::int64_t>()[i]));
+    else
+      std::snprintf(text, sizeof text, "%.17g", numbers.data_ptr<double>()[i]);
+    keys.emplace_back(text);
+  }
+  return keys;
+}
+
+// The attribute tensor of a LabelEncoder's keys or values: NAME_tensor, or the typed list
+// NAME_strings / NAME_int64s / NAME_floats as a 1-D tensor.
+at::Tensor labelTable(KernelContext& c, const std::string& name) {
+  if (at::Tensor table = c.tensorAttr(name + "_tensor"); table.defined())
+    return table;
+  if (const ir::Attribute* strings = c.attribute(name + "_strings"))
+    return makeStringTensor({static_cast<std::int64_t>(strings->strings.size())}, strings->strings);
+  if (const ir::Attribute* ints = c.attribute(name + "_int64s"))
+    return at::tensor(ints->ints, at::kLong);
+  if (const ir::Attribute* floats = c.attribute(name + "_floats"))
+    return at::tensor(std::vector<float>(floats->floats.begin(), floats->floats.end()), at::kFloat);
+  throw KernelError("LabelEncoder has no " + name);
+}
+
+Outputs labelEncoder(KernelContext& c) {
+  const at::Tensor& x = c.input(0);
+  at::Tensor keys = labelTable(c, "keys"), values = labelTable(c, "values");
+  std::map<std::string, std::int64_t> position;
+  std::vector<std::string> keyTexts = labelKeys(isStringTensor(keys) || isStringTensor(x) ? keys : keys.to(x.scalar_type()));
+  for (std::size_t i = 0; i < keyTexts.size(); ++i)
+    position.emplace(keyTexts[i], static_cast<std::int64_t>(i));
+  std::vector<std::string> texts = labelKeys(x);
+  std::vector<std::int64_t> picks(texts.size());
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    auto found = position.find(texts[i]);
+    picks[i] = found == position.end() ? -1 : found->second;
+  }
+  std::vector<std::int64_t> dims(x.sizes().begin(), x.sizes().end());
+  if (isStringTensor(values)) {
+    std::vector<std::string> table = stringValues(values), out;
+    const std::string fallback = c.stringAttr("default_string", "_Unused");
+    for (std::int64_t pick : picks)
+      out.push_back(pick < 0 ? fallback : table[static_cast<std::size_t>(pick)]);
+    return {makeStringTensor(dims, std::move(out))};
+  }
+  at::Tensor fallback = c.tensorAttr("default_tensor");
+  if (!fallback.defined())
+    fallback = values.scalar_type() == at::kFloat ? at::scalar_tensor(c.floatAttr("default_float", -0.0f), at::kFloat)
+                                                  : at::scalar_tensor(c.intAttr("default_int64", -1), at::kLong);
+  at::Tensor table = at::cat({values.reshape({-1}), fallback.reshape({-1}).narrow(0, 0, 1).to(values.scalar_type())});
+  at::Tensor index = at::tensor(picks, at::kLong);
+  index = at::where(index < 0, at::full_like(index, values.numel()), index);
+  return {table.index_select(0, index).reshape(dims)};
+}
 } // namespace
+
+Outputs stringsEqual(const at::Tensor& a, const at::Tensor& b) {
+  std::vector<std::string> left = stringValues(a), right = stringValues(b);
+  BroadcastPairs pairs = broadcastPairs(a, b);
+  at::Tensor equal = at::empty(pairs.dims, at::kBool);
+  for (std::size_t i = 0; i < pairs.left.size(); ++i)
+    equal.data_ptr<bool>()[i] = left[static_cast<std::size_t>(pairs.left[i])] == right[static_cast<std::size_t>(pairs.right[i])];
+  return {equal};
+}
 
 namespace {
 // The largest finite value of an 8-bit float that saturates (Cast-19's saturate), else 0.
@@ -316,6 +492,18 @@ at::Tensor castTo(const at::Tensor& x, ir::DType target, bool saturate) {
 void registerTextKernels(KernelTable& t) {
   t.add("TfIdfVectorizer", tfIdfVectorizer);
   t.add("StringNormalizer", stringNormalizer);
+  t.add("StringConcat", stringConcat);
+  t.add("StringSplit", stringSplit);
+  t.add("RegexFullMatch", regexFullMatch);
+  t.add("ai.onnx.ml::LabelEncoder", labelEncoder);
+  t.add("ai.onnx.ml::Binarizer", [](KernelContext& c) -> Outputs { // 1 above the threshold, else 0
+    const at::Tensor& x = c.input(0);
+    return {(x > c.floatAttr("threshold", 0.0f)).to(x.scalar_type())};
+  });
+  t.add("ai.onnx.ml::ArrayFeatureExtractor", [](KernelContext& c) -> Outputs { // the last axis' picked entries
+    const at::Tensor& x = c.input(0);
+    return {x.index_select(-1, c.input(1).reshape({-1}).to(at::kLong))};
+  });
 }
 
 } // namespace cleave::runtime
