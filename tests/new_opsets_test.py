@@ -160,7 +160,8 @@ class NewOpsets(unittest.TestCase):
         code, _, err = run("split", path, "--profile", os.path.join(EXAMPLES, "profiles", "tensorrt.json"), "-o", out,
                            "--json")
         self.assertEqual(code, 0, err)
-        plan = json.load(open(os.path.join(out, "plan.json")))
+        with open(os.path.join(out, "plan.json")) as f:
+            plan = json.load(f)
         self.assertEqual(len(plan["submodules"]), 1, "every op of the block runs on TensorRT 10")
         ops = {n.op_type for sub in plan["submodules"]
                for n in onnx.load(os.path.join(out, sub["file"])).graph.node}

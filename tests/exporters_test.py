@@ -1,0 +1,172 @@
+"""Both of PyTorch 2.x's ONNX exporters, on the models users bring (issue 61, the default run's slice):
+torch.onnx.export's default since 2.9, the torch.export-based one (dynamo=True: IR 10, opset 20,
+Gelu whole, shape arithmetic from graph inputs), and the TorchScript one (dynamo=False), each with
+a static batch and a dynamic one. For every export: cleave runs it equal to ONNX Runtime (PyPI's);
+split with examples/profiles/gpu.json makes no more submodules than the TorchScript export of the
+same model after folding; a 4-stage pipeline plan verifies against the whole model.
+
+usage: exporters_test.py CLEAVE
+"""
+import json
+import os
+import tempfile
+import unittest
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime
+import torch
+
+from testlib import EXAMPLES, main, run
+
+GPU_PROFILE = os.path.join(EXAMPLES, "profiles", "gpu.json")
+
+
+class Block(torch.nn.Module):
+    """A pre-norm transformer block: LayerNorm, multi-head attention, a GELU MLP."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(32), torch.nn.LayerNorm(32)
+        self.attn = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class Cnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1))
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.head(torch.flatten(self.features(x), 1))
+
+
+MODELS = {"block": (Block, (2, 8, 32)), "cnn": (Cnn, (2, 3, 16, 16))}
+
+
+def export(name, dynamo, dynamic, path):
+    make, shape = MODELS[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    example = torch.randn(*shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        if dynamo:
+            shapes = {"x": {0: torch.export.Dim("batch", min=1, max=64)}} if dynamic else None
+            torch.onnx.export(model, (example,), path, dynamo=True, input_names=["x"], dynamic_shapes=shapes)
+        else:
+            axes = {"x": {0: "batch"}} if dynamic else None
+            torch.onnx.export(model, (example,), path, dynamo=False, opset_version=18, input_names=["x"],
+                              dynamic_axes=axes)
+    return shape
+
+
+class Exporters(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dir = cls.tmp.name
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def check(self, name, dynamic):
+        submodules = {}
+        for dynamo in (True, False):
+            way = f"{name}_{'dynamo' if dynamo else 'torchscript'}_{'dynamic' if dynamic else 'static'}"
+            path = os.path.join(self.dir, way + ".onnx")
+            shape = export(name, dynamo, dynamic, path)
+            if dynamo:
+                model = onnx.load(path)
+                self.assertGreaterEqual(model.opset_import[0].version, 18, way)
+                self.assertEqual(model.ir_version, 10, way)
+            # A batch other than the exported one where the batch is dynamic.
+            rows = 3 if dynamic else shape[0]
+            x = np.random.default_rng(1).standard_normal((rows, *shape[1:])).astype(np.float32)
+            inputs = os.path.join(self.dir, way + ".npz")
+            np.savez(inputs, x=x)
+            outputs = os.path.join(self.dir, way + ".out.npz")
+            code, _, err = run("run", path, "--inputs", inputs, "--save-outputs", outputs)
+            self.assertEqual(code, 0, f"{way}: {err}")
+            session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+            want = session.run(None, {"x": x})[0]
+            found = np.load(outputs)
+            np.testing.assert_allclose(found[session.get_outputs()[0].name], want, rtol=1e-4, atol=1e-5, err_msg=way)
+            cut = os.path.join(self.dir, way + "_cut")
+            code, _, err = run("split", path, "--profile", GPU_PROFILE, "-o", cut)
+            self.assertEqual(code, 0, f"{way}: {err}")
+            with open(os.path.join(cut, "plan.json")) as plan:
+                submodules[dynamo] = len(json.load(plan)["submodules"])
+            stages = os.path.join(self.dir, way + "_stages")
+            code, _, err = run("pipeline", path, "--stages", "4", "-o", stages)
+            self.assertEqual(code, 0, f"{way}: {err}")
+            code, _, err = run("verify", path, stages, "--inputs", inputs)
+            self.assertEqual(code, 0, f"{way}: {err}")
+        self.assertLessEqual(submodules[True], submodules[False],
+                             f"{name}: the dynamo export splits into more submodules than the TorchScript one")
+
+    def test_transformer_block_static(self):
+        self.check("block", dynamic=False)
+
+    def test_transformer_block_dynamic_batch(self):
+        self.check("block", dynamic=True)
+
+    def test_cnn_static(self):
+        self.check("cnn", dynamic=False)
+
+    def test_cnn_dynamic_batch(self):
+        self.check("cnn", dynamic=True)
+
+    def test_a_loss_exported_by_dynamo_trains_as_torch_optim(self):
+        """An MLP with its cross-entropy, exported by the dynamo exporter with a dynamic batch: 4
+        steps of SGD with momentum over 2 microbatches, losses equal to torch.optim's."""
+
+        class MlpLoss(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1, self.fc2 = torch.nn.Linear(6, 16), torch.nn.Linear(16, 4)
+
+            def forward(self, x, target):
+                return torch.nn.functional.cross_entropy(self.fc2(torch.tanh(self.fc1(x))), target)
+
+        torch.manual_seed(0)
+        module = MlpLoss()
+        initial = {k: v.clone() for k, v in module.state_dict().items()}
+        path = os.path.join(self.dir, "mlp_loss_dynamo.onnx")
+        batch = torch.export.Dim("batch", min=2, max=64)
+        torch.onnx.export(module, (torch.randn(8, 6), torch.zeros(8, dtype=torch.long)), path, dynamo=True,
+                          input_names=["x", "target"], output_names=["loss"],
+                          dynamic_shapes={"x": {0: batch}, "target": {0: batch}})
+        g = torch.Generator().manual_seed(1)
+        x, target = torch.randn(32, 6, generator=g), torch.randint(0, 4, (32,), generator=g)
+        data = os.path.join(self.dir, "mlp_data.npz")
+        np.savez(data, x=x.numpy(), target=target.numpy())
+        code, out, err = run("train", path, "--data", data, "--batch", 8, "--steps", 4, "--microbatches", 2,
+                             "--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "-o",
+                             os.path.join(self.dir, "mlp_trained"), "--json")
+        self.assertEqual(code, 0, err)
+        losses = [json.loads(line)["loss"] for line in out.splitlines()]
+        module.load_state_dict(initial)
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9)
+        want = []
+        for step in range(4):
+            optimizer.zero_grad()
+            loss = module(x[step * 8:(step + 1) * 8], target[step * 8:(step + 1) * 8])
+            loss.backward()
+            optimizer.step()
+            want.append(loss.item())
+        np.testing.assert_allclose(losses, want, rtol=2e-5, atol=1e-6)
+
+
+if __name__ == "__main__":
+    main()
