@@ -100,3 +100,12 @@ def main(skip_reason=None):
     if not result.wasSuccessful():
         sys.exit(1)
     sys.exit(77 if skip_reason is not None else 0)
+
+
+if __name__ == "__main__":
+    # `testlib.py COMMAND...`: COMMAND run as run_checking_leaks runs it, its output passed through
+    # and its exit status returned (the sanitizer build's unit-test binaries: CMakeLists.txt).
+    finished = run_checking_leaks(sys.argv[1:])
+    sys.stdout.buffer.write(finished.stdout)
+    sys.stderr.buffer.write(finished.stderr)
+    sys.exit(finished.returncode)
