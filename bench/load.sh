@@ -5,7 +5,7 @@
 # file, it times:
 #   - cleave: readOnnx (parse + IR build) + verifyGraph, peak memory (bench_load);
 #   - the floor: protobuf parsing alone into onnx::ModelProto (what any libonnx reader pays);
-#   - Python's onnx.load (Debian's python3-onnx) of the same file, for scale;
+#   - Python's onnx.load (PyPI's onnx, the virtual environment's) of the same file, for scale;
 # and prints time per node, bytes per node and the ratios. Goal (issue 2): <= 3 s, <= 2 GiB.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
