@@ -3,8 +3,8 @@ ONNX library defines read, split and run; the ops added since opset 18 run equal
 reference evaluator (onnx.reference, the onnx release scripts/requirements.txt pins) and, where
 its opset reaches, ONNX Runtime.
 
-Ops with a kernel run whole (RMSNormalization, Swish, CumProd, Gelu); the others that ONNX defines
-as functions (RotaryEmbedding, Attention, SwiGLU, Mish, ...) run as their function bodies
+Ops with a kernel run whole (RMSNormalization, RotaryEmbedding, Swish, CumProd, Gelu); the others
+that ONNX defines as functions (Attention, SwiGLU, Mish, ...) run as their function bodies
 (io/onnx_functions.h), while split and its profiles still see one node.
 
 usage: new_opsets_test.py CLEAVE
@@ -97,7 +97,7 @@ class NewOpsets(unittest.TestCase):
                                  [tensor("y", [2, 5, 8])], 26)
                 self.run_both(model, {"x": x, "axis": np.array(1, dtype=np.int64)}, f"cumprod{exclusive}{reverse}")
 
-    def test_function_bodies_rotary_attention_swiglu_mish(self):
+    def test_rotary_kernel_and_function_bodies_attention_swiglu_mish(self):
         rng = np.random.default_rng(2)
         batch, seq, heads, kv_heads, head = 2, 6, 4, 2, 8
         q = rng.standard_normal((batch, seq, heads * head)).astype(np.float32)

@@ -330,6 +330,46 @@ at::Tensor dilatedAveragePool(const at::Tensor& x, const std::vector<std::int64_
   return sums / counts;
 }
 
+// RotaryEmbedding (opset 23), as its spec's reference computes it: X as [batch, sequence, heads,
+// head] (a 4-D [batch, heads, sequence, head] transposed, or a 3-D [batch, sequence, width] split by
+// num_heads); its first rotary_embedding_dim entries (all when 0) rotated pairwise, the pairs being
+// the two halves or, interleaved, neighbours; cos and sin per position, looked up by position_ids
+// when given ([max position, dim / 2]) or given per batch and position ([batch, sequence, dim / 2]).
+// One kernel instead of the function body's ~12 ops.
+Outputs rotaryEmbedding(KernelContext& c) {
+  const at::Tensor& input = c.input(0);
+  at::Tensor x;
+  if (input.dim() == 4) {
+    x = input.transpose(1, 2);
+  } else {
+    const std::int64_t heads = c.intAttr("num_heads", 0);
+    if (input.dim() != 3 || heads <= 0 || input.size(2) % heads != 0)
+      throw KernelError("RotaryEmbedding takes a 4-D input, or a 3-D one whose width num_heads divides");
+    x = input.reshape({input.size(0), input.size(1), heads, input.size(2) / heads});
+  }
+  const std::int64_t head = x.size(3), given = c.intAttr("rotary_embedding_dim", 0), dim = given > 0 ? given : head;
+  if (dim > head || dim % 2 != 0)
+    throw KernelError("rotary_embedding_dim " + std::to_string(dim) + " does not fit a head of " + std::to_string(head));
+  at::Tensor cos = c.input(1), sin = c.input(2);
+  if (c.has(3)) {
+    const at::Tensor ids = c.input(3).to(at::kLong);
+    cos = cos.index_select(0, ids.reshape({-1})).reshape({ids.size(0), ids.size(1), -1});
+    sin = sin.index_select(0, ids.reshape({-1})).reshape({ids.size(0), ids.size(1), -1});
+  }
+  if (cos.size(-1) != dim / 2 || sin.size(-1) != dim / 2)
+    throw KernelError("the cos and sin caches' last dim is not rotary_embedding_dim / 2");
+  cos = cos.unsqueeze(2).to(x.scalar_type());
+  sin = sin.unsqueeze(2).to(x.scalar_type());
+  const bool interleaved = c.intAttr("interleaved", 0) != 0;
+  at::Tensor rotary = x.narrow(3, 0, dim);
+  at::Tensor first = interleaved ? rotary.slice(3, 0, dim, 2) : rotary.narrow(3, 0, dim / 2);
+  at::Tensor second = interleaved ? rotary.slice(3, 1, dim, 2) : rotary.narrow(3, dim / 2, dim / 2);
+  at::Tensor real = cos * first - sin * second, imaginary = sin * first + cos * second;
+  at::Tensor rotated = interleaved ? at::stack({real, imaginary}, -1).reshape(rotary.sizes()) : at::cat({real, imaginary}, -1);
+  at::Tensor out = dim < head ? at::cat({rotated, x.narrow(3, dim, head - dim)}, -1) : rotated;
+  return {input.dim() == 4 ? out.transpose(1, 2).contiguous() : out.reshape(input.sizes())};
+}
+
 Outputs avgPool(KernelContext& c) {
   at::Tensor x = c.input(0);
   std::vector<std::int64_t> kernel = c.intsAttr("kernel_shape");
@@ -808,6 +848,7 @@ void registerNnKernels(KernelTable& t) {
     at::Tensor normalized = (wide * at::rsqrt(meanSquare + c.floatAttr("epsilon", 1e-5f))).to(x.scalar_type());
     return {normalized * c.input(1)};
   });
+  t.add("RotaryEmbedding", rotaryEmbedding); // opset 23
   t.add("Gemm", [](KernelContext& c) -> Outputs {
     at::Tensor a = c.input(0);
     if (c.intAttr("transA", 0))
