@@ -27,8 +27,8 @@ using OpId = std::pair<std::string, std::string>; // domain ("" for ai.onnx), op
 
 std::string canonicalDomain(std::string_view domain) { return domain == "ai.onnx" ? std::string() : std::string(domain); }
 
-// What expansion needs to know of a model: its opset per domain, the ops its top-level nodes
-// call, and its own functions. False when the bytes are malformed.
+// What expansion needs to know of a model: its opset per domain (opsetImportsOf), the ops its
+// top-level nodes call, and its own functions. False when the bytes are malformed.
 struct ModelCalls {
   std::map<std::string, std::int64_t> opsets;
   std::set<OpId> calledOps, localFunctions;
@@ -50,7 +50,7 @@ bool readDomainAndName(std::string_view message, std::uint32_t domainField, std:
 bool scanCalls(std::string_view model, ModelCalls& calls) {
   return forEachField(model, [&](std::uint32_t number, WireType type, WireReader& r, bool& ok) {
     std::string_view message;
-    if (number != kModelGraph && number != kModelOpsetImport && number != kModelFunctions)
+    if (number != kModelGraph && number != kModelFunctions)
       return false;
     if (!(ok = readText(type, r, message)))
       return true;
@@ -58,17 +58,6 @@ bool scanCalls(std::string_view model, ModelCalls& calls) {
     if (number == kModelFunctions) {
       ok = readDomainAndName(message, kFunctionDomain, kFunctionName, id);
       calls.localFunctions.insert(std::move(id));
-    } else if (number == kModelOpsetImport) {
-      std::string_view domain;
-      std::uint64_t version = 0;
-      ok = forEachField(message, [&](std::uint32_t n, WireType t, WireReader& orr, bool& good) {
-        if (n == kOpsetDomain)
-          return good = readText(t, orr, domain), true;
-        if (n == kOpsetVersion && t == WireType::Varint)
-          return good = orr.readVarint(version), true;
-        return false;
-      });
-      calls.opsets[canonicalDomain(domain)] = static_cast<std::int64_t>(version);
     } else {
       ok = forEachField(message, [&](std::uint32_t n, WireType t, WireReader& gr, bool& good) {
         std::string_view node;
@@ -99,7 +88,7 @@ bool callsFunction(const OpId& op, const ModelCalls& calls) {
 // value_info alone: each initializer gets a value_info entry, and so does the empty name of an
 // optional operand left out (an Attention without its mask), with no type, which the function
 // builders read as absent. The latter is dropped again after inlining (dropAbsentOperandType).
-void declareInitializerTypes(onnx::GraphProto& graph) {
+void declareOperandTypes(onnx::GraphProto& graph) {
   graph.add_value_info()->set_name("");
   std::set<std::string> declared;
   for (const auto* values : {&graph.input(), &graph.value_info()})
@@ -124,6 +113,30 @@ void dropAbsentOperandType(onnx::GraphProto& graph) {
       values.DeleteSubrange(i, 1);
 }
 
+} // namespace
+
+std::map<std::string, std::int64_t> opsetImportsOf(std::string_view model) {
+  std::map<std::string, std::int64_t> opsets;
+  forEachField(model, [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
+    std::string_view message;
+    if (number != kModelOpsetImport || !(fine = readText(type, r, message)))
+      return false;
+    std::string_view domain;
+    std::uint64_t version = 0;
+    forEachField(message, [&](std::uint32_t n, WireType t, WireReader& orr, bool& good) {
+      if (n == kOpsetDomain)
+        return good = readText(t, orr, domain), true;
+      if (n == kOpsetVersion && t == WireType::Varint)
+        return good = orr.readVarint(version), true;
+      return false;
+    });
+    opsets[canonicalDomain(domain)] = static_cast<std::int64_t>(version);
+    return true;
+  });
+  return opsets;
+}
+
+namespace {
 std::string namesOf(const std::vector<OpId>& ops) {
   std::string names;
   for (const OpId& op : ops)
@@ -138,6 +151,7 @@ Expected<std::shared_ptr<const MappedFile>> expandFunctionNodes(const std::share
   if (!wanted)
     return file;
   ModelCalls calls;
+  calls.opsets = opsetImportsOf(file->bytes());
   if (!scanCalls(file->bytes(), calls))
     return Error(ErrorCode::ParseError) << "not a valid ONNX model (protobuf parse failed: truncated or corrupt file?)";
   std::vector<OpId> selected;
@@ -151,7 +165,7 @@ Expected<std::shared_ptr<const MappedFile>> expandFunctionNodes(const std::share
     return Error(ErrorCode::ParseError) << "not a valid ONNX model (protobuf parse failed: truncated or corrupt file?)";
   (void)onnx::OpSchemaRegistry::Instance(); // initialized before the fork, not in the child
   Expected<std::string> expanded = runIsolated("onnx's function inliner", [&]() {
-    declareInitializerTypes(*model.mutable_graph());
+    declareOperandTypes(*model.mutable_graph());
     onnx::inliner::FunctionIdVector ids(selected.begin(), selected.end());
     std::unique_ptr<onnx::inliner::FunctionIdSet> toInline = onnx::inliner::FunctionIdSet::Create(std::move(ids));
     onnx::inliner::InlineSelectedFunctions(model, *toInline, onnx::OpSchemaRegistry::Instance());

@@ -14,14 +14,21 @@
 // (O(calls x nodes)).
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "base/expected.h"
 #include "base/mapped_file.h"
 
 namespace cleave::io {
+
+// A model's opset per domain ("" for ai.onnx, however spelled), from its top-level opset_import
+// fields alone (the graph is skipped); a malformed field ends the scan. O(model's top-level fields).
+std::map<std::string, std::int64_t> opsetImportsOf(std::string_view model);
 
 // True for an op (its domain, "" for ai.onnx, and type) the caller wants expanded wherever a
 // function defines it.

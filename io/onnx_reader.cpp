@@ -18,6 +18,7 @@
 
 #include <cstring>
 #include <deque>
+#include <map>
 #include <filesystem>
 #include <unordered_set>
 
@@ -916,29 +917,11 @@ Expected<ir::GraphBuilder> OnnxScanner::scan() {
 } // namespace
 
 namespace {
-// The model's ai.onnx opset, from the top-level opset_import fields alone (the graph is skipped),
-// or 0 when it names none.
+// The model's ai.onnx opset (opsetImportsOf), or 0 when it names none.
 std::int64_t defaultOpsetOf(std::string_view model) {
-  std::int64_t opset = 0;
-  forEachField(model, [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
-    std::string_view text;
-    if (number != field::kOpsetImport || !(fine = readText(type, r, text)))
-      return false;
-    std::string_view domain;
-    std::int64_t version = 0;
-    forEachField(text, [&](std::uint32_t n, WireType t, WireReader& orr, bool& ok) {
-      if (n == field::kOpsetDomain)
-        return ok = readText(t, orr, domain), true;
-      std::uint64_t v;
-      if (n == field::kOpsetVersion && t == WireType::Varint && (ok = orr.readVarint(v)))
-        return version = static_cast<std::int64_t>(v), true;
-      return false;
-    });
-    if (domain.empty() || domain == "ai.onnx")
-      opset = version;
-    return true;
-  });
-  return opset;
+  std::map<std::string, std::int64_t> opsets = opsetImportsOf(model);
+  auto found = opsets.find("");
+  return found == opsets.end() ? 0 : found->second;
 }
 
 // The top-level Scan nodes of an opset < 9 model, taken out of it; each output of theirs becomes
