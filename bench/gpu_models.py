@@ -1,19 +1,34 @@
 """cleave on a GPU against PyTorch on the same GPU, in one run: whole models' forward time and
-peak device memory.
+peak device memory, and a split's predicted host-device copy time against the measured.
 
-    python3 bench/gpu_models.py CLEAVE OUT_DIR [--models bert_base,resnet50,vit_b_16] [--batch 8]
-                                [--runs 50] [--rounds 3] [--device cuda]
+    python3 bench/gpu_models.py CLEAVE OUT_DIR [--models resnet50,bert_base,vit_b_16] [--batch 8]
+                                [--runs 50] [--rounds 3] [--device cuda] [--no-compile]
+                                [--seam-profile examples/profiles/gpu.json]
 
 For each model: the PyTorch module (tools/export_zoo.py's, random weights) is exported to ONNX
 (TorchScript exporter, static shapes), then, round by round, alternately:
   - PyTorch eager: --runs forwards under no_grad, synchronized, the median;
   - PyTorch eager replayed as one CUDA graph (torch.cuda.graphs), the median;
-  - `cleave run MODEL --backend aten-cuda --repeat RUNS --profile --json`: its median, its peak
-    device bytes and host-device copies.
+  - torch.compile(mode="reduce-overhead") (Inductor's kernels replayed as CUDA graphs), compiled
+    once before the first round, the median (--no-compile leaves it out);
+  - `cleave run MODEL --backend aten-cuda --repeat RUNS --profile --inputs-on-device --json`: its
+    median, its peak device bytes and host-device copies;
+  - `cleave run MODEL --backend aten-cuda --repeat RUNS --graph-replay --inputs-on-device --json`: its
+    median (each input shape recorded once as a CUDA graph, then replayed), or the reason it ran
+    eagerly.
+Both sides' inputs are on the device before the timed runs (--inputs-on-device: cleave does not
+copy them from host memory each run, as PyTorch's timing does not).
 Ratios are cleave / PyTorch per round, reported as median and range over rounds; peak memory is
 cleave's `peak_device_bytes` against torch.cuda.max_memory_allocated for one forward (parameters
-included on both sides). TF32 off on both sides (PyTorch's default for products; set for
-convolutions too). Writes OUT_DIR/gpu_models.json and OUT_DIR/gpu_models.md.
+included on both sides), PyTorch's taken before its CUDA graphs and compilation hold memory. TF32 off on both sides (PyTorch's default for products; set for
+convolutions too).
+
+Seams: the model split by --seam-profile (an accelerator that leaves some ops to the CPU), whose
+`split --preview` predicts the bytes its accelerator submodules receive and send and, at the host
+link's bandwidth, their time; the cut then runs with `--profile`, which times its moves between
+devices (seam_copy_s, each device waited for around them). The link's bandwidth is measured here
+(PyTorch copying 64 MiB from pageable host memory to the device) and given to the preview.
+Writes OUT_DIR/gpu_models.json and OUT_DIR/gpu_models.md.
 
 --device cpu runs the same comparison on the CPU (aten-cpu, no CUDA graph), to check the script
 where no GPU is.
@@ -69,8 +84,45 @@ def time_calls(call, runs, device):
     return statistics.median(seconds)
 
 
+def compiled_side(model, inputs, device):
+    """torch.compile(mode="reduce-overhead") of the model, warmed up (its compilation and CUDA-graph
+    recording done), or the error that stopped it as a string."""
+    if device.type != "cuda":
+        return None, "no CUDA"
+    try:
+        compiled = torch.compile(model, mode="reduce-overhead")
+        with torch.no_grad():
+            for _ in range(3):
+                compiled(*inputs)
+        synchronize(device)
+        return compiled, None
+    except Exception as e:  # noqa: BLE001 - a compiler failure is a result to report, not a crash
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def compiled_time(compiled, inputs, runs, device):
+    if compiled is None:
+        return None
+    with torch.no_grad():
+        return time_calls(lambda: compiled(*inputs), runs, device)
+
+
+def torch_peak(model, inputs, device):
+    """torch.cuda.max_memory_allocated over one forward (None off CUDA), taken before any CUDA graph
+    or torch.compile holds memory of its own (their pools count as allocated while they live)."""
+    if device.type != "cuda":
+        return None
+    with torch.no_grad():
+        model(*inputs)
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        model(*inputs)
+        synchronize(device)
+    return torch.cuda.max_memory_allocated(device)
+
+
 def torch_side(model, inputs, runs, device):
-    """Median seconds of eager and of CUDA-graph replay (None off CUDA), and peak bytes."""
+    """Median seconds of eager and of CUDA-graph replay (None off CUDA)."""
     with torch.no_grad():
         for _ in range(3):
             model(*inputs)
@@ -89,20 +141,62 @@ def torch_side(model, inputs, runs, device):
             graph_time = time_calls(graph.replay, runs, device)
             del graph
             torch.cuda.empty_cache()
-        peak = None
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-            model(*inputs)
-            synchronize(device)
-            peak = torch.cuda.max_memory_allocated(device)
-    return eager, graph_time, peak
+    return eager, graph_time
+
+
+def cleave_json(cleave, *args):
+    proc = subprocess.run([cleave, *map(str, args), "--json"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cleave {' '.join(map(str, args))}: {proc.stderr.strip()}")
+    return json.loads(proc.stdout)
 
 
 def cleave_side(cleave, path, runs, backend):
-    out = subprocess.run([cleave, "run", path, "--backend", backend, "--repeat", str(runs), "--profile", "--json"],
-                         capture_output=True, text=True, check=True).stdout
-    summary = json.loads(out)
+    summary = cleave_json(cleave, "run", path, "--backend", backend, "--repeat", runs, "--profile", "--inputs-on-device")
     return summary["timing"]["median_s"], summary.get("peak_device_bytes"), summary["host_device_copies"]
+
+
+def cleave_replayed(cleave, path, runs, backend):
+    """(median seconds, None) with --graph-replay, or (None, why) where it is not run or refused."""
+    if backend != "aten-cuda":
+        return None, "no CUDA"
+    summary = cleave_json(cleave, "run", path, "--backend", backend, "--repeat", runs, "--graph-replay",
+                          "--inputs-on-device")
+    replay = summary["graph_replay"]
+    return summary["timing"]["median_s"], replay.get("refusal") if replay["refused"] else None
+
+
+def link_bytes_per_second(device):
+    """PyTorch's copy of 64 MiB from pageable host memory to the device, bytes per second (best of 5)."""
+    if device.type != "cuda":
+        return None
+    host = torch.empty(64 << 20, dtype=torch.uint8).fill_(1)
+    best = float("inf")
+    for _ in range(5):
+        synchronize(device)
+        start = time.perf_counter()
+        host.to(device)
+        synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return host.numel() / best
+
+
+def seams(cleave, path, profile, backend, link, tmp):
+    """The split's predicted seam bytes and seconds (split --preview at `link` bytes/s) against the
+    cut's measured moves between devices (run --profile, the median of 5 runs' last)."""
+    cut = os.path.join(tmp, os.path.basename(path) + ".split")
+    args = ["split", path, "--profile", profile, "-o", cut, "--preview"]
+    if link:
+        args += ["--pcie-gbps", link / (1 << 30)]
+    report = cleave_json(cleave, *args)
+    acc = [s for s in report["subgraphs"] if s["role"] == "acc"]
+    predicted_bytes = sum(s["input_bytes"] + s["output_bytes"] for s in acc)
+    run = cleave_json(cleave, "run", cut, "--backend", backend, "--repeat", 5, "--profile")
+    return {"profile": os.path.basename(profile), "acc_subgraphs": report["acc_subgraphs"],
+            "cpu_subgraphs": report["cpu_subgraphs"], "link_bytes_per_s": report["pcie_bytes_per_sec"],
+            "predicted_bytes": predicted_bytes, "predicted_s": predicted_bytes / report["pcie_bytes_per_sec"],
+            "measured_copies": run["seam_copies"], "measured_bytes": run["seam_copy_bytes"],
+            "measured_s": run["seam_copy_s"]}
 
 
 def spread(values):
@@ -115,19 +209,40 @@ def compare(cleave, name, args, device, tmp):
     export_zoo.export_onnx(model, inputs, path, 17, ["x"])
     model, inputs = model.to(device), tuple(t.to(device) for t in inputs)
     backend = "aten-cuda" if device.type == "cuda" else "aten-cpu"
-    rounds = []
+    torch_peak_bytes = torch_peak(model, inputs, device)
+    compiled, compile_error = compiled_side(model, inputs, device) if args.compile else (None, "not asked")
+    rounds, refusal = [], None
     for _ in range(args.rounds):
-        eager, graph_time, torch_peak = torch_side(model, inputs, args.runs, device)
+        eager, graph_time = torch_side(model, inputs, args.runs, device)
+        compile_time = compiled_time(compiled, inputs, args.runs, device)
         ours, our_peak, copies = cleave_side(cleave, path, args.runs, backend)
-        rounds.append({"torch_eager_s": eager, "torch_cuda_graph_s": graph_time, "cleave_s": ours,
-                       "torch_peak_bytes": torch_peak, "cleave_peak_bytes": our_peak, "host_device_copies": copies})
-        print(f"{name}: torch {eager * 1e3:.3f} ms, cleave {ours * 1e3:.3f} ms", flush=True)
+        replayed, refusal = cleave_replayed(cleave, path, args.runs, backend)
+        rounds.append({"torch_eager_s": eager, "torch_cuda_graph_s": graph_time, "torch_compile_s": compile_time,
+                       "cleave_s": ours, "cleave_replay_s": None if refusal else replayed,
+                       "torch_peak_bytes": torch_peak_bytes, "cleave_peak_bytes": our_peak, "host_device_copies": copies})
+        print(f"{name}: torch {eager * 1e3:.3f} ms, cleave {ours * 1e3:.3f} ms"
+              + (f", torch graph {graph_time * 1e3:.3f} ms, cleave replay {replayed * 1e3:.3f} ms"
+                 if graph_time and replayed else ""), flush=True)
     result = {"model": name, "batch": args.batch, "rounds": rounds,
               "cleave_over_eager": spread([r["cleave_s"] / r["torch_eager_s"] for r in rounds])}
+    if compile_error:
+        result["torch_compile_error"] = compile_error
+    if refusal:
+        result["cleave_replay_refusal"] = refusal
     if device.type == "cuda":
         result["cleave_over_cuda_graph"] = spread([r["cleave_s"] / r["torch_cuda_graph_s"] for r in rounds])
+        replays = [r for r in rounds if r["cleave_replay_s"]]
+        if replays:
+            result["replay_over_cuda_graph"] = spread([r["cleave_replay_s"] / r["torch_cuda_graph_s"] for r in replays])
+            if all(r["torch_compile_s"] for r in replays):
+                result["replay_over_compile"] = spread([r["cleave_replay_s"] / r["torch_compile_s"] for r in replays])
         result["peak_ratio"] = rounds[-1]["cleave_peak_bytes"] / rounds[-1]["torch_peak_bytes"]
-    del model
+    if args.seam_profile:
+        try:
+            result["seams"] = seams(cleave, path, args.seam_profile, backend, args.link, tmp)
+        except RuntimeError as e:
+            result["seams"] = {"error": str(e)}
+    del model, compiled
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return result
@@ -137,34 +252,61 @@ def cell(value, digits=3):
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def markdown(results, device_name):
-    lines = [f"device: {device_name}; PyTorch {torch.__version__}", "",
-             "| model | batch | torch eager ms | torch CUDA graph ms | cleave ms | cleave/eager (median, range) "
-             "| cleave/graph | peak cleave/torch | copies |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+def median_ms(rounds, key):
+    values = [x[key] for x in rounds if x.get(key)]
+    return statistics.median(values) * 1e3 if values else None
+
+
+def ratio_cell(r, key):
+    ratio = r.get(key)
+    return "-" if not ratio else f"{ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})"
+
+
+def markdown(results, device_name, link):
+    lines = [f"device: {device_name}; PyTorch {torch.__version__}; host-to-device link (pageable, 64 MiB): "
+             + (f"{link / 1e9:.1f} GB/s" if link else "-"), "",
+             "| model | batch | torch eager ms | torch CUDA graph ms | torch.compile ms | cleave ms | cleave replay ms "
+             "| cleave/eager | replay/graph | replay/compile | peak cleave/torch | copies |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         rounds = r["rounds"]
-        eager = statistics.median(x["torch_eager_s"] for x in rounds) * 1e3
-        graphs = [x["torch_cuda_graph_s"] for x in rounds if x["torch_cuda_graph_s"]]
-        graph = statistics.median(graphs) * 1e3 if graphs else None
-        ours = statistics.median(x["cleave_s"] for x in rounds) * 1e3
-        ratio = r["cleave_over_eager"]
-        over_graph = r.get("cleave_over_cuda_graph", {}).get("median")
-        lines.append(f"| {r['model']} | {r['batch']} | {eager:.3f} | {cell(graph)} | {ours:.3f} | "
-                     f"{ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f}) | {cell(over_graph, 2)} | "
-                     f"{cell(r.get('peak_ratio'), 2)} | {rounds[-1]['host_device_copies']} |")
-    return "\n".join(lines) + "\n"
+        lines.append(f"| {r['model']} | {r['batch']} | {cell(median_ms(rounds, 'torch_eager_s'))} | "
+                     f"{cell(median_ms(rounds, 'torch_cuda_graph_s'))} | {cell(median_ms(rounds, 'torch_compile_s'))} | "
+                     f"{cell(median_ms(rounds, 'cleave_s'))} | {cell(median_ms(rounds, 'cleave_replay_s'))} | "
+                     f"{ratio_cell(r, 'cleave_over_eager')} | {ratio_cell(r, 'replay_over_cuda_graph')} | "
+                     f"{ratio_cell(r, 'replay_over_compile')} | {cell(r.get('peak_ratio'), 2)} | "
+                     f"{rounds[-1]['host_device_copies']} |")
+    notes = [f"- {r['model']}: torch.compile: {r['torch_compile_error']}" for r in results if "torch_compile_error" in r]
+    notes += [f"- {r['model']}: cleave --graph-replay not replayed: {r['cleave_replay_refusal']}"
+              for r in results if "cleave_replay_refusal" in r]
+    seam_rows = [r for r in results if "seams" in r]
+    if seam_rows:
+        lines += ["", "| model | split by | acc/cpu submodules | predicted bytes | predicted ms | measured copies "
+                  "| measured bytes | measured ms |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in seam_rows:
+            s = r["seams"]
+            if "error" in s:
+                notes.append(f"- {r['model']}: seams not measured: {s['error']}")
+                continue
+            lines.append(f"| {r['model']} | {s['profile']} | {s['acc_subgraphs']}/{s['cpu_subgraphs']} | "
+                         f"{s['predicted_bytes']} | {s['predicted_s'] * 1e3:.3f} | {s['measured_copies']} | "
+                         f"{s['measured_bytes']} | {s['measured_s'] * 1e3:.3f} |")
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cleave")
     parser.add_argument("out_dir")
-    parser.add_argument("--models", default="bert_base,resnet50,vit_b_16")
+    parser.add_argument("--models", default="resnet50,bert_base,vit_b_16")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--no-compile", dest="compile", action="store_false",
+                        help="leave torch.compile's column out (its compilation takes a minute a model)")
+    parser.add_argument("--seam-profile", default=os.path.join(HERE, "..", "examples", "profiles", "gpu.json"),
+                        help="the support profile that splits each model for the seam comparison ('' for none)")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -175,6 +317,7 @@ def main():
         torch.backends.cudnn.benchmark = True
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     os.makedirs(args.out_dir, exist_ok=True)
+    args.link = link_bytes_per_second(device)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
@@ -182,12 +325,16 @@ def main():
                 results.append(compare(os.path.abspath(args.cleave), name, args, device, tmp))
             except ImportError as e:  # torchvision absent: the model is named as not run
                 print(f"{name}: not run ({e})", flush=True)
-    with open(os.path.join(args.out_dir, "gpu_models.json"), "w") as f:
-        json.dump({"device": device_name, "torch": torch.__version__, "results": results}, f, indent=1)
-    text = markdown(results, device_name)
-    with open(os.path.join(args.out_dir, "gpu_models.md"), "w") as f:
-        f.write(text)
-    print(text)
+            write(args.out_dir, results, device_name, args.link)  # after each model: a time limit keeps the rest
+    print(markdown(results, device_name, args.link))
+
+
+def write(out_dir, results, device_name, link):
+    with open(os.path.join(out_dir, "gpu_models.json"), "w") as f:
+        json.dump({"device": device_name, "torch": torch.__version__, "link_bytes_per_s": link,
+                   "results": results}, f, indent=1)
+    with open(os.path.join(out_dir, "gpu_models.md"), "w") as f:
+        f.write(markdown(results, device_name, link))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 // cli/cmd_run.cpp - `cleave run MODEL|OUT_DIR [--inputs FILE | --random --seed S] [--repeat N [--baseline OTHER
-// [--baseline-options FLAGS]]] [--pipeline | --distributed [--schedule S]] [--microbatches M]`.
+// [--baseline-options FLAGS]]] [--pipeline | --distributed [--schedule S]] [--microbatches M] [--graph-replay]
+// [--inputs-on-device]`.
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -13,6 +14,8 @@
 #include "plan/plan_file.h"
 #include "runtime/distributed/distributed_run.h"
 #include "runtime/distributed/environment.h"
+#include "runtime/engine/kernel.h"
+#include "runtime/engine/tensors.h"
 #include "runtime/model/wing_library.h"
 #include "runtime/engine/host_memory.h"
 #include "runtime/model/microbatch.h"
@@ -30,7 +33,8 @@ struct RunFlags {
   std::string baselineOptions; // --baseline-options: its runtime flags, instead of this run's
   RuntimeOptions runtime;
   int repeat = 1;
-  bool json = false, profile = false, pipelined = false, distributed = false;
+  bool json = false, profile = false, pipelined = false, distributed = false, graphReplay = false;
+  bool inputsOnDevice = false; // --inputs-on-device
   std::optional<pipeline::ScheduleKind> schedule; // --distributed's order
   std::int64_t microbatches = 1;
 };
@@ -67,9 +71,21 @@ void describe(CLI::App& app, RunFlags& flags) {
   app.add_option("--microbatches", flags.microbatches, "microbatches for --pipeline / --distributed")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
-  app.add_flag("--profile", flags.profile,
+  CLI::Option* profile = app.add_flag("--profile", flags.profile,
                "time every kernel; report seconds per op type, the slowest nodes, the time outside kernels and peak "
                "memory (last run)");
+  app.add_flag("--graph-replay", flags.graphReplay,
+               "record the model's device work once per input shape and replay it (CUDA graphs: one launch a run "
+               "instead of one per kernel); a shape whose run the device cannot record (a step reads a device value "
+               "on the host) runs as usual, and --json says why")
+      ->excludes(pipelined)
+      ->excludes(distributed)
+      ->excludes(profile);
+  app.add_flag("--inputs-on-device", flags.inputsOnDevice,
+               "put the inputs on the backend's device once, before the timed runs (as a caller whose tensors are "
+               "already there, as PyTorch's are in its own timings); by default every run copies them from host "
+               "memory")
+      ->excludes(distributed);
   addJsonFlag(app, flags.json);
 }
 
@@ -218,6 +234,11 @@ Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const Run
   for (const runtime::SubmoduleTiming& timing : measured.timings)
     steps.push_back({{"name", timing.name}, {"backend", timing.backend}, {"min_s", timing.seconds}});
   summary["timing"]["steps"] = std::move(steps);
+  if (const runtime::ReplayedRuns* replayed = runnable.replayed()) {
+    summary["graph_replay"] = {{"recorded", replayed->recorded()}, {"refused", replayed->refused()}};
+    if (!replayed->refusal().empty())
+      summary["graph_replay"]["refusal"] = replayed->refusal();
+  }
   if (!flags.baseline.empty()) {
     const PairedSummary pairs = summarizePairs(measured);
     summary["baseline"] = {{"model", flags.baseline},
@@ -249,12 +270,22 @@ Json runJson(const RunFlags& flags, const runtime::Runnable& runnable, const Run
       summary["peak_device_bytes"] = measured.peakDeviceBytes;
     summary["host_device_copies"] = measured.stats.hostDeviceCopies;
     summary["host_device_copy_bytes"] = measured.stats.hostDeviceCopyBytes;
+    summary["seam_copies"] = measured.stats.seamCopies;
+    summary["seam_copy_bytes"] = measured.stats.seamCopyBytes;
+    summary["seam_copy_s"] = measured.stats.seamCopySeconds;
   }
   return summary;
 }
 
-std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
+std::string runText(const RunFlags& flags, const runtime::Runnable& runnable, const RunMeasurements& measured) {
   std::ostringstream text;
+  if (const runtime::ReplayedRuns* replayed = runnable.replayed()) {
+    text << "graph replay: " << replayed->recorded() << " input shape(s) recorded and replayed, " << replayed->refused()
+         << " run as usual";
+    if (!replayed->refusal().empty())
+      text << " (" << replayed->refusal() << ")";
+    text << "\n";
+  }
   for (const auto& [name, tensor] : measured.outputs)
     text << name << ": " << runtime::summarize(tensor) << "\n";
   const std::vector<double>& seconds = measured.seconds;
@@ -288,6 +319,10 @@ std::string runText(const RunFlags& flags, const RunMeasurements& measured) {
            << measured.peakDeviceBytes << " bytes\n";
     text << "copies between host and device memory (last run; none where they share it, as on the CPU): "
          << measured.stats.hostDeviceCopies << ", " << measured.stats.hostDeviceCopyBytes << " bytes\n";
+    if (measured.stats.seamCopies > 0)
+      text << "copies between submodules on different devices (last run; what split --preview predicts): "
+           << measured.stats.seamCopies << ", " << measured.stats.seamCopyBytes << " bytes, "
+           << measured.stats.seamCopySeconds * 1e3 << " ms\n";
     text << "slowest nodes (last run):\n";
     for (const auto& [node, s] : slowestFirst(measured.stats.secondsByNode, kSlowestNodes))
       text << "  " << node << ": " << s * 1e3 << " ms\n";
@@ -407,6 +442,13 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
     return runDistributed(flags, out, err);
   CLEAVE_TRY(OpenedRunnable opened, openRunnable(flags.path, flags.runtime));
   CLEAVE_TRY(runtime::TensorMap inputs, makeInputs(opened.runnable, flags.runtime));
+  if (flags.inputsOnDevice)
+    for (auto& [name, tensor] : inputs)
+      if (tensor.defined() && !runtime::isSequence(tensor) && !runtime::isStringTensor(tensor))
+        tensor = tensor.to(opened.acc->device());
+  if (flags.graphReplay)
+    if (Status recordable = opened.runnable.replayDeviceWork(); !recordable)
+      return usageError() << "--graph-replay: " << recordable.error().message();
   std::optional<OpenedRunnable> baseline;
   if (!flags.baseline.empty()) {
     CLEAVE_TRY(baseline, openBaseline(flags, opened.runnable));
@@ -416,7 +458,7 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
                            baseline ? &baseline->runnable : nullptr));
   if (!flags.saveOutputs.empty())
     CLEAVE_CHECK(runtime::writeTensors(measured.outputs, flags.saveOutputs, opened.runnable.outputNames()));
-  out << (flags.json ? dumpJson(runJson(flags, opened.runnable, measured)) : runText(flags, measured));
+  out << (flags.json ? dumpJson(runJson(flags, opened.runnable, measured)) : runText(flags, opened.runnable, measured));
   return {};
 }
 } // namespace

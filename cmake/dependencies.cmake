@@ -67,9 +67,13 @@ set(Caffe2_DIR "${_cleave_torch_prefix}/Caffe2" CACHE PATH "libtorch's CMake con
 # probe). A pip wheel carries CUDA's runtime headers and library beside torch (nvidia/cu13, or
 # nvidia/cuda_runtime for CUDA 12): torch::cudart is made from those, and the config, finding that
 # target defined, takes CUDA as found without probing. Elsewhere the config probes as it will.
+# The headers must be whole: cuda_runtime.h includes crt/host_config.h, which the wheels ship apart
+# (nvidia-cuda-crt), and an install without it (the GPU machines' image) takes the toolkit's
+# headers instead, of the same CUDA release as the wheel's libcudart.
 get_filename_component(_cleave_torch_site "${_cleave_torch_prefix}/../../.." ABSOLUTE)
-find_path(CLEAVE_CUDART_INCLUDE cuda_runtime_api.h NO_DEFAULT_PATH
-          PATHS "${_cleave_torch_site}/nvidia/cu13/include" "${_cleave_torch_site}/nvidia/cuda_runtime/include")
+find_path(CLEAVE_CUDART_INCLUDE NAMES crt/host_config.h NO_DEFAULT_PATH
+          PATHS "${_cleave_torch_site}/nvidia/cu13/include" "${_cleave_torch_site}/nvidia/cuda_runtime/include"
+                "$ENV{CUDA_HOME}/include" /usr/local/cuda/include)
 find_library(CLEAVE_CUDART_LIBRARY NAMES libcudart.so.13 libcudart.so.12 NO_DEFAULT_PATH
              PATHS "${_cleave_torch_site}/nvidia/cu13/lib" "${_cleave_torch_site}/nvidia/cuda_runtime/lib")
 set(CLEAVE_TORCH_CUDA_VERSION "")

@@ -1,7 +1,8 @@
 """cleave on a CUDA GPU (ctest label `gpu`): whole models on aten-cuda equal aten-cpu's outputs
 (rtol 1e-3, TF32 off), shape arithmetic stays on the host (few host-device copies), --profile
-reports the device's peak memory, splits verify with their accelerator submodules on the GPU, and
---tf32 verifies at its own tolerance.
+reports the device's peak memory, splits verify with their accelerator submodules on the GPU,
+--tf32 verifies at its own tolerance, and --graph-replay (CUDA graphs) gives the outputs of an
+eager run, or names why a model's run could not be recorded.
 
 Where this build's libtorch has no CUDA, or no GPU answers, every case is skipped with the reason,
 and the script exits 77 (ctest's SKIP_RETURN_CODE): CI machines have no GPU.
@@ -10,6 +11,7 @@ Only the standard library: outputs travel as cleave's JSON tensor files, so the 
 whatever Python the GPU machine has. CLEAVE_GPU_MODELS (optional) names more .onnx models to run
 whole (scripts/gpu-check passes tools/export_zoo.py's).
 """
+import concurrent.futures
 import glob
 import json
 import math
@@ -57,16 +59,60 @@ def assert_close(test, got, want, label):
 
 @unittest.skipIf(SKIP_REASON is not None, f"no CUDA: {SKIP_REASON}")
 class WholeModels(TempDirTest):
+    def outputs_of(self, runs):
+        """Runs every (model, backend, extra flags) of `runs` at once (the GPU machine has the cores
+        and each run is mostly the process's start); {run: (exit code, stderr, outputs or None)}."""
+        def one(key):
+            model, backend, flags = key
+            path = self.path(f"{abs(hash(key))}.json")
+            code, _, err = run("run", model, "--backend", backend, "--seed", 3, *flags, "--save-outputs", path)
+            if code != 0:
+                return key, (code, err, None)
+            with open(path) as f:
+                return key, (code, err, json.load(f))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+            return dict(pool.map(one, runs))
+
     def test_every_model_equals_the_cpu(self):
+        runs = [(model, backend, ()) for model in models() for backend in ("aten-cpu", "aten-cuda")]
+        results = self.outputs_of(runs)
         for model in models():
             with self.subTest(model=os.path.basename(model)):
-                outputs = {}
-                for backend in ("aten-cpu", "aten-cuda"):
-                    path = self.path(f"{backend}.json")
-                    run("run", model, "--backend", backend, "--seed", 3, "--save-outputs", path, check=True)
-                    with open(path) as f:
-                        outputs[backend] = json.load(f)
-                assert_close(self, outputs["aten-cuda"], outputs["aten-cpu"], os.path.basename(model))
+                cpu, cuda = results[(model, "aten-cpu", ())], results[(model, "aten-cuda", ())]
+                self.assertEqual(cpu[0], 0, cpu[1])
+                self.assertEqual(cuda[0], 0, cuda[1])
+                assert_close(self, cuda[2], cpu[2], os.path.basename(model))
+
+    def test_graph_replay_gives_the_eager_outputs(self):
+        """Three runs: the first records, the next two replay on new copies of the inputs."""
+        examples = sorted(glob.glob(os.path.join(EXAMPLES, "*.onnx")))
+        replaying = ("--graph-replay", "--repeat", "3")
+        from_device = replaying + ("--inputs-on-device",)  # the recording reads device inputs, copied on the device
+        variants = ((), replaying, from_device)
+        results = self.outputs_of([(m, "aten-cuda", flags) for m in examples for flags in variants])
+        for model in examples:
+            with self.subTest(model=os.path.basename(model)):
+                eager = results[(model, "aten-cuda", ())]
+                for flags in (replaying, from_device):
+                    replayed = results[(model, "aten-cuda", flags)]
+                    self.assertEqual(replayed[0], 0, replayed[1])
+                    assert_close(self, replayed[2], eager[2], f"{os.path.basename(model)} {' '.join(flags)}")
+                _, out, _ = run("run", model, "--backend", "aten-cuda", "--graph-replay", "--repeat", 2, "--json",
+                                "--inputs-on-device", check=True)
+                replay = json.loads(out)["graph_replay"]
+                self.assertEqual(replay["recorded"] + replay["refused"], 1, replay)
+                if replay["refused"]:  # a refusal says which step the device would not record
+                    self.assertIn("record", replay["refusal"])
+
+    def test_graph_replay_records_the_examples_that_stay_on_the_device(self):
+        """The CNN's and the transformer's shape arithmetic is folded or stays on the host, so
+        nothing reads a device value there: their runs record."""
+        for name in ("cnn.onnx", "transformer.onnx"):
+            with self.subTest(model=name):
+                _, out, _ = run("run", os.path.join(EXAMPLES, name), "--backend", "aten-cuda", "--graph-replay",
+                                "--repeat", 5, "--json", check=True)
+                summary = json.loads(out)
+                self.assertEqual(summary["graph_replay"], {"recorded": 1, "refused": 0}, summary)
 
     def test_profile_reports_device_memory_and_few_copies(self):
         model = os.path.join(EXAMPLES, "transformer.onnx")
@@ -87,6 +133,39 @@ class Cuts(TempDirTest):
                 run("split", model, "--profile", os.path.join(EXAMPLES, "profiles", "gpu.json"), "-o", cut, check=True)
                 _, out, _ = run("verify", model, cut, "--backend", "aten-cuda", "--json", check=True)
                 self.assertTrue(json.loads(out)["ok"])
+
+    def test_graph_replay_of_a_cut_with_cpu_submodules_is_refused_or_equal(self):
+        """A split's CPU submodules read device values on the host: the device refuses to record
+        that, and the run goes on eagerly with the same outputs."""
+        model, cut = os.path.join(EXAMPLES, "dlrm.onnx"), self.path("split")
+        run("split", model, "--profile", os.path.join(EXAMPLES, "profiles", "gpu.json"), "-o", cut, check=True)
+        outputs = {}
+        for flags in ((), ("--graph-replay",)):
+            path = self.path(f"{len(flags)}.json")
+            _, out, _ = run("run", cut, "--backend", "aten-cuda", "--seed", 3, "--repeat", 2, "--json", *flags,
+                            "--save-outputs", path, check=True)
+            with open(path) as f:
+                outputs[flags] = json.load(f)
+            if flags:
+                replay = json.loads(out)["graph_replay"]
+                self.assertEqual(replay["recorded"] + replay["refused"], 1, replay)
+        assert_close(self, outputs[("--graph-replay",)], outputs[()], "dlrm split")
+
+    def test_profile_times_the_copies_at_a_splits_seams(self):
+        """The transformer split for gpu.json alternates GPU and CPU submodules: --profile counts
+        and times each value moved between them, which the preview's bytes bound from above (a
+        value the CPU reads twice moves twice, an acc output the run keeps on the GPU not at all)."""
+        model, cut = os.path.join(EXAMPLES, "transformer.onnx"), self.path("split")
+        _, out, _ = run("split", model, "--profile", os.path.join(EXAMPLES, "profiles", "gpu.json"), "-o", cut,
+                        "--preview", "--json", check=True)
+        preview = json.loads(out)
+        self.assertGreater(preview["cpu_subgraphs"], 0)
+        _, out, _ = run("run", cut, "--backend", "aten-cuda", "--profile", "--json", "--repeat", 2, check=True)
+        summary = json.loads(out)
+        self.assertGreater(summary["seam_copies"], 0, summary)
+        self.assertGreater(summary["seam_copy_bytes"], 0, summary)
+        self.assertGreater(summary["seam_copy_s"], 0, summary)
+        self.assertLess(summary["seam_copy_s"], summary["last_run_s"])
 
     def test_tf32_verifies_at_its_own_tolerance(self):
         model, cut = os.path.join(EXAMPLES, "transformer.onnx"), self.path("split")

@@ -96,6 +96,7 @@ class RuntimeCli(TempDirTest):
         # The CPU's values share one memory: nothing crosses (value_placement.h places them apart
         # only for a device with its own).
         self.assertEqual((summary["host_device_copies"], summary["host_device_copy_bytes"]), (0, 0))
+        self.assertEqual((summary["seam_copies"], summary["seam_copy_bytes"], summary["seam_copy_s"]), (0, 0, 0))
         # Beside them, oneDNN's weight copies: each convolution's weight reordered (padded to its
         # blocks, so no smaller); all within the resident set.
         conv_weights = {n.input[1] for n in graph.node if n.op_type == "Conv"}

@@ -2,8 +2,12 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 
 #include "runtime/engine/device_wing.h"
 #include "runtime/engine/executor.h"
@@ -25,6 +29,41 @@ public:
 
 c10::DeviceIndex indexOf(const at::Device& device) {
   return device.has_index() ? device.index() : c10::cuda::current_device();
+}
+
+// A captured CUDA graph; replays on the device's current stream.
+class CudaGraphRecording final : public DeviceRecording {
+public:
+  void replay() override { graph.replay(); }
+  at::cuda::CUDAGraph graph;
+};
+
+// The second call of `work` captured into `recording.graph` on the current (side) stream. A step
+// the capture refuses fails the call (the executor names the node) and invalidates the capture;
+// ending it then throws too, and leaves the device's last error set, which is cleared so that the
+// next kernel launch does not report it.
+Status capture(CudaGraphRecording& recording, const std::function<Status()>& work) {
+  std::string failure;
+  Status status;
+  recording.graph.capture_begin();
+  try {
+    status = work();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  try {
+    recording.graph.capture_end();
+  } catch (const c10::Error& e) {
+    if (failure.empty() && status)
+      failure = e.what_without_backtrace();
+  }
+  if (!status || !failure.empty())
+    (void)cudaGetLastError();
+  if (!status)
+    return Error(ErrorCode::Unsupported) << "the device refused to record a run: " << status.error().message();
+  if (!failure.empty())
+    return Error(ErrorCode::Unsupported) << "the device refused to record a run: " << failure.substr(0, failure.find('\n'));
+  return {};
 }
 
 class CudaWing final : public DeviceWing {
@@ -53,6 +92,25 @@ public:
     c10::cuda::CUDACachingAllocator::resetPeakStats(indexOf(device));
   }
   void synchronize(const at::Device& device) const override { c10::cuda::device_synchronize(); }
+
+  bool records() const override { return true; }
+  Expected<std::unique_ptr<DeviceRecording>> record(const at::Device& device,
+                                                    const std::function<Status()>& work) const override {
+    const c10::DeviceIndex index = indexOf(device);
+    c10::cuda::CUDAGuard deviceGuard(index);
+    auto recording = std::make_unique<CudaGraphRecording>();
+    c10::cuda::device_synchronize(); // what the caller queued on other streams has landed
+    {
+      // Warm-up and capture on one side stream: a capture cannot run on the legacy default stream,
+      // and cuBLAS keeps a workspace per stream, which the warm-up allocates outside the capture.
+      c10::cuda::CUDAStreamGuard streamGuard(c10::cuda::getStreamFromPool(false, index));
+      CLEAVE_CHECK(work());
+      c10::cuda::getCurrentCUDAStream(index).synchronize();
+      CLEAVE_CHECK(capture(*recording, work));
+    }
+    c10::cuda::device_synchronize();
+    return std::unique_ptr<DeviceRecording>(std::move(recording));
+  }
 };
 
 const CudaWing theCudaWing;

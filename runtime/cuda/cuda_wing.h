@@ -11,7 +11,11 @@
 //     (cleave run --tf32) lets them run on TF32 tensor cores; cuDNN autotunes each convolution
 //     shape once (its first run picks the fastest algorithm for that shape and keeps it);
 //   - peakAllocatedBytes is the caching allocator's peak of allocated bytes since the last
-//     reset, as torch.cuda.max_memory_allocated counts them; synchronize waits for the device.
+//     reset, as torch.cuda.max_memory_allocated counts them; synchronize waits for the device;
+//   - record captures a CUDA graph (at::cuda::CUDAGraph, as torch.cuda.graph does): the warm-up
+//     and the capture run on a side stream of the device, the capture's memory comes from a pool
+//     of its own that the recording keeps, and a capture the device refuses (a synchronization
+//     inside it) is ended, its error cleared, and reported as Unsupported naming the step.
 // Complexity: O(1) per hook; configure sets three process-wide flags.
 #pragma once
 

@@ -60,6 +60,20 @@ void synchronizeDevice(const at::Device& device) {
     wing->synchronize(device);
 }
 
+Expected<std::unique_ptr<DeviceRecording>> DeviceWing::record(const at::Device& device,
+                                                              const std::function<Status()>&) const {
+  return Error(ErrorCode::Unsupported) << "the " << name() << " wing records no device work (device "
+                                       << device.str() << "): graph replay needs a CUDA device";
+}
+
+Expected<std::unique_ptr<DeviceRecording>> recordDeviceWork(const at::Device& device,
+                                                            const std::function<Status()>& work) {
+  const DeviceWing* wing = wingServing(device);
+  if (!wing)
+    return Error(ErrorCode::Unsupported) << "no device wing serves " << device.str() << ": nothing records its work";
+  return wing->record(device, work);
+}
+
 void resetDevicePeakAllocatedBytes(const at::Device& device) {
   if (const DeviceWing* wing = wingServing(device))
     wing->resetPeakAllocatedBytes(device);

@@ -9,7 +9,9 @@
 //     form at a boundary (graph outputs, observers, a module boundary, a send to another rank);
 //   - per-node state: a kernel cache carries a DeviceKernelState that only its wing reads;
 //   - the device's process-wide numerics, set before an executor is made (the CUDA wing: TF32,
-//     cuDNN's autotuning), and its allocator's peak, for --profile.
+//     cuDNN's autotuning), and its allocator's peak, for --profile;
+//   - recording: a wing may record the device work of one call and replay it (CUDA graphs), so
+//     that a run of static shapes costs one launch instead of one per kernel.
 // Wings install themselves once, before main (a static registration in the wing's own source);
 // adding one (CUDA) touches no engine file. The CPU wing is runtime/cpu/cpu_wing.h.
 // Complexity: every lookup scans the installed wings (at most a handful); no hook allocates.
@@ -19,10 +21,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
 
+#include "base/expected.h"
 #include "ir/graph.h"
 
 namespace cleave::runtime {
@@ -61,6 +65,15 @@ public:
   virtual std::size_t reorderedOnlyCount() const = 0;
 };
 
+// The device work one call queued, recorded: replay() queues it again on the same memory (the
+// buffers the call read and wrote), so callers write new inputs into the buffers it read and find
+// the results in those it wrote. Destroying it releases the memory the recording holds.
+class DeviceRecording {
+public:
+  virtual ~DeviceRecording() = default;
+  virtual void replay() = 0;
+};
+
 class DeviceWing {
 public:
   virtual ~DeviceWing() = default;
@@ -87,6 +100,17 @@ public:
   // Waits until every kernel queued on `device` has finished (a CUDA device runs them after the
   // call that queued them returns): what a timing must do before it reads the clock.
   virtual void synchronize(const at::Device& device) const {}
+  // Records the device work of `work` on `device`: calls it once to warm up (autotuning, workspaces
+  // and first-run caches happen there, outside the recording), then again while recording; the
+  // second call's kernels are queued only as the recording, not run. Work done on the host runs
+  // at recording time only, so a caller records only work whose host side does not change between
+  // calls. Fails: Unsupported where the wing does not record (the default), or where the device
+  // refused a step of the second call (a host-device synchronization, as reading a device value
+  // on the host), naming it; what `work` fails with.
+  virtual Expected<std::unique_ptr<DeviceRecording>> record(const at::Device& device,
+                                                            const std::function<Status()>& work) const;
+  // Whether record can succeed at all on this wing's devices.
+  virtual bool records() const { return false; }
 };
 
 // Installs a wing (its lifetime is the program's); returns true, for a static registration.
@@ -100,5 +124,8 @@ at::Tensor denseFromPrivateLayout(const at::Tensor& t);
 std::int64_t devicePeakAllocatedBytes(const at::Device& device);
 void resetDevicePeakAllocatedBytes(const at::Device& device);
 void synchronizeDevice(const at::Device& device);
+// DeviceWing::record by the wing serving `device` (Unsupported where none serves it).
+Expected<std::unique_ptr<DeviceRecording>> recordDeviceWork(const at::Device& device,
+                                                            const std::function<Status()>& work);
 
 } // namespace cleave::runtime

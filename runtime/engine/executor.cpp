@@ -516,10 +516,15 @@ at::Tensor Executor::crossedOperand(ir::ValueId value, ReadSide read, RunState& 
   if (state.crossed.empty())
     state.crossed.resize(g.numValues());
   at::Tensor& copy = state.crossed[index(value)];
-  if (!copy.defined()) {
-    copy = toDense(source).to(target);
-    countCopy(copy, state.stats);
+  if (copy.defined())
+    return copy;
+  if (const at::Tensor* kept = memo_.recallCopy(value, source)) {
+    copy = *kept;
+    return copy;
   }
+  copy = toDense(source).to(target);
+  countCopy(copy, state.stats);
+  memo_.rememberCopy(value, source, copy);
   return copy;
 }
 

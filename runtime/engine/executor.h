@@ -60,6 +60,11 @@ struct RunStats {
   // Copies between host and device memory (value_placement.h), and their bytes: the crossings of
   // values ops made, and the first copy of each parameter or constant (kept after it).
   std::int64_t hostDeviceCopies = 0, hostDeviceCopyBytes = 0;
+  // out with profileOps: a cut model's moves of values between submodules on different devices
+  // (its seams, what split --preview predicts), their bytes and their time (each device waited
+  // for before and after, so that the time is the copies' own).
+  std::int64_t seamCopies = 0, seamCopyBytes = 0;
+  double seamCopySeconds = 0.0;
 };
 
 class Executor {

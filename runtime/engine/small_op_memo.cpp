@@ -37,7 +37,7 @@ bool sameTensor(const at::Tensor& remembered, const at::Tensor& now) {
 } // namespace
 
 SmallOpMemo::SmallOpMemo(const ir::Graph& g)
-    : pure_(g.numNodes(), 0), entries_(g.numNodes()) {
+    : pure_(g.numNodes(), 0), entries_(g.numNodes()), copies_(g.numValues()) {
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
     const ir::NodeId node{n};
     if (g.kind(node) != ir::NodeKind::Op || !(g.opDomain(node).empty() || g.opDomain(node) == "ai.onnx"))
@@ -76,6 +76,22 @@ void SmallOpMemo::remember(ir::NodeId node, const std::vector<at::Tensor>& opera
   for (const at::Tensor& t : results)
     entry.results.push_back(t.clone());
   entry.valid = true;
+}
+
+const at::Tensor* SmallOpMemo::recallCopy(ir::ValueId value, const at::Tensor& host) const {
+  if (copies_.size() == 0 || !isSmallDense(host))
+    return nullptr;
+  const Copy& kept = copies_[value];
+  return kept.device.defined() && sameTensor(kept.host, host) ? &kept.device : nullptr;
+}
+
+void SmallOpMemo::rememberCopy(ir::ValueId value, const at::Tensor& host, const at::Tensor& copy) {
+  if (copies_.size() == 0 || pure_.size() == 0) // the optimization is off
+    return;
+  Copy& kept = copies_[value];
+  kept = {};
+  if (isSmallDense(host))
+    kept = {host.clone(), copy};
 }
 
 } // namespace cleave::runtime

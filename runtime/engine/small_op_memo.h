@@ -13,7 +13,8 @@
 //   kMaxElements elements, and equals (dtype, sizes, bytes) the one it was last computed from;
 // - every result had at most kMaxElements elements.
 // Remembered operands and results are private copies; reused results are shared tensors, which no
-// kernel overwrites in place (KernelContext::mayOverwrite sees a second owner).
+// kernel overwrites in place (KernelContext::mayOverwrite sees a second owner). Small host values'
+// device copies are remembered the same way (recallCopy).
 // Cost: per run of a node it allows, O(operands' bytes) to compare, and a copy of operands and
 // results when they changed; nothing for other nodes.
 #pragma once
@@ -41,6 +42,14 @@ public:
   // Keeps copies of the operands and results of a run of `node`, when the results are small too.
   void remember(ir::NodeId node, const std::vector<at::Tensor>& operands, const std::vector<at::Tensor>& results);
 
+  // The same for a small host value that a device op reads (value_placement.h's crossings, such as
+  // an attention's scale computed from a shape): its copy on the device, when it was made from a
+  // host value equal to `host` (the rule above). Why: a copy from pageable host memory waits for
+  // every kernel queued before it, so one such copy per layer kept a GPU from running ahead of
+  // the host (BERT-base: 12 a run); and a CUDA graph cannot record it.
+  const at::Tensor* recallCopy(ir::ValueId value, const at::Tensor& host) const;
+  void rememberCopy(ir::ValueId value, const at::Tensor& host, const at::Tensor& copy);
+
 private:
   struct Entry {
     bool valid = false;
@@ -48,6 +57,10 @@ private:
   };
   IdVector<ir::NodeId, std::uint8_t> pure_; // 1 for a pure op
   IdVector<ir::NodeId, Entry> entries_;
+  struct Copy {
+    at::Tensor host, device; // undefined: none kept
+  };
+  IdVector<ir::ValueId, Copy> copies_;
 };
 
 } // namespace cleave::runtime

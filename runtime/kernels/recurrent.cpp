@@ -239,6 +239,7 @@ Outputs recurrent(KernelContext& c, Cell cell) {
     throw KernelError("sequence_lens must have one entry per batch element");
   if (batch > 0 && (lengths.min().item<std::int64_t>() < 0 || lengths.max().item<std::int64_t>() > steps))
     throw KernelError("sequence_lens must be within [0, " + std::to_string(steps) + "]");
+  lengths = lengths.to(x.device()); // checked on the host (a made one, or sequence_lens placed there); masks X's steps
   std::vector<at::Tensor> ys, hs, cs;
   for (std::int64_t d = 0; d < s.directions; ++d) {
     DirectionInputs in = directionInputs(c, s, d, batch, x.options());

@@ -1,5 +1,6 @@
 #include "runtime/model/cut_model.h"
 
+#include <chrono>
 #include <map>
 #include <set>
 
@@ -151,8 +152,11 @@ Expected<TensorMap> CutModel::runStep(std::size_t i, const TensorMap& values, Ru
   return runUnit(step.unit, values, stats, seconds);
 }
 
-Expected<TensorMap> CutModel::runUnit(std::size_t u, const TensorMap& values, RunStats* stats, double* seconds) {
-  Unit& unit = units_[u];
+// The unit's inputs on its device; with profileOps, the moves across devices timed into `stats`.
+Expected<TensorMap> CutModel::feedsOf(const Unit& unit, const TensorMap& values, RunStats* stats) const {
+  const at::Device target = unit.module->device();
+  const bool timed = stats && stats->profileOps;
+  std::chrono::steady_clock::duration spent{};
   TensorMap feeds;
   for (const std::string& name : unit.inputs) {
     auto found = values.find(name);
@@ -160,8 +164,30 @@ Expected<TensorMap> CutModel::runUnit(std::size_t u, const TensorMap& values, Ru
       return Error(ErrorCode::InvalidArgument) << "submodule '" << unit.name << "': no value for '" << name << "'";
     const at::Tensor& value = found->second;
     // Values in oneDNN's blocked layout pass as they are between CPU submodels.
-    feeds[name] = isBlocked(value) && unit.module->device().is_cpu() ? value : toDense(value).to(unit.module->device());
+    if (isBlocked(value) && target.is_cpu()) {
+      feeds[name] = value;
+      continue;
+    }
+    const bool crosses = timed && value.device() != target;
+    if (crosses)
+      synchronizeDevice(value.device());
+    auto start = std::chrono::steady_clock::now();
+    feeds[name] = toDense(value).to(target);
+    if (!crosses)
+      continue;
+    synchronizeDevice(target);
+    spent += std::chrono::steady_clock::now() - start;
+    ++stats->seamCopies;
+    stats->seamCopyBytes += static_cast<std::int64_t>(feeds[name].nbytes());
   }
+  if (timed)
+    stats->seamCopySeconds += std::chrono::duration<double>(spent).count();
+  return feeds;
+}
+
+Expected<TensorMap> CutModel::runUnit(std::size_t u, const TensorMap& values, RunStats* stats, double* seconds) {
+  Unit& unit = units_[u];
+  CLEAVE_TRY(TensorMap feeds, feedsOf(unit, values, stats));
   auto start = std::chrono::steady_clock::now();
   Expected<TensorMap> results = unit.module->run(feeds, stats, nullptr, OutputLayout::AsComputed);
   if (seconds) // a device's kernels may still be running: its time is theirs too

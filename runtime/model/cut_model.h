@@ -92,6 +92,7 @@ private:
   Status lowerUnit(std::size_t first, std::size_t last, const Backend& backend);
   void planDrops();
   Expected<TensorMap> runUnit(std::size_t u, const TensorMap& values, RunStats* stats, double* seconds);
+  Expected<TensorMap> feedsOf(const Unit& unit, const TensorMap& values, RunStats* stats) const;
 
   std::shared_ptr<const LoadedPlan> plan_;
   std::vector<Step> steps_;

@@ -4,6 +4,7 @@
 
 #include "io/model_loader.h"
 #include "plan/plan_file.h"
+#include "runtime/engine/device_wing.h"
 #include "runtime/engine/kernel.h"
 
 namespace cleave::runtime {
@@ -11,6 +12,8 @@ namespace cleave::runtime {
 Expected<Runnable> Runnable::open(const std::string& path, const Backend& acc, const Backend& cpu, bool joinSeams,
                                   const Optimizations& optimizations) {
   Runnable runnable;
+  runnable.device_ = acc.device();
+  runnable.backend_ = acc.name();
   if (plan::isPlanDirectory(path)) {
     CutModelOptions options;
     options.joinSeams = joinSeams;
@@ -22,11 +25,31 @@ Expected<Runnable> Runnable::open(const std::string& path, const Backend& acc, c
   CLEAVE_TRY(ir::Graph graph, io::loadModel(path, {.expandFunctions = opsWithoutKernels()}));
   runnable.graph_ = std::make_shared<const ir::Graph>(std::move(graph));
   CLEAVE_TRY(runnable.module_, acc.lower(runnable.graph_));
-  runnable.backend_ = acc.name();
   return runnable;
 }
 
+Status Runnable::replayDeviceWork() {
+  const DeviceWing* wing = wingServing(device_);
+  if (!wing || !wing->records())
+    return Error(ErrorCode::Unsupported) << backend_
+                                         << " records no device work to replay (graph replay needs aten-cuda)";
+  replay_ = std::make_unique<ReplayedRuns>(device_);
+  return {};
+}
+
 Expected<TensorMap> Runnable::run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings, RunStats* stats) {
+  if (!replay_)
+    return runEagerly(inputs, timings, stats);
+  auto start = std::chrono::steady_clock::now();
+  CLEAVE_TRY(TensorMap outputs, replay_->run(inputs, [&](const TensorMap& in) { return runEagerly(in, nullptr, nullptr); }));
+  if (timings)
+    timings->push_back({"replay", backend_,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
+  return outputs;
+}
+
+Expected<TensorMap> Runnable::runEagerly(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings,
+                                         RunStats* stats) {
   if (cut_)
     return cut_->run(inputs, timings, stats);
   auto start = std::chrono::steady_clock::now();

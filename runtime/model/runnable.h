@@ -1,11 +1,14 @@
 // runtime/model/runnable.h - a model file or a cut-model directory behind one interface, for the
-// commands that run things (run, verify): open, make inputs, run with per-submodule timings.
+// commands that run things (run, verify): open, make inputs, run with per-submodule timings, and
+// optionally replay recorded device work (device_replay.h).
 // Complexity: that of the model or cut model it wraps.
 #pragma once
 
+#include <memory>
 #include <optional>
 
 #include "runtime/model/cut_model.h"
+#include "runtime/model/device_replay.h"
 #include "runtime/model/tensor_files.h"
 
 namespace cleave::runtime {
@@ -17,6 +20,12 @@ public:
   // `optimizations`: CutModelOptions'); any other path is a model, run whole on `acc`.
   static Expected<Runnable> open(const std::string& path, const Backend& acc, const Backend& cpu,
                                  bool joinSeams = false, const Optimizations& optimizations = {});
+
+  // From now on, runs record their device work once per input signature and replay it
+  // (ReplayedRuns on `acc`'s device): a replayed run reports one timing, "replay", and no
+  // per-op statistics. Fails: Unsupported where that device's wing records nothing (the CPU).
+  Status replayDeviceWork();
+  const ReplayedRuns* replayed() const { return replay_.get(); }
 
   // `stats` (optional) gathers every executor's statistics (per-op seconds when asked for).
   Expected<TensorMap> run(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings = nullptr,
@@ -37,8 +46,12 @@ public:
 private:
   std::shared_ptr<const ir::Graph> graph_; // a whole model
   std::unique_ptr<LoweredModule> module_;
-  std::string backend_;
+  std::string backend_; // acc's name
   std::optional<CutModel> cut_;
+  at::Device device_{at::kCPU}; // acc's
+  std::unique_ptr<ReplayedRuns> replay_;
+
+  Expected<TensorMap> runEagerly(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings, RunStats* stats);
 };
 
 } // namespace cleave::runtime
