@@ -50,23 +50,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 import export_zoo  # noqa: E402
 
 
-def distinct_layers(encoder, generator):
-    """nn.TransformerEncoder deep-copies one layer, so its layers start equal, and the exporter
-    stores equal weights once (BERT-base's 340 MB as 28 MB, which made cleave's peak memory look
-    a fifth of PyTorch's): each layer gets weights of its own, as a trained model's are."""
-    with torch.no_grad():
-        for layer in encoder.encoder.layers:
-            for p in layer.parameters():
-                if p.dim() >= 2:
-                    p.copy_(torch.randn(p.shape, generator=generator) * p.shape[-1] ** -0.5)
-    return encoder
-
-
 def make_model(name, batch):
     """(module, example inputs) for `name`, random weights (export_zoo.randomize)."""
     g = torch.Generator().manual_seed(3)
     if name == "bert_base":
-        model = distinct_layers(export_zoo.Encoder(768, 12, 12, 3072, activation="gelu"), g)
+        model = export_zoo.Encoder(768, 12, 12, 3072, activation="gelu")
         inputs = (torch.randn(batch, 128, 768, generator=g),)
     elif name == "transformer_encoder":
         model = export_zoo.Encoder(64, 4, 2, 128, activation="gelu")

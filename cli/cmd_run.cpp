@@ -14,13 +14,13 @@
 #include "plan/plan_file.h"
 #include "runtime/distributed/distributed_run.h"
 #include "runtime/distributed/environment.h"
+#include "runtime/engine/device_wing.h"
 #include "runtime/engine/kernel.h"
 #include "runtime/engine/tensors.h"
 #include "runtime/model/wing_library.h"
 #include "runtime/engine/host_memory.h"
 #include "runtime/model/microbatch.h"
 #include "plan/fixed_batch_check.h"
-#include "runtime/cpu/onednn.h"
 #include "runtime/model/tensor_files.h"
 
 namespace cleave::cli {
@@ -96,7 +96,7 @@ struct RunMeasurements {
   std::vector<runtime::SubmoduleTiming> timings; // per submodule: the fastest run
   runtime::RunStats stats; // of the last run
   std::int64_t peakTensorBytes = 0; // ATen's bytes in use at the last run's peak (runtime/engine/host_memory.h)
-  std::size_t heldWeightBytes = 0;   // oneDNN's weight copies after the last run (runtime/cpu/onednn.h)
+  std::size_t heldWeightBytes = 0;   // the wings' own weight copies after the last run (oneDNN's on the CPU)
   // The accelerator backend's device, and its allocator's peak in the last run (-1 where its wing
   // does not count: the CPU's bytes are peakTensorBytes).
   at::Device device = at::kCPU;
@@ -135,7 +135,7 @@ Status timeRun(const RunFlags& flags, runtime::Runnable& runnable, const runtime
   measured.lastRunSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   measured.peakTensorBytes = runtime::hostMemoryStats().peakBytesInUse;
   measured.peakDeviceBytes = runtime::devicePeakAllocatedBytes(measured.device);
-  measured.heldWeightBytes = runtime::onednn::heldWeightBytes();
+  measured.heldWeightBytes = runtime::wingHeldWeightBytes();
   measured.seconds.push_back(measured.lastRunSeconds);
   if (measured.timings.empty())
     measured.timings = these;
@@ -333,6 +333,14 @@ std::string runText(const RunFlags& flags, const runtime::Runnable& runnable, co
   return text.str();
 }
 
+// A static-batch export whose constants hold the batch would fail deep inside the first run of
+// other rows: refused in one line, from the plan the model was loaded with.
+Status checkMicrobatchRows(const RunFlags& flags, const plan::PlanFile& plan) {
+  if (flags.microbatches <= 1)
+    return {};
+  return plan::checkRowsCanChange(flags.path, plan, std::to_string(flags.microbatches) + " microbatches");
+}
+
 // --distributed: this rank's part of the plan; rank 0 reports like a single-process run.
 Status runDistributed(const RunFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_TRY(runtime::distributed::DistributedEnv env, runtime::distributed::readDistributedEnv());
@@ -346,6 +354,7 @@ Status runDistributed(const RunFlags& flags, std::ostream& out, std::ostream& er
                                             flags.runtime.optimizations));
   CLEAVE_TRY(auto cpu, runtime::makeBackend("aten-cpu", flags.runtime.optimizations));
   CLEAVE_TRY(runtime::CutModel model, runtime::distributed::loadRankModel(flags.path, env.rank, env.worldSize, *acc, *cpu));
+  CLEAVE_CHECK(checkMicrobatchRows(flags, model.plan().file()));
   runtime::TensorMap inputs;
   if (!flags.runtime.inputsPath.empty()) {
     CLEAVE_TRY(inputs, runtime::readTensors(flags.runtime.inputsPath, model.graphInputs()));
@@ -431,16 +440,13 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
     return usageError() << "--baseline times two models in one process, not with --distributed";
   if (!flags.baseline.empty() && flags.profile)
     return usageError() << "--profile measures one model's runs, not with --baseline";
-  if ((flags.pipelined || flags.distributed) && flags.microbatches > 1) {
-    // A static-batch export whose constants hold the batch would fail deep inside the first run.
-    CLEAVE_TRY(plan::PlanFile planFile, plan::readPlan(flags.path));
-    CLEAVE_CHECK(plan::checkRowsCanChange(flags.path, planFile, std::to_string(flags.microbatches) + " microbatches"));
-  }
   // Each run frees what the next allocates again: keep it resident rather than fault it back in.
   runtime::keepFreedHostMemory();
   if (flags.distributed)
     return runDistributed(flags, out, err);
   CLEAVE_TRY(OpenedRunnable opened, openRunnable(flags.path, flags.runtime));
+  if (flags.pipelined)
+    CLEAVE_CHECK(checkMicrobatchRows(flags, opened.runnable.cut()->plan().file()));
   CLEAVE_TRY(runtime::TensorMap inputs, makeInputs(opened.runnable, flags.runtime));
   if (flags.inputsOnDevice)
     for (auto& [name, tensor] : inputs)

@@ -105,6 +105,16 @@ class Encoder(nn.Module):
         layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=ff, dropout=0.0, batch_first=True,
                                            activation=activation)
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        # TransformerEncoder deep-copies `layer`: its layers would start equal, and the ONNX
+        # exporter stores equal weights once (BERT-base's 340 MB as 28 MB, small enough to stay in
+        # a CPU's cache). Each layer after the first is initialized again, as a trained model's
+        # layers differ.
+        for copy in list(self.encoder.layers)[1:]:
+            for m in copy.modules():
+                if isinstance(m, nn.MultiheadAttention):
+                    m._reset_parameters()
+                elif isinstance(m, nn.Linear):
+                    m.reset_parameters()
 
     def forward(self, x):
         return self.encoder(x)

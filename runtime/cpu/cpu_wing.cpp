@@ -158,6 +158,7 @@ public:
   }
   bool holdsPrivateLayout(const at::Tensor& t) const override { return onednn::isBlockedActivation(t); }
   at::Tensor dense(const at::Tensor& t) const override { return onednn::denseFromBlocked(t); }
+  std::size_t heldWeightBytes() const override { return onednn::heldWeightBytes(); }
 };
 
 const CpuWing theCpuWing;

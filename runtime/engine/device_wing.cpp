@@ -50,6 +50,14 @@ at::Tensor denseFromPrivateLayout(const at::Tensor& t) {
   return t;
 }
 
+std::size_t wingHeldWeightBytes() {
+  const InstalledWings& all = installed();
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < all.count; ++i)
+    bytes += all.wings[i]->heldWeightBytes();
+  return bytes;
+}
+
 std::int64_t devicePeakAllocatedBytes(const at::Device& device) {
   const DeviceWing* wing = wingServing(device);
   return wing ? wing->peakAllocatedBytes(device) : -1;

@@ -111,6 +111,9 @@ public:
                                                             const std::function<Status()>& work) const;
   // Whether record can succeed at all on this wing's devices.
   virtual bool records() const { return false; }
+  // The bytes of weight copies the wing holds in its own layouts now (the CPU wing's reordered and
+  // packed oneDNN weights), beside the tensors the executors hold: what --profile reports apart.
+  virtual std::size_t heldWeightBytes() const { return 0; }
 };
 
 // Installs a wing (its lifetime is the program's); returns true, for a static registration.
@@ -124,6 +127,8 @@ at::Tensor denseFromPrivateLayout(const at::Tensor& t);
 std::int64_t devicePeakAllocatedBytes(const at::Device& device);
 void resetDevicePeakAllocatedBytes(const at::Device& device);
 void synchronizeDevice(const at::Device& device);
+// DeviceWing::heldWeightBytes summed over the installed wings.
+std::size_t wingHeldWeightBytes();
 // DeviceWing::record by the wing serving `device` (Unsupported where none serves it).
 Expected<std::unique_ptr<DeviceRecording>> recordDeviceWork(const at::Device& device,
                                                             const std::function<Status()>& work);
