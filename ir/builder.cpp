@@ -162,18 +162,22 @@ bool GraphBuilder::hasUntypedOpOutputs() const {
   return false;
 }
 
-// Phase 1: unnamed nodes get "<opType>_<k>", skipping names that are already taken.
+// Phase 1: unnamed nodes get "<opType>_<k>", and an op node named like an input, parameter or
+// output node gets "<name>_<k>", each skipping names that are already taken. The second because
+// ONNX keeps node names apart from value names (a MatMul may be named "w" beside its initializer
+// "w", a node "output" beside the graph's outputs), while here the graph's inputs, parameters and
+// outputs are nodes too, named by their values: the op node gives way. Two op nodes of one name
+// stay an error (resolveOperands).
 Status GraphBuilder::nameUnnamedNodes() {
-  std::vector<bool> taken(strings_.size(), false);
-  for (const PendingNode& node : nodes_)
+  std::vector<bool> taken(strings_.size(), false), valueNamed(strings_.size(), false);
+  for (const PendingNode& node : nodes_) {
     taken[node.name] = true;
-  std::unordered_map<std::uint32_t, std::uint32_t> nextIndexByOp;
-  for (PendingNode& node : nodes_) {
-    if (node.name != 0)
-      continue;
-    std::string base(strings_.str(node.opType).empty() ? nodeKindName(node.kind)
-                                                       : strings_.str(node.opType));
-    std::uint32_t& next = nextIndexByOp[node.opType];
+    if (node.kind != NodeKind::Op && node.name != 0)
+      valueNamed[node.name] = true;
+  }
+  std::unordered_map<std::uint32_t, std::uint32_t> nextIndexByBase;
+  auto rename = [&](PendingNode& node, std::uint32_t baseString, std::string base) {
+    std::uint32_t& next = nextIndexByBase[baseString];
     while (true) {
       std::string candidate = base + "_" + std::to_string(next++);
       std::uint32_t existing = strings_.find(candidate);
@@ -183,8 +187,15 @@ Status GraphBuilder::nameUnnamedNodes() {
       if (taken.size() <= node.name)
         taken.resize(node.name + 1, false);
       taken[node.name] = true;
-      break;
+      return;
     }
+  };
+  for (PendingNode& node : nodes_) {
+    if (node.name == 0)
+      rename(node, node.opType, strings_.str(node.opType).empty() ? std::string(nodeKindName(node.kind))
+                                                                  : std::string(strings_.str(node.opType)));
+    else if (node.kind == NodeKind::Op && node.name < valueNamed.size() && valueNamed[node.name])
+      rename(node, node.name, std::string(strings_.str(node.name)));
   }
   return {};
 }

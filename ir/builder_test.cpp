@@ -82,6 +82,36 @@ TEST(GraphBuilder, RejectsDuplicateNodeNames) {
   EXPECT_NE(g.error().message().find("duplicate node name 'a'"), std::string::npos);
 }
 
+// ONNX keeps node names apart from value names: an op node may share its name with an
+// initializer, a graph input or the output node. The op node gives way ("<name>_<k>").
+TEST(GraphBuilder, AnOpNodeNamedLikeAnInputParameterOrOutputGivesWay) {
+  auto op = [](std::string name, std::string type, std::vector<std::string> inputs, std::string output) {
+    NodeSpec spec;
+    spec.name = std::move(name);
+    spec.opType = std::move(type);
+    spec.inputs = std::move(inputs);
+    spec.outputs = {{std::move(output), ValueType::tensor(DType::F32, {4, 4})}};
+    return spec;
+  };
+  Expected<Graph> g = TestGraph()
+                          .input("x")
+                          .param("w")
+                          .node(op("w", "MatMul", {"x", "w"}, "h"))
+                          .node(op("x", "Relu", {"h"}, "y"))
+                          .node(op("output", "Relu", {"y"}, "z"))
+                          .node(op("w_0", "Relu", {"z"}, "last")) // taken before the MatMul is renamed
+                          .output({"last"})
+                          .finish();
+  ASSERT_TRUE(g) << g.error().message();
+  std::vector<std::pair<NodeKind, std::string>> names;
+  for (std::uint32_t n = 0; n < g->numNodes(); ++n)
+    names.emplace_back(g->kind(NodeId{n}), std::string(g->name(NodeId{n})));
+  const std::vector<std::pair<NodeKind, std::string>> want{
+      {NodeKind::Input, "x"},      {NodeKind::Parameter, "w"}, {NodeKind::Op, "w_1"},        {NodeKind::Op, "x_0"},
+      {NodeKind::Op, "output_0"}, {NodeKind::Op, "w_0"},      {NodeKind::Output, "output"}};
+  EXPECT_EQ(names, want);
+}
+
 TEST(GraphBuilder, RejectsDuplicateValueNamesAndNamesBothProducers) {
   NodeSpec spec;
   spec.name = "second";

@@ -176,6 +176,22 @@ class DetectionOps(TempDirTest):
                 [2000], dtype=np.int64), "iou": np.array([iou], dtype=np.float32)}, ["selected"], 17, exact=True)
 
 
+
+class NodeNamesBesideValueNames(TempDirTest):
+    """ONNX keeps node names apart from value names (onnx.checker passes, ONNX Runtime runs it):
+    a MatMul named like its weight, a Relu named like the graph input, a node named "output"."""
+    compare = DetectionOps.compare
+
+    def test_nodes_named_like_values_run_as_onnx_runtime_runs_them(self):
+        rng = np.random.default_rng(3)
+        weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], rng.standard_normal(16).astype(np.float32))
+        nodes = [helper.make_node("Constant", [], ["w"], name="weight", value=weight),
+                 helper.make_node("MatMul", ["x", "w"], ["h"], name="w"),
+                 helper.make_node("Relu", ["h"], ["r"], name="x"),
+                 helper.make_node("Relu", ["r"], ["y"], name="output")]
+        x = rng.standard_normal((3, 4)).astype(np.float32) + 1.0
+        self.compare("names", nodes, {"x": x}, ["y"], 17, exact=False)
+
 class BadInput(TempDirTest):
     def write_model(self, op_type, domain="", opset=17):
         node = helper.make_node(op_type, ["x"], ["y"], name="odd_node", domain=domain)
