@@ -22,10 +22,9 @@
 #include "plan/plan_file.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/pipeline_train.h"
-#include "runtime/distributed/transport.h"
+#include "runtime/distributed/rank_layout.h"
 #include "runtime/engine/host_memory.h"
 #include "runtime/engine/kernel.h"
-#include "runtime/model/backend_names.h"
 #include "runtime/model/microbatch.h"
 #include "runtime/model/tensor_files.h"
 #include "runtime/model/wing_library.h"
@@ -297,77 +296,8 @@ Expected<Json> planStepTiming(const runtime::distributed::PipelineTrainer& train
               {"actions", actionTimeline(timing)}};
 }
 
-// Where this process trains: world rank `rank` of `ranks`, pipeline rank rank % pipelineRanks of
-// replica rank / pipelineRanks (--pipeline-ranks; default one pipeline over every rank).
-struct RankLayout {
-  int rank = 0, ranks = 1, pipelineRanks = 1;
-  int replica() const { return rank / pipelineRanks; }
-  int replicas() const { return ranks / pipelineRanks; }
-  int pipelineRank() const { return rank % pipelineRanks; }
-  std::int64_t replicaRows(std::int64_t batch) const { return batch / replicas(); }
-};
-
-// The layout of this process (`env`: under launch), its flags checked: --pipeline-ranks divides
-// the ranks, and --batch splits into equal replica shares.
-Expected<RankLayout> rankLayout(const TrainFlags& flags, const std::optional<runtime::distributed::DistributedEnv>& env) {
-  RankLayout layout;
-  layout.rank = env ? env->rank : 0;
-  layout.ranks = env ? env->worldSize : 1;
-  layout.pipelineRanks = flags.pipelineRanks.value_or(layout.ranks);
-  if (layout.ranks % layout.pipelineRanks != 0)
-    return usageError() << "--pipeline-ranks " << layout.pipelineRanks << " does not divide the " << layout.ranks
-                        << " rank(s)" << (env ? "" : " of a single process (replicas run under `cleave launch`)");
-  if (flags.options.batch % layout.replicas() != 0)
-    return usageError() << "--batch " << flags.options.batch << " does not split into " << layout.replicas()
-                        << " equal shares, one per replica of the " << layout.pipelineRanks << "-rank pipeline";
-  return layout;
-}
-
-// The communicators of a layout: the world's (checkpoints, printing); with replicas, this rank's
-// pipeline's and its replicas' (every member of each joins it, pipelines first).
-struct LayoutCommunicators {
-  std::unique_ptr<runtime::distributed::Communicator> world, pipeline, replicas;
-  runtime::distributed::Communicator& ofPipeline() { return pipeline ? *pipeline : *world; }
-};
-
-
-// The transport of --transport: auto is NCCL where the stages train on CUDA and this build has it.
-Expected<std::string> chosenTransport(const TrainFlags& flags) {
-  // nccl is the CUDA wing's: registered once its library is loaded (train loaded it for a CUDA
-  // backend; a build without it keeps gloo alone).
-  if (flags.transport == "nccl" && !runtime::isCudaBackend(flags.backend))
-    return usageError() << "--transport nccl moves CUDA tensors: train the stages on aten-cuda (--backend) or use gloo";
-  if (flags.transport == "nccl")
-    (void)runtime::loadWingProviding(flags.transport);
-  const std::vector<std::string> names = runtime::distributed::transportNames();
-  const bool built = std::find(names.begin(), names.end(), flags.transport) != names.end();
-  if (flags.transport == "auto") {
-    const bool nccl = std::find(names.begin(), names.end(), "nccl") != names.end();
-    return std::string(runtime::isCudaBackend(flags.backend) && nccl ? "nccl" : "gloo");
-  }
-  if (!built)
-    return Error(ErrorCode::InvalidArgument) << "--transport " << flags.transport << ": not in this build (it has "
-                                             << joinStrings(names) << "; NCCL needs a libtorch with CUDA: scripts/gpu-build)";
-  return flags.transport;
-}
-
-Expected<LayoutCommunicators> connectLayout(const RankLayout& layout, const std::string& transport,
-                                            const std::optional<runtime::distributed::DistributedEnv>& env) {
-  LayoutCommunicators comms{runtime::distributed::Communicator::local(), nullptr, nullptr};
-  if (env) {
-    CLEAVE_TRY(comms.world, runtime::distributed::Communicator::connect(*env, transport));
-  }
-  if (layout.replicas() == 1)
-    return comms;
-  std::vector<int> pipeline, replicas;
-  for (int p = 0; p < layout.pipelineRanks; ++p)
-    pipeline.push_back(layout.replica() * layout.pipelineRanks + p);
-  for (int k = 0; k < layout.replicas(); ++k)
-    replicas.push_back(k * layout.pipelineRanks + layout.pipelineRank());
-  CLEAVE_TRY(comms.pipeline, comms.world->subgroup("pipeline-" + std::to_string(layout.replica()), pipeline));
-  CLEAVE_TRY(comms.replicas, comms.world->subgroup("replicas-" + std::to_string(layout.pipelineRank()), replicas));
-  return comms;
-}
+using runtime::distributed::LayoutCommunicators;
+using runtime::distributed::RankLayout;
 
 // Microbatches (or a batch) of other rows than the plan's static-batch export fixed run only where
 // no constant shape holds that batch: refused here in one line rather than deep inside a step.
@@ -537,8 +467,8 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   if (std::getenv("RANK")) {
     CLEAVE_TRY(env, runtime::distributed::readDistributedEnv());
   }
-  CLEAVE_TRY(const RankLayout layout, rankLayout(flags, env));
-  CLEAVE_TRY(const std::string transport, chosenTransport(flags));
+  CLEAVE_TRY(const RankLayout layout, runtime::distributed::rankLayout(env, flags.pipelineRanks, flags.options.batch));
+  CLEAVE_TRY(const std::string transport, runtime::distributed::chooseTransport(flags.transport, flags.backend));
   // Rank 0 alone writes OUT (a plan directory like the input, its stages trained).
   Expected<std::optional<OutputDirectory>> opened =
       layout.rank == 0 ? openOutputDirectory(flags.output, {flags.path, flags.dataPath, flags.wholeModelPath})
@@ -570,7 +500,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
     stageNames += (i ? ", " : "the plan's stages ") + trainer->stageName(i);
   const runtime::CheckpointIdentity identity = checkpointIdentity(flags, layout, stageNames);
   CLEAVE_TRY(std::int64_t first, resumeStep(flags, layout.rank, identity, trainer->trainingState(), err));
-  CLEAVE_TRY(LayoutCommunicators comms, connectLayout(layout, transport, env));
+  CLEAVE_TRY(LayoutCommunicators comms, runtime::distributed::connectLayout(layout, transport, env));
   CLEAVE_CHECK(trainer->connect(comms.ofPipeline(), comms.replicas.get()));
   const std::vector<const ir::Graph*> stageGraphs = trainer->stageGraphs();
   StepLoop loop{*comms.world, trainer->trainingState(), identity, runtime::trainableSet(stageGraphs),
