@@ -20,6 +20,7 @@
 #include "cli/runtime_options.h"
 #include "plan/fixed_batch_check.h"
 #include "plan/plan_file.h"
+#include "runtime/distributed/checkpoint_schedule.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/pipeline_train.h"
 #include "runtime/distributed/rank_layout.h"
@@ -44,28 +45,27 @@ struct TrainFlags {
   OutputDirectoryFlags output;
   bool json = false, timing = false;
   io::FixedPatterns fixedPatterns; // --frozen / --trainable (a model; a plan records its own)
-  // Checkpoints (runtime/training/checkpoint.h): where, how often, where from, and where to stop.
-  std::string checkpointDir, resumeDir;
-  std::int64_t checkpointEvery = 0;
-  std::optional<std::int64_t> stopAfter;
+  // Checkpoints: where, how often, where from, and where to stop (its `steps` is --steps, set
+  // after parsing).
+  runtime::distributed::CheckpointSchedule checkpoints;
   std::uint64_t seed = 0;
   std::optional<int> pipelineRanks; // data x pipeline parallel: ranks per replica (default: all)
 };
 
 // Checkpoints, resuming and stopping (runtime/training/checkpoint.h).
 void describeCheckpoints(CLI::App& app, TrainFlags& flags) {
-  app.add_option("--checkpoint-dir", flags.checkpointDir,
+  app.add_option("--checkpoint-dir", flags.checkpoints.checkpointDir,
                  "write checkpoints into this folder (every rank must see it): each rank's parameters, optimizer "
                  "state, RNG state and the step, whole on every rank or not at all; at the run's end, at "
                  "--stop-after, and every --checkpoint-every steps; only the last complete one is kept. Under "
                  "`cleave launch --max-restarts`, a restarted run resumes from it");
-  app.add_option("--checkpoint-every", flags.checkpointEvery, "steps between checkpoints (needs --checkpoint-dir)")
+  app.add_option("--checkpoint-every", flags.checkpoints.every, "steps between checkpoints (needs --checkpoint-dir)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
-  app.add_option("--resume", flags.resumeDir,
+  app.add_option("--resume", flags.checkpoints.resumeDir,
                  "continue from the last complete checkpoint in this folder, exactly as the run that wrote it would "
                  "have gone on (a checkpoint of another model, plan, rank count, --batch, --optimizer or schedule "
                  "is refused, naming what differs); checkpoints go on into it unless --checkpoint-dir says otherwise");
-  app.add_option("--stop-after", flags.stopAfter,
+  app.add_option("--stop-after", flags.checkpoints.stopAfter,
                  "stop after this step of --steps, writing a checkpoint there (a job with a time limit: the next "
                  "one continues with --resume, the schedule still spanning --steps)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
@@ -312,27 +312,22 @@ Status checkTrainingRows(const TrainFlags& flags, const RankLayout& layout, cons
   return plan::checkRowsCanChange(flags.path, planFile, what + " in " + std::to_string(microbatches) + " microbatch(es)");
 }
 
-// The folder checkpoints go to: --checkpoint-dir, else --resume's.
-const std::string& checkpointsTo(const TrainFlags& flags) {
-  return flags.checkpointDir.empty() ? flags.resumeDir : flags.checkpointDir;
-}
-
 // Checkpoint flags that need one another, and folders that would clash, refused before any step.
 Status checkCheckpointFlags(const TrainFlags& flags) {
-  if ((flags.checkpointEvery > 0 || flags.stopAfter) && checkpointsTo(flags).empty())
-    return usageError() << (flags.stopAfter ? "--stop-after" : "--checkpoint-every")
+  if ((flags.checkpoints.every > 0 || flags.checkpoints.stopAfter) && flags.checkpoints.folder().empty())
+    return usageError() << (flags.checkpoints.stopAfter ? "--stop-after" : "--checkpoint-every")
                         << " needs a folder for checkpoints: --checkpoint-dir D (or --resume D)";
-  if (flags.stopAfter && *flags.stopAfter > flags.steps)
-    return usageError() << "--stop-after " << *flags.stopAfter << " is past --steps " << flags.steps;
-  const std::string& dir = checkpointsTo(flags);
+  if (flags.checkpoints.stopAfter && *flags.checkpoints.stopAfter > flags.steps)
+    return usageError() << "--stop-after " << *flags.checkpoints.stopAfter << " is past --steps " << flags.steps;
+  const std::string& dir = flags.checkpoints.folder();
   if (!dir.empty()) { // a folder, or none yet
     if (Expected<std::optional<std::int64_t>> listed = runtime::latestCheckpoint(dir); !listed)
       return std::move(listed.error());
   }
-  if (!flags.resumeDir.empty()) {
-    CLEAVE_TRY(std::optional<std::int64_t> latest, runtime::latestCheckpoint(flags.resumeDir));
+  if (!flags.checkpoints.resumeDir.empty()) {
+    CLEAVE_TRY(std::optional<std::int64_t> latest, runtime::latestCheckpoint(flags.checkpoints.resumeDir));
     if (!latest)
-      return Error(ErrorCode::InvalidArgument) << "--resume " << flags.resumeDir << ": no complete checkpoint there";
+      return Error(ErrorCode::InvalidArgument) << "--resume " << flags.checkpoints.resumeDir << ": no complete checkpoint there";
   }
   if (!dir.empty() && !flags.output.path.empty() &&
       (isSameOrInside(dir, flags.output.path) || isSameOrInside(flags.output.path, dir)))
@@ -344,59 +339,6 @@ Status checkCheckpointFlags(const TrainFlags& flags) {
 runtime::CheckpointIdentity checkpointIdentity(const TrainFlags& flags, const RankLayout& layout, std::string model) {
   return {layout.ranks, layout.pipelineRanks, flags.options.batch, std::move(model),
           std::string(runtime::kOptimizerKinds.name(flags.options.optimizer.kind)), flags.options.lrSchedule.describe()};
-}
-
-// The step to start from: 0, or that of the checkpoint resumed, whose state `state` then holds:
-// the last complete one in --resume's folder or, in a run the launcher restarted, in
-// --checkpoint-dir (none there yet: from the start).
-Expected<std::int64_t> resumeStep(const TrainFlags& flags, int rank, const runtime::CheckpointIdentity& identity,
-                                  runtime::RankTrainingState state, std::ostream& err) {
-  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  const bool restarted = restarts && std::string_view(restarts) != "0";
-  const std::string dir = !flags.resumeDir.empty() ? flags.resumeDir : restarted ? flags.checkpointDir : std::string();
-  if (dir.empty())
-    return 0;
-  CLEAVE_TRY(std::optional<std::int64_t> latest, runtime::latestCheckpoint(dir));
-  if (!latest && flags.resumeDir.empty())
-    return 0;
-  if (!latest)
-    return Error(ErrorCode::InvalidArgument) << "--resume " << dir << ": no complete checkpoint there";
-  if (*latest > flags.steps || (flags.stopAfter && *flags.stopAfter <= *latest))
-    return Error(ErrorCode::InvalidArgument) << "--resume " << dir << ": its checkpoint is of step " << *latest
-                                             << ", and this run stops at step " << flags.stopAfter.value_or(flags.steps);
-  Expected<int> read = runtime::readRankCheckpoint(dir, *latest, rank, identity, state);
-  if (!read)
-    return std::move(read.error().withContext("--resume " + dir));
-  if (rank == 0) {
-    err << "resumed from " << runtime::checkpointFolder(dir, *latest) << " (step " << *latest << ")";
-    if (*read != identity.ranks)
-      err << ", resharded from " << *read << " rank(s) to " << identity.ranks;
-    err << "\n";
-  }
-  return *latest;
-}
-
-// Collective: step `done`'s checkpoint. Every rank writes its part; once all have (an all-reduce
-// of their failures), rank 0 completes it, so it is whole on every rank or not there at all.
-Status saveCheckpoint(const TrainFlags& flags, runtime::distributed::Communicator& comm, std::int64_t done,
-                      const runtime::RankTrainingState& state, const runtime::CheckpointIdentity& identity) {
-  const std::string& dir = checkpointsTo(flags);
-  Status written = runtime::writeRankCheckpoint(dir, done, comm.rank(), state);
-  at::Tensor failures = at::full({1}, written ? 0.0 : 1.0, at::kDouble);
-  CLEAVE_CHECK(comm.allReduceSum(failures));
-  if (!written)
-    return written;
-  if (failures.item<double>() > 0)
-    return Error(ErrorCode::IoError) << "the checkpoint of step " << done << ": another rank could not write its part";
-  return comm.rank() == 0 ? runtime::completeCheckpoint(dir, done, identity) : Status{};
-}
-
-// Whether step `done` (counted from 1) ends with a checkpoint.
-bool checkpointAfter(const TrainFlags& flags, std::int64_t done) {
-  if (checkpointsTo(flags).empty())
-    return false;
-  return done == flags.steps || (flags.stopAfter && done == *flags.stopAfter) ||
-         (flags.checkpointEvery > 0 && done % flags.checkpointEvery == 0);
 }
 
 // One trainer as the step loop sees it: a model's or a plan's.
@@ -411,7 +353,7 @@ struct StepLoop {
 
 // Steps `first` to --steps (or --stop-after): rank 0 prints each; checkpoints as asked.
 Status runSteps(const TrainFlags& flags, std::int64_t first, StepLoop& loop, std::ostream& out) {
-  const std::int64_t last = flags.stopAfter.value_or(flags.steps);
+  const std::int64_t last = flags.checkpoints.lastStep();
   for (std::int64_t step = first; step < last; ++step) {
     auto started = std::chrono::steady_clock::now();
     CLEAVE_TRY(runtime::StepResult result, loop.step(step));
@@ -421,8 +363,8 @@ Status runSteps(const TrainFlags& flags, std::int64_t first, StepLoop& loop, std
     }
     if (loop.comm.rank() == 0)
       printStep(flags, step, result, timing, step == first ? &loop.trainable : nullptr, out);
-    if (checkpointAfter(flags, step + 1))
-      CLEAVE_CHECK(saveCheckpoint(flags, loop.comm, step + 1, loop.state, loop.identity));
+    if (flags.checkpoints.after(step + 1))
+      CLEAVE_CHECK(runtime::distributed::saveCheckpoint(flags.checkpoints, loop.comm, step + 1, loop.state, loop.identity));
   }
   return {};
 }
@@ -499,7 +441,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   for (std::size_t i = 0; i < trainer->stages(); ++i)
     stageNames += (i ? ", " : "the plan's stages ") + trainer->stageName(i);
   const runtime::CheckpointIdentity identity = checkpointIdentity(flags, layout, stageNames);
-  CLEAVE_TRY(std::int64_t first, resumeStep(flags, layout.rank, identity, trainer->trainingState(), err));
+  CLEAVE_TRY(std::int64_t first, runtime::distributed::resumeStep(flags.checkpoints, layout.rank, identity, trainer->trainingState(), err));
   CLEAVE_TRY(LayoutCommunicators comms, runtime::distributed::connectLayout(layout, transport, env));
   CLEAVE_CHECK(trainer->connect(comms.ofPipeline(), comms.replicas.get()));
   const std::vector<const ir::Graph*> stageGraphs = trainer->stageGraphs();
@@ -518,6 +460,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   // Each step frees what the next allocates again: keep it resident rather than fault it back in.
   runtime::keepFreedHostMemory();
   flags.options.lrSchedule.steps = flags.steps;
+  flags.checkpoints.steps = flags.steps;
   CLEAVE_CHECK(checkCheckpointFlags(flags));
   // Before any call into ATen's CUDA hooks (manual_seed seeds every GPU): libtorch keeps the
   // first answer it gets, so a CUDA wing loaded after it would find CUDA off for good.
@@ -550,7 +493,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));
   CLEAVE_TRY(std::unique_ptr<runtime::Trainer> trainer, runtime::Trainer::create(graph, flags.options, *backend));
   const runtime::CheckpointIdentity identity = checkpointIdentity(flags, RankLayout{}, "the whole model");
-  CLEAVE_TRY(std::int64_t first, resumeStep(flags, 0, identity, trainer->trainingState(), err));
+  CLEAVE_TRY(std::int64_t first, runtime::distributed::resumeStep(flags.checkpoints, 0, identity, trainer->trainingState(), err));
   std::unique_ptr<runtime::distributed::Communicator> comm = runtime::distributed::Communicator::local();
   const ir::Graph* modelGraph = graph.get();
   StepLoop loop{*comm, trainer->trainingState(), identity, runtime::trainableSet({&modelGraph, 1}),
