@@ -16,7 +16,6 @@
 #include "runtime/distributed/environment.h"
 #include "runtime/engine/device_wing.h"
 #include "runtime/engine/kernel.h"
-#include "runtime/engine/tensors.h"
 #include "runtime/model/wing_library.h"
 #include "runtime/engine/host_memory.h"
 #include "runtime/model/microbatch.h"
@@ -450,7 +449,7 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_TRY(runtime::TensorMap inputs, makeInputs(opened.runnable, flags.runtime));
   if (flags.inputsOnDevice)
     for (auto& [name, tensor] : inputs)
-      if (tensor.defined() && !runtime::isSequence(tensor) && !runtime::isStringTensor(tensor))
+      if (runtime::holdsNumbers(tensor))
         tensor = tensor.to(opened.acc->device());
   if (flags.graphReplay)
     if (Status recordable = opened.runnable.replayDeviceWork(); !recordable)

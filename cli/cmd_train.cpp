@@ -45,8 +45,7 @@ struct TrainFlags {
   OutputDirectoryFlags output;
   bool json = false, timing = false;
   io::FixedPatterns fixedPatterns; // --frozen / --trainable (a model; a plan records its own)
-  // Checkpoints: where, how often, where from, and where to stop (its `steps` is --steps, set
-  // after parsing).
+  // Checkpoints: where, how often, where from, and where to stop.
   runtime::distributed::CheckpointSchedule checkpoints;
   std::uint64_t seed = 0;
   std::optional<int> pipelineRanks; // data x pipeline parallel: ranks per replica (default: all)
@@ -353,7 +352,7 @@ struct StepLoop {
 
 // Steps `first` to --steps (or --stop-after): rank 0 prints each; checkpoints as asked.
 Status runSteps(const TrainFlags& flags, std::int64_t first, StepLoop& loop, std::ostream& out) {
-  const std::int64_t last = flags.checkpoints.lastStep();
+  const std::int64_t last = flags.checkpoints.lastStep(flags.steps);
   for (std::int64_t step = first; step < last; ++step) {
     auto started = std::chrono::steady_clock::now();
     CLEAVE_TRY(runtime::StepResult result, loop.step(step));
@@ -363,7 +362,7 @@ Status runSteps(const TrainFlags& flags, std::int64_t first, StepLoop& loop, std
     }
     if (loop.comm.rank() == 0)
       printStep(flags, step, result, timing, step == first ? &loop.trainable : nullptr, out);
-    if (flags.checkpoints.after(step + 1))
+    if (flags.checkpoints.after(step + 1, flags.steps))
       CLEAVE_CHECK(runtime::distributed::saveCheckpoint(flags.checkpoints, loop.comm, step + 1, loop.state, loop.identity));
   }
   return {};
@@ -441,7 +440,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   for (std::size_t i = 0; i < trainer->stages(); ++i)
     stageNames += (i ? ", " : "the plan's stages ") + trainer->stageName(i);
   const runtime::CheckpointIdentity identity = checkpointIdentity(flags, layout, stageNames);
-  CLEAVE_TRY(std::int64_t first, runtime::distributed::resumeStep(flags.checkpoints, layout.rank, identity, trainer->trainingState(), err));
+  CLEAVE_TRY(std::int64_t first, runtime::distributed::resumeStep(flags.checkpoints, flags.steps, layout.rank, identity, trainer->trainingState(), err));
   CLEAVE_TRY(LayoutCommunicators comms, runtime::distributed::connectLayout(layout, transport, env));
   CLEAVE_CHECK(trainer->connect(comms.ofPipeline(), comms.replicas.get()));
   const std::vector<const ir::Graph*> stageGraphs = trainer->stageGraphs();
@@ -460,7 +459,6 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   // Each step frees what the next allocates again: keep it resident rather than fault it back in.
   runtime::keepFreedHostMemory();
   flags.options.lrSchedule.steps = flags.steps;
-  flags.checkpoints.steps = flags.steps;
   CLEAVE_CHECK(checkCheckpointFlags(flags));
   // Before any call into ATen's CUDA hooks (manual_seed seeds every GPU): libtorch keeps the
   // first answer it gets, so a CUDA wing loaded after it would find CUDA off for good.
@@ -493,7 +491,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));
   CLEAVE_TRY(std::unique_ptr<runtime::Trainer> trainer, runtime::Trainer::create(graph, flags.options, *backend));
   const runtime::CheckpointIdentity identity = checkpointIdentity(flags, RankLayout{}, "the whole model");
-  CLEAVE_TRY(std::int64_t first, runtime::distributed::resumeStep(flags.checkpoints, 0, identity, trainer->trainingState(), err));
+  CLEAVE_TRY(std::int64_t first, runtime::distributed::resumeStep(flags.checkpoints, flags.steps, 0, identity, trainer->trainingState(), err));
   std::unique_ptr<runtime::distributed::Communicator> comm = runtime::distributed::Communicator::local();
   const ir::Graph* modelGraph = graph.get();
   StepLoop loop{*comm, trainer->trainingState(), identity, runtime::trainableSet({&modelGraph, 1}),

@@ -5,14 +5,14 @@
 
 namespace cleave::runtime::distributed {
 
-bool CheckpointSchedule::after(std::int64_t done) const {
+bool CheckpointSchedule::after(std::int64_t done, std::int64_t steps) const {
   if (folder().empty())
     return false;
   return done == steps || (stopAfter && done == *stopAfter) || (every > 0 && done % every == 0);
 }
 
-Expected<std::int64_t> resumeStep(const CheckpointSchedule& schedule, int rank, const CheckpointIdentity& identity,
-                                  RankTrainingState state, std::ostream& err) {
+Expected<std::int64_t> resumeStep(const CheckpointSchedule& schedule, std::int64_t steps, int rank,
+                                  const CheckpointIdentity& identity, RankTrainingState state, std::ostream& err) {
   const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
   const bool restarted = restarts && std::string_view(restarts) != "0";
   const std::string dir = !schedule.resumeDir.empty() ? schedule.resumeDir
@@ -25,9 +25,9 @@ Expected<std::int64_t> resumeStep(const CheckpointSchedule& schedule, int rank, 
     return 0;
   if (!latest)
     return Error(ErrorCode::InvalidArgument) << "--resume " << dir << ": no complete checkpoint there";
-  if (*latest > schedule.steps || (schedule.stopAfter && *schedule.stopAfter <= *latest))
+  if (*latest > steps || (schedule.stopAfter && *schedule.stopAfter <= *latest))
     return Error(ErrorCode::InvalidArgument) << "--resume " << dir << ": its checkpoint is of step " << *latest
-                                             << ", and this run stops at step " << schedule.lastStep();
+                                             << ", and this run stops at step " << schedule.lastStep(steps);
   Expected<int> read = readRankCheckpoint(dir, *latest, rank, identity, state);
   if (!read)
     return std::move(read.error().withContext("--resume " + dir));

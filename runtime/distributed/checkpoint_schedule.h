@@ -20,24 +20,24 @@
 
 namespace cleave::runtime::distributed {
 
+// A run of `steps` steps (--steps) checkpoints by this schedule.
 struct CheckpointSchedule {
   std::string checkpointDir, resumeDir; // --checkpoint-dir, --resume
-  std::int64_t steps = 1;               // --steps
   std::int64_t every = 0;               // --checkpoint-every; 0: at the end and --stop-after only
   std::optional<std::int64_t> stopAfter;
   // Where checkpoints go: --checkpoint-dir, else --resume's folder ("" : nowhere).
   const std::string& folder() const { return checkpointDir.empty() ? resumeDir : checkpointDir; }
-  // The step this run stops after (counted from 1).
-  std::int64_t lastStep() const { return stopAfter.value_or(steps); }
-  // Whether step `done` (counted from 1) ends with a checkpoint.
-  bool after(std::int64_t done) const;
+  // The step a run of `steps` stops after (counted from 1).
+  std::int64_t lastStep(std::int64_t steps) const { return stopAfter.value_or(steps); }
+  // Whether step `done` (counted from 1) of a run of `steps` ends with a checkpoint.
+  bool after(std::int64_t done, std::int64_t steps) const;
 };
 
 // The step to start from: 0, or that of the checkpoint resumed, whose state `state` then holds;
 // rank 0 says on `err` where it resumed from. Fails: InvalidArgument (no complete checkpoint in
 // --resume's folder, one past this run's last step), what reading it fails with.
-Expected<std::int64_t> resumeStep(const CheckpointSchedule& schedule, int rank, const CheckpointIdentity& identity,
-                                  RankTrainingState state, std::ostream& err);
+Expected<std::int64_t> resumeStep(const CheckpointSchedule& schedule, std::int64_t steps, int rank,
+                                  const CheckpointIdentity& identity, RankTrainingState state, std::ostream& err);
 
 // Collective: step `done`'s checkpoint, into schedule.folder(). Fails: IoError (this rank's part,
 // or another rank's could not be written).

@@ -497,7 +497,7 @@ Status Executor::runOp(NodeId node, RunState& state) {
 at::Tensor Executor::crossedOperand(ir::ValueId value, ReadSide read, RunState& state) {
   const ir::Graph& g = *graph_;
   const at::Tensor& source = state.values[index(value)];
-  if (!source.defined() || isSequence(source) || isStringTensor(source))
+  if (!holdsNumbers(source))
     return source;
   const at::Device target = deviceOf(read == ReadSide::Host ? Side::Host : Side::Device);
   const NodeId producer = g.producer(value);
@@ -606,7 +606,7 @@ Status Executor::storeResults(NodeId node, std::vector<at::Tensor> results, RunS
       results[i] = toDense(results[i]);
     // A kernel that made its result from numbers alone may have made it elsewhere: moved to the
     // side the placement gives the node, so that every reader finds it where it was planned.
-    if (placement_ && !isSequence(results[i]) && !isStringTensor(results[i]) &&
+    if (placement_ && holdsNumbers(results[i]) &&
         results[i].device() != deviceOf(placement_->nodeSide[node])) {
       results[i] = results[i].to(deviceOf(placement_->nodeSide[node]));
       countCopy(results[i], state.stats);

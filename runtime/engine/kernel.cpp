@@ -144,6 +144,8 @@ bool isBlocked(const at::Tensor& t) { return t.defined() && (t.is_mkldnn() || in
 
 bool isSequence(const at::Tensor& t) { return t.defined() && t.is_nested(); }
 
+bool holdsNumbers(const at::Tensor& t) { return t.defined() && !t.is_nested() && !isStringTensor(t); }
+
 std::vector<at::Tensor> sequenceElements(const at::Tensor& sequence) {
   if (!isSequence(sequence))
     throw KernelError("expected a sequence, got a tensor");

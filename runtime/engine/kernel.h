@@ -179,6 +179,9 @@ bool isBlocked(const at::Tensor& t);
 // empty optional is an undefined tensor. makeSequence throws KernelError on elements of different
 // ranks; sequenceElements on a value that is not a sequence.
 bool isSequence(const at::Tensor& t);
+// A defined tensor of numbers or bools: neither a sequence nor strings, so that it can move to a
+// device (the values host and device memory exchange).
+bool holdsNumbers(const at::Tensor& t);
 std::vector<at::Tensor> sequenceElements(const at::Tensor& sequence);
 at::Tensor makeSequence(const std::vector<at::Tensor>& elements, at::ScalarType type);
 

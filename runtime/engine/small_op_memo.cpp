@@ -86,7 +86,7 @@ const at::Tensor* SmallOpMemo::recallCopy(ir::ValueId value, const at::Tensor& h
 }
 
 void SmallOpMemo::rememberCopy(ir::ValueId value, const at::Tensor& host, const at::Tensor& copy) {
-  if (copies_.size() == 0 || pure_.size() == 0) // the optimization is off
+  if (copies_.size() == 0) // the optimization is off
     return;
   Copy& kept = copies_[value];
   kept = {};

@@ -21,7 +21,7 @@ std::string signatureOf(const TensorMap& inputs) {
 // Why `inputs` cannot be recorded, or empty.
 std::string unrecordableInput(const TensorMap& inputs) {
   for (const auto& [name, tensor] : inputs)
-    if (!tensor.defined() || isSequence(tensor) || isStringTensor(tensor))
+    if (!holdsNumbers(tensor))
       return "input '" + name + "' is not a tensor of numbers (a host object)";
   return {};
 }
