@@ -82,7 +82,7 @@ Status verify(VerifyFlags flags, std::ostream& out, std::ostream&) {
   if (!plan::isPlanDirectory(flags.cutPath))
     return Error(ErrorCode::NotFound) << flags.cutPath << ": no plan.json (not a cut model)";
   if (!flags.rtolGiven)
-    flags.tolerance.rtol = runtime::cutToleranceFor(flags.runtime.backend, flags.runtime.optimizations.tf32).rtol;
+    flags.tolerance.rtol = runtime::cutToleranceFor(flags.runtime.optimizations.tf32).rtol;
   RuntimeOptions reference = flags.runtime;
   reference.backend = "aten-cpu";
   reference.optimizations.tf32 = false;

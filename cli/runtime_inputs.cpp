@@ -1,17 +1,16 @@
 #include "cli/runtime_inputs.h"
 
 #include "cli/commands.h"
-#include "runtime/model/backend_names.h"
 #include "runtime/model/tensor_files.h"
 
 namespace cleave::cli {
 
 Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOptions& options) {
   OpenedRunnable opened;
-  if (options.optimizations.tf32 && !runtime::isCudaBackend(options.backend))
+  CLEAVE_TRY(opened.acc, runtime::makeBackend(options.backend, options.optimizations));
+  if (options.optimizations.tf32 && !opened.acc->device().is_cuda())
     return usageError() << "--tf32 applies to --backend aten-cuda; " << options.backend
                         << " computes float32 as float32";
-  CLEAVE_TRY(opened.acc, runtime::makeBackend(options.backend, options.optimizations));
   CLEAVE_TRY(opened.cpu, runtime::makeBackend("aten-cpu", options.optimizations));
   CLEAVE_TRY(opened.runnable, runtime::Runnable::open(path, *opened.acc, *opened.cpu, options.optimizations.joinSeams,
                                                                 options.optimizations));

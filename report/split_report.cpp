@@ -188,7 +188,7 @@ std::uint32_t accSubmodules(const plan::CutPlan& plan) {
   }));
 }
 
-std::string_view reasonText(std::uint8_t code) { return split::kSplitReasons.name(static_cast<split::SplitReason>(code)); }
+std::string_view reasonText(std::uint8_t code) { return split::splitReasonName(static_cast<split::SplitReason>(code)); }
 
 Json trialJson(const SubmoduleTrialLine& trial) {
   Json entry = {{"submodule", trial.submodule}, {"outcome", trial.outcome}, {"max_abs", trial.maxAbs},
@@ -232,7 +232,7 @@ void writeCpuReasons(JsonWriter& out, const ir::Graph& graph, const plan::CutPla
   for (const CpuGroup& group : groupCpuReasons(graph, plan)) {
     out.beginObject();
     out.key("op").string(group.op);
-    out.key("reason").string(split::kSplitReasons.name(group.reason));
+    out.key("reason").string(split::splitReasonName(group.reason));
     out.key("count").unsignedInteger(group.count);
     out.key("example_node").string(group.example);
     out.endObject();
@@ -348,7 +348,7 @@ void printCpuReasons(const ir::Graph& graph, const plan::CutPlan& plan, std::ost
     return;
   out << "cpu nodes by op and reason:\n";
   for (const CpuGroup& group : groupCpuReasons(graph, plan))
-    out << "  " << group.op << " x" << group.count << ": " << split::kSplitReasons.name(group.reason) << " (e.g. "
+    out << "  " << group.op << " x" << group.count << ": " << split::splitReasonName(group.reason) << " (e.g. "
         << group.example << ")\n";
   out << "cpu nodes and why:\n";
   for (const plan::PlacementReason& reason : plan.reasons) {

@@ -57,7 +57,7 @@ AccNodes findAccNodes(const ir::Graph& graph, const IdVector<NodeId, support::De
     const support::Decision& decision = decisions[node];
     result.isAcc[node] = decision.supported ? 1 : 0;
     if (!decision.supported) {
-      result.reason[node] = reasonForRejection(decision.reason);
+      result.reason[node] = rejectedByProfile(decision.reason);
       result.detail[node] = decision.detail;
     }
   }

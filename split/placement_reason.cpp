@@ -1,21 +1,19 @@
 #include "split/placement_reason.h"
 
+#include "base/enum_table.h"
+
 namespace cleave::split {
 
-SplitReason reasonForRejection(support::Reason reason) {
-  switch (reason) {
-  case support::Reason::UnsupportedDtype: return SplitReason::DtypeNotAllowed;
-  case support::Reason::UnsupportedRank: return SplitReason::RankTooHigh;
-  case support::Reason::UnsupportedShape: return SplitReason::ShapeNotAllowed;
-  case support::Reason::UnsupportedAttribute: return SplitReason::AttributeNotAllowed;
-  case support::Reason::Denied: return SplitReason::Denied;
-  case support::Reason::Forced: return SplitReason::ForcedToCpu;
-  case support::Reason::Custom: return SplitReason::CustomPredicate;
-  case support::Reason::Supported:
-  case support::Reason::NotCallable:
-  case support::Reason::UnsupportedOp: break;
-  }
-  return SplitReason::NotInProfile;
+std::string_view splitReasonName(SplitReason reason) {
+  static constexpr auto kSplitSteps = enumTable<SplitReason>({
+      {SplitReason::NonTensorBoundary, "non-tensor boundary"},
+      {SplitReason::FusionGroup, "fusion group"},
+      {SplitReason::BelowMinSize, "subgraph below minimum size"},
+      {SplitReason::MaxSplitsMerge, "merged for max splits"},
+  });
+  const auto code = static_cast<std::uint8_t>(reason);
+  return code < support::kReasonCount ? support::reasonName(static_cast<support::Reason>(code))
+                                      : kSplitSteps.name(reason);
 }
 
 SplitReason splitReasonOf(const plan::CutPlan& plan, ir::NodeId node) {

@@ -43,7 +43,7 @@ TEST(Splitter, AlternatesAroundAnUnsupportedNode) {
   EXPECT_EQ(shape(g, *result), (std::vector<std::pair<bool, V>>{{true, V{"a"}}, {false, V{"b"}}, {true, V{"c", "d"}}}));
   EXPECT_EQ(result->plan.submodules[0].name, "_run_on_acc_0");
   EXPECT_EQ(result->plan.submodules[1].name, "_run_on_cpu_1");
-  EXPECT_EQ(splitReasonOf(result->plan, g.findNode("b")), SplitReason::NotInProfile);
+  EXPECT_EQ(splitReasonOf(result->plan, g.findNode("b")), rejectedByProfile(support::Reason::UnsupportedOp));
   EXPECT_NE(plan::reasonOf(result->plan, g.findNode("b"))->detail.find("Sigmoid"), std::string::npos);
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "base/enum_table.h"
 #include "base/file_io.h"
 #include "base/json.h"
 
@@ -297,19 +298,19 @@ Decision evaluate(const Profile::Rule& rule, const ir::Graph& graph, ir::NodeId 
 } // namespace
 
 std::string_view reasonName(Reason reason) {
-  switch (reason) {
-  case Reason::Supported: return "supported";
-  case Reason::NotCallable: return "not callable";
-  case Reason::UnsupportedOp: return "unsupported op";
-  case Reason::UnsupportedDtype: return "unsupported dtype";
-  case Reason::UnsupportedRank: return "unsupported rank";
-  case Reason::UnsupportedShape: return "unsupported shape";
-  case Reason::UnsupportedAttribute: return "unsupported attribute";
-  case Reason::Denied: return "denied";
-  case Reason::Forced: return "forced to cpu";
-  case Reason::Custom: return "custom predicate";
-  }
-  return "?";
+  static constexpr auto kNames = enumTable<Reason>({
+      {Reason::Supported, "supported"},
+      {Reason::NotCallable, "not callable"},
+      {Reason::UnsupportedOp, "not in the profile"},
+      {Reason::UnsupportedDtype, "dtype not allowed"},
+      {Reason::UnsupportedRank, "rank too high"},
+      {Reason::UnsupportedShape, "shape not allowed"},
+      {Reason::UnsupportedAttribute, "attribute not allowed"},
+      {Reason::Denied, "denied by name"},
+      {Reason::Forced, "forced to cpu"},
+      {Reason::Custom, "custom predicate"},
+  });
+  return kNames.name(reason);
 }
 
 Profile::Profile() = default;

@@ -40,6 +40,9 @@ enum class Reason : std::uint8_t {
   Forced,              // the node's scope matches a force_cpu glob
   Custom,              // a C++ predicate said no
 };
+// How many reasons there are (the split numbers its own after them: split/placement_reason.h).
+inline constexpr std::uint8_t kReasonCount = static_cast<std::uint8_t>(Reason::Custom) + 1;
+// Its one name, wherever a reason is shown (support, split reports, backend refusals).
 std::string_view reasonName(Reason reason);
 
 struct Decision {

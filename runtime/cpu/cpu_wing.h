@@ -2,6 +2,9 @@
 // the engine through its hooks (runtime/engine/device_wing.h), and the state a CPU kernel keeps per
 // node. The wing installs itself (cpu_wing.cpp); nothing in the engine names it.
 //
+// Fast paths (runtime/engine/fast_paths.h, where the build has oneDNN): products, convolutions,
+// pooling and softmax on oneDNN, which the shared kernels ask for before computing on ATen.
+//
 // Weight plan (inference on the CPU in float32, built with libdnnl; otherwise every weight is held
 // as loaded):
 //   - a [K, N] float32 parameter that only MatMuls read, as their right operand, is stored as [N, K]
@@ -16,6 +19,7 @@
 
 #include "runtime/cpu/onednn.h"
 #include "runtime/engine/device_wing.h"
+#include "runtime/engine/fast_paths.h"
 #include "runtime/engine/kernel.h"
 
 namespace cleave::runtime::cpu {
@@ -25,11 +29,14 @@ struct CpuKernelState : DeviceKernelState {
   std::shared_ptr<onednn::PackedProduct> product; // a product's reordered weight and primitive
   onednn::ConvolutionCache convolutions;          // per input shape (nodes sharing a weight run at several)
   // A product's right operand when the executor holds that weight only packed (its operand is
-  // then undefined; productWeight() and matmul() read it from here).
+  // then undefined; the fast paths' held product weight, read by productWeight() and matmul()).
   std::shared_ptr<const onednn::PackedWeight> packedWeight;
 };
 
 // The node's CPU state; null when the executor keeps no cache for it or runs off the CPU wing.
 CpuKernelState* kernelState(const KernelContext& c);
+
+// The wing's fast paths, oneDNN's (onednn_fast_paths.cpp); null in a build without it.
+const FastPaths* oneDnnFastPaths();
 
 } // namespace cleave::runtime::cpu

@@ -20,6 +20,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/engine/fast_paths.h"
+
 namespace cleave::runtime::onednn {
 
 // Whether this build calls oneDNN (CMake found libdnnl-dev).
@@ -87,7 +89,7 @@ at::Tensor softmax(const at::Tensor& x, std::int64_t axis, bool logarithm, bool 
 // output is one too with `mayReturnBlocked`, else channels-last. (Average pooling does not: its
 // sums could round differently in another layout, and a cut model's pooling after a seam reads a
 // channels-last value; a maximum is the same in any order.)
-enum class PoolKind : std::uint8_t { Max, AverageWithPadding, AverageWithoutPadding };
+using PoolKind = runtime::PoolKind; // fast_paths.h
 at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64_t>& kernel,
                 const std::vector<std::int64_t>& strides, const std::vector<std::int64_t>& padBegin,
                 const std::vector<std::int64_t>& padEnd, const std::vector<std::int64_t>& dilations, bool ceil,
@@ -98,7 +100,7 @@ at::Tensor pool(const at::Tensor& x, PoolKind kind, const std::vector<std::int64
 // It is an ATen tensor of the output's dims whose data only this file reads: an opaque tensor
 // (its own dispatch key, PrivateUse1), so an ATen op given one fails with an error instead of
 // reading blocked data as plain. The executor hands such values only to kernels that take
-// blocked operands (Layouts::DenseOrBlocked) and makes them dense for every other reader
+// blocked operands (Layouts::DenseOrPrivate) and makes them dense for every other reader
 // (toDense). Measured on an AMD EPYC (AVX2, 2 threads): bench_conv_layout's ResNet-50 trunk took
 // 0.85x its channels-last time all blocked.
 bool isBlockedActivation(const at::Tensor& t);
@@ -106,17 +108,9 @@ bool isBlockedActivation(const at::Tensor& t);
 // the same tensor, which callers must not write); any other tensor as it is.
 at::Tensor denseFromBlocked(const at::Tensor& t);
 
-// What a convolution does to its output inside the same kernel (oneDNN post-ops), in order: add
-// a residual tensor of the output's shape (a ResNet block's Add), then an activation.
-struct ConvPostOps {
-  // HardSigmoid: clip(alpha x + beta, 0, 1); Swish: x * sigmoid(x) (SiLU).
-  enum class Activation : std::uint8_t { None, Relu, Clip, HardSwish, HardSigmoid, Swish };
-  bool addResidual = false;
-  Activation activation = Activation::None;
-  float clipLow = 0.0f, clipHigh = 0.0f; // Clip's bounds
-  float alpha = 0.0f, beta = 0.0f;       // HardSigmoid's
-  friend bool operator==(const ConvPostOps&, const ConvPostOps&) = default;
-};
+// What a convolution does to its output inside the same kernel (oneDNN post-ops): the engine's
+// ConvolutionEpilogue (fast_paths.h).
+using ConvPostOps = ConvolutionEpilogue;
 
 // A convolution's reordered weight with its primitive, for one input shape (opaque to callers).
 struct PackedConvolution;

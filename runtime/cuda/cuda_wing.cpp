@@ -93,6 +93,23 @@ public:
   }
   void synchronize(const at::Device& device) const override { c10::cuda::device_synchronize(); }
 
+  std::vector<std::string> backendNames() const override { return {"aten-cuda[:N]"}; }
+  std::optional<Expected<BackendDevice>> backendDevice(std::string_view name) const override {
+    constexpr std::string_view kBase = "aten-cuda";
+    if (name != kBase && name.substr(0, kBase.size() + 1) != "aten-cuda:")
+      return std::nullopt;
+    const std::optional<int> index = deviceIndexInName(name, kBase);
+    if (!index)
+      return Expected<BackendDevice>(Error(ErrorCode::InvalidArgument)
+                                     << "backend '" << name << "': expected aten-cuda or aten-cuda:N, N a GPU's index");
+    return Expected<BackendDevice>(BackendDevice{at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*index)), {}});
+  }
+  Status usable(const at::Device&) const override {
+    if (!at::hasCUDA())
+      return Error(ErrorCode::Unsupported) << "no CUDA device is usable here (no GPU, or no NVIDIA driver)";
+    return {};
+  }
+
   bool records() const override { return true; }
   Expected<std::unique_ptr<DeviceRecording>> record(const at::Device& device,
                                                     const std::function<Status()>& work) const override {

@@ -24,14 +24,15 @@ namespace cleave::runtime::cuda {
 
 namespace {
 using distributed::DistributedEnv;
+using distributed::GroupTransport;
 using distributed::Transport;
 
-class NcclTransport final : public Transport {
+class NcclTransport final : public GroupTransport {
 public:
   NcclTransport(c10::intrusive_ptr<c10d::Store> store, int rank, int size, at::Device device)
       : store_(std::move(store)), rank_(rank), device_(device) {
     c10::cuda::set_device(device.index());
-    group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank, size, c10d::ProcessGroupNCCL::Options::create());
+    setGroup(c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank, size, c10d::ProcessGroupNCCL::Options::create()));
   }
 
   std::string name() const override { return "nccl"; }
@@ -40,18 +41,11 @@ public:
 
   // On the channel's communicator the sender is rank 0 and the receiver rank 1.
   c10::intrusive_ptr<c10d::Work> send(at::Tensor& tensor, int dst, int tag) override {
-    std::vector<at::Tensor> list{tensor};
-    return channel(rank_, dst)->send(list, 1, tag);
+    return sendOn(*channel(rank_, dst), tensor, 1, tag);
   }
   c10::intrusive_ptr<c10d::Work> recv(at::Tensor& tensor, int src, int tag) override {
-    std::vector<at::Tensor> list{tensor};
-    return channel(src, rank_)->recv(list, 0, tag);
+    return recvOn(*channel(src, rank_), tensor, 0, tag);
   }
-  c10::intrusive_ptr<c10d::Work> allReduceSum(at::Tensor& tensor) override {
-    std::vector<at::Tensor> list{tensor};
-    return group_->allreduce(list);
-  }
-  c10::intrusive_ptr<c10d::Work> barrier() override { return group_->barrier(); }
   std::unique_ptr<Transport> subgroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) override {
     return std::make_unique<NcclTransport>(store, rank, size, device_);
   }
@@ -71,7 +65,6 @@ private:
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_ = 0;
   at::Device device_;
-  c10::intrusive_ptr<c10d::ProcessGroupNCCL> group_;
   std::map<std::pair<int, int>, c10::intrusive_ptr<c10d::ProcessGroupNCCL>> channels_; // (sender, receiver)
 };
 

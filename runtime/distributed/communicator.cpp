@@ -92,32 +92,25 @@ std::vector<int> worldMembers(int worldSize) {
 }
 
 // Gloo over TCP: CPU tensors, matched by tag; its threads are told apart when it starts.
-class GlooTransport final : public Transport {
+class GlooTransport final : public GroupTransport {
 public:
   GlooTransport(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const DistributedEnv& env) : env_(env) {
     auto options = c10d::ProcessGroupGloo::Options::create(env.timeout);
     // The transport's threads: those the device (its I/O loop) and the group (its workers) start.
     const std::vector<pid_t> before = threadIds();
     options->devices.push_back(transportDevice(env));
-    group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+    setGroup(c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options));
     threads_ = threadsStartedSince(before);
   }
   std::string name() const override { return "gloo"; }
   bool tagged() const override { return true; }
   at::Device device() const override { return at::kCPU; }
   c10::intrusive_ptr<c10d::Work> send(at::Tensor& tensor, int dst, int tag) override {
-    std::vector<at::Tensor> list{tensor};
-    return group_->send(list, dst, tag);
+    return sendOn(group(), tensor, dst, tag);
   }
   c10::intrusive_ptr<c10d::Work> recv(at::Tensor& tensor, int src, int tag) override {
-    std::vector<at::Tensor> list{tensor};
-    return group_->recv(list, src, tag);
+    return recvOn(group(), tensor, src, tag);
   }
-  c10::intrusive_ptr<c10d::Work> allReduceSum(at::Tensor& tensor) override {
-    std::vector<at::Tensor> list{tensor};
-    return group_->allreduce(list);
-  }
-  c10::intrusive_ptr<c10d::Work> barrier() override { return group_->barrier(); }
   std::unique_ptr<Transport> subgroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) override {
     return std::make_unique<GlooTransport>(store, rank, size, env_);
   }
@@ -125,7 +118,6 @@ public:
 
 private:
   DistributedEnv env_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   std::vector<pid_t> threads_;
 };
 

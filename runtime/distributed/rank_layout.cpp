@@ -5,7 +5,7 @@
 
 #include "base/strings.h"
 #include "runtime/distributed/transport.h"
-#include "runtime/model/backend_names.h"
+#include "runtime/model/backend.h"
 #include "runtime/model/wing_library.h"
 
 namespace cleave::runtime::distributed {
@@ -48,7 +48,9 @@ Expected<LayoutCommunicators> connectLayout(const RankLayout& layout, const std:
 Expected<std::string> chooseTransport(const std::string& requested, const std::string& backend) {
   // nccl is the CUDA wing's: registered once its library is loaded (train loaded it for a CUDA
   // backend; a build without it keeps gloo alone).
-  if (requested == "nccl" && !isCudaBackend(backend))
+  CLEAVE_TRY(const BackendDevice trainsOn, backendDevice(backend));
+  const bool onCuda = trainsOn.device.is_cuda();
+  if (requested == "nccl" && !onCuda)
     return Error(ErrorCode::Usage)
            << "--transport nccl moves CUDA tensors: train the stages on aten-cuda (--backend) or use gloo";
   if (requested == "nccl")
@@ -56,7 +58,7 @@ Expected<std::string> chooseTransport(const std::string& requested, const std::s
   const std::vector<std::string> names = transportNames();
   if (requested == "auto") {
     const bool nccl = std::find(names.begin(), names.end(), "nccl") != names.end();
-    return std::string(isCudaBackend(backend) && nccl ? "nccl" : "gloo");
+    return std::string(onCuda && nccl ? "nccl" : "gloo");
   }
   if (std::find(names.begin(), names.end(), requested) == names.end())
     return Error(ErrorCode::InvalidArgument) << "--transport " << requested << ": not in this build (it has "

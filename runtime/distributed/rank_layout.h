@@ -45,7 +45,8 @@ Expected<LayoutCommunicators> connectLayout(const RankLayout& layout, const std:
 
 // The transport for `requested` (--transport: gloo, nccl or auto) when the stages train on
 // `backend`: auto is NCCL where they train on CUDA and this build has it. Loads the CUDA wing for
-// nccl. Fails: Usage (nccl for stages off CUDA), InvalidArgument (a transport this build lacks).
+// nccl. Fails: what backendDevice fails with (an unknown backend), Usage (nccl for stages off
+// CUDA), InvalidArgument (a transport this build lacks).
 Expected<std::string> chooseTransport(const std::string& requested, const std::string& backend);
 
 } // namespace cleave::runtime::distributed

@@ -13,6 +13,7 @@
 // Complexity: O(1) per operation besides the bytes it moves.
 #pragma once
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -44,6 +45,35 @@ public:
   virtual std::unique_ptr<Transport> subgroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) = 0;
   // The threads it started for this rank (their CPU time is the transport's; none: not counted).
   virtual std::vector<pid_t> threads() const { return {}; }
+};
+
+// What every transport does the same way on its c10d backend (ProcessGroupGloo's or
+// ProcessGroupNCCL's): the reduction and the barrier on the group's backend, and a message as the
+// one-tensor list c10d's point-to-point calls take. A transport sets its group once, at
+// construction, before any operation.
+class GroupTransport : public Transport {
+public:
+  c10::intrusive_ptr<c10d::Work> allReduceSum(at::Tensor& tensor) override {
+    std::vector<at::Tensor> list{tensor};
+    return group_->allreduce(list);
+  }
+  c10::intrusive_ptr<c10d::Work> barrier() override { return group_->barrier(); }
+
+protected:
+  void setGroup(c10::intrusive_ptr<c10d::Backend> group) { group_ = std::move(group); }
+  // `tensor` sent to rank `dst` of `on`, or received from its rank `src`, under `tag`.
+  static c10::intrusive_ptr<c10d::Work> sendOn(c10d::Backend& on, at::Tensor& tensor, int dst, int tag) {
+    std::vector<at::Tensor> list{tensor};
+    return on.send(list, dst, tag);
+  }
+  static c10::intrusive_ptr<c10d::Work> recvOn(c10d::Backend& on, at::Tensor& tensor, int src, int tag) {
+    std::vector<at::Tensor> list{tensor};
+    return on.recv(list, src, tag);
+  }
+  c10d::Backend& group() const { return *group_; }
+
+private:
+  c10::intrusive_ptr<c10d::Backend> group_;
 };
 
 // Makes a transport over the world (`env`'s rank and size) whose rendezvous is `store`.

@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "runtime/engine/fast_paths.h"
+
 namespace cleave::runtime {
 namespace {
 
@@ -48,6 +50,50 @@ at::Tensor denseFromPrivateLayout(const at::Tensor& t) {
     if (all.wings[i]->holdsPrivateLayout(t))
       return all.wings[i]->dense(t);
   return t;
+}
+
+std::optional<Expected<BackendDevice>> backendDeviceNamed(std::string_view name) {
+  const InstalledWings& all = installed();
+  for (std::size_t i = 0; i < all.count; ++i)
+    if (std::optional<Expected<BackendDevice>> named = all.wings[i]->backendDevice(name))
+      return named;
+  return std::nullopt;
+}
+
+std::vector<std::string> installedBackendNames() {
+  const InstalledWings& all = installed();
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < all.count; ++i)
+    for (std::string& name : all.wings[i]->backendNames())
+      names.push_back(std::move(name));
+  return names;
+}
+
+Status deviceUsable(const at::Device& device) {
+  const DeviceWing* wing = wingServing(device);
+  if (!wing)
+    return Error(ErrorCode::Unsupported) << "no device wing serves " << device.str() << " in this build";
+  return wing->usable(device);
+}
+
+std::optional<int> deviceIndexInName(std::string_view name, std::string_view base) {
+  if (name == base)
+    return 0;
+  if (name.size() <= base.size() + 1 || name.size() > base.size() + 4 || name.substr(0, base.size()) != base ||
+      name[base.size()] != ':')
+    return std::nullopt;
+  int index = 0;
+  for (char c : name.substr(base.size() + 1)) {
+    if (c < '0' || c > '9')
+      return std::nullopt;
+    index = index * 10 + (c - '0');
+  }
+  return index < 256 ? std::optional<int>(index) : std::nullopt;
+}
+
+const FastPaths* fastPathsFor(const at::Device& device) {
+  const DeviceWing* wing = wingServing(device);
+  return wing ? wing->fastPaths() : nullptr;
 }
 
 std::size_t wingHeldWeightBytes() {

@@ -11,7 +11,12 @@
 //   - the device's process-wide numerics, set before an executor is made (the CUDA wing: TF32,
 //     cuDNN's autotuning), and its allocator's peak, for --profile;
 //   - recording: a wing may record the device work of one call and replay it (CUDA graphs), so
-//     that a run of static shapes costs one launch instead of one per kernel.
+//     that a run of static shapes costs one launch instead of one per kernel;
+//   - fast paths: the products, convolutions, pooling and softmax a wing computes in its own way
+//     for the shared kernels (fast_paths.h), ONNX Runtime's per-provider kernels one level down;
+//   - backend names: the names (`--backend aten-cuda:1`) a wing answers to, the device each one
+//     means, and whether that device is usable in this process: the registry backends come from
+//     (runtime/model/backend.h), so that the model layer names no device.
 // Wings install themselves once, before main (a static registration in the wing's own source);
 // adding one (CUDA) touches no engine file. The CPU wing is runtime/cpu/cpu_wing.h.
 // Complexity: every lookup scans the installed wings (at most a handful); no hook allocates.
@@ -24,7 +29,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/expected.h"
 #include "ir/graph.h"
@@ -32,8 +39,15 @@
 namespace cleave::runtime {
 
 struct ExecutorOptions;
+class FastPaths;
 struct FusionPlan;
 struct KernelCache;
+
+// What a backend name means to the wing that answers to it.
+struct BackendDevice {
+  at::Device device = at::kCPU;
+  std::optional<at::ScalarType> floatType; // computes in this float type (aten-cpu-bf16); none: as the model says
+};
 
 // What a wing keeps in a node's kernel cache (reordered weights, primitives); only it reads it.
 struct DeviceKernelState {
@@ -114,6 +128,17 @@ public:
   // The bytes of weight copies the wing holds in its own layouts now (the CPU wing's reordered and
   // packed oneDNN weights), beside the tensors the executors hold: what --profile reports apart.
   virtual std::size_t heldWeightBytes() const { return 0; }
+  // The computations this wing offers the shared kernels (fast_paths.h), or null: none (the kernels
+  // then compute on ATen alone).
+  virtual const FastPaths* fastPaths() const { return nullptr; }
+  // The backend names this wing answers to, as usage lists them ("aten-cuda[:N]").
+  virtual std::vector<std::string> backendNames() const { return {}; }
+  // What backend `name` means on this wing: none when it is not one of its names; InvalidArgument
+  // when it is one that names no device of it ("aten-cuda:x").
+  virtual std::optional<Expected<BackendDevice>> backendDevice(std::string_view name) const { return std::nullopt; }
+  // Whether executors can run on `device` in this process. Fails: Unsupported naming why not (the
+  // CUDA wing: no GPU, or no driver).
+  virtual Status usable(const at::Device& device) const { return {}; }
 };
 
 // Installs a wing (its lifetime is the program's); returns true, for a static registration.
@@ -129,6 +154,16 @@ void resetDevicePeakAllocatedBytes(const at::Device& device);
 void synchronizeDevice(const at::Device& device);
 // DeviceWing::heldWeightBytes summed over the installed wings.
 std::size_t wingHeldWeightBytes();
+// What backend `name` means on the installed wing that answers to it; none when none does.
+std::optional<Expected<BackendDevice>> backendDeviceNamed(std::string_view name);
+// Every installed wing's backend names, in installation order.
+std::vector<std::string> installedBackendNames();
+// DeviceWing::usable by the wing serving `device` (Unsupported where none serves it).
+Status deviceUsable(const at::Device& device);
+// The device a wing's indexed backend name means, as every wing names its devices: `base` alone
+// is device 0, `base:N` device N (decimal, below 256); none for any other name. O(length).
+std::optional<int> deviceIndexInName(std::string_view name, std::string_view base);
+
 // DeviceWing::record by the wing serving `device` (Unsupported where none serves it).
 Expected<std::unique_ptr<DeviceRecording>> recordDeviceWork(const at::Device& device,
                                                             const std::function<Status()>& work);

@@ -63,17 +63,17 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
   if (executor->options_.optimizations.rememberShapeArithmetic)
     executor->memo_ = SmallOpMemo(g);
   executor->shareWeightCaches();
-  executor->blockedReaders_.assign(g.numValues(), BlockedReaders::No);
+  executor->privateLayoutReaders_.assign(g.numValues(), PrivateLayoutReaders::No);
   for (std::uint32_t v = 0; v < g.numValues(); ++v) {
     auto users = g.users(ir::ValueId{v});
     bool takers = !users.empty(), output = false;
     for (NodeId user : users) {
       output = output || g.kind(user) == ir::NodeKind::Output;
       takers = takers && (g.kind(user) == ir::NodeKind::Output ||
-                          (g.kind(user) == ir::NodeKind::Op && executor->readerLayouts(user) == Layouts::DenseOrBlocked));
+                          (g.kind(user) == ir::NodeKind::Op && executor->readerLayouts(user) == Layouts::DenseOrPrivate));
     }
     if (wing && wing->keepsPrivateLayout(executor->options_))
-      executor->blockedReaders_[v] = !takers ? BlockedReaders::No : output ? BlockedReaders::IfOutputsMay : BlockedReaders::Yes;
+      executor->privateLayoutReaders_[v] = !takers ? PrivateLayoutReaders::No : output ? PrivateLayoutReaders::IfOutputsMay : PrivateLayoutReaders::Yes;
   }
   return executor;
 }
@@ -120,8 +120,8 @@ Status Executor::loadParameters() {
 // The layouts op node `reader` takes its operands in when runs fuse: its fused group's kernel's
 // (a value read by a convolution group reaches the group's kernel), else its own kernel's. An
 // unfused (observed) run's kernel takes at most these: runOp makes operands dense for a kernel
-// that does not take blocked ones, so a value kept blocked for a reader costs a reorder there and
-// nothing else.
+// that does not take private layouts, so a value kept in one for a reader costs a conversion there
+// and nothing else.
 Layouts Executor::readerLayouts(NodeId reader) const {
   const std::int32_t group = options_.optimizations.fusion ? fusion_.groupOf[reader] : -1;
   return group >= 0 ? fusedKernel(fusion_.groups[static_cast<std::size_t>(group)].kind).layouts
@@ -281,9 +281,9 @@ struct Executor::RunState {
   std::vector<at::Tensor> crossed; // host and device apart: values' copies on the other side, made on first need
   std::int64_t live = 0, peak = 0;
 
-  bool mayStayBlocked(BlockedReaders readers) const {
-    return readers == BlockedReaders::Yes ||
-           (readers == BlockedReaders::IfOutputsMay && outputLayout == OutputLayout::AsComputed);
+  bool mayStayPrivate(PrivateLayoutReaders readers) const {
+    return readers == PrivateLayoutReaders::Yes ||
+           (readers == PrivateLayoutReaders::IfOutputsMay && outputLayout == OutputLayout::AsComputed);
   }
   void observed(ir::ValueId value, const at::Tensor& tensor) const {
     if (observe)
@@ -397,8 +397,8 @@ Status Executor::bindInput(NodeId node, const TensorMap& inputs, RunState& state
   auto found = inputs.find(std::string(g.valueName(value)));
   if (found == inputs.end())
     return Error(ErrorCode::InvalidArgument) << "no value for input '" << g.valueName(value) << "'";
-  // A blocked input (another submodel's output) stays so only for readers taking it, on the CPU.
-  const bool keepBlocked = state.mayStayBlocked(blockedReaders_[index(value)]);
+  // An input in a private layout (another submodel's output) stays so only for readers taking it.
+  const bool keepPrivate = state.mayStayPrivate(privateLayoutReaders_[index(value)]);
   at::Tensor& bound = state.values[index(value)];
   if (!found->second.defined()) { // an empty optional
     if (g.valueKind(value) != ir::ValueKind::Sequence)
@@ -412,7 +412,7 @@ Status Executor::bindInput(NodeId node, const TensorMap& inputs, RunState& state
     state.observed(value, bound);
     return {};
   }
-  bound = keepBlocked && isBlocked(found->second) ? found->second : toDense(found->second).to(options_.device);
+  bound = keepPrivate && inNonDenseLayout(found->second) ? found->second : toDense(found->second).to(options_.device);
   if (options_.floatType && at::isFloatingType(found->second.scalar_type()))
     bound = bound.to(*options_.floatType);
   state.observed(value, bound);
@@ -478,13 +478,13 @@ Status Executor::runOp(NodeId node, RunState& state) {
     } else {
       operands.push_back(state.values[index(value)]);
     }
-    if (kernel.layouts == Layouts::Dense) // no-op: values stay blocked only for readers taking them
+    if (kernel.layouts == Layouts::Dense) // no-op: values stay private only for readers taking them
       operands.back() = toDense(operands.back());
   }
-  const bool outputMayStayBlocked =
-      !g.outputs(node).empty() && state.mayStayBlocked(blockedReaders_[index(g.outputs(node)[0])]);
+  const bool outputMayStayPrivate =
+      !g.outputs(node).empty() && state.mayStayPrivate(privateLayoutReaders_[index(g.outputs(node)[0])]);
   CLEAVE_TRY(std::vector<at::Tensor> results,
-             computeOrRecall(node, group, kernel, std::move(operands), outputMayStayBlocked, state.stats));
+             computeOrRecall(node, group, kernel, std::move(operands), outputMayStayPrivate, state.stats));
   CLEAVE_CHECK(storeResults(node, std::move(results), state));
   state.live -= handedOverBytes; // after storeResults counted the peak with them still live
   releaseDeadValues(members, node, state);
@@ -545,9 +545,9 @@ bool Executor::handsOver(ir::ValueId value, std::span<const NodeId> members, std
 // The kernel's results, or those it gave for equal operands on the last run (small_op_memo.h).
 Expected<std::vector<at::Tensor>> Executor::computeOrRecall(NodeId node, const FusedGroup* group,
                                                             const KernelEntry& kernel, std::vector<at::Tensor> operands,
-                                                            bool outputMayStayBlocked, RunStats* stats) {
+                                                            bool outputMayStayPrivate, RunStats* stats) {
   if (group || !memo_.applies(node, operands))
-    return callKernel(node, group, kernel, std::move(operands), outputMayStayBlocked, stats);
+    return callKernel(node, group, kernel, std::move(operands), outputMayStayPrivate, stats);
   if (const std::vector<at::Tensor>* remembered = memo_.recall(node, operands))
     return *remembered;
   std::vector<at::Tensor> kept = operands; // handles, for remember()
@@ -558,7 +558,7 @@ Expected<std::vector<at::Tensor>> Executor::computeOrRecall(NodeId node, const F
 
 // Any exception a kernel throws becomes one line naming the node, its op and the opset.
 Expected<std::vector<at::Tensor>> Executor::callKernel(NodeId node, const FusedGroup* group, const KernelEntry& kernel,
-                                                       std::vector<at::Tensor> operands, bool outputMayStayBlocked,
+                                                       std::vector<at::Tensor> operands, bool outputMayStayPrivate,
                                                        RunStats* stats) {
   const ir::Graph& g = *graph_;
   auto opName = [&] { return group ? std::string(fusedName(group->kind)) : g.target(node); };
@@ -570,7 +570,7 @@ Expected<std::vector<at::Tensor>> Executor::callKernel(NodeId node, const FusedG
   // A fused group's kernel reads its first node's attributes (a Conv's window, fusion.h).
   const at::Device device = placement_ ? deviceOf(placement_->nodeSide[node]) : options_.device;
   KernelContext context(g, group ? group->nodes.front() : node, opset_, std::move(operands), this,
-                        &caches_[cacheSlot_[node]], outputMayStayBlocked, device);
+                        &caches_[cacheSlot_[node]], outputMayStayPrivate, device);
   try {
     if (!stats || !stats->profileOps)
       return kernel.kernel(context);
@@ -602,7 +602,7 @@ Status Executor::storeResults(NodeId node, std::vector<at::Tensor> results, RunS
                                              << " is used but the kernel does not produce it";
       continue;
     }
-    if (isBlocked(results[i]) && !state.mayStayBlocked(blockedReaders_[index(outputs[i])]))
+    if (inNonDenseLayout(results[i]) && !state.mayStayPrivate(privateLayoutReaders_[index(outputs[i])]))
       results[i] = toDense(results[i]);
     // A kernel that made its result from numbers alone may have made it elsewhere: moved to the
     // side the placement gives the node, so that every reader finds it where it was planned.

@@ -81,8 +81,8 @@ public:
 
   // `inputs` by graph-input name (extra names are ignored). Fails: InvalidArgument (a missing
   // input), Unsupported/InvalidArgument (a kernel refused its operands: message names the node).
-  // `outputLayout` AsComputed lets graph outputs come back in oneDNN's blocked layout, for a
-  // caller that feeds them to another executor on the CPU (a cut model, between submodels).
+  // `outputLayout` AsComputed lets graph outputs come back in the wing's private layout, for a
+  // caller that feeds them to another executor on the same device (a cut model, between submodels).
   Expected<TensorMap> run(const TensorMap& inputs, RunStats* stats = nullptr, const Observer* observe = nullptr,
                           OutputLayout outputLayout = OutputLayout::Dense);
 
@@ -137,10 +137,10 @@ private:
   void shareWeightCaches();
   Layouts readerLayouts(ir::NodeId reader) const;
   Expected<std::vector<at::Tensor>> computeOrRecall(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
-                                                    std::vector<at::Tensor> operands, bool outputMayStayBlocked,
+                                                    std::vector<at::Tensor> operands, bool outputMayStayPrivate,
                                                     RunStats* stats);
   Expected<std::vector<at::Tensor>> callKernel(ir::NodeId node, const FusedGroup* group, const KernelEntry& kernel,
-                                               std::vector<at::Tensor> operands, bool outputMayStayBlocked,
+                                               std::vector<at::Tensor> operands, bool outputMayStayPrivate,
                                                RunStats* stats);
   Status storeResults(ir::NodeId node, std::vector<at::Tensor> results, RunState& state) const;
   // Operand `value` as a reader on `read` takes it: the value itself, or its copy on the other
@@ -173,11 +173,12 @@ private:
   std::vector<std::uint32_t> uses_;              // per value: operand uses (+1 for graph outputs)
   FusionPlan fusion_;                            // node groups run as one kernel (unobserved runs)
   SmallOpMemo memo_;                             // shape arithmetic's results from the last run
-  // Per value: whether it may stay in the blocked layout: every reader is a kernel taking it, or
-  // the graph's output (then only when the run's outputs may be blocked). All No off the CPU, in
-  // another float type, or with Optimizations::blockedLayout off.
-  enum class BlockedReaders : std::uint8_t { No, Yes, IfOutputsMay };
-  std::vector<BlockedReaders> blockedReaders_;
+  // Per value: whether it may stay in a private layout (kernel.h, Layouts): every reader is a kernel
+  // taking it, or the graph's output (then only when the run's outputs may stay so). All No where
+  // the wing keeps no private layout (DeviceWing::keepsPrivateLayout: off the CPU, in another float
+  // type, or with Optimizations::blockedLayout off).
+  enum class PrivateLayoutReaders : std::uint8_t { No, Yes, IfOutputsMay };
+  std::vector<PrivateLayoutReaders> privateLayoutReaders_;
   std::map<std::pair<std::uint32_t, std::string>, std::unique_ptr<Executor>> subgraphs_;
   std::optional<RecomputePlan> recompute_; // set: selective recomputation on
 };

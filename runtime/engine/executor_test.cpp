@@ -15,10 +15,10 @@
 #include <set>
 
 #include "runtime/engine/device_wing.h"
+#include "runtime/engine/fast_paths.h"
 #include "runtime/engine/fusion.h"
 #include "runtime/kernels/helpers.h"
 #include "runtime/model/microbatch.h"
-#include "runtime/cpu/onednn.h"
 #include "runtime/engine/tensors.h"
 #include "runtime/engine/executor_test_support.h"
 #include "testing/test_graphs.h"
@@ -28,8 +28,13 @@ namespace {
 using cleave::testing::TestGraph;
 using namespace test_support;
 
+// Whether the CPU wing offers its fast paths (oneDNN's: a build with libdnnl); the kernels then
+// compute convolutions, products, pooling and softmax there.
+bool cpuFastPaths() { return fastPathsFor(at::kCPU) != nullptr; }
+
 // The CPU wing installs itself (runtime/cpu/cpu_wing.cpp) and serves the CPU only; the engine's
-// layout hooks leave a dense tensor as it is.
+// layout hooks leave a dense tensor as it is; its fast paths are there exactly when the build has
+// oneDNN, and no device without a wing has any.
 TEST(DeviceWing, TheCpuWingServesTheCpuAndNoOtherDevice) {
   const DeviceWing* wing = wingServing(at::Device(at::kCPU));
   ASSERT_NE(wing, nullptr);
@@ -43,6 +48,13 @@ TEST(DeviceWing, TheCpuWingServesTheCpuAndNoOtherDevice) {
   const at::Tensor dense = at::ones({2, 3});
   EXPECT_FALSE(inPrivateLayout(dense));
   EXPECT_TRUE(denseFromPrivateLayout(dense).is_same(dense));
+#ifdef CLEAVE_HAVE_DNNL
+  EXPECT_NE(wing->fastPaths(), nullptr);
+#else
+  EXPECT_EQ(wing->fastPaths(), nullptr);
+#endif
+  EXPECT_EQ(fastPathsFor(at::kCPU), wing->fastPaths());
+  EXPECT_EQ(fastPathsFor(at::Device(at::kCUDA, 0)), nullptr);
 }
 
 TEST(Executor, ReshapeCopiesZeroDimsAndInfersMinusOne) {
@@ -381,7 +393,7 @@ TEST(Executor, BlockedConvolutionChainEqualsDenseAten) {
   Expected<TensorMap> blocked = (*executor)->run(inputs, nullptr, nullptr, OutputLayout::AsComputed);
   ASSERT_TRUE(blocked) << blocked.error().message();
   auto [pooled, sum] = expected(inputs);
-  if (onednn::available()) {
+  if (cpuFastPaths()) {
     EXPECT_FALSE(blocked->at("s").is_mkldnn());
     EXPECT_TRUE(blocked->at("s").is_contiguous(at::MemoryFormat::ChannelsLast));
   } else if (at::hasMKLDNN()) {
@@ -418,7 +430,7 @@ TEST(Executor, OneDimensionalConvolutionsRunAsRowsOfTwoDimensionalOnes) {
     ASSERT_TRUE(out) << out.error().message();
     EXPECT_TRUE(at::allclose(out->at("s"), sum, 1e-4, 1e-4));
     EXPECT_TRUE(at::allclose(out->at("y"), y, 1e-4, 1e-4));
-    if (onednn::available())
+    if (cpuFastPaths())
       EXPECT_EQ(out->at("y").stride(1), 1); // oneDNN's channels-innermost output, not ATen's
   }
 }
@@ -658,7 +670,7 @@ TEST(Fusion, ConvolutionsWithSiluAndHardSigmoidRunFused) {
   Expected<TensorMap> out = (*executor)->run(inputs, &stats);
   ASSERT_TRUE(out) << out.error().message();
   EXPECT_TRUE(at::allclose(out->at("y"), expected, 1e-4, 1e-5));
-  if (onednn::available()) {
+  if (cpuFastPaths()) {
     EXPECT_EQ(stats.secondsByOp.count("Conv+Sigmoid+Mul"), 1u);
     EXPECT_EQ(stats.secondsByOp.count("Conv+HardSigmoid"), 1u);
   }
@@ -689,7 +701,7 @@ TEST(Fusion, DecomposedHardSwishRunsAsTheConvolutionsPostOp) {
   ASSERT_TRUE(runs.fused.count("y"));
   EXPECT_TRUE(at::allclose(runs.fused.at("y"), expected, 1e-4, 1e-5));
   EXPECT_TRUE(at::allclose(runs.observed.at("y"), expected, 1e-4, 1e-5));
-  if (onednn::available())
+  if (cpuFastPaths())
     EXPECT_EQ(runs.stats.secondsByOp.count("Conv+HardSwish"), 1u);
 }
 

@@ -140,7 +140,7 @@ at::Tensor toDense(const at::Tensor& t) {
   return t.is_mkldnn() ? t.to_dense() : denseFromPrivateLayout(t);
 }
 
-bool isBlocked(const at::Tensor& t) { return t.defined() && (t.is_mkldnn() || inPrivateLayout(t)); }
+bool inNonDenseLayout(const at::Tensor& t) { return t.defined() && (t.is_mkldnn() || inPrivateLayout(t)); }
 
 bool isSequence(const at::Tensor& t) { return t.defined() && t.is_nested(); }
 

@@ -46,10 +46,10 @@ public:
   // `owner` builds subgraph executors (Loop/If bodies); null where there are none to build.
   // `device`: where the node runs (value_placement.h), on which tensors it makes from nothing go.
   KernelContext(const ir::Graph& graph, ir::NodeId node, std::int64_t opset, std::vector<at::Tensor> inputs,
-                Executor* owner = nullptr, KernelCache* cache = nullptr, bool outputMayStayBlocked = false,
+                Executor* owner = nullptr, KernelCache* cache = nullptr, bool outputMayStayPrivate = false,
                 at::Device device = at::kCPU)
       : graph_(graph), node_(node), opset_(opset), inputs_(std::move(inputs)), owner_(owner), cache_(cache),
-        outputMayStayBlocked_(outputMayStayBlocked), device_(device) {}
+        outputMayStayPrivate_(outputMayStayPrivate), device_(device) {}
 
   std::int64_t opset() const { return opset_; }
   // The device the node runs on: a kernel that makes a tensor from numbers alone (Range,
@@ -82,9 +82,9 @@ public:
   std::vector<float> floatsAttr(std::string_view name) const;
   at::Tensor tensorAttr(std::string_view name) const; // undefined when absent
 
-  // Whether the node's (a fused group's) first output may be returned as a blocked value: every
-  // reader takes blocked operands (Layouts), so none pays a reorder for it.
-  bool outputMayStayBlocked() const { return outputMayStayBlocked_; }
+  // Whether the node's (a fused group's) first output may be returned in a private layout: every
+  // reader takes such operands (Layouts::DenseOrPrivate), so none pays a conversion for it.
+  bool outputMayStayPrivate() const { return outputMayStayPrivate_; }
   // A tensor slot that lives as long as the executor, one per node (a prepacked weight); null
   // when the executor keeps none.
   KernelCache* cache() const { return cache_; }
@@ -101,19 +101,19 @@ private:
   std::vector<at::Tensor> inputs_;
   Executor* owner_;
   KernelCache* cache_;
-  bool outputMayStayBlocked_;
+  bool outputMayStayPrivate_;
   at::Device device_;
 };
 
 using Kernel = std::vector<at::Tensor> (*)(KernelContext&);
 
-// The layouts a kernel takes its operands in. Blocked: oneDNN's blocked activation layout, which
-// convolutions compute in; keeping a value blocked from one convolution to the next saves two
-// reorders per op. Built with libdnnl, blocked values are the CPU wing's blocked activations (runtime/cpu/onednn.h), which
-// only convolutions and MaxPool read; without it, ATen's mkldnn tensors, which Relu, Add and
-// pooling read too (atenBlockedOrDense). The executor gives blocked operands only to kernels that take them and
-// turns them dense for every other reader.
-enum class Layouts : std::uint8_t { Dense, DenseOrBlocked };
+// The layouts a kernel takes its operands in. Private: a layout only some kernels read, kept from
+// one such kernel to the next to save two conversions per op: the private layout of the wing
+// serving the device (device_wing.h; the CPU wing's is oneDNN's blocked one, which its
+// convolutions and max pooling read) or, where no wing offers fast paths, ATen's own blocked
+// (mkldnn) tensors, which ATen's Relu, Add and pooling read too (atenBlockedOrDense). The executor
+// gives such operands only to kernels that take them and makes them dense for every other reader.
+enum class Layouts : std::uint8_t { Dense, DenseOrPrivate };
 
 // Where a kernel reads its operands, as ONNX Runtime's kernels declare memory types: an operand
 // whose bit is set in `host` is read into C++ numbers (a Reshape's shape, a Slice's bounds, a
@@ -171,9 +171,9 @@ void registerKernelFamilies(KernelTable& table);
 void configureThreads();
 
 // A value made dense (no-op when it is): ATen's blocked (mkldnn) tensors, or a device wing's
-// private layout (device_wing.h). isBlocked: whether t is in either.
+// private layout (device_wing.h). inNonDenseLayout: whether t is in either.
 at::Tensor toDense(const at::Tensor& t);
-bool isBlocked(const at::Tensor& t);
+bool inNonDenseLayout(const at::Tensor& t);
 
 // ONNX sequences are held as ATen nested tensors (elements of one dtype and rank, shapes free); an
 // empty optional is an undefined tensor. makeSequence throws KernelError on elements of different

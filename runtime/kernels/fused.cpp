@@ -5,7 +5,6 @@
 #include <optional>
 #include <tuple>
 
-#include "runtime/cpu/onednn.h"
 #include "runtime/kernels/helpers.h"
 
 namespace cleave::runtime {
@@ -37,13 +36,13 @@ Outputs layerNorm(KernelContext& c) {
 }
 
 // Conv then its post-ops (the context is the Conv node's: its attributes).
-template <onednn::ConvPostOps::Activation activation, bool residual> Outputs convWith(KernelContext& c) {
-  onednn::ConvPostOps post{residual, activation};
-  if constexpr (activation == onednn::ConvPostOps::Activation::Clip) {
+template <ConvolutionEpilogue::Activation activation, bool residual> Outputs convWith(KernelContext& c) {
+  ConvolutionEpilogue post{residual, activation};
+  if constexpr (activation == ConvolutionEpilogue::Activation::Clip) {
     post.clipLow = c.input(3).item<float>();
     post.clipHigh = c.input(4).item<float>();
   }
-  if constexpr (activation == onednn::ConvPostOps::Activation::HardSigmoid) {
+  if constexpr (activation == ConvolutionEpilogue::Activation::HardSigmoid) {
     // Its attributes are on the group's last node, the Conv output's one reader.
     const ir::Graph& g = c.graph();
     const ir::NodeId hard = g.users(g.outputs(c.node())[0])[0];
@@ -123,7 +122,7 @@ template <bool transposed, bool relu> Outputs convBatchNorm(KernelContext& c) {
       c.cache()->foldedBias = foldedBias;
     }
   }
-  using A = onednn::ConvPostOps::Activation;
+  using A = ConvolutionEpilogue::Activation;
   if (!weight.defined()) { // the nodes one by one
     at::Tensor y = toDense(transposed ? transposedConvolution(c, x, from[0], bias) : convolution(c, x, from[0], bias));
     y = at::batch_norm(y, from[2], from[3], from[4], from[5], false, 0.0, epsilon, false);
@@ -131,7 +130,7 @@ template <bool transposed, bool relu> Outputs convBatchNorm(KernelContext& c) {
   }
   if (transposed)
     return {transposedConvolution(c, x, weight, foldedBias, relu)};
-  return {fusedConvolution(c, x, weight, foldedBias, onednn::ConvPostOps{false, relu ? A::Relu : A::None}, at::Tensor())};
+  return {fusedConvolution(c, x, weight, foldedBias, ConvolutionEpilogue{false, relu ? A::Relu : A::None}, at::Tensor())};
 }
 
 Outputs batchNormRelu(KernelContext& c) {
@@ -207,13 +206,13 @@ Kernel fusedKernelFunction(FusedGroup::Kind kind) {
   case FusedGroup::Kind::MatMulBias: return matmulBias;
   case FusedGroup::Kind::MatMulBiasGelu: return matmulBiasGelu;
   case FusedGroup::Kind::Gelu: return decomposedGelu;
-  case FusedGroup::Kind::ConvRelu: return convWith<onednn::ConvPostOps::Activation::Relu, false>;
-  case FusedGroup::Kind::ConvClip: return convWith<onednn::ConvPostOps::Activation::Clip, false>;
-  case FusedGroup::Kind::ConvHardSwish: return convWith<onednn::ConvPostOps::Activation::HardSwish, false>;
-  case FusedGroup::Kind::ConvHardSigmoid: return convWith<onednn::ConvPostOps::Activation::HardSigmoid, false>;
-  case FusedGroup::Kind::ConvSilu: return convWith<onednn::ConvPostOps::Activation::Swish, false>;
-  case FusedGroup::Kind::ConvAdd: return convWith<onednn::ConvPostOps::Activation::None, true>;
-  case FusedGroup::Kind::ConvAddRelu: return convWith<onednn::ConvPostOps::Activation::Relu, true>;
+  case FusedGroup::Kind::ConvRelu: return convWith<ConvolutionEpilogue::Activation::Relu, false>;
+  case FusedGroup::Kind::ConvClip: return convWith<ConvolutionEpilogue::Activation::Clip, false>;
+  case FusedGroup::Kind::ConvHardSwish: return convWith<ConvolutionEpilogue::Activation::HardSwish, false>;
+  case FusedGroup::Kind::ConvHardSigmoid: return convWith<ConvolutionEpilogue::Activation::HardSigmoid, false>;
+  case FusedGroup::Kind::ConvSilu: return convWith<ConvolutionEpilogue::Activation::Swish, false>;
+  case FusedGroup::Kind::ConvAdd: return convWith<ConvolutionEpilogue::Activation::None, true>;
+  case FusedGroup::Kind::ConvAddRelu: return convWith<ConvolutionEpilogue::Activation::Relu, true>;
   case FusedGroup::Kind::ConvBatchNorm: return convBatchNorm<false, false>;
   case FusedGroup::Kind::ConvBatchNormRelu: return convBatchNorm<false, true>;
   case FusedGroup::Kind::ConvTransposeBatchNorm: return convBatchNorm<true, false>;
@@ -239,7 +238,7 @@ Layouts fusedLayouts(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConvAdd:
   case FusedGroup::Kind::ConvAddRelu:
   case FusedGroup::Kind::ConvBatchNorm:
-  case FusedGroup::Kind::ConvBatchNormRelu: return Layouts::DenseOrBlocked;
+  case FusedGroup::Kind::ConvBatchNormRelu: return Layouts::DenseOrPrivate;
   default: return Layouts::Dense;
   }
 }

@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include "runtime/engine/fast_paths.h"
+
 namespace cleave::runtime {
 
 at::Tensor fixNegativeIndices(const at::Tensor& indices, std::int64_t size) {
@@ -43,7 +45,7 @@ at::Tensor geluInMemoryOrder(const at::Tensor& x, c10::string_view approximate) 
 
 
 
-Layouts atenBlockedOrDense() { return onednn::available() ? Layouts::Dense : Layouts::DenseOrBlocked; }
+Layouts atenBlockedOrDense() { return fastPathsFor(at::kCPU) ? Layouts::Dense : Layouts::DenseOrPrivate; }
 
 at::Tensor toBlocked(const at::Tensor& t) { return t.is_mkldnn() ? t : t.to_mkldnn(); }
 

@@ -1,6 +1,7 @@
 // runtime/kernels/helpers.h - what the kernel families share: their registration, subgraph and
-// sequence helpers, the products and convolutions every family runs through (on the CPU wing's
-// oneDNN where it takes the operands, else on ATen), layouts, axes and dtypes. Kernel files only;
+// sequence helpers, the products and convolutions every family runs through (on the fast paths of
+// the wing serving the operands' device where it takes them, runtime/engine/fast_paths.h, else on
+// ATen), layouts, axes and dtypes. Kernel files only;
 // the engine reaches kernels through its table (runtime/engine/kernel.h).
 // Complexity: each helper says its own; most are O(operand size).
 #pragma once
@@ -11,14 +12,14 @@
 #include <vector>
 
 #include "ir/graph.h"
-#include "runtime/cpu/onednn.h"
+#include "runtime/engine/fast_paths.h"
 #include "runtime/engine/kernel.h"
 #include "runtime/engine/tensors.h"
 
 namespace cleave::runtime {
 
-// The layouts of an ATen kernel that runs on ATen's mkldnn tensors: DenseOrBlocked where those are
-// the blocked values (built without libdnnl), else Dense.
+// The layouts of an ATen kernel that runs on ATen's mkldnn tensors: DenseOrPrivate where those are
+// the private layout (no wing offers the CPU fast paths, as in a build without libdnnl), else Dense.
 Layouts atenBlockedOrDense();
 
 // Registration, one function per kernel file (families.cpp calls them all).
@@ -43,34 +44,36 @@ void registerRandomKernels(KernelTable& table);
 // order; throws KernelError with its message when it fails (Loop, Scan, If, SequenceMap).
 std::vector<at::Tensor> runSubgraph(Executor& body, const TensorMap& feeds);
 // x[..., K] times a 2-D weight, with `weightIsNK` telling whether it is laid out [N, K] (Gemm's
-// transB, torch's Linear) or [K, N]; plus an optional bias [N]. On the CPU in float32 this runs on
-// oneDNN (runtime/cpu/onednn.h) with the reordered weight kept in the node's cache while the same
-// weight tensor comes back (a parameter, or a weight another submodel forwards); else on ATen.
-// `thenGelu`: GELU (exact erf) applied to the result, inside the product where oneDNN runs it.
+// transB, torch's Linear) or [K, N]; plus an optional bias [N]. On the wing's fast path where it
+// takes them (the CPU wing's: oneDNN in float32, the reordered weight kept in the node's state
+// while the same weight tensor comes back: a parameter, or a weight another submodel forwards);
+// else on ATen. `thenGelu`: GELU (exact erf) applied to the result, inside the product where the
+// wing runs it.
 at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
                   const at::Tensor& bias, bool thenGelu = false);
-// ONNX Conv of x by w (+ bias) with the node's strides, dilations, group and pads / auto_pad. A 2-D
-// or 3-D float32 convolution on the CPU without autograd runs on oneDNN directly (onednn::convolution:
-// channels-last, the weight reordered once and kept in the node's cache); built without libdnnl,
-// in ATen's blocked layout, its output staying blocked for readers that take it. Anything else
-// (other dtypes too) runs on at::convolution.
+// ONNX Conv of x by w (+ bias) with the node's strides, dilations, group and pads / auto_pad. 1-D,
+// 2-D or 3-D on the wing's fast path where it takes them (the CPU wing's: float32 without
+// autograd on oneDNN, channels-last, the weight reordered once and kept in the node's state);
+// with no fast paths, a 2-D float32 one in ATen's blocked layout, its output staying blocked for
+// readers that take it. Anything else (other dtypes too) runs on at::convolution.
 at::Tensor convolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
-// convolution() then `post` (the residual added, then the activation): one oneDNN call with
-// post-ops where it takes the operands (2-D or 3-D, float32, no autograd, the residual of the output's
-// shape), else convolution() followed by the same ATen ops.
+// convolution() then `post` (the residual added, then the activation): one call on the wing's fast
+// path where it takes the operands (the CPU wing's: oneDNN's post-ops, 2-D or 3-D, float32, no
+// autograd, the residual of the output's shape), else convolution() followed by the same ATen ops.
 // `residualIsScratch` (KernelContext::mayOverwrite): the output may be written into the residual's
 // buffer instead of a copy of it.
 at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
-                            const onednn::ConvPostOps& post, const at::Tensor& residual, bool residualIsScratch = false);
+                            const ConvolutionEpilogue& post, const at::Tensor& residual, bool residualIsScratch = false);
 // ONNX ConvTranspose of x by w (+ bias) with the node's strides, dilations, group, pads,
-// output_padding and output_shape / auto_pad, then Relu when `thenRelu`. 2-D float32 without
-// autograd: oneDNN's deconvolution (the weight reordered once, kept in the node's cache).
+// output_padding and output_shape / auto_pad, then Relu when `thenRelu`. 2-D on the wing's fast
+// path where it takes them (the CPU wing's: float32 without autograd on oneDNN's deconvolution,
+// the weight reordered once, kept in the node's state).
 // Otherwise the unpadded transposed convolution (output_padding included) on ATen, then cropped
 // (or, for negative pads, extended with zeros), then the bias.
 at::Tensor transposedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                                  bool thenRelu = false);
-// A product with broadcast batch dims (attention's Q K^T and P V): one oneDNN call on the CPU in
-// float32, else at::matmul.
+// A product with broadcast batch dims (attention's Q K^T and P V): one call on the wing's fast path
+// (the CPU wing's: oneDNN in float32), else at::matmul.
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);
 // Inference BatchNormalization (parameters `from`: scale, shift, mean, variance; `epsilon`) of the
 // concatenation of `pieces` along dim 1, then Relu when `thenRelu`: x * m + s per channel with

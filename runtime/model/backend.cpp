@@ -1,6 +1,6 @@
 #include "runtime/model/backend.h"
 
-#include "runtime/model/backend_names.h"
+#include "base/strings.h"
 #include "runtime/model/wing_library.h"
 #include "split/shape_prologue.h"
 
@@ -43,13 +43,8 @@ public:
 
 private:
   Expected<std::unique_ptr<Executor>> makeExecutor(std::shared_ptr<const ir::Graph> graph, bool trainable) const {
-    if (device_.is_cuda()) {
-      if (Status loaded = loadWingProviding(name_); !loaded)
-        return Error(ErrorCode::Unsupported) << "backend " << name_ << ": " << loaded.error().message();
-      if (!at::hasCUDA())
-        return Error(ErrorCode::Unsupported) << "backend " << name_
-                                             << ": no CUDA device is usable here (no GPU, or no NVIDIA driver)";
-    }
+    if (Status usable = deviceUsable(device_); !usable)
+      return Error(ErrorCode::Unsupported) << "backend " << name_ << ": " << usable.error().message();
     ExecutorOptions options;
     options.device = device_;
     options.floatType = floatType_;
@@ -104,24 +99,42 @@ private:
 };
 } // namespace
 
+namespace {
+constexpr std::string_view kProfilePrefix = "profile:";
+
+bool isProfileBackend(const std::string& spec) { return spec.rfind(kProfilePrefix, 0) == 0; }
+
+// Every backend name this build answers to, as usage lists them: the installed wings', the wing
+// libraries' (loaded or not), then profile:FILE.
+std::vector<std::string> knownBackendNames() {
+  std::vector<std::string> names = installedBackendNames();
+  for (std::string& name : wingLibraryBackendNames())
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      names.push_back(std::move(name));
+  names.emplace_back("profile:FILE");
+  return names;
+}
+} // namespace
+
+Expected<BackendDevice> backendDevice(const std::string& spec) {
+  if (isProfileBackend(spec)) // a stand-in accelerator, run on the CPU
+    return BackendDevice{at::kCPU, std::nullopt};
+  // A wing built as its own library answers to its names once loaded (wing_library.h).
+  CLEAVE_CHECK(loadBackendWing(spec));
+  std::optional<Expected<BackendDevice>> named = backendDeviceNamed(spec);
+  if (!named)
+    return Error(ErrorCode::InvalidArgument) << "unknown backend '" << spec
+                                             << "' (backends: " << joinStrings(knownBackendNames()) << ")";
+  return std::move(*named);
+}
+
 Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec, const Optimizations& optimizations) {
-  if (spec == "aten-cpu")
-    return std::unique_ptr<Backend>(new AtenBackend(spec, at::kCPU, optimizations));
-  if (spec == "aten-cpu-bf16")
-    return std::unique_ptr<Backend>(new AtenBackend(spec, at::kCPU, optimizations, at::kBFloat16));
-  if (isCudaBackend(spec)) {
-    const std::optional<int> index = cudaDeviceOf(spec);
-    if (!index)
-      return Error(ErrorCode::InvalidArgument) << "backend '" << spec << "': expected aten-cuda or aten-cuda:N, N a GPU's index";
-    return std::unique_ptr<Backend>(
-        new AtenBackend(spec, at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*index)), optimizations));
-  }
-  if (spec.rfind("profile:", 0) == 0) {
-    CLEAVE_TRY(support::Profile profile, support::Profile::load(spec.substr(8)));
+  if (isProfileBackend(spec)) {
+    CLEAVE_TRY(support::Profile profile, support::Profile::load(spec.substr(kProfilePrefix.size())));
     return std::unique_ptr<Backend>(new ProfileBackend(spec, std::move(profile), optimizations));
   }
-  return Error(ErrorCode::InvalidArgument) << "unknown backend '" << spec
-                                           << "' (backends: aten-cpu, aten-cpu-bf16, aten-cuda[:N], profile:FILE)";
+  CLEAVE_TRY(BackendDevice named, backendDevice(spec));
+  return std::unique_ptr<Backend>(new AtenBackend(spec, named.device, optimizations, named.floatType));
 }
 
 } // namespace cleave::runtime

@@ -1,12 +1,14 @@
 // runtime/model/backend.h - where a (sub)model runs: lower it once, run it many times.
 //
-//   aten-cpu       the ATen executor on the CPU
+// A backend is named by the device wing that answers to the name (DeviceWing::backendDevice), so
+// adding a device adds its names here without an edit: today
+//   aten-cpu       the ATen executor on the CPU (the CPU wing)
 //   aten-cpu-bf16  the ATen executor on the CPU computing in bfloat16 (floating inputs and
 //                  parameters cast, outputs cast back to float32): a low-precision device whose
-//                  disagreements exercise verify, preview and minimize
-//   aten-cuda      the ATen executor on CUDA device 0, aten-cuda:N on device N; lowering fails
-//                  unless libtorch was built with CUDA (configure with -DCLEAVE_TORCH_DIR pointing
-//                  at such a libtorch)
+//                  disagreements exercise verify, preview and minimize (the CPU wing)
+//   aten-cuda      the ATen executor on CUDA device 0, aten-cuda:N on device N (the CUDA wing, a
+//                  library of its own: a build against a libtorch without CUDA has none)
+// and, whatever the wings:
 //   profile:FILE   refuses, at lowering, any node the support profile FILE does not support
 //                  (naming the node and the profile's reason), else runs like aten-cpu: a
 //                  stand-in accelerator to exercise failure paths. The shape prologue split
@@ -50,8 +52,14 @@ public:
   virtual Expected<std::unique_ptr<Executor>> lowerTrainable(std::shared_ptr<const ir::Graph> graph) const = 0;
 };
 
-// Fails: InvalidArgument (unknown backend name, a CUDA index that is not one), what loading the
-// profile fails with.
+// The device (and float type) backend `spec` means: the installed wing that answers to the name
+// says (device_wing.h), after loading the wing library that provides it, if one does
+// (wing_library.h); profile:FILE runs on the CPU. No other code parses a device's name.
+// Fails: InvalidArgument (unknown backend name, an index that names no device), Unsupported (its
+// wing library is not in this build or does not load).
+Expected<BackendDevice> backendDevice(const std::string& spec);
+
+// Fails: what backendDevice fails with, what loading the profile fails with.
 Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec, const Optimizations& optimizations = {});
 
 } // namespace cleave::runtime

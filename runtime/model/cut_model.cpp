@@ -163,8 +163,8 @@ Expected<TensorMap> CutModel::feedsOf(const Unit& unit, const TensorMap& values,
     if (found == values.end())
       return Error(ErrorCode::InvalidArgument) << "submodule '" << unit.name << "': no value for '" << name << "'";
     const at::Tensor& value = found->second;
-    // Values in oneDNN's blocked layout pass as they are between CPU submodels.
-    if (isBlocked(value) && target.is_cpu()) {
+    // Values in a private layout (the CPU wing's blocked one) pass as they are between CPU submodels.
+    if (inNonDenseLayout(value) && target.is_cpu()) {
       feeds[name] = value;
       continue;
     }

@@ -4,9 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
-
-#include "runtime/model/backend_names.h"
 
 namespace cleave::runtime {
 
@@ -23,11 +20,10 @@ inline constexpr AllClose kCutTolerance{1e-4, 1e-5, ToleranceScale::Output};
 // 23 mantissa bits, so a product errs by about 1e-3 of its magnitude.
 inline constexpr AllClose kTf32CutTolerance{1e-2, 1e-5, ToleranceScale::Output};
 
-// What verify holds a cut on `backend` to against the CPU's float32 run, unless told otherwise:
-// float32 on any device at kCutTolerance (a GPU's float32 kernels reassociate sums as the CPU's
-// do, within it); TF32 on aten-cuda at kTf32CutTolerance.
-constexpr AllClose cutToleranceFor(std::string_view backend, bool tf32) {
-  return isCudaBackend(backend) && tf32 ? kTf32CutTolerance : kCutTolerance;
-}
+// What verify holds a cut to against the CPU's float32 run, unless told otherwise: float32 on any
+// device at kCutTolerance (a GPU's float32 kernels reassociate sums as the CPU's do, within it);
+// TF32 products (`tf32`, which only a CUDA backend accepts: cli/runtime_inputs.cpp) at
+// kTf32CutTolerance.
+constexpr AllClose cutToleranceFor(bool tf32) { return tf32 ? kTf32CutTolerance : kCutTolerance; }
 
 } // namespace cleave::runtime

@@ -1,10 +1,9 @@
 #include "runtime/model/wing_library.h"
 
-#include "runtime/model/backend_names.h"
-
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <mutex>
 #include <string>
 
@@ -12,17 +11,32 @@ namespace cleave::runtime {
 
 namespace {
 
+// A wing built as a library of its own, registered here by what it provides, so that asking for
+// one of those names loads it (ONNX Runtime knows its provider libraries by name the same way).
 struct WingLibrary {
   const char* wing; // as an error names it
   const char* file; // beside the runtime library
+  // Transport names, and the base names of its backends (`base` or `base:N`).
+  std::array<std::string_view, 2> provides;
+  const char* backendNames; // as usage lists them, before the library is loaded
 };
 
-constexpr WingLibrary kCudaWing{"CUDA", kCudaWingLibrary};
+constexpr std::array<WingLibrary, 1> kWingLibraries{{
+    {"CUDA", kCudaWingLibrary, {"aten-cuda", "nccl"}, "aten-cuda[:N]"},
+}};
+
+bool provides(const WingLibrary& library, std::string_view name) {
+  for (std::string_view base : library.provides)
+    if (name == base || (name.size() > base.size() && name.substr(0, base.size()) == base && name[base.size()] == ':'))
+      return true;
+  return false;
+}
 
 // The wing library that provides `name`, or none (a name the runtime itself provides).
 const WingLibrary* providerOf(std::string_view name) {
-  if (name == "nccl" || isCudaBackend(name))
-    return &kCudaWing;
+  for (const WingLibrary& library : kWingLibraries)
+    if (provides(library, name))
+      return &library;
   return nullptr;
 }
 
@@ -54,11 +68,19 @@ Status loadWingProviding(std::string_view name) {
   const WingLibrary* library = providerOf(name);
   if (library == nullptr)
     return {};
-  // One library today; a second would get its own flag and result.
-  static std::once_flag once;
-  static Status loaded;
-  std::call_once(once, [&] { loaded = open(*library); });
-  return loaded;
+  // Each library is opened once; later asks get its first answer.
+  static std::array<std::once_flag, kWingLibraries.size()> once;
+  static std::array<Status, kWingLibraries.size()> loaded;
+  const auto slot = static_cast<std::size_t>(library - kWingLibraries.data());
+  std::call_once(once[slot], [&] { loaded[slot] = open(*library); });
+  return loaded[slot];
+}
+
+std::vector<std::string> wingLibraryBackendNames() {
+  std::vector<std::string> names;
+  for (const WingLibrary& library : kWingLibraries)
+    names.emplace_back(library.backendNames);
+  return names;
 }
 
 Status loadBackendWing(std::string_view backend) {

@@ -14,7 +14,9 @@
 // is dlopen's.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/expected.h"
 
@@ -28,6 +30,10 @@ inline constexpr const char* kCudaWingLibrary = "libcleave_cuda.so";
 // Fails: Unsupported naming the library when this build has none beside the runtime library
 // (a libtorch without CUDA) or when it does not load (dlerror's line).
 Status loadWingProviding(std::string_view name);
+
+// The backend names the wing libraries provide, as usage lists them ("aten-cuda[:N]"), whether
+// loaded or not.
+std::vector<std::string> wingLibraryBackendNames();
 
 // loadWingProviding for backend `backend`, its failure said as the backend's ("backend
 // aten-cuda: ..."). Call it before anything asks ATen about CUDA: libtorch keeps its first answer.
