@@ -1,4 +1,5 @@
-// io/model_loader.h - open a model file whatever its format (ONNX protobuf or FX-graph JSON).
+// io/model_loader.h - open a model file whatever its format (ONNX protobuf, FX-graph JSON, or a
+// torch.export .pt2 archive).
 // Guarantee: one loader for every format, with the format's own errors (one line, naming the
 // file). Complexity: detection reads the first bytes; loading is the format reader's (linear).
 #pragma once
@@ -11,9 +12,10 @@
 
 namespace cleave::io {
 
-enum class ModelFormat : std::uint8_t { Onnx, FxJson };
+enum class ModelFormat : std::uint8_t { Onnx, FxJson, ExportedProgram };
 
-// By content: a file whose first non-blank byte is '{' is FX-graph JSON, anything else ONNX.
+// By content: a zip archive (a .pt2 from torch.export.save) is an exported program, a file whose
+// first non-blank byte is '{' is FX-graph JSON, anything else ONNX.
 Expected<ModelFormat> detectModelFormat(const std::string& path);
 
 [[nodiscard]] Expected<ir::Graph> loadModel(const std::string& path, const OnnxReadOptions& options = {});

@@ -98,7 +98,7 @@ Expected<ZipMember> readMember(std::string_view archive, std::size_t entry, cons
 } // namespace
 
 Expected<std::vector<ZipMember>> readZip(std::string_view archive, const std::string& what,
-                                         std::size_t maxMemberBytes) {
+                                         std::size_t maxMemberBytes, const ZipMemberFilter& wanted) {
   CLEAVE_TRY(std::size_t end, findEndRecord(archive, what));
   std::size_t count = le(archive, end + 10, 2), directoryAt = le(archive, end + 16, 4);
   if (count == 0xffff || directoryAt == 0xffffffffu)
@@ -108,8 +108,13 @@ Expected<std::vector<ZipMember>> readZip(std::string_view archive, const std::st
   for (std::size_t i = 0; i < count; ++i) {
     if (entry + kCentralSize > end || le(archive, entry, 4) != kCentralHeader)
       return Error(ErrorCode::ParseError) << what << ": central directory entry " << i << " is missing or corrupt";
-    CLEAVE_TRY(ZipMember member, readMember(archive, entry, what, maxMemberBytes));
-    members.push_back(std::move(member));
+    const std::size_t nameLength = le(archive, entry + 28, 2);
+    if (entry + kCentralSize + nameLength > archive.size())
+      return Error(ErrorCode::ParseError) << what << ": a central directory entry runs past the archive";
+    if (!wanted || wanted(archive.substr(entry + kCentralSize, nameLength))) {
+      CLEAVE_TRY(ZipMember member, readMember(archive, entry, what, maxMemberBytes));
+      members.push_back(std::move(member));
+    }
     entry += kCentralSize + le(archive, entry + 28, 2) + le(archive, entry + 30, 2) + le(archive, entry + 32, 2);
   }
   return members;

@@ -9,6 +9,7 @@
 // Complexity: linear in the archive's size (inflating: in the members' sizes).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,9 +23,13 @@ struct ZipMember {
   std::string data;
 };
 
-// `maxMemberBytes` bounds each inflated member (a small archive may claim a huge one).
+// Which members to read, by name (a .pt2 archive's JSON, not its weights); null: every one.
+using ZipMemberFilter = std::function<bool(std::string_view name)>;
+
+// `maxMemberBytes` bounds each inflated member (a small archive may claim a huge one); members
+// `wanted` refuses are neither read nor checked (their directory entries are).
 Expected<std::vector<ZipMember>> readZip(std::string_view archive, const std::string& what,
-                                         std::size_t maxMemberBytes);
+                                         std::size_t maxMemberBytes, const ZipMemberFilter& wanted = nullptr);
 // Fails: Unsupported when a member or the archive needs ZIP64 (4 GiB or 65535 members).
 Expected<std::string> writeZip(const std::vector<ZipMember>& members);
 

@@ -19,8 +19,10 @@ bool isMarker(const ir::Graph& graph, NodeId node) {
   if (!graph.isCallable(node))
     return false;
   std::string_view op = graph.opType(node);
+  // torch.distributed.pipelining.pipe_split as FX traces it, and as torch.export records it (the
+  // operator torch.ops.pippy._pipe_split.default).
   if (graph.modelInfo().format == ir::SourceFormat::Fx)
-    return op.size() >= 10 && op.substr(op.size() - 10) == "pipe_split";
+    return op.ends_with("pipe_split") || op.ends_with("_pipe_split.default");
   return op == "PipeSplit" && graph.opDomain(node) == "cleave";
 }
 

@@ -3,7 +3,8 @@
 // Units: the callable nodes in topological order, without split markers. Stages are contiguous
 // runs of units, so each is convex and values only flow forward.
 // Where the cuts go:
-//   markers      FX calls to `pipe_split` (any target ending in "pipe_split"), ONNX nodes
+//   markers      FX calls to `pipe_split` (any target ending in "pipe_split", or a torch.export
+//                program's torch.ops.pippy._pipe_split.default), ONNX nodes
 //                `PipeSplit` in the domain `cleave`: a cut where each stands; consecutive markers
 //                collapse into one; a marker that leaves a stage empty is an error naming it
 //   split spec   {"split_spec": {"layers.1": "BEGINNING", "layers.2": "END"},

@@ -161,6 +161,40 @@ def fx_text_case(make_text):
     return setup
 
 
+
+# A torch.export program (fuzz/seeds/pt2_reader: an MLP with a pipe_split marker), its members
+# rewritten by `edit(members)`: a dict of member name (without the archive's folder) to bytes.
+PT2_SEED = os.path.join(EXAMPLES, "..", "fuzz", "seeds", "pt2_reader", "pipe_split.pt2")
+
+
+def pt2_case(edit):
+    def setup(s):
+        import io
+        import zipfile
+        with zipfile.ZipFile(PT2_SEED) as z:
+            folder = z.namelist()[0].split("/")[0] + "/"
+            members = {n[len(folder):]: z.read(n) for n in z.namelist()}
+        edit(members)
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as z:
+            for name, data in members.items():
+                z.writestr(folder + name, data)
+        s.write("m.pt2", out.getvalue())
+    return setup
+
+
+def program_edit(change):
+    """pt2_case's edit of the program's JSON: change(doc) edits the parsed models/model.json."""
+    def edit(members):
+        doc = json.loads(members["models/model.json"])
+        change(doc)
+        members["models/model.json"] = json.dumps(doc).encode()
+    return edit
+
+
+def pt2_graph(doc):
+    return doc["graph_module"]["graph"]
+
 # --- the cases ------------------------------------------------------------------------------------
 
 class Case:
@@ -467,6 +501,40 @@ CASES = [
     Case("fx-json", "node-name-number", fx_case(lambda d: d["nodes"][1].__setitem__("name", 17)),
          ["inspect", "{models}/m.fx.json"], r"a node lacks 'name' or 'op'"),
     Case("fx-json", "dev-zero", nothing, ["inspect", "/dev/zero"], r"is a device", timeout=10),
+
+    # --- torch.export programs (.pt2) -------------------------------------------------------------
+    Case("pt2", "archive-version", pt2_case(lambda m: m.__setitem__("archive_version", b"7")),
+         ["inspect", "{models}/m.pt2"], r"pt2 archive version '7' is not one cleave reads"),
+    Case("pt2", "schema-major", pt2_case(program_edit(lambda d: d["schema_version"].__setitem__("major", 9))),
+         ["inspect", "{models}/m.pt2"], r"ExportedProgram schema 9\.\d+ is not one cleave reads"),
+    Case("pt2", "no-program", pt2_case(lambda m: m.pop("models/model.json")),
+         ["inspect", "{models}/m.pt2"], r"no program \(models/\*\.json\)"),
+    Case("pt2", "not-json", pt2_case(lambda m: m.__setitem__("models/model.json", b"{\"graph_module\": [")),
+         ["inspect", "{models}/m.pt2"], r"m\.pt2"),
+    Case("pt2", "deep-json", pt2_case(lambda m: m.__setitem__("models/model.json", nested(100000).encode())),
+         ["inspect", "{models}/m.pt2"], r"nested deeper than 256"),
+    Case("pt2", "node-name-number", pt2_case(program_edit(lambda d: pt2_graph(d)["nodes"][0].__setitem__("name", 17))),
+         ["inspect", "{models}/m.pt2"], r"node has a name that is not a string"),
+    Case("pt2", "input-name-number", pt2_case(program_edit(
+        lambda d: pt2_graph(d)["nodes"][0]["inputs"][0]["arg"]["as_tensor"].__setitem__("name", 5))),
+         ["inspect", "{models}/m.pt2"], r"m\.pt2: .*must be string"),
+    Case("pt2", "dangling-input", pt2_case(program_edit(
+        lambda d: pt2_graph(d)["nodes"][0]["inputs"][0]["arg"]["as_tensor"].__setitem__("name", "nowhere"))),
+         ["inspect", "{models}/m.pt2"], r"nowhere"),
+    Case("pt2", "negative-size", pt2_case(program_edit(
+        lambda d: next(iter(pt2_graph(d)["tensor_values"].values()))["sizes"][0].__setitem__("as_int", -3))),
+         ["inspect", "{models}/m.pt2"], r"size: expected an integer in \[0,"),
+    Case("pt2", "size-overflow", pt2_case(program_edit(
+        lambda d: next(iter(pt2_graph(d)["tensor_values"].values())).__setitem__("sizes", [{"as_int": 2 ** 62}] * 2))),
+         ["inspect", "{models}/m.pt2"], r"overflows 64 bits"),
+    Case("pt2", "unknown-dtype", pt2_case(program_edit(
+        lambda d: next(iter(pt2_graph(d)["tensor_values"].values())).__setitem__("dtype", 99))),
+         ["inspect", "{models}/m.pt2"], r"unknown dtype 99"),
+    Case("pt2", "custom-object-input", pt2_case(program_edit(
+        lambda d: d["graph_module"]["signature"]["input_specs"].__setitem__(0, {"custom_obj": {"arg": {"name": "o"}}}))),
+         ["inspect", "{models}/m.pt2"], r"an input of kind 'custom_obj'"),
+    Case("pt2", "truncated", lambda s: s.write("m.pt2", open(PT2_SEED, "rb").read()[:3000]),
+         ["inspect", "{models}/m.pt2"], r"m\.pt2: not a zip archive"),
 
     # --- plan.json ------------------------------------------------------------------------------
     Case("plan-json", "file-dotdot", split_plan(set_first_file("../../outside/secret.bin")),
