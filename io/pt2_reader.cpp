@@ -155,7 +155,9 @@ json fxArgument(const json& argument, std::vector<std::string>& operands) {
   };
   if (!argument.is_object() || argument.empty())
     return json();
-  const auto& [kind, value] = *argument.items().begin();
+  const auto only = argument.begin(); // an Argument is a union: one key
+  const std::string& kind = only.key();
+  const json& value = only.value();
   if (kind == "as_none")
     return json();
   if (kind == "as_tensor")
@@ -224,7 +226,9 @@ public:
   Status addInput(ir::GraphBuilder& builder, const json& spec) {
     if (!spec.is_object() || spec.empty())
       return Error(ErrorCode::ParseError) << path_ << ": an input spec is empty";
-    const auto& [kind, entry] = *spec.items().begin();
+    const auto only = spec.begin(); // an InputSpec is a union: one key
+    const std::string& kind = only.key();
+    const json& entry = only.value();
     if (kind == "user_input") {
       const json& arg = entry.value("arg", json());
       std::string name;

@@ -96,12 +96,11 @@ public:
   std::vector<std::string> backendNames() const override { return {"aten-cuda[:N]"}; }
   std::optional<Expected<BackendDevice>> backendDevice(std::string_view name) const override {
     constexpr std::string_view kBase = "aten-cuda";
-    if (name != kBase && name.substr(0, kBase.size() + 1) != "aten-cuda:")
+    if (!inNameFamily(name, kBase))
       return std::nullopt;
     const std::optional<int> index = deviceIndexInName(name, kBase);
     if (!index)
-      return Expected<BackendDevice>(Error(ErrorCode::InvalidArgument)
-                                     << "backend '" << name << "': expected aten-cuda or aten-cuda:N, N a GPU's index");
+      return Expected<BackendDevice>(deviceIndexError(name, kBase));
     return Expected<BackendDevice>(BackendDevice{at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*index)), {}});
   }
   Status usable(const at::Device&) const override {

@@ -91,6 +91,15 @@ std::optional<int> deviceIndexInName(std::string_view name, std::string_view bas
   return index < 256 ? std::optional<int>(index) : std::nullopt;
 }
 
+bool inNameFamily(std::string_view name, std::string_view base) {
+  return name == base || (name.size() > base.size() && name.substr(0, base.size()) == base && name[base.size()] == ':');
+}
+
+Error deviceIndexError(std::string_view name, std::string_view base) {
+  return std::move(Error(ErrorCode::InvalidArgument) << "backend '" << name << "': expected " << base << " or "
+                                                      << base << ":N, N a device's index (0 to 255)");
+}
+
 const FastPaths* fastPathsFor(const at::Device& device) {
   const DeviceWing* wing = wingServing(device);
   return wing ? wing->fastPaths() : nullptr;

@@ -163,6 +163,11 @@ Status deviceUsable(const at::Device& device);
 // The device a wing's indexed backend name means, as every wing names its devices: `base` alone
 // is device 0, `base:N` device N (decimal, below 256); none for any other name. O(length).
 std::optional<int> deviceIndexInName(std::string_view name, std::string_view base);
+// Whether `name` is of `base`'s family (`base`, or `base:` and anything), so that a name
+// deviceIndexInName refuses is a bad index, not another backend.
+bool inNameFamily(std::string_view name, std::string_view base);
+// InvalidArgument for a name of `base`'s family that names no device ("aten-cuda:x").
+Error deviceIndexError(std::string_view name, std::string_view base);
 
 // DeviceWing::record by the wing serving `device` (Unsupported where none serves it).
 Expected<std::unique_ptr<DeviceRecording>> recordDeviceWork(const at::Device& device,

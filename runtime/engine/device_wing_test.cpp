@@ -18,6 +18,10 @@ TEST(BackendNames, IndexedNamesAndTheirDevices) {
   for (const char* bad : {"aten-cuda:", "aten-cuda:256", "aten-cuda:1x", "aten-cuda:-1", "aten-cuda:1000", "aten-cpu",
                           "aten-cudax", "aten-cud"})
     EXPECT_EQ(deviceIndexInName(bad, "aten-cuda"), std::nullopt) << bad;
+  EXPECT_TRUE(inNameFamily("aten-cuda", "aten-cuda"));
+  EXPECT_TRUE(inNameFamily("aten-cuda:x", "aten-cuda"));
+  EXPECT_FALSE(inNameFamily("aten-cudax", "aten-cuda"));
+  EXPECT_FALSE(inNameFamily("aten-cpu", "aten-cuda"));
 }
 
 TEST(BackendNames, TheCpuWingAnswersToItsNamesAndNoOthers) {
@@ -45,6 +49,11 @@ TEST(BackendNames, UnknownBackendsListEveryName) {
   EXPECT_EQ(unknown.error().code(), ErrorCode::InvalidArgument);
   EXPECT_EQ(unknown.error().message(),
             "unknown backend 'tpu' (backends: aten-cpu, aten-cpu-bf16, aten-cuda[:N], profile:FILE)");
+  // A bad index of a wing library's family is refused by the naming rule, before any library loads.
+  Expected<std::unique_ptr<Backend>> badIndex = makeBackend("aten-cuda:one");
+  ASSERT_FALSE(badIndex);
+  EXPECT_EQ(badIndex.error().code(), ErrorCode::InvalidArgument);
+  EXPECT_EQ(badIndex.error().message(), "backend 'aten-cuda:one': expected aten-cuda or aten-cuda:N, N a device's index (0 to 255)");
   Expected<std::unique_ptr<Backend>> bf16 = makeBackend("aten-cpu-bf16");
   ASSERT_TRUE(bf16);
   EXPECT_EQ((*bf16)->name(), "aten-cpu-bf16");

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <string>
 
+#include "runtime/engine/device_wing.h"
+
 namespace cleave::runtime {
 
 namespace {
@@ -14,22 +16,19 @@ namespace {
 // A wing built as a library of its own, registered here by what it provides, so that asking for
 // one of those names loads it (ONNX Runtime knows its provider libraries by name the same way).
 struct WingLibrary {
-  const char* wing; // as an error names it
-  const char* file; // beside the runtime library
-  // Transport names, and the base names of its backends (`base` or `base:N`).
-  std::array<std::string_view, 2> provides;
-  const char* backendNames; // as usage lists them, before the library is loaded
+  const char* wing;                 // as an error names it
+  const char* file;                 // beside the runtime library
+  std::string_view backendBase;     // its backends: `base` and `base:N` (device_wing.h's naming)
+  std::string_view transport;       // the transport it registers, if any
+  const char* backendNames;         // as usage lists them, before the library is loaded
 };
 
 constexpr std::array<WingLibrary, 1> kWingLibraries{{
-    {"CUDA", kCudaWingLibrary, {"aten-cuda", "nccl"}, "aten-cuda[:N]"},
+    {"CUDA", kCudaWingLibrary, "aten-cuda", "nccl", "aten-cuda[:N]"},
 }};
 
 bool provides(const WingLibrary& library, std::string_view name) {
-  for (std::string_view base : library.provides)
-    if (name == base || (name.size() > base.size() && name.substr(0, base.size()) == base && name[base.size()] == ':'))
-      return true;
-  return false;
+  return inNameFamily(name, library.backendBase) || (!library.transport.empty() && name == library.transport);
 }
 
 // The wing library that provides `name`, or none (a name the runtime itself provides).
@@ -84,6 +83,10 @@ std::vector<std::string> wingLibraryBackendNames() {
 }
 
 Status loadBackendWing(std::string_view backend) {
+  // A bad index is refused by the naming rule, whether or not this build has the library.
+  for (const WingLibrary& library : kWingLibraries)
+    if (inNameFamily(backend, library.backendBase) && !deviceIndexInName(backend, library.backendBase))
+      return deviceIndexError(backend, library.backendBase);
   if (Status loaded = loadWingProviding(backend); !loaded)
     return Error(ErrorCode::Unsupported) << "backend " << backend << ": " << loaded.error().message();
   return {};

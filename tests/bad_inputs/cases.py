@@ -677,7 +677,7 @@ CASES = [
          ["train", "{models}/plan", "--data", CNN, "--batch", "2", "--transport", "nccl"],
          r"--transport nccl moves CUDA tensors: train the stages on aten-cuda", exit=2),
     Case("usage", "cuda-backend-index-not-a-number", example("cnn.onnx"), ["run", CNN, "--backend", "aten-cuda:one"],
-         r"backend 'aten-cuda:one': expected aten-cuda or aten-cuda:N, N a GPU's index"),
+         r"backend 'aten-cuda:one': expected aten-cuda or aten-cuda:N, N a device's index"),
     Case("usage", "graph-replay-on-the-cpu", example("cnn.onnx"), ["run", CNN, "--graph-replay"],
          r"--graph-replay: aten-cpu records no device work to replay \(graph replay needs aten-cuda\)", exit=2),
     Case("usage", "graph-replay-of-a-pipeline", split_plan(lambda plan, s: None),
