@@ -36,5 +36,8 @@ inline constexpr int kPt2SchemaMajor = 8;
 [[nodiscard]] Expected<ir::Graph> readExportedProgram(const std::string& path);
 // The same from the archive's bytes; `sourceName` names it in errors.
 [[nodiscard]] Expected<ir::Graph> parseExportedProgram(std::string_view archive, const std::string& sourceName);
+// The program alone: the text of the archive's models/<name>.json (its fuzz target reaches the
+// program's fields here, past the archive's CRC checks).
+[[nodiscard]] Expected<ir::Graph> parseExportedProgramJson(std::string_view text, const std::string& sourceName);
 
 } // namespace cleave::io

@@ -410,12 +410,16 @@ Expected<ir::Graph> graphFromProgram(const json& program, const std::string& pat
 
 } // namespace
 
+Expected<ir::Graph> parseExportedProgramJson(std::string_view text, const std::string& sourceName) {
+  CLEAVE_TRY(json program, parseJsonInput(text, sourceName));
+  return guardJson(sourceName, [&]() { return graphFromProgram(program, sourceName); });
+}
+
 Expected<ir::Graph> parseExportedProgram(std::string_view bytes, const std::string& sourceName) {
   CLEAVE_TRY(Pt2Archive archive, openArchive(bytes, sourceName));
   CLEAVE_CHECK(checkVersions(archive, sourceName));
   CLEAVE_TRY(std::string text, programText(archive, sourceName));
-  CLEAVE_TRY(json program, parseJsonInput(text, sourceName));
-  return guardJson(sourceName, [&]() { return graphFromProgram(program, sourceName); });
+  return parseExportedProgramJson(text, sourceName);
 }
 
 Expected<ir::Graph> readExportedProgram(const std::string& path) {
