@@ -172,12 +172,14 @@ Json trainableJson(const runtime::TrainableSet& set) {
   for (const auto& [why, count] : set.fixed)
     fixed[std::string(ir::kFixedReasons.name(why))] = count;
   return {{"trains", set.trains}, {"trained_bytes", set.trainedBytes}, {"fixed", std::move(fixed)},
-          {"integer", set.integer}, {"updated", set.updated}, {"rule", set.defaultRule ? "default" : "listed"}};
+          {"integer", set.integer}, {"updated", set.updated}, {"rule", set.defaultRule ? "default" : "listed"},
+          {"shared", set.shared}};
 }
 
 // "trains 9 tensors (1.2 MiB); holds 3 fixed: 2 folded, 1 buffer" (then how many running
 // statistics its normalizations update) and, under the default rule,
-// the line that says a buffer may be among those that train.
+// the line that says a buffer may be among those that train, and the one that says which tensors
+// more than one module reads (tied, or merged by an eval-mode export).
 void printTrainable(const runtime::TrainableSet& set, std::ostream& out) {
   std::int64_t held = set.integer;
   for (const auto& entry : set.fixed)
@@ -197,6 +199,11 @@ void printTrainable(const runtime::TrainableSet& set, std::ostream& out) {
     out << "the model lists no buffers: every floating initializer trains but Constants, running statistics and "
            "folded values, so a registered buffer exported as an initializer would train (tools/cleave_onnx.py "
            "lists a module's buffers in the model)\n";
+  if (set.shared)
+    out << set.shared << " trained tensor(s) are read by more than one module and train as one, their gradients "
+        << "summed (e.g. " << set.sharedExample << ", read by " << set.sharedExampleScopes << " modules): a tied weight; "
+        << "or, if those modules had their own, parameters of equal value that an eval-mode export merged "
+        << "(export with training=torch.onnx.TrainingMode.TRAINING)\n";
 }
 
 // `timing`: null, or the step's measurements (--timing). `trainable`: given with the first line

@@ -256,6 +256,30 @@ class PipeliningParity(TempDirTest):
                 compared += 1
         self.assertEqual(compared, len(SCHEDULES))
 
+    def test_an_eval_mode_export_says_which_parameters_it_merged(self):
+        """An eval-mode export merges the decoder's 9 LayerNorms' equal weights (and biases) into one
+        initializer, which would train as one; cleave train says so, and a training-mode export
+        has none to say."""
+        x, y = decoder_data()
+        np.savez(self.path("tokens.npz"), x=x.numpy(), target=y.numpy())
+        for mode, shared in ((torch.onnx.TrainingMode.EVAL, 2), (torch.onnx.TrainingMode.TRAINING, 0)):
+            with self.subTest(mode=mode):
+                model = self.path(f"decoder_{mode.name}.onnx")
+                torch.onnx.export(WithLoss(fresh_model("decoder", markers=False), token_loss), (x[:BATCH], y[:BATCH]),
+                                  model, input_names=["x", "target"], output_names=["loss"], opset_version=17,
+                                  do_constant_folding=False, dynamo=False, training=mode)
+                common = ["train", model, "--data", self.path("tokens.npz"), "--batch", BATCH]
+                code, out, err = run(*common, "--json")
+                self.assertEqual(code, 0, err)
+                self.assertEqual(json.loads(out.splitlines()[0])["trainable"]["shared"], shared)
+                code, out, err = run(*common)
+                self.assertEqual(code, 0, err)
+                said = [line for line in out.splitlines() if "read by more than one module" in line]
+                self.assertEqual(len(said), 1 if shared else 0, out)
+                if shared:
+                    self.assertIn("read by 9 modules", said[0])
+                    self.assertIn("training=torch.onnx.TrainingMode.TRAINING", said[0])
+
     def test_an_mlp_trains_as_torchs_pipelining_trains_it_on_every_schedule(self):
         self.check("mlp")
 

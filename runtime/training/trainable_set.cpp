@@ -1,5 +1,6 @@
 #include "runtime/training/trainable_set.h"
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -12,10 +13,42 @@ bool trains(const ir::Graph& graph, ir::ParamId param) {
   return graph.storageOf(param) == param && ir::isFloating(p.dtype) && !p.isBuffer();
 }
 
+namespace {
+// Per trained tensor (by name): the module scopes of the nodes that read it, over every graph.
+void addReaderScopes(const ir::Graph& graph, std::map<std::string, std::set<std::string>>& scopes) {
+  for (std::uint32_t n = 0; n < graph.numNodes(); ++n) {
+    const ir::NodeId node{n};
+    if (graph.kind(node) != ir::NodeKind::Parameter || graph.parameters(node).empty())
+      continue;
+    const ir::ParamId owner = graph.storageOf(graph.parameters(node)[0]);
+    if (!trains(graph, owner))
+      continue;
+    std::set<std::string>& readers = scopes[graph.parameter(owner).name];
+    for (ir::ValueId value : graph.outputs(node))
+      for (ir::NodeId user : graph.users(value))
+        if (!graph.scope(user).empty())
+          readers.emplace(graph.scope(user));
+  }
+}
+
+void countShared(const std::map<std::string, std::set<std::string>>& scopes, TrainableSet& set) {
+  for (const auto& [name, readers] : scopes) {
+    if (readers.size() < 2)
+      continue;
+    if (set.shared++ == 0) {
+      set.sharedExample = name;
+      set.sharedExampleScopes = static_cast<std::int64_t>(readers.size());
+    }
+  }
+}
+} // namespace
+
 TrainableSet trainableSet(std::span<const ir::Graph* const> graphs) {
   TrainableSet set;
   std::set<std::string> counted, updated;
+  std::map<std::string, std::set<std::string>> readerScopes;
   for (const ir::Graph* graph : graphs) {
+    addReaderScopes(*graph, readerScopes);
     set.defaultRule = set.defaultRule || !graph->modelInfo().buffersListed;
     for (ir::ParamId statistic : updatedRunningStatistics(*graph))
       updated.insert(graph->parameter(statistic).name);
@@ -34,6 +67,7 @@ TrainableSet trainableSet(std::span<const ir::Graph* const> graphs) {
     }
   }
   set.updated = static_cast<std::int64_t>(updated.size());
+  countShared(readerScopes, set);
   return set;
 }
 

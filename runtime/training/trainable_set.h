@@ -7,13 +7,15 @@
 // executor and the pipeline trainer apply. Stages that hold copies of one tensor (tied) count it
 // once, by name.
 // Guarantees: trains + every fixed count + integer = the distinct tensors; `defaultRule` is true
-// when some graph does not list its buffers, so a registered buffer may be among those that train.
-// Complexity: O(N + P log P) over the graphs' nodes and parameters.
+// when some graph does not list its buffers, so a registered buffer may be among those that train;
+// `shared` counts trained tensors read from more than one (non-empty) module scope.
+// Complexity: O(N + E + P log P) over the graphs' nodes, edges and parameters.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <span>
+#include <string>
 
 #include "ir/graph.h"
 
@@ -26,6 +28,12 @@ struct TrainableSet {
   // Of the fixed running statistics, those training forwards update (running_statistics.h).
   std::int64_t updated = 0;
   bool defaultRule = false;
+  // Trained tensors that nodes of more than one module scope read: each trains as one tensor, its
+  // gradients summed (a tied weight; or, in an eval-mode TorchScript export, parameters of equal
+  // value that the exporter merged into one initializer). The first by name, with its scopes.
+  std::int64_t shared = 0;
+  std::string sharedExample;
+  std::int64_t sharedExampleScopes = 0;
 };
 
 // Whether `param` trains: it owns its storage, is floating and nothing holds it fixed (the one
