@@ -67,6 +67,8 @@ Status capture(CudaGraphRecording& recording, const std::function<Status()>& wor
 }
 
 class CudaWing final : public DeviceWing {
+  static constexpr std::string_view kBase = "aten-cuda"; // aten-cuda is device 0, aten-cuda:N device N
+
 public:
   std::string_view name() const override { return "cuda"; }
   bool serves(const at::Device& device) const override { return device.is_cuda(); }
@@ -94,8 +96,9 @@ public:
   void synchronize(const at::Device& device) const override { c10::cuda::device_synchronize(); }
 
   std::vector<std::string> backendNames() const override { return {"aten-cuda[:N]"}; }
+  std::string_view indexedBackendBase() const override { return kBase; }
+  int deviceCount() const override { return static_cast<int>(c10::cuda::device_count()); }
   std::optional<Expected<BackendDevice>> backendDevice(std::string_view name) const override {
-    constexpr std::string_view kBase = "aten-cuda";
     if (!inNameFamily(name, kBase))
       return std::nullopt;
     const std::optional<int> index = deviceIndexInName(name, kBase);

@@ -1,8 +1,8 @@
 #include "runtime/distributed/environment.h"
 
-#include <ATen/Context.h>
-
 #include <cstdlib>
+
+#include "runtime/engine/device_wing.h"
 
 namespace cleave::runtime::distributed {
 
@@ -55,12 +55,11 @@ Expected<DistributedEnv> readDistributedEnv(const std::function<const char*(cons
 int rankGpu(const DistributedEnv& env, int gpus) { return gpus > 0 ? env.localRank % gpus : 0; }
 
 std::string rankBackend(const std::string& backend, const DistributedEnv* env) {
-  if (backend != "aten-cuda" || !env)
+  // Only a base name (no index) is the rank's to choose; the wing that owns the name counts its devices.
+  const std::optional<int> devices = env ? devicesNamedBy(backend) : std::nullopt;
+  if (!devices || *devices == 0)
     return backend;
-  const int gpus = static_cast<int>(at::getNumGPUs());
-  if (gpus == 0)
-    return backend;
-  return "aten-cuda:" + std::to_string(rankGpu(*env, gpus));
+  return backend + ":" + std::to_string(rankGpu(*env, *devices));
 }
 
 } // namespace cleave::runtime::distributed

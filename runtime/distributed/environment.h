@@ -38,9 +38,10 @@ Expected<DistributedEnv> readDistributedEnv(const std::function<const char*(cons
 // and rankBackend's are this one.
 int rankGpu(const DistributedEnv& env, int gpus);
 
-// The backend a rank runs on: under a launcher (`env` set), `aten-cuda` is `aten-cuda:G` for
-// G = rankGpu of the GPUs this process sees; any other name (aten-cuda:N included) as given. Ask
-// after the CUDA wing is loaded: libtorch answers "how many GPUs" once.
+// The backend a rank runs on: under a launcher (`env` set), a wing's indexed base name alone
+// (`aten-cuda`) is `base:G` for G = rankGpu of the devices that wing sees; any other name
+// (aten-cuda:N included) as given. Ask after the wing is loaded (makeBackend's backendDevice loads
+// it): a wing not loaded yet answers nothing, and libtorch answers "how many GPUs" once.
 std::string rankBackend(const std::string& backend, const DistributedEnv* env);
 
 } // namespace cleave::runtime::distributed

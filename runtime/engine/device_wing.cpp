@@ -91,6 +91,14 @@ std::optional<int> deviceIndexInName(std::string_view name, std::string_view bas
   return index < 256 ? std::optional<int>(index) : std::nullopt;
 }
 
+std::optional<int> devicesNamedBy(std::string_view base) {
+  const InstalledWings& all = installed();
+  for (std::size_t i = 0; i < all.count; ++i)
+    if (!base.empty() && all.wings[i]->indexedBackendBase() == base)
+      return all.wings[i]->deviceCount();
+  return std::nullopt;
+}
+
 bool inNameFamily(std::string_view name, std::string_view base) {
   return name == base || (name.size() > base.size() && name.substr(0, base.size()) == base && name[base.size()] == ':');
 }

@@ -139,6 +139,10 @@ public:
   // Whether executors can run on `device` in this process. Fails: Unsupported naming why not (the
   // CUDA wing: no GPU, or no driver).
   virtual Status usable(const at::Device& device) const { return {}; }
+  // The base of this wing's indexed backend names (`base`, `base:N`: "aten-cuda"), or empty, and
+  // how many such devices this process sees: what the distributed layer maps a rank onto.
+  virtual std::string_view indexedBackendBase() const { return {}; }
+  virtual int deviceCount() const { return 0; }
 };
 
 // Installs a wing (its lifetime is the program's); returns true, for a static registration.
@@ -166,6 +170,9 @@ std::optional<int> deviceIndexInName(std::string_view name, std::string_view bas
 // Whether `name` is of `base`'s family (`base`, or `base:` and anything), so that a name
 // deviceIndexInName refuses is a bad index, not another backend.
 bool inNameFamily(std::string_view name, std::string_view base);
+// The devices behind an indexed backend name's base ("aten-cuda"): how many this process sees, by
+// the wing whose base it is; none when no installed wing has that base.
+std::optional<int> devicesNamedBy(std::string_view base);
 // InvalidArgument for a name of `base`'s family that names no device ("aten-cuda:x").
 Error deviceIndexError(std::string_view name, std::string_view base);
 

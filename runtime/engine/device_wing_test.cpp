@@ -22,6 +22,10 @@ TEST(BackendNames, IndexedNamesAndTheirDevices) {
   EXPECT_TRUE(inNameFamily("aten-cuda:x", "aten-cuda"));
   EXPECT_FALSE(inNameFamily("aten-cudax", "aten-cuda"));
   EXPECT_FALSE(inNameFamily("aten-cpu", "aten-cuda"));
+  // The CPU wing's names carry no index; no wing here owns aten-cuda's (its library is not loaded).
+  EXPECT_EQ(devicesNamedBy("aten-cpu"), std::nullopt);
+  EXPECT_EQ(devicesNamedBy("aten-cuda"), std::nullopt);
+  EXPECT_EQ(devicesNamedBy(""), std::nullopt);
 }
 
 TEST(BackendNames, TheCpuWingAnswersToItsNamesAndNoOthers) {
