@@ -523,23 +523,23 @@ Outputs softmaxLike(KernelContext& c, bool logarithm) {
   return {softmaxAlong(flattenTo2d(x, c.intAttr("axis", 1)), 1, logarithm, c.mayOverwrite(0)).reshape(x.sizes())};
 }
 
-// A Conv node's window: kernel dims, strides, dilations, groups and pads.
-struct ConvWindow {
-  std::vector<std::int64_t> strides, dilations;
-  std::int64_t groups = 1;
-  WindowPads pads;
-};
-
-ConvWindow convWindow(KernelContext& c, const at::Tensor& x, const at::Tensor& w) {
+// A Conv node's window (strides, dilations, groups, pads at either end), in the form the wings'
+// fast paths take, so that a convolution builds it once.
+ConvolutionWindow convWindow(KernelContext& c, const at::Tensor& x, const at::Tensor& w) {
   std::size_t n = static_cast<std::size_t>(std::max<std::int64_t>(w.dim() - 2, 0));
   std::vector<std::int64_t> kernel(w.sizes().begin() + static_cast<std::ptrdiff_t>(w.dim() - n), w.sizes().end());
-  ConvWindow window{orOnes(c.intsAttr("strides"), n), orOnes(c.intsAttr("dilations"), n), c.intAttr("group", 1), {}};
-  window.pads = windowPads(c, x, kernel, window.strides, window.dilations);
+  ConvolutionWindow window;
+  window.strides = orOnes(c.intsAttr("strides"), n);
+  window.dilations = orOnes(c.intsAttr("dilations"), n);
+  window.groups = c.intAttr("group", 1);
+  WindowPads pads = windowPads(c, x, kernel, window.strides, window.dilations);
+  window.padBegin = std::move(pads.begin);
+  window.padEnd = std::move(pads.end);
   return window;
 }
 
 at::Tensor directConvolution(const FastPaths& fast, KernelContext& c, const at::Tensor& x, const at::Tensor& w,
-                             const at::Tensor& bias, const ConvWindow& window, const ConvolutionEpilogue& post,
+                             const at::Tensor& bias, const ConvolutionWindow& window, const ConvolutionEpilogue& post,
                              const at::Tensor& residual, bool residualIsScratch, bool mayReturnPrivate);
 
 // A 1-D convolution as a 2-D one over a single row ([N, C, L] read as [N, C, 1, L]) on the wing's
@@ -550,7 +550,7 @@ at::Tensor directConvolution(const FastPaths& fast, KernelContext& c, const at::
 // which checks the weight's identity, is not rebuilt every run; the ATen path never reads that
 // slot for a 1-D convolution.
 at::Tensor convolutionOfOneRow(const FastPaths& fast, KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
-                               const ConvWindow& window, const ConvolutionEpilogue& post, const at::Tensor& residual,
+                               const ConvolutionWindow& window, const ConvolutionEpilogue& post, const at::Tensor& residual,
                                bool residualIsScratch) {
   KernelCache* cache = c.cache();
   at::Tensor rowWeight;
@@ -563,10 +563,8 @@ at::Tensor convolutionOfOneRow(const FastPaths& fast, KernelContext& c, const at
       cache->derived = rowWeight;
     }
   }
-  const ConvWindow rows{{1, window.strides[0]},
-                        {1, window.dilations[0]},
-                        window.groups,
-                        {{0, window.pads.begin[0]}, {0, window.pads.end[0]}}};
+  const ConvolutionWindow rows{{1, window.strides[0]}, {1, window.dilations[0]}, {0, window.padBegin[0]},
+                               {0, window.padEnd[0]}, {}, window.groups};
   const at::Tensor y = directConvolution(fast, c, x.unsqueeze(2), rowWeight, bias, rows, post,
                                          residual.defined() ? residual.unsqueeze(2) : residual, residualIsScratch, false);
   return y.defined() ? y.squeeze(2) : y;
@@ -576,7 +574,7 @@ at::Tensor convolutionOfOneRow(const FastPaths& fast, KernelContext& c, const at
 // it does not take the operands. x and the residual may be in the wing's private layout; the
 // output is only with `mayReturnPrivate`.
 at::Tensor directConvolution(const FastPaths& fast, KernelContext& c, const at::Tensor& x, const at::Tensor& w,
-                             const at::Tensor& bias, const ConvWindow& window, const ConvolutionEpilogue& post,
+                             const at::Tensor& bias, const ConvolutionWindow& window, const ConvolutionEpilogue& post,
                              const at::Tensor& residual, bool residualIsScratch, bool mayReturnPrivate) {
   if (w.dim() == 3 && x.dim() == 3 && (!residual.defined() || residual.dim() == 3))
     return convolutionOfOneRow(fast, c, x, w, bias, window, post, residual, residualIsScratch);
@@ -586,21 +584,19 @@ at::Tensor directConvolution(const FastPaths& fast, KernelContext& c, const at::
   // copy a wing would make).
   const bool denseFloat = !inPrivateLayout(x) && x.scalar_type() == at::kFloat && x.device().is_cpu() &&
                           !x.is_mkldnn() && !x.requires_grad() && x.dim() == w.dim();
-  const ConvolutionWindow geometry{window.strides, window.dilations, window.pads.begin, window.pads.end, {},
-                                   window.groups};
-  return fast.convolution(c, denseFloat ? channelsLastDense(x) : x, w, bias, geometry, post, residual,
+  return fast.convolution(c, denseFloat ? channelsLastDense(x) : x, w, bias, window, post, residual,
                           residualIsScratch, mayReturnPrivate);
 }
 
 // The convolution on ATen: in its blocked layout (2-D float32 on the CPU, weight prepacked once),
 // else at::convolution.
 at::Tensor atenConvolution(KernelContext& c, at::Tensor x, const at::Tensor& w, const at::Tensor& bias,
-                           const ConvWindow& window) {
+                           const ConvolutionWindow& window) {
   std::size_t n = window.strides.size();
   const std::vector<std::int64_t>& strides = window.strides;
   const std::vector<std::int64_t>& dilations = window.dilations;
   const std::int64_t groups = window.groups;
-  const WindowPads& pads = window.pads;
+  const WindowPads pads{window.padBegin, window.padEnd};
   std::vector<std::int64_t> padding = pads.begin;
   if (!pads.symmetric()) {
     x = at::constant_pad_nd(toDense(x), pads.atenOrder(), 0.0);
@@ -723,7 +719,7 @@ bool postOpsStayBlocked(const ConvolutionEpilogue& post, const at::Tensor& y, co
 
 at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                             const ConvolutionEpilogue& post, const at::Tensor& residual, bool residualIsScratch) {
-  const ConvWindow window = convWindow(c, x, w);
+  const ConvolutionWindow window = convWindow(c, x, w);
   const FastPaths* fast = fastPathsFor(x.device());
   at::Tensor y;
   if (fast)
