@@ -28,8 +28,8 @@ struct SplitFlags {
 
 void describe(CLI::App& app, SplitFlags& flags) {
   app.description("Split a model into as few accelerator and CPU submodules as possible (torch.fx splitter "
-                  "semantics) and write the plan, one standalone model per submodule, and reports. FX graphs get a "
-                  "node -> submodule assignment instead of submodels.");
+                  "semantics) and write the plan, one standalone model per submodule, and reports. FX graphs and "
+                  ".pt2 programs get a node -> submodule assignment instead of submodels.");
   split::SplitOptions& options = flags.options;
   addModelInput(app, flags.path);
   app.add_option("--profile", flags.profilePath, "operator-support profile (JSON)")->required();

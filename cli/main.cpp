@@ -57,7 +57,8 @@ void printUsage(std::ostream& out) {
   for (const Command* command : kCommands)
     out << "  " << command->name << std::string(10 - std::strlen(command->name), ' ') << command->summary
         << "\n";
-  out << "\nmodels: ONNX files (.onnx, ai.onnx opsets 1-18; 1-10 converted to 11) or FX-graph JSON written by tools/cleave_fx.py\n";
+  out << "\nmodels: ONNX files (.onnx, ai.onnx opsets 1-28; 1-10 converted to 11), FX-graph JSON written by "
+         "tools/cleave_fx.py, or torch.export programs (.pt2, from torch.export.save)\n";
 }
 } // namespace
 } // namespace cleave::cli

@@ -6,7 +6,7 @@
 namespace cleave::cli {
 
 void addModelInput(CLI::App& app, std::string& path) {
-  app.add_option("MODEL", path, "ONNX file or FX-graph JSON")->required();
+  app.add_option("MODEL", path, "ONNX file, FX-graph JSON or torch.export .pt2")->required();
 }
 
 const CLI::Validator kFinite(
