@@ -173,7 +173,7 @@ Json trainableJson(const runtime::TrainableSet& set) {
     fixed[std::string(ir::kFixedReasons.name(why))] = count;
   return {{"trains", set.trains}, {"trained_bytes", set.trainedBytes}, {"fixed", std::move(fixed)},
           {"integer", set.integer}, {"updated", set.updated}, {"rule", set.defaultRule ? "default" : "listed"},
-          {"shared", set.shared}};
+          {"shared", set.shared}, {"exporter_folds", set.exporterFolds}};
 }
 
 // "trains 9 tensors (1.2 MiB); holds 3 fixed: 2 folded, 1 buffer" (then how many running
@@ -204,6 +204,10 @@ void printTrainable(const runtime::TrainableSet& set, std::ostream& out) {
         << "summed (e.g. " << set.sharedExample << ", read by " << set.sharedExampleScopes << " modules): a tied weight; "
         << "or, if those modules had their own, parameters of equal value that an eval-mode export merged "
         << "(export with training=torch.onnx.TrainingMode.TRAINING)\n";
+  if (set.exporterFolds)
+    out << set.exporterFolds << " initializer(s) are values onnxscript's optimizer folded: those made of constants "
+        << "stay fixed, one folded from a single module tensor (a transposed weight) trains in its place; export "
+        << "with torch.onnx.export(..., dynamo=True, optimize=False) to train exactly the module's parameters\n";
 }
 
 // `timing`: null, or the step's measurements (--timing). `trainable`: given with the first line

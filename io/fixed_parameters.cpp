@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <map>
 
 #include "base/json.h"
@@ -69,6 +70,30 @@ Status applyEntry(ir::GraphBuilder& builder) {
   return {};
 }
 } // namespace
+
+ir::Fixed fixedByExporterNote(const ExporterTensorNote& note) {
+  if (note.kind == "BUFFER" || note.kind == "CONSTANT_TENSOR")
+    return ir::Fixed::Buffer;
+  if (note.foldedFrom.empty() || note.kind == "PARAMETER")
+    return ir::Fixed::Trains;
+  std::vector<std::string_view> sources;
+  std::string_view rest = note.foldedFrom;
+  while (!rest.empty()) { // "['a', 'b.c']": the quoted names
+    const std::size_t open = rest.find('\'');
+    const std::size_t close = open == std::string_view::npos ? open : rest.find('\'', open + 1);
+    if (close == std::string_view::npos)
+      break;
+    sources.push_back(rest.substr(open + 1, close - open - 1));
+    rest.remove_prefix(close + 1);
+  }
+  auto temporary = [](std::string_view name) { return name.starts_with("val_"); };
+  auto moduleTensor = [](std::string_view name) {
+    return name.find('.') != std::string_view::npos && name.find("lifted_tensor") == std::string_view::npos;
+  };
+  if (sources.empty() || std::any_of(sources.begin(), sources.end(), moduleTensor))
+    return ir::Fixed::Trains;
+  return sources.size() >= 2 || temporary(sources.front()) ? ir::Fixed::Folded : ir::Fixed::Trains;
+}
 
 Status applyFixedParameters(ir::GraphBuilder& builder, const FixedPatterns& patterns) {
   CLEAVE_CHECK(applyEntry(builder));

@@ -32,6 +32,27 @@ namespace cleave::io {
 
 inline constexpr std::string_view kFixedParametersKey = "cleave.fixed_parameters";
 
+// What torch.onnx's exporter (dynamo=True) writes on an initializer's value_info (IR 10's
+// metadata_props): the ExportedProgram signature's kind
+// (`pkg.torch.export.graph_signature.InputSpec.kind`: PARAMETER, BUFFER or CONSTANT_TENSOR) and,
+// for a value onnxscript's optimizer folded, the values it came from
+// (`pkg.onnxscript.optimizer.folded_from`, a Python list's text).
+inline constexpr std::string_view kExportedKindKey = "pkg.torch.export.graph_signature.InputSpec.kind";
+inline constexpr std::string_view kFoldedFromKey = "pkg.onnxscript.optimizer.folded_from";
+struct ExporterTensorNote {
+  std::string_view kind, foldedFrom;
+};
+
+// Why training holds such an initializer fixed, or Fixed::Trains:
+//  - a BUFFER or CONSTANT_TENSOR is a buffer;
+//  - a fold is folded when it came from no module tensor: each of its sources is an exporter's
+//    temporary (`val_N`), an FX node (a name without a dot) or a lifted constant
+//    (`...lifted_tensor_N`), and there are several or the one is a temporary. A fold of a module
+//    tensor (a dotted name: a weight the optimizer transposed) or of one undotted name (it may
+//    be a top-level parameter) trains as the tensor it stands for, as elementwise optimizers
+//    train a transposed weight alike.
+ir::Fixed fixedByExporterNote(const ExporterTensorNote& note);
+
 // Applies the model's own entry (in builder.modelInfo().metadata), if any: marks its tensors and
 // sets ModelInfo::buffersListed; then `patterns` freeze the floating tensors that still train
 // and match a --frozen pattern or, given --trainable, none of those. Fails: ParseError naming the

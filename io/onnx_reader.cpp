@@ -84,7 +84,7 @@ enum Tensor : std::uint32_t { kDims = 1, kDataType = 2, kFloatData = 4, kInt32Da
                               kStringData = 6, kInt64Data = 7, kTensorName = 8, kRawData = 9,
                               kDoubleData = 10, kUint64Data = 11, kExternalData = 13,
                               kDataLocation = 14 };
-enum ValueInfo : std::uint32_t { kValueName = 1, kValueType = 2 };
+enum ValueInfo : std::uint32_t { kValueName = 1, kValueType = 2, kValueMetadata = 4 };
 enum Type : std::uint32_t { kTensorType = 1, kSequenceType = 4, kMapType = 5,
                             kSparseTensorType = 8, kOptionalType = 9 };
 enum TensorType : std::uint32_t { kElemType = 1, kShape = 2 };
@@ -232,6 +232,7 @@ private:
   Status addInitializer(std::string_view tensor, const std::unordered_set<std::string_view>& inputNames,
                         std::unordered_set<std::string_view>& initializerInputs);
   Status addInput(std::string_view valueInfo, const std::unordered_set<std::string_view>& initializers);
+  Status applyExporterNotes();
   Status addNode(std::string_view node, std::size_t index);
   Expected<bool> addAsParameter(const ir::NodeSpec& spec);
   Status fillTypeOf(std::string_view valueName, ir::ValueType& type);
@@ -671,6 +672,41 @@ Status OnnxScanner::locateInitializerData(InitializerFields& fields, std::string
   return {};
 }
 
+// The notes torch.onnx's exporter leaves on initializers' value_info (io/fixed_parameters.h):
+// buffers and the optimizer's folds of constants are held fixed, as the module holds them.
+Status OnnxScanner::applyExporterNotes() {
+  std::uint32_t folds = 0;
+  for (std::string_view info : spans_.valueInfos) {
+    std::string_view name;
+    ExporterTensorNote note;
+    bool ok = forEachField(info, [&](std::uint32_t number, WireType t, WireReader& r, bool& fine) {
+      std::string_view entry, key, value;
+      if (number == field::kValueName)
+        return fine = readText(t, r, name), true;
+      if (number != field::kValueMetadata)
+        return false;
+      if ((fine = readText(t, r, entry) && readKeyValue(entry, key, value))) {
+        if (key == kExportedKindKey)
+          note.kind = value;
+        else if (key == kFoldedFromKey)
+          note.foldedFrom = value;
+      }
+      return true;
+    });
+    if (!ok)
+      return corrupt("a value_info entry");
+    if (note.kind.empty() && note.foldedFrom.empty())
+      continue;
+    // The exporter wrote the program's signature: its buffers are listed.
+    builder_.modelInfo().buffersListed = builder_.modelInfo().buffersListed || !note.kind.empty();
+    // markFixed with Trains changes nothing; it says whether `name` is an initializer.
+    const bool initializer = builder_.markFixed(name, fixedByExporterNote(note));
+    folds += initializer && !note.foldedFrom.empty();
+  }
+  builder_.modelInfo().exporterFolds = folds;
+  return {};
+}
+
 Status OnnxScanner::addInput(std::string_view valueInfo,
                              const std::unordered_set<std::string_view>& initializers) {
   std::string_view name, typeBytes;
@@ -898,6 +934,7 @@ Expected<ir::GraphBuilder> OnnxScanner::scan() {
   }
   for (std::string_view tensor : spans_.initializers)
     CLEAVE_CHECK(addInitializer(tensor, inputNames, initializerInputs));
+  CLEAVE_CHECK(applyExporterNotes());
   for (std::string_view input : spans_.inputs)
     CLEAVE_CHECK(addInput(input, initializerInputs));
   for (std::size_t i = 0; i < spans_.nodes.size(); ++i)

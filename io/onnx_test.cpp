@@ -15,6 +15,7 @@
 #include "base/file_io.h"
 #include "gen/families.h"
 #include "io/fixed_batch.h"
+#include "io/fixed_parameters.h"
 #include "io/model_loader.h"
 #include "ir/printer.h"
 
@@ -432,6 +433,60 @@ TEST_F(OnnxTest, TheFixedParametersEntryHoldsTensorsFixedAndRoundTrips) {
     EXPECT_EQ(refused.error().code(), ErrorCode::ParseError) << damaged;
     EXPECT_NE(refused.error().message().find("cleave.fixed_parameters"), std::string::npos) << refused.error().message();
   }
+}
+
+// torch.onnx's dynamo exporter notes on each initializer's value_info (IR 10's metadata_props,
+// field 4, which onnx 1.12's classes lack: written here as unknown fields) the program
+// signature's kind and, for onnxscript's folds, their sources. Buffers and folds of constants are
+// held fixed; a parameter, and a weight folded from one module tensor (transposed), train.
+TEST_F(OnnxTest, TheDynamoExportersNotesHoldBuffersAndFoldedConstantsFixed) {
+  onnx::ModelProto model = reluModel();
+  onnx::GraphProto* graph = model.mutable_graph();
+  struct Noted {
+    std::string name, key, value;
+  };
+  const std::string kind(kExportedKindKey), folded(kFoldedFromKey);
+  const std::vector<Noted> notes = {{"blocks.0.q.weight", kind, "PARAMETER"},
+                                    {"mask", kind, "BUFFER"},
+                                    {"attn.lifted_tensor_0", kind, "CONSTANT_TENSOR"},
+                                    {"triu", folded, "['full', 'val_0', 'val_1']"},
+                                    {"val_25", folded, "['blocks.0.k.weight']"},
+                                    {"val_26", folded, "['val_3']"},
+                                    {"unnoted", "", ""}};
+  for (const auto& [name, key, value] : notes) {
+    onnx::TensorProto* init = graph->add_initializer();
+    init->set_name(name);
+    init->set_data_type(onnx::TensorProto::FLOAT);
+    init->add_dims(1);
+    init->add_float_data(1.0f);
+    onnx::NodeProto* add = graph->add_node();
+    add->set_op_type("Add");
+    add->add_input("y");
+    add->add_input(name);
+    add->add_output("sum_" + name);
+    if (key.empty())
+      continue;
+    onnx::ValueInfoProto* info = graph->add_value_info();
+    info->set_name(name);
+    onnx::StringStringEntryProto entry;
+    entry.set_key(key);
+    entry.set_value(value);
+    info->GetReflection()->MutableUnknownFields(info)->AddLengthDelimited(4, entry.SerializeAsString());
+  }
+  Expected<ir::Graph> read = readOnnx(save(model, "dynamo.onnx"));
+  ASSERT_TRUE(read) << read.error().message();
+  auto fixedOf = [&](const std::string& name) {
+    return read->parameter(read->parameters(read->findNode(name))[0]).fixed;
+  };
+  EXPECT_EQ(fixedOf("blocks.0.q.weight"), ir::Fixed::Trains);
+  EXPECT_EQ(fixedOf("mask"), ir::Fixed::Buffer);
+  EXPECT_EQ(fixedOf("attn.lifted_tensor_0"), ir::Fixed::Buffer);
+  EXPECT_EQ(fixedOf("triu"), ir::Fixed::Folded);
+  EXPECT_EQ(fixedOf("val_25"), ir::Fixed::Trains); // a transposed weight trains in its place
+  EXPECT_EQ(fixedOf("val_26"), ir::Fixed::Folded);
+  EXPECT_EQ(fixedOf("unnoted"), ir::Fixed::Trains);
+  EXPECT_TRUE(read->modelInfo().buffersListed); // the exporter wrote the program's signature
+  EXPECT_EQ(read->modelInfo().exporterFolds, 3u);
 }
 
 TEST_F(OnnxTest, SubgraphCapturesBecomeImplicitInputs) {

@@ -122,6 +122,9 @@ struct ModelInfo {
   // The model says which of its tensors are buffers and frozen (FX graphs; an ONNX model's
   // cleave.fixed_parameters list); otherwise the default rule decides (io/fixed_parameters.h).
   bool buffersListed = false;
+  // Initializers that onnxscript's optimizer folded (an optimized torch.onnx dynamo export):
+  // some may stand for parameters in another form (io/fixed_parameters.h).
+  std::uint32_t exporterFolds = 0;
 };
 
 // A dimension in the flat dims array: extent >= 0, or a symbol id (0 = unnamed unknown).

@@ -1,5 +1,7 @@
 #include "simplify/shape_folding.h"
 
+#include "simplify/affine_index.h"
+
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -8,6 +10,7 @@
 
 #include "io/onnx.h"
 #include "ir/extract.h"
+#include "simplify/affine_index.h"
 #include "simplify/static_dims.h"
 #include "simplify/symbolic_reshape.h"
 
@@ -260,18 +263,81 @@ bool expandKeepsDims(const ir::Graph& graph, NodeId node, const FoldOptions& opt
   return true;
 }
 
+// The element count of the 1-D value a Gather reads: its static extent, or, for Reshape(X, [-1]),
+// the count of X's dims, symbols included.
+std::optional<SymbolicCount> flatCount(const ir::Graph& graph, ValueId flat, const FoldOptions& options,
+                                       KnownValues& known) {
+  std::optional<std::vector<std::int64_t>> dims = extentsOf(graph, flat, options, known);
+  if (!dims || dims->size() != 1)
+    return std::nullopt;
+  if ((*dims)[0] >= 0)
+    return SymbolicCount{(*dims)[0], {}};
+  const NodeId producer = graph.producer(flat);
+  if (graph.kind(producer) != ir::NodeKind::Op || graph.opType(producer) != "Reshape" ||
+      graph.inputs(producer).size() != 2)
+    return std::nullopt;
+  const Constant* shape = known.find(graph.inputs(producer)[1]);
+  const ValueId whole = graph.inputs(producer)[0];
+  if (!shape || shape->floating() || shape->ints != std::vector<std::int64_t>{-1} || !graph.rankKnown(whole))
+    return std::nullopt;
+  std::vector<IndexExtent> extents;
+  for (const ir::DimEntry& dim : graph.dims(whole)) {
+    if (dim.extent < 0 && dim.symbol == 0)
+      return std::nullopt;
+    extents.push_back({dim.extent, dim.extent < 0 ? dim.symbol : 0});
+  }
+  return countOf(extents);
+}
+
+// Whether Gather(x, indices) only reshapes x for Reshapes that read it: x is 1-D, the indices
+// enumerate 0..n-1 in order where n is x's count (affine_index.h: a constant, or torch.export's
+// Range arithmetic of a contiguous as_strided view with a symbolic batch, as swin_t's flatten),
+// and each reader is a Reshape that copies no input dim (allowzero, or a constant shape without
+// 0), so it sees the same elements in the same order from x itself.
+bool gatherOnlyReshapes(const ir::Graph& graph, NodeId node, const FoldOptions& options, KnownValues& known) {
+  std::span<const ValueId> inputs = graph.inputs(node);
+  const ir::Attribute* axis = graph.findAttribute(node, "axis");
+  if (inputs.size() != 2 || inputs[1] == ir::kNoValue || (axis && axis->intValue != 0))
+    return false;
+  const KnownConstant lookup = [&known](ValueId value) { return known.find(value); };
+  std::optional<AffineIndex> indices = affineIndexOf(graph, inputs[1], lookup);
+  if (!indices || !enumeratesInOrder(*indices))
+    return false;
+  std::optional<SymbolicCount> count = flatCount(graph, inputs[0], options, known);
+  if (!count || *count != countOf(indices->dims))
+    return false;
+  const ValueId output = graph.outputs(node)[0];
+  for (NodeId reader : graph.users(output)) {
+    std::span<const ValueId> operands = graph.inputs(reader);
+    if (graph.kind(reader) != ir::NodeKind::Op || graph.opType(reader) != "Reshape" || operands.size() != 2 ||
+        operands[0] != output || operands[1] == output)
+      return false;
+    const ir::Attribute* allowZero = graph.findAttribute(reader, "allowzero");
+    if (allowZero && allowZero->intValue != 0)
+      continue;
+    const Constant* shape = known.find(operands[1]);
+    if (!shape || shape->floating() || std::find(shape->ints.begin(), shape->ints.end(), 0) != shape->ints.end())
+      return false;
+  }
+  return true;
+}
+
 // An Identity, a Cast to the dtype its input already has, an Expand that keeps its input's dims
-// (ONNX Runtime's basic level removes all three), or a Dropout that passes everything on (no training_mode, a constant false one, or a
+// (ONNX Runtime's basic level removes all three), a Gather that only reshapes for the Reshapes
+// reading it (gatherOnlyReshapes), or a Dropout that passes everything on (no training_mode, a constant false one, or a
 // constant ratio of 0) whose mask nothing reads: its readers can read its input instead. Its
 // output must be read only explicitly.
 bool bypassable(const ir::Graph& graph, NodeId node, const FoldOptions& options, KnownValues& known) {
   const std::string_view type = graph.opType(node);
   std::span<const ValueId> inputs = graph.inputs(node), outputs = graph.outputs(node);
-  if ((type != "Identity" && type != "Dropout" && type != "Cast" && type != "Expand") || inputs.empty() ||
+  if ((type != "Identity" && type != "Dropout" && type != "Cast" && type != "Expand" && type != "Gather") ||
+      inputs.empty() ||
       inputs[0] == ir::kNoValue || graph.numImplicitInputs(node) > 0 ||
       graph.valueKind(inputs[0]) != ir::ValueKind::Tensor)
     return false;
   if (type == "Expand" && !expandKeepsDims(graph, node, options, known))
+    return false;
+  if (type == "Gather" && !gatherOnlyReshapes(graph, node, options, known))
     return false;
   if (type == "Cast") {
     const ir::Attribute* to = graph.findAttribute(node, "to");

@@ -444,6 +444,71 @@ TEST(ShapeFolding, ACastToTheDtypeItHasIsBypassedAndAnotherStays) {
   EXPECT_EQ(folded->findValue("same"), ir::kNoValue);
 }
 
+// torch.export's flatten of a pooled [2, 4] as_strided: Gather(Reshape(x, [-1]), 0..7 as
+// [2, 4, 1, 1]) read by a Reshape to [2, 4] is that Reshape of the flat x; indices out of order,
+// or a reader that is not a Reshape, keep the Gather.
+TEST(ShapeFolding, AGatherOfTheIdentityIndicesThatOnlyReshapesReadIsBypassed) {
+  auto graphWith = [](std::vector<std::int64_t> order, bool reshapeReads) {
+    ViewGraph built;
+    built.float32("pooled", {8}, /*isBuffer=*/false);
+    built.int64("order", {2, 4, 1, 1}, order);
+    built.int64("rows", {2}, {2, 4});
+    built.op("Gather", {"pooled", "order"}, "strided", DType::F32, {2, 4, 1, 1});
+    if (reshapeReads)
+      built.op("Reshape", {"strided", "rows"}, "viewed", DType::F32, {2, 4});
+    else
+      built.op("Neg", {"strided"}, "viewed", DType::F32, {2, 4, 1, 1});
+    built.output("viewed");
+    return built.build();
+  };
+  ir::Graph graph = graphWith({0, 1, 2, 3, 4, 5, 6, 7}, true);
+  FoldPlan plan = planShapeFolding(graph);
+  EXPECT_EQ(plan.bypassedByOp, (std::map<std::string, std::size_t>{{"Gather", 1}}));
+  Expected<ir::Graph> folded = applyFoldPlan(graph, plan);
+  ASSERT_TRUE(folded) << folded.error().message();
+  EXPECT_EQ(folded->valueName(folded->inputs(folded->producer(folded->findValue("viewed")))[0]), "pooled");
+  EXPECT_TRUE(planShapeFolding(graphWith({1, 0, 2, 3, 4, 5, 6, 7}, true)).bypassedByOp.empty());
+  EXPECT_TRUE(planShapeFolding(graphWith({0, 1, 2, 3, 4, 5, 6, 7}, false)).bypassedByOp.empty());
+}
+
+// The same view with a symbolic batch, as torch.export writes it: the indices are
+// Range(0, batch) * 24, unsqueezed, plus the constant offsets of the static dims. Affine and in
+// order, over as many elements as x has, so the Gather is bypassed; a stride of 25 is not.
+TEST(ShapeFolding, AGatherBySymbolicBatchIndicesInOrderIsBypassed) {
+  auto graphWith = [](std::int64_t batchStride) {
+    ViewGraph built("batch");
+    built.int64("flat_shape", {1}, {-1});
+    built.int64("stride", {}, {batchStride});
+    built.int64("rows_axes", {2}, {1, 2});
+    std::vector<std::int64_t> lanes(8), columns = {0, 8, 16};
+    for (std::int64_t k = 0; k < 8; ++k)
+      lanes[static_cast<std::size_t>(k)] = k;
+    built.int64("columns", {1, 3, 1}, columns);
+    built.int64("lanes", {1, 1, 8}, lanes);
+    built.int64("view_shape", {2}, {-1, 24});
+    built.op("Reshape", {"x", "flat_shape"}, "flat", DType::F32, {-1});
+    built.op("Shape", {"x"}, "first", DType::I64, {1}, {intAttribute("start", 0), intAttribute("end", 1)});
+    built.op("Squeeze", {"first"}, "rows", DType::I64, {});
+    built.op("Range", {"zero", "rows", "one"}, "row_index", DType::I64, {-1});
+    built.op("Mul", {"row_index", "stride"}, "row_start", DType::I64, {-1});
+    built.op("Unsqueeze", {"row_start", "rows_axes"}, "row_start3", DType::I64, {-1, 1, 1});
+    built.op("Add", {"row_start3", "columns"}, "partial", DType::I64, {-1, 3, 1});
+    built.op("Add", {"partial", "lanes"}, "positions", DType::I64, {-1, 3, 8});
+    built.op("Gather", {"flat", "positions"}, "strided", DType::F32, {-1, 3, 8});
+    built.op("Reshape", {"strided", "view_shape"}, "viewed", DType::F32, {-1, 24}, {intAttribute("allowzero", 1)});
+    built.output("viewed");
+    return built.build();
+  };
+  ir::Graph graph = graphWith(24);
+  FoldPlan plan = planShapeFolding(graph);
+  EXPECT_EQ(plan.bypassedByOp, (std::map<std::string, std::size_t>{{"Gather", 1}}));
+  Expected<ir::Graph> folded = applyFoldPlan(graph, plan);
+  ASSERT_TRUE(folded) << folded.error().message();
+  EXPECT_EQ(folded->valueName(folded->inputs(folded->producer(folded->findValue("viewed")))[0]), "flat");
+  EXPECT_EQ(folded->findValue("positions"), ir::kNoValue); // the index arithmetic goes with it
+  EXPECT_TRUE(planShapeFolding(graphWith(25)).bypassedByOp.empty());
+}
+
 TEST(ShapeFolding, BytesRoundTripInEveryHeldDType) {
   for (DType dtype : {DType::I64, DType::I32, DType::I8, DType::U8, DType::Bool}) {
     Constant c = ints({3}, {1, dtype == DType::U8 || dtype == DType::Bool ? 0 : -1, 1}, dtype);

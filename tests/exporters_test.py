@@ -167,6 +167,54 @@ class Exporters(unittest.TestCase):
             want.append(loss.item())
         np.testing.assert_allclose(losses, want, rtol=2e-5, atol=1e-6)
 
+    def test_what_a_dynamo_export_trains_is_what_its_program_signature_says(self):
+        """torch.onnx's dynamo exporter notes the program's signature on each initializer: a
+        registered buffer (a decoder's causal mask) is held fixed with no list beside the export.
+        Unoptimized (optimize=False), the initializers are exactly the module's parameters and
+        buffers; optimized (the default), onnxscript's folds of constants (the rotary tables a
+        forward makes) are held fixed too, and `cleave train` says the export was optimized."""
+
+        class Decoder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed, self.head = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50)
+                self.register_buffer("mask", torch.full((8, 8), -1e9).triu(1))
+
+            def forward(self, ids, target):
+                x = self.embed(ids)
+                angles = torch.arange(8, dtype=torch.float32)[:, None] * torch.arange(1, 17, dtype=torch.float32)
+                x = x * angles.cos() + torch.softmax(x @ x.transpose(1, 2) + self.mask, -1) @ x
+                return torch.nn.functional.cross_entropy(self.head(x).reshape(-1, 50), target.reshape(-1))
+
+        torch.manual_seed(0)
+        module = Decoder()
+        g = torch.Generator().manual_seed(1)
+        ids, target = torch.randint(0, 50, (4, 8), generator=g), torch.randint(0, 50, (4, 8), generator=g)
+        data = os.path.join(self.dir, "decoder_data.npz")
+        np.savez(data, ids=ids.numpy(), target=target.numpy())
+        trainable = {}
+        for optimize in (False, True):
+            path = os.path.join(self.dir, f"decoder_optimize_{optimize}.onnx")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(module, (ids, target), path, dynamo=True, optimize=optimize,
+                                  input_names=["ids", "target"])
+            code, out, err = run("train", path, "--data", data, "--batch", 4, "--steps", 1, "--json")
+            self.assertEqual(code, 0, err)
+            trainable[optimize] = json.loads(out.splitlines()[0])["trainable"]
+            if optimize:  # the line that says so
+                code, out, err = run("train", path, "--data", data, "--batch", 4, "--steps", 1)
+                self.assertEqual(code, 0, err)
+                self.assertIn("optimize=False", out)
+        plain = trainable[False]
+        self.assertEqual(plain["trains"], 3, plain)  # embed.weight, head.weight, head.bias
+        self.assertEqual(plain["fixed"].get("buffer"), 1, plain)  # the mask
+        self.assertEqual(plain["rule"], "listed", plain)
+        self.assertEqual(plain["exporter_folds"], 0, plain)
+        optimized = trainable[True]
+        self.assertGreater(optimized["exporter_folds"], 0, optimized)
+        self.assertGreater(optimized["fixed"].get("folded", 0), 0, optimized)  # the cos table, at least
+
 
 if __name__ == "__main__":
     main()

@@ -99,6 +99,67 @@ class Gpt2(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
+class RmsNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_pairs(x, cos, sin):
+    """Rotary embedding on the pairs (x[..., 0::2], x[..., 1::2])."""
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), -1).flatten(-2)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.heads = heads
+        self.attention_norm, self.mlp_norm = RmsNorm(dim), RmsNorm(dim)
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.gate, self.up = nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x, mask, cos, sin):
+        rows, steps, dim = x.shape
+        h = self.attention_norm(x)
+        heads = lambda t: t.view(rows, steps, self.heads, dim // self.heads).transpose(1, 2)  # noqa: E731
+        q, k, v = heads(self.q(h)), heads(self.k(h)), heads(self.v(h))
+        q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(dim // self.heads) + mask
+        attended = torch.matmul(scores.softmax(-1), v).transpose(1, 2).reshape(rows, steps, dim)
+        x = x + self.o(attended)
+        h = self.mlp_norm(x)
+        return x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+class LlamaDecoder(nn.Module):
+    """A LLaMA-style decoder: RMSNorm, rotary embeddings and the causal mask made in forward from
+    the sequence's length, SwiGLU MLPs, and the token embedding tied to the head."""
+
+    def __init__(self, vocab=256, dim=64, heads=4, layers=2, hidden=172):
+        super().__init__()
+        self.head_dim = dim // heads
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList([LlamaBlock(dim, heads, hidden) for _ in range(layers)])
+        self.norm = RmsNorm(dim)
+
+    def forward(self, ids):
+        steps = ids.size(1)
+        mask = torch.full((steps, steps), -1e9).triu(1)
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim))
+        angles = torch.arange(steps, dtype=torch.float32)[:, None] * inv_freq[None, :]
+        cos, sin = angles.cos(), angles.sin()
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x, mask, cos, sin)
+        return torch.matmul(self.norm(x), self.embed.weight.t())
+
+
 class Encoder(nn.Module):
     def __init__(self, dim, heads, layers, ff, activation="relu"):
         super().__init__()
@@ -201,15 +262,19 @@ class Detector(nn.Module):
 
 class Recurrent(nn.Module):
     """A sequence tagger: a 2-layer bidirectional LSTM or GRU (batch first) and a linear head; the
-    output mixes the per-step outputs Y with the final hidden state Y_h, so both are checked."""
+    output mixes the per-step outputs Y with the final hidden state Y_h, so both are checked
+    (mix_state=False: the head reads Y alone)."""
 
-    def __init__(self, cell, features=16, hidden=32, classes=8):
+    def __init__(self, cell, features=16, hidden=32, classes=8, mix_state=True):
         super().__init__()
         self.rnn = cell(features, hidden, num_layers=2, batch_first=True, bidirectional=True)
         self.head = nn.Linear(2 * hidden, classes)
+        self.mix_state = mix_state
 
     def forward(self, x):
         y, state = self.rnn(x)
+        if not self.mix_state:
+            return self.head(y)
         h = state[0] if isinstance(state, tuple) else state  # LSTM: (h, c)
         return self.head(y) + h.sum(0).mean(-1, keepdim=True).unsqueeze(1)
 

@@ -50,6 +50,7 @@ TrainableSet trainableSet(std::span<const ir::Graph* const> graphs) {
   for (const ir::Graph* graph : graphs) {
     addReaderScopes(*graph, readerScopes);
     set.defaultRule = set.defaultRule || !graph->modelInfo().buffersListed;
+    set.exporterFolds += graph->modelInfo().exporterFolds;
     for (ir::ParamId statistic : updatedRunningStatistics(*graph))
       updated.insert(graph->parameter(statistic).name);
     for (std::uint32_t p = 0; p < graph->numParameters(); ++p) {

@@ -34,6 +34,9 @@ struct TrainableSet {
   std::int64_t shared = 0;
   std::string sharedExample;
   std::int64_t sharedExampleScopes = 0;
+  // Initializers onnxscript's optimizer folded (ModelInfo::exporterFolds): an optimized dynamo
+  // export, whose initializers are not exactly the module's parameters.
+  std::int64_t exporterFolds = 0;
 };
 
 // Whether `param` trains: it owns its storage, is floating and nothing holds it fixed (the one
