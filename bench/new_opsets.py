@@ -1,7 +1,7 @@
 """cleave against ONNX Runtime on a LLaMA-style decoder written at opset 24 with the ops opset 23
-added: RMSNormalization (a cleave kernel), RotaryEmbedding and Attention (grouped-query, causal;
-run by cleave as their ONNX function bodies, io/onnx_functions.h), Swish (a kernel). ONNX Runtime
-runs all of them as its own kernels. Random weights; batch 1, sequence 64, width 256, 8 query and 2
+added: RMSNormalization, RotaryEmbedding, Attention (grouped-query, causal) and Swish, each a
+cleave kernel (before session 46, Attention ran as its ONNX function body). ONNX Runtime runs all
+of them as its own kernels. Random weights; batch 1, sequence 64, width 256, 8 query and 2
 key/value heads.
 
 usage: bench/new_opsets.py CLEAVE [--layers N] [--rounds R] [--repeat K]

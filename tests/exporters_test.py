@@ -215,6 +215,61 @@ class Exporters(unittest.TestCase):
         self.assertGreater(optimized["exporter_folds"], 0, optimized)
         self.assertGreater(optimized["fixed"].get("folded", 0), 0, optimized)  # the cos table, at least
 
+    def test_attention_that_torch_writes_at_opset_23_runs_and_trains_as_torch(self):
+        """At opset 23 torch's exporter writes scaled_dot_product_attention as one Attention node
+        (grouped-query heads, causal): cleave runs it as one kernel, equal to ONNX Runtime, and
+        trains through it with losses equal to torch.optim's."""
+
+        class CausalGqa(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.q, self.kv = torch.nn.Linear(32, 32), torch.nn.Linear(32, 16)
+                self.out = torch.nn.Linear(32, 10)
+
+            def forward(self, x, target):
+                rows, steps, _ = x.shape
+                q = self.q(x).reshape(rows, steps, 4, 8).transpose(1, 2)
+                k, v = self.kv(x).reshape(rows, steps, 2, 2, 4).permute(2, 0, 3, 1, 4).repeat_interleave(2, -1)
+                y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                logits = self.out(y.transpose(1, 2).reshape(rows, steps, 32))
+                return torch.nn.functional.cross_entropy(logits.reshape(-1, 10), target.reshape(-1))
+
+        torch.manual_seed(0)
+        module = CausalGqa()
+        initial = {k: v.clone() for k, v in module.state_dict().items()}
+        g = torch.Generator().manual_seed(2)
+        x, target = torch.randn(12, 6, 32, generator=g), torch.randint(0, 10, (12, 6), generator=g)
+        path = os.path.join(self.dir, "attention23.onnx")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, (x[:4], target[:4]), path, dynamo=True, opset_version=23, optimize=False,
+                              input_names=["x", "target"], output_names=["loss"])
+        self.assertIn("Attention", {n.op_type for n in onnx.load(path).graph.node})
+        data = os.path.join(self.dir, "attention23.npz")
+        np.savez(data, x=x.numpy(), target=target.numpy())
+        first = os.path.join(self.dir, "attention23_first.npz")
+        np.savez(first, x=x[:4].numpy(), target=target[:4].numpy())
+        outputs = os.path.join(self.dir, "attention23_out.npz")
+        code, _, err = run("run", path, "--inputs", first, "--save-outputs", outputs)
+        self.assertEqual(code, 0, err)
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        want = session.run(None, {"x": x[:4].numpy(), "target": target[:4].numpy()})[0]
+        np.testing.assert_allclose(np.load(outputs)["loss"], want, rtol=1e-5)
+        code, out, err = run("train", path, "--data", data, "--batch", 4, "--steps", 3, "--optimizer", "adamw",
+                             "--lr", "0.01", "--json")
+        self.assertEqual(code, 0, err)
+        losses = [json.loads(line)["loss"] for line in out.splitlines()]
+        module.load_state_dict(initial)
+        optimizer = torch.optim.AdamW(module.parameters(), lr=0.01)
+        expected = []
+        for step in range(3):
+            optimizer.zero_grad()
+            loss = module(x[step * 4:(step + 1) * 4], target[step * 4:(step + 1) * 4])
+            loss.backward()
+            optimizer.step()
+            expected.append(loss.item())
+        np.testing.assert_allclose(losses, expected, rtol=2e-5, atol=1e-6)
+
 
 if __name__ == "__main__":
     main()

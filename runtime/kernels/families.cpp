@@ -8,6 +8,7 @@ void registerKernelFamilies(KernelTable& t) {
   registerElementwiseKernels(t);
   registerShapeKernels(t);
   registerNnKernels(t);
+  registerAttentionKernels(t);
   registerReduceKernels(t);
   registerControlKernels(t);
   registerLossKernels(t);

@@ -26,6 +26,7 @@ Layouts atenBlockedOrDense();
 void registerElementwiseKernels(KernelTable& table);
 void registerShapeKernels(KernelTable& table);
 void registerNnKernels(KernelTable& table);
+void registerAttentionKernels(KernelTable& table);
 void registerReduceKernels(KernelTable& table);
 void registerControlKernels(KernelTable& table);
 void registerLossKernels(KernelTable& table);
