@@ -389,24 +389,28 @@ TEST_F(OnnxTest, NormalizationStatisticsAreBuffers) {
   EXPECT_TRUE(isBuffer("var_alias"));
 }
 
+// A float initializer `name` of one element, read by an Add of the relu model's y.
+void addFloatReadByAdd(onnx::GraphProto& graph, const std::string& name) {
+  onnx::TensorProto* init = graph.add_initializer();
+  init->set_name(name);
+  init->set_data_type(onnx::TensorProto::FLOAT);
+  init->add_dims(1);
+  init->add_float_data(1.0f);
+  onnx::NodeProto* add = graph.add_node();
+  add->set_op_type("Add");
+  add->add_input("y");
+  add->add_input(name);
+  add->add_output("sum_" + name);
+}
+
 // The model's cleave.fixed_parameters entry (io/fixed_parameters.h) holds its tensors fixed, with
 // their reasons; cleave writes it back with every reason it knows, so they survive a write and a
 // read (a folded value stays folded); a damaged entry is a parse error naming the key.
 TEST_F(OnnxTest, TheFixedParametersEntryHoldsTensorsFixedAndRoundTrips) {
   onnx::ModelProto model = reluModel();
   onnx::GraphProto* graph = model.mutable_graph();
-  for (const char* name : {"weight", "inv_freq", "table"}) {
-    onnx::TensorProto* init = graph->add_initializer();
-    init->set_name(name);
-    init->set_data_type(onnx::TensorProto::FLOAT);
-    init->add_dims(1);
-    init->add_float_data(1.0f);
-    onnx::NodeProto* add = graph->add_node();
-    add->set_op_type("Add");
-    add->add_input("y");
-    add->add_input(name);
-    add->add_output(std::string("sum_") + name);
-  }
+  for (const char* name : {"weight", "inv_freq", "table"})
+    addFloatReadByAdd(*graph, name);
   auto* entry = model.add_metadata_props();
   entry->set_key("cleave.fixed_parameters");
   entry->set_value(R"({"version": 1, "buffers_listed": true, "fixed": {"inv_freq": "buffer", "table": "folded", "gone": "buffer"}})");
@@ -454,16 +458,7 @@ TEST_F(OnnxTest, TheDynamoExportersNotesHoldBuffersAndFoldedConstantsFixed) {
                                     {"val_26", folded, "['val_3']"},
                                     {"unnoted", "", ""}};
   for (const auto& [name, key, value] : notes) {
-    onnx::TensorProto* init = graph->add_initializer();
-    init->set_name(name);
-    init->set_data_type(onnx::TensorProto::FLOAT);
-    init->add_dims(1);
-    init->add_float_data(1.0f);
-    onnx::NodeProto* add = graph->add_node();
-    add->set_op_type("Add");
-    add->add_input("y");
-    add->add_input(name);
-    add->add_output("sum_" + name);
+    addFloatReadByAdd(*graph, name);
     if (key.empty())
       continue;
     onnx::ValueInfoProto* info = graph->add_value_info();

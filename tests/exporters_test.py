@@ -70,6 +70,18 @@ def export(name, dynamo, dynamic, path):
     return shape
 
 
+def torch_losses(module, optimizer, x, target, rows, steps):
+    """torch.optim's losses: `steps` steps of `module(x, target)` on the next `rows` rows each."""
+    losses = []
+    for step in range(steps):
+        optimizer.zero_grad()
+        loss = module(x[step * rows:(step + 1) * rows], target[step * rows:(step + 1) * rows])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
 class Exporters(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -157,14 +169,7 @@ class Exporters(unittest.TestCase):
         self.assertEqual(code, 0, err)
         losses = [json.loads(line)["loss"] for line in out.splitlines()]
         module.load_state_dict(initial)
-        optimizer = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9)
-        want = []
-        for step in range(4):
-            optimizer.zero_grad()
-            loss = module(x[step * 8:(step + 1) * 8], target[step * 8:(step + 1) * 8])
-            loss.backward()
-            optimizer.step()
-            want.append(loss.item())
+        want = torch_losses(module, torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9), x, target, 8, 4)
         np.testing.assert_allclose(losses, want, rtol=2e-5, atol=1e-6)
 
     def test_what_a_dynamo_export_trains_is_what_its_program_signature_says(self):
@@ -260,14 +265,7 @@ class Exporters(unittest.TestCase):
         self.assertEqual(code, 0, err)
         losses = [json.loads(line)["loss"] for line in out.splitlines()]
         module.load_state_dict(initial)
-        optimizer = torch.optim.AdamW(module.parameters(), lr=0.01)
-        expected = []
-        for step in range(3):
-            optimizer.zero_grad()
-            loss = module(x[step * 4:(step + 1) * 4], target[step * 4:(step + 1) * 4])
-            loss.backward()
-            optimizer.step()
-            expected.append(loss.item())
+        expected = torch_losses(module, torch.optim.AdamW(module.parameters(), lr=0.01), x, target, 4, 3)
         np.testing.assert_allclose(losses, expected, rtol=2e-5, atol=1e-6)
 
 

@@ -1,6 +1,6 @@
 """Export the runtime's model zoo with PyTorch's TorchScript exporter (random weights, fixed seeds).
 
-    .venv/bin/python3 tools/export_zoo.py OUT_DIR [NAME ...] [--small]
+    .venv/bin/python3 tools/export_zoo.py OUT_DIR [NAME ...] [--small] [--dynamo]
 
 Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
   resnet50           torchvision, opset 13          mobilenet_v3_large  torchvision, opset 14
@@ -28,6 +28,8 @@ Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
 --small shrinks the encoder/decoder sizes and image sizes for fast tests (same op sets; r3d_18's
 small form is TinyVideoNet below, 3-D like it, with a MaxPool3d added; the detectors resize every
 image to 320x320 themselves, so --small does not shrink them).
+--dynamo exports with torch 2.x's default exporter (torch.export-based, its default opset) instead;
+a model it fails on is named with the exporter's error and skipped.
 Existing files are kept (delete them to re-export).
 """
 import json
@@ -387,11 +389,25 @@ def zoo(small):
            (torch.rand(3, 300, 300, generator=g),), ["image"])
 
 
-def export_onnx(model, inputs, path, opset, input_names):
-    """torch.onnx.export with the TorchScript exporter (2.x's default is dynamo's, which needs
-    onnxscript), static shapes, constants folded, the one output named "output"."""
+def export_onnx(model, inputs, path, opset, input_names, dynamo=False):
+    """torch.onnx.export with the TorchScript exporter at `opset`, static shapes, constants folded,
+    the one output named "output"; or, `dynamo`, with torch 2.x's default exporter at its own
+    default opset (torch.export, onnxscript's optimizer), static shapes."""
+    if dynamo:
+        torch.onnx.export(model, inputs, path, input_names=input_names, output_names=["output"], dynamo=True,
+                          verbose=False)
+        return
     torch.onnx.export(model, inputs, path, opset_version=opset, input_names=input_names,
                       output_names=["output"], do_constant_folding=True, dynamo=False)
+
+
+def exporter_error(error):
+    """The cause torch.onnx reports under "## Exception summary", else the message's first line."""
+    text = str(error)
+    if "## Exception summary" in text:
+        text = text.split("## Exception summary", 1)[1]
+    causes = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("(Refer")]
+    return (causes[0] if causes else type(error).__name__)[:240]
 
 
 def main():
@@ -401,6 +417,7 @@ def main():
         sys.exit(2)
     out_dir, names = args[0], set(args[1:])
     small = "--small" in sys.argv
+    dynamo = "--dynamo" in sys.argv
     os.makedirs(out_dir, exist_ok=True)
     for name, opset, make, inputs, input_names in zoo(small):
         if names and name not in names:
@@ -416,7 +433,13 @@ def main():
             continue
         # Gradients stay enabled: under no_grad, TransformerEncoderLayer takes its fused fast path
         # (aten::_transformer_encoder_layer_fwd), which has no ONNX export.
-        export_onnx(model, inputs, path + ".tmp", opset, input_names)
+        try:
+            export_onnx(model, inputs, path + ".tmp", opset, input_names, dynamo)
+        except Exception as error:  # noqa: BLE001 - the exporter's failure, named; the others go on
+            if not dynamo:
+                raise
+            print(f"the dynamo exporter failed on {name}: {exporter_error(error)}", flush=True)
+            continue
         with open(os.path.join(out_dir, f"{name}.inputs.json"), "w") as f:
             json.dump({n: spec(t) for n, t in zip(input_names, inputs)}, f)
         os.replace(path + ".tmp", path)
