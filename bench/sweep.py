@@ -15,7 +15,10 @@ Softmax, Erf, Gather, HardSwish, Sigmoid and Tanh on the CPU, so every model is 
 `cleave verify` on each cut: its verdict, the largest error against the output's scale, and how
 many elements the element-wise rule would have failed (issue 41's false alarms).
 
-usage: .venv/bin/python3 bench/sweep.py CLEAVE [--rounds R] [--budget-ms B] [--zoo DIR] [--verify] [MODEL ...]
+--dynamo exports with torch's default exporter (torch.export-based) instead of the TorchScript one.
+
+usage: .venv/bin/python3 bench/sweep.py CLEAVE [--rounds R] [--budget-ms B] [--zoo DIR] [--verify] [--dynamo]
+                                       [MODEL ...]
 """
 import argparse
 import json
@@ -79,9 +82,11 @@ class Flow(torch.nn.Module):
         return self.model(x[0:1], x[1:2], num_flow_updates=4)[-1]
 
 
-def export(zoo, name, spec):
-    """ZOO/NAME.onnx and NAME.inputs.json, unless they exist."""
-    from export_zoo import randomize, spec as tensor_spec
+def export(zoo, name, spec, dynamo=False):
+    """ZOO/NAME.onnx and NAME.inputs.json, unless they exist (tools/export_zoo.py's export_onnx:
+    TorchScript at the catalog's opset, or the dynamo exporter at its own); None where the dynamo
+    exporter fails (said, with its error)."""
+    from export_zoo import exporter_error, export_onnx, randomize, spec as tensor_spec
     path = os.path.join(zoo, f"{name}.onnx")
     if os.path.exists(path):
         return path, os.path.join(zoo, f"{name}.inputs.json")
@@ -89,7 +94,13 @@ def export(zoo, name, spec):
     torch.manual_seed(0)
     model = randomize(make()).eval()  # torchvision builders default to random weights
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(3))
-    torch.onnx.export(model, (x,), path + ".tmp", opset_version=opset, input_names=["x"], output_names=["output"], dynamo=False)
+    try:
+        export_onnx(model, (x,), path + ".tmp", opset, ["x"], dynamo)
+    except Exception as error:  # noqa: BLE001 - the exporter's failure, named
+        if not dynamo:
+            raise
+        print(f"{name:20} the dynamo exporter failed: {exporter_error(error)}", flush=True)
+        return None
     with open(os.path.join(zoo, f"{name}.inputs.json"), "w") as f:
         json.dump({"x": tensor_spec(x)}, f)
     os.replace(path + ".tmp", path)
@@ -153,22 +164,30 @@ def main():
     parser.add_argument("--budget-ms", type=float, default=1500.0)
     parser.add_argument("--zoo", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "cleave_sweep"))
     parser.add_argument("--verify", action="store_true", help="verify cuts of each model instead of timing it")
+    parser.add_argument("--dynamo", action="store_true",
+                        help="export with torch's default (dynamo) exporter, into ZOO/dynamo, instead of TorchScript")
     args = parser.parse_args()
     catalog = models()
     names = args.models or list(catalog)
     unknown = [n for n in names if n not in catalog]
     if unknown:
         parser.error(f"unknown model {unknown[0]} (known: {', '.join(catalog)})")
-    os.makedirs(args.zoo, exist_ok=True)
+    zoo = os.path.join(args.zoo, "dynamo") if args.dynamo else args.zoo
+    os.makedirs(zoo, exist_ok=True)
     if args.verify:
         print(f"{'model':20} {'profile':12} {'subs':>6} {'max_scaled':>12} {'past_elem':>10} verdict", flush=True)
         for name in names:
-            verify_cuts(args.cleave, args.zoo, name, *export(args.zoo, name, catalog[name]))
+            exported = export(zoo, name, catalog[name], args.dynamo)
+            if exported:
+                verify_cuts(args.cleave, zoo, name, *exported)
         return
     print(f"{'model':20} {'ort_ms':>9} {'cleave_ms':>10} {'cleave/ORT [range]':>22} {'rel_err':>9}", flush=True)
     for name in names:
-        model, inputs = export(args.zoo, name, catalog[name])
-        ort_out, cleave_out = os.path.join(args.zoo, f"{name}.ort.json"), os.path.join(args.zoo, f"{name}.cleave.json")
+        exported = export(zoo, name, catalog[name], args.dynamo)
+        if not exported:
+            continue
+        model, inputs = exported
+        ort_out, cleave_out = os.path.join(zoo, f"{name}.ort.json"), os.path.join(zoo, f"{name}.cleave.json")
         first = ort_block(model, inputs, ort_out, 1)
         cleave_block(args.cleave, model, inputs, 1, cleave_out)
         error = relative_error(ort_out, cleave_out)

@@ -263,15 +263,9 @@ bool expandKeepsDims(const ir::Graph& graph, NodeId node, const FoldOptions& opt
   return true;
 }
 
-// The element count of the 1-D value a Gather reads: its static extent, or, for Reshape(X, [-1]),
-// the count of X's dims, symbols included.
-std::optional<SymbolicCount> flatCount(const ir::Graph& graph, ValueId flat, const FoldOptions& options,
-                                       KnownValues& known) {
-  std::optional<std::vector<std::int64_t>> dims = extentsOf(graph, flat, options, known);
-  if (!dims || dims->size() != 1)
-    return std::nullopt;
-  if ((*dims)[0] >= 0)
-    return SymbolicCount{(*dims)[0], {}};
+// The dims of X where `flat` is Reshape(X, [-1]), symbols included; none otherwise, or where a dim
+// is unknown without a symbol.
+std::optional<std::vector<IndexExtent>> flattenedDims(const ir::Graph& graph, ValueId flat, KnownValues& known) {
   const NodeId producer = graph.producer(flat);
   if (graph.kind(producer) != ir::NodeKind::Op || graph.opType(producer) != "Reshape" ||
       graph.inputs(producer).size() != 2)
@@ -286,31 +280,16 @@ std::optional<SymbolicCount> flatCount(const ir::Graph& graph, ValueId flat, con
       return std::nullopt;
     extents.push_back({dim.extent, dim.extent < 0 ? dim.symbol : 0});
   }
-  return countOf(extents);
+  return extents;
 }
 
-// Whether Gather(x, indices) only reshapes x for Reshapes that read it: x is 1-D, the indices
-// enumerate 0..n-1 in order where n is x's count (affine_index.h: a constant, or torch.export's
-// Range arithmetic of a contiguous as_strided view with a symbolic batch, as swin_t's flatten),
-// and each reader is a Reshape that copies no input dim (allowzero, or a constant shape without
-// 0), so it sees the same elements in the same order from x itself.
-bool gatherOnlyReshapes(const ir::Graph& graph, NodeId node, const FoldOptions& options, KnownValues& known) {
-  std::span<const ValueId> inputs = graph.inputs(node);
-  const ir::Attribute* axis = graph.findAttribute(node, "axis");
-  if (inputs.size() != 2 || inputs[1] == ir::kNoValue || (axis && axis->intValue != 0))
-    return false;
-  const KnownConstant lookup = [&known](ValueId value) { return known.find(value); };
-  std::optional<AffineIndex> indices = affineIndexOf(graph, inputs[1], lookup);
-  if (!indices || !enumeratesInOrder(*indices))
-    return false;
-  std::optional<SymbolicCount> count = flatCount(graph, inputs[0], options, known);
-  if (!count || *count != countOf(indices->dims))
-    return false;
-  const ValueId output = graph.outputs(node)[0];
-  for (NodeId reader : graph.users(output)) {
+// Whether every reader of `value` is a Reshape of it that copies no input dim (allowzero, or a
+// constant shape without 0): such a reader sees only the elements in order.
+bool onlyReshapesRead(const ir::Graph& graph, ValueId value, KnownValues& known) {
+  for (NodeId reader : graph.users(value)) {
     std::span<const ValueId> operands = graph.inputs(reader);
     if (graph.kind(reader) != ir::NodeKind::Op || graph.opType(reader) != "Reshape" || operands.size() != 2 ||
-        operands[0] != output || operands[1] == output)
+        operands[0] != value || operands[1] == value)
       return false;
     const ir::Attribute* allowZero = graph.findAttribute(reader, "allowzero");
     if (allowZero && allowZero->intValue != 0)
@@ -322,29 +301,56 @@ bool gatherOnlyReshapes(const ir::Graph& graph, NodeId node, const FoldOptions& 
   return true;
 }
 
+// What a Gather(flat, indices) that only views its data reads instead (kNoValue: none). The
+// indices enumerate 0..n-1 in order (affine_index.h: a constant, or torch.export's Range
+// arithmetic of a contiguous as_strided view with a symbolic batch, as swin_t's and convnext's
+// flatten) over all of flat's n elements. Then where flat is Reshape(X, [-1]) and the indices have
+// X's dims, the Gather is X itself, for any reader; else, where only Reshapes that copy no input
+// dim read it, they may read flat.
+ValueId gatherViewSource(const ir::Graph& graph, NodeId node, const FoldOptions& options, KnownValues& known) {
+  std::span<const ValueId> inputs = graph.inputs(node);
+  const ir::Attribute* axis = graph.findAttribute(node, "axis");
+  if (inputs.size() != 2 || inputs[1] == ir::kNoValue || (axis && axis->intValue != 0))
+    return ir::kNoValue;
+  const KnownConstant lookup = [&known](ValueId value) { return known.find(value); };
+  std::optional<AffineIndex> indices = affineIndexOf(graph, inputs[1], lookup);
+  std::optional<std::vector<std::int64_t>> flatDims = extentsOf(graph, inputs[0], options, known);
+  if (!indices || !enumeratesInOrder(*indices) || !flatDims || flatDims->size() != 1)
+    return ir::kNoValue;
+  std::optional<std::vector<IndexExtent>> whole = flattenedDims(graph, inputs[0], known);
+  if (whole && *whole == indices->dims)
+    return graph.inputs(graph.producer(inputs[0]))[0];
+  const std::optional<SymbolicCount> count =
+      (*flatDims)[0] >= 0 ? std::optional<SymbolicCount>(SymbolicCount{(*flatDims)[0], {}})
+                          : (whole ? std::optional<SymbolicCount>(countOf(*whole)) : std::nullopt);
+  if (!count || *count != countOf(indices->dims) || !onlyReshapesRead(graph, graph.outputs(node)[0], known))
+    return ir::kNoValue;
+  return inputs[0];
+}
+
 // An Identity, a Cast to the dtype its input already has, an Expand that keeps its input's dims
-// (ONNX Runtime's basic level removes all three), a Gather that only reshapes for the Reshapes
-// reading it (gatherOnlyReshapes), or a Dropout that passes everything on (no training_mode, a constant false one, or a
-// constant ratio of 0) whose mask nothing reads: its readers can read its input instead. Its
+// (ONNX Runtime's basic level removes all three), a Gather that only views its data
+// (gatherViewSource), or a Dropout that passes everything on (no training_mode, a constant false
+// one, or a constant ratio of 0) whose mask nothing reads: its readers can read the value this
+// returns instead (its input; for the Gather, the value it views). kNoValue: not bypassable. Its
 // output must be read only explicitly.
-bool bypassable(const ir::Graph& graph, NodeId node, const FoldOptions& options, KnownValues& known) {
+ValueId bypassSource(const ir::Graph& graph, NodeId node, const FoldOptions& options, KnownValues& known) {
   const std::string_view type = graph.opType(node);
   std::span<const ValueId> inputs = graph.inputs(node), outputs = graph.outputs(node);
   if ((type != "Identity" && type != "Dropout" && type != "Cast" && type != "Expand" && type != "Gather") ||
-      inputs.empty() ||
-      inputs[0] == ir::kNoValue || graph.numImplicitInputs(node) > 0 ||
-      graph.valueKind(inputs[0]) != ir::ValueKind::Tensor)
-    return false;
+      inputs.empty() || inputs[0] == ir::kNoValue || graph.numImplicitInputs(node) > 0 ||
+      graph.valueKind(inputs[0]) != ir::ValueKind::Tensor || !readOnlyExplicitly(graph, outputs[0]))
+    return ir::kNoValue;
+  if (type == "Gather")
+    return gatherViewSource(graph, node, options, known);
   if (type == "Expand" && !expandKeepsDims(graph, node, options, known))
-    return false;
-  if (type == "Gather" && !gatherOnlyReshapes(graph, node, options, known))
-    return false;
+    return ir::kNoValue;
   if (type == "Cast") {
     const ir::Attribute* to = graph.findAttribute(node, "to");
     const ir::DType from = graph.valueType(inputs[0]).dtype;
     if (!to || to->kind != ir::AttrKind::Int || from == ir::DType::Undefined ||
         ir::dtypeFromOnnx(static_cast<int>(to->intValue)) != from)
-      return false;
+      return ir::kNoValue;
   }
   if (type == "Dropout") {
     auto scalarIs = [&](std::size_t input, double value) {
@@ -355,11 +361,11 @@ bool bypassable(const ir::Graph& graph, NodeId node, const FoldOptions& options,
     };
     const bool inference = inputs.size() <= 2 || inputs[2] == ir::kNoValue || scalarIs(2, 0.0);
     if (!inference && !scalarIs(1, 0.0)) // training with a ratio of 0 also passes everything on
-      return false;
+      return ir::kNoValue;
     if (outputs.size() > 1 && !graph.users(outputs[1]).empty())
-      return false;
+      return ir::kNoValue;
   }
-  return readOnlyExplicitly(graph, outputs[0]);
+  return inputs[0];
 }
 } // namespace
 
@@ -415,13 +421,12 @@ Decisions foldForward(const ir::Graph& graph, const FoldOptions& options, KnownV
       decided.folded[n] = true;
       ++plan.folded;
       ++plan.foldedByOp[std::string(graph.opType(node))];
-    } else if (!bypassable(graph, node, options, known)) {
+    } else if (const ValueId input = bypassSource(graph, node, options, known); input == ir::kNoValue) {
       learnOutputDims(graph, node, opset, options, known);
     } else {
       std::vector<ValueId>& instead = decided.readInstead;
       if (instead.empty())
         instead.assign(graph.numValues(), ir::kNoValue);
-      const ValueId input = graph.inputs(node)[0];
       instead[index(graph.outputs(node)[0])] = instead[index(input)] == ir::kNoValue ? input : instead[index(input)];
       decided.bypassed[n] = true;
       ++plan.bypassedByOp[std::string(graph.opType(node))];

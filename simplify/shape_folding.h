@@ -11,10 +11,12 @@
 //    folds), when it evaluates exactly; a trained (float, not buffer) weight never folds;
 //  - an op it keeps whose output dims its types leave unknown gets them from its operands where
 //    they now determine them (static_dims.h), so the Shape nodes after it fold in the same plan;
-//  - an Identity, a Cast to the dtype its input has, an Expand that keeps its input's dims, an
-//    inference Dropout whose mask nothing reads, or a Gather of a 1-D value by the constant
-//    indices 0..n-1 that only Reshapes read (torch.export's as_strided of a contiguous view), is
-//    bypassed: its readers read its input (ONNX Runtime's basic level removes the first four);
+//  - an Identity, a Cast to the dtype its input has, an Expand that keeps its input's dims, or an
+//    inference Dropout whose mask nothing reads, is bypassed: its readers read its input (ONNX
+//    Runtime's basic level removes them); so is a Gather of Reshape(X, [-1]) by indices that
+//    enumerate X's elements in order with X's dims (torch.export's as_strided of a contiguous
+//    view, its indices constant or computed from a symbolic batch: simplify/affine_index.h), whose
+//    readers read X, or, with other dims, whose readers are all Reshapes and read the flat value;
 //    not when it makes a graph output or a subgraph body reads its output by name;
 //  - folded values that a remaining node or the graph's outputs read become initializers named as
 //    the values; every op node whose outputs nothing reads any more is removed.

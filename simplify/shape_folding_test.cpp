@@ -472,10 +472,11 @@ TEST(ShapeFolding, AGatherOfTheIdentityIndicesThatOnlyReshapesReadIsBypassed) {
 }
 
 // The same view with a symbolic batch, as torch.export writes it: the indices are
-// Range(0, batch) * 24, unsqueezed, plus the constant offsets of the static dims. Affine and in
-// order, over as many elements as x has, so the Gather is bypassed; a stride of 25 is not.
+// Range(0, batch) * 24, unsqueezed, plus the constant offsets of the static dims. Affine, in
+// order and with x's dims, so the Gather is x, read by a Reshape or any other op; a stride of 25
+// is not.
 TEST(ShapeFolding, AGatherBySymbolicBatchIndicesInOrderIsBypassed) {
-  auto graphWith = [](std::int64_t batchStride) {
+  auto graphWith = [](std::int64_t batchStride, bool reshapeReads = true) {
     ViewGraph built("batch");
     built.int64("flat_shape", {1}, {-1});
     built.int64("stride", {}, {batchStride});
@@ -495,17 +496,24 @@ TEST(ShapeFolding, AGatherBySymbolicBatchIndicesInOrderIsBypassed) {
     built.op("Add", {"row_start3", "columns"}, "partial", DType::I64, {-1, 3, 1});
     built.op("Add", {"partial", "lanes"}, "positions", DType::I64, {-1, 3, 8});
     built.op("Gather", {"flat", "positions"}, "strided", DType::F32, {-1, 3, 8});
-    built.op("Reshape", {"strided", "view_shape"}, "viewed", DType::F32, {-1, 24}, {intAttribute("allowzero", 1)});
+    if (reshapeReads)
+      built.op("Reshape", {"strided", "view_shape"}, "viewed", DType::F32, {-1, 24}, {intAttribute("allowzero", 1)});
+    else
+      built.op("Neg", {"strided"}, "viewed", DType::F32, {-1, 3, 8});
     built.output("viewed");
     return built.build();
   };
-  ir::Graph graph = graphWith(24);
-  FoldPlan plan = planShapeFolding(graph);
-  EXPECT_EQ(plan.bypassedByOp, (std::map<std::string, std::size_t>{{"Gather", 1}}));
-  Expected<ir::Graph> folded = applyFoldPlan(graph, plan);
-  ASSERT_TRUE(folded) << folded.error().message();
-  EXPECT_EQ(folded->valueName(folded->inputs(folded->producer(folded->findValue("viewed")))[0]), "flat");
-  EXPECT_EQ(folded->findValue("positions"), ir::kNoValue); // the index arithmetic goes with it
+  // The indices have x's own dims: the Gather is x, whatever reads it.
+  for (bool reshapeReads : {true, false}) {
+    ir::Graph graph = graphWith(24, reshapeReads);
+    FoldPlan plan = planShapeFolding(graph);
+    EXPECT_EQ(plan.bypassedByOp, (std::map<std::string, std::size_t>{{"Gather", 1}}));
+    Expected<ir::Graph> folded = applyFoldPlan(graph, plan);
+    ASSERT_TRUE(folded) << folded.error().message();
+    EXPECT_EQ(folded->valueName(folded->inputs(folded->producer(folded->findValue("viewed")))[0]), "x");
+    EXPECT_EQ(folded->findValue("positions"), ir::kNoValue); // the index arithmetic goes with it
+    EXPECT_EQ(folded->findValue("flat"), ir::kNoValue);      // and the flattening, now unread
+  }
   EXPECT_TRUE(planShapeFolding(graphWith(25)).bypassedByOp.empty());
 }
 
