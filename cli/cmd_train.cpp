@@ -43,7 +43,7 @@ struct TrainFlags {
   runtime::TrainOptions options;
   std::optional<pipeline::ScheduleKind> schedule;
   OutputDirectoryFlags output;
-  bool json = false, timing = false;
+  bool json = false, timing = false, skipNonFinite = false;
   io::FixedPatterns fixedPatterns; // --frozen / --trainable (a model; a plan records its own)
   // Checkpoints: where, how often, where from, and where to stop.
   runtime::distributed::CheckpointSchedule checkpoints;
@@ -129,6 +129,10 @@ void describe(CLI::App& app, TrainFlags& flags) {
                  "torch.nn.utils.clip_grad_norm_; each step's norm before clipping is printed")
       ->check(CLI::PositiveNumber)
       ->check(kFinite);
+  app.add_flag("--skip-nonfinite", flags.skipNonFinite,
+               "skip a step whose loss or gradients' norm is NaN or infinite (its gradients dropped, parameters "
+               "and optimizer state unchanged, as torch.amp's GradScaler skips), counting such steps; without it "
+               "such a step stops the run with exit 1 before it changes any parameter, and nothing is written");
   app.add_option("--pipeline-ranks", flags.pipelineRanks,
                  "plan directories under launch: ranks per pipeline (default: every rank). With more ranks, they "
                  "hold replicas of the pipeline (data x pipeline parallel): rank r is pipeline rank r % N of "
@@ -173,7 +177,9 @@ Json trainableJson(const runtime::TrainableSet& set) {
     fixed[std::string(ir::kFixedReasons.name(why))] = count;
   return {{"trains", set.trains}, {"trained_bytes", set.trainedBytes}, {"fixed", std::move(fixed)},
           {"integer", set.integer}, {"updated", set.updated}, {"rule", set.defaultRule ? "default" : "listed"},
-          {"shared", set.shared}, {"exporter_folds", set.exporterFolds}};
+          {"shared", set.shared}, {"exporter_folds", set.exporterFolds},
+          {"merged_split", set.mergesSplit}, {"folded_module_tensors", set.foldedModuleTensors},
+          {"possibly_constant", set.possiblyConstant}};
 }
 
 // "trains 9 tensors (1.2 MiB); holds 3 fixed: 2 folded, 1 buffer" (then how many running
@@ -204,9 +210,16 @@ void printTrainable(const runtime::TrainableSet& set, std::ostream& out) {
         << "summed (e.g. " << set.sharedExample << ", read by " << set.sharedExampleScopes << " modules): a tied weight; "
         << "or, if those modules had their own, parameters of equal value that an eval-mode export merged "
         << "(export with training=torch.onnx.TrainingMode.TRAINING)\n";
-  if (set.exporterFolds)
-    out << set.exporterFolds << " initializer(s) are values onnxscript's optimizer folded: those made of constants "
-        << "stay fixed, one folded from a single module tensor (a transposed weight) trains in its place; export "
+  if (set.possiblyConstant)
+    out << set.possiblyConstant << " trained tensor(s) hold a single number (e.g. " << set.possiblyConstantExample
+        << "): an exporter's literal (a scale, an exponent) written as an initializer would train; hold such "
+        << "tensors fixed with --frozen NAME, or list the module's buffers (tools/cleave_onnx.py)\n";
+  if (set.mergesSplit)
+    out << set.mergesSplit << " parameter(s) that the exporter's optimizer merged by value (fresh LayerNorm "
+        << "weights, zero biases) train apart, each its own tensor as in the module\n";
+  if (set.foldedModuleTensors)
+    out << set.foldedModuleTensors << " initializer(s) folded from a module tensor and constants are held fixed (e.g. "
+        << set.foldedModuleExample << "): right for a buffer, but a parameter folded so does not train; export "
         << "with torch.onnx.export(..., dynamo=True, optimize=False) to train exactly the module's parameters\n";
 }
 
@@ -222,6 +235,8 @@ void printStep(const TrainFlags& flags, std::int64_t step, const runtime::StepRe
       line["trainable"] = trainableJson(*trainable);
     if (result.gradNorm)
       line["grad_norm"] = *result.gradNorm;
+    if (result.skipped)
+      line["skipped"] = true;
     if (!timing.is_null())
       line.update(timing);
     out << toJsonText(line) << "\n"; // one line per step
@@ -233,6 +248,8 @@ void printStep(const TrainFlags& flags, std::int64_t step, const runtime::StepRe
       out << ", lr " << result.lr;
     if (result.gradNorm)
       out << ", grad norm " << *result.gradNorm;
+    if (result.skipped)
+      out << ", skipped (not finite)";
     if (!timing.is_null())
       out << " (" << timing["seconds"].get<double>() * 1e3 << " ms"
           << (timing.contains("bubble") ? ", bubble " + std::to_string(timing["bubble"].get<double>()) : std::string())
@@ -362,11 +379,13 @@ struct StepLoop {
 };
 
 // Steps `first` to --steps (or --stop-after): rank 0 prints each; checkpoints as asked.
-Status runSteps(const TrainFlags& flags, std::int64_t first, StepLoop& loop, std::ostream& out) {
+Status runSteps(const TrainFlags& flags, std::int64_t first, StepLoop& loop, std::ostream& out, std::ostream& err) {
   const std::int64_t last = flags.checkpoints.lastStep(flags.steps);
+  std::int64_t skipped = 0;
   for (std::int64_t step = first; step < last; ++step) {
     auto started = std::chrono::steady_clock::now();
     CLEAVE_TRY(runtime::StepResult result, loop.step(step));
+    skipped += result.skipped;
     Json timing;
     if (flags.timing) {
       CLEAVE_TRY(timing, loop.timing(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()));
@@ -376,6 +395,8 @@ Status runSteps(const TrainFlags& flags, std::int64_t first, StepLoop& loop, std
     if (flags.checkpoints.after(step + 1, flags.steps))
       CLEAVE_CHECK(runtime::distributed::saveCheckpoint(flags.checkpoints, loop.comm, step + 1, loop.state, loop.identity));
   }
+  if (skipped && loop.comm.rank() == 0)
+    err << "skipped " << skipped << " of " << last - first << " step(s): loss or gradients not finite\n";
   return {};
 }
 
@@ -458,7 +479,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   StepLoop loop{*comms.world, trainer->trainingState(), identity, runtime::trainableSet(stageGraphs),
                 [&](std::int64_t step) { return trainer->step(data, step, schedule ? &*schedule : nullptr); },
                 [&](double) { return planStepTiming(*trainer, layout.pipelineRanks); }};
-  CLEAVE_CHECK(runSteps(flags, first, loop, out));
+  CLEAVE_CHECK(runSteps(flags, first, loop, out, err));
   reportTrained(layout, *trainer, err);
   if (flags.output.path.empty() || layout.replica() != 0) // the replicas' parameters are equal: the first's are written
     return {};
@@ -476,6 +497,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   CLEAVE_CHECK(runtime::loadBackendWing(flags.backend));
   at::manual_seed(flags.seed);
   flags.options.seed = flags.seed;
+  flags.options.nonFinite = flags.skipNonFinite ? runtime::NonFinitePolicy::Skip : runtime::NonFinitePolicy::Stop;
   if (!flags.betas.empty()) {
     flags.options.optimizer.beta1 = flags.betas[0];
     flags.options.optimizer.beta2 = flags.betas[1];
@@ -508,7 +530,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   StepLoop loop{*comm, trainer->trainingState(), identity, runtime::trainableSet({&modelGraph, 1}),
                 [&](std::int64_t step) { return trainer->step(data, step); },
                 [](double seconds) -> Expected<Json> { return Json{{"seconds", seconds}}; }};
-  CLEAVE_CHECK(runSteps(flags, first, loop, out));
+  CLEAVE_CHECK(runSteps(flags, first, loop, out, err));
   if (!outDir)
     return {};
   CLEAVE_TRY(ir::Graph trained, trainer->trainedGraph());

@@ -67,33 +67,14 @@ Status applyEntry(ir::GraphBuilder& builder) {
     builder.markFixed(name, *why); // a name the model lacks: folded away by its exporter
   }
   info.buffersListed = listed.get<bool>();
+  if (const auto untrainable = entry.find("untrainable"); untrainable != entry.end()) {
+    if (!untrainable->is_string())
+      return bad("'untrainable' must be a string");
+    info.untrainable = untrainable->get<std::string>();
+  }
   return {};
 }
 } // namespace
-
-ir::Fixed fixedByExporterNote(const ExporterTensorNote& note) {
-  if (note.kind == "BUFFER" || note.kind == "CONSTANT_TENSOR")
-    return ir::Fixed::Buffer;
-  if (note.foldedFrom.empty() || note.kind == "PARAMETER")
-    return ir::Fixed::Trains;
-  std::vector<std::string_view> sources;
-  std::string_view rest = note.foldedFrom;
-  while (!rest.empty()) { // "['a', 'b.c']": the quoted names
-    const std::size_t open = rest.find('\'');
-    const std::size_t close = open == std::string_view::npos ? open : rest.find('\'', open + 1);
-    if (close == std::string_view::npos)
-      break;
-    sources.push_back(rest.substr(open + 1, close - open - 1));
-    rest.remove_prefix(close + 1);
-  }
-  auto temporary = [](std::string_view name) { return name.starts_with("val_"); };
-  auto moduleTensor = [](std::string_view name) {
-    return name.find('.') != std::string_view::npos && name.find("lifted_tensor") == std::string_view::npos;
-  };
-  if (sources.empty() || std::any_of(sources.begin(), sources.end(), moduleTensor))
-    return ir::Fixed::Trains;
-  return sources.size() >= 2 || temporary(sources.front()) ? ir::Fixed::Folded : ir::Fixed::Trains;
-}
 
 Status applyFixedParameters(ir::GraphBuilder& builder, const FixedPatterns& patterns) {
   CLEAVE_CHECK(applyEntry(builder));
@@ -104,12 +85,19 @@ std::optional<std::string> fixedParametersEntry(const ir::Graph& graph) {
   std::map<std::string, std::string> fixed; // sorted: the same graph writes the same bytes
   for (std::uint32_t p = 0; p < graph.numParameters(); ++p) {
     const ir::Parameter& param = graph.parameter(ir::ParamId{p});
-    if (param.isBuffer() && param.fixed != ir::Fixed::Constant && param.fixed != ir::Fixed::RunningStatistic)
+    // A Constant node and a running statistic are found again by the nodes that hold and read
+    // them; a constant written as an initializer (the dynamo exporter's literal) is not.
+    const bool foundAgain = param.fixed == ir::Fixed::RunningStatistic ||
+                            (param.fixed == ir::Fixed::Constant && !param.sourceNode.empty());
+    if (param.isBuffer() && !foundAgain)
       fixed.emplace(param.name, std::string(ir::kFixedReasons.name(param.fixed)));
   }
-  if (fixed.empty() && !graph.modelInfo().buffersListed)
+  const ir::ModelInfo& info = graph.modelInfo();
+  if (fixed.empty() && !info.buffersListed && info.untrainable.empty())
     return std::nullopt;
-  Json entry = {{"version", 1}, {"buffers_listed", graph.modelInfo().buffersListed}, {"fixed", Json(fixed)}};
+  Json entry = {{"version", 1}, {"buffers_listed", info.buffersListed}, {"fixed", Json(fixed)}};
+  if (!info.untrainable.empty())
+    entry["untrainable"] = info.untrainable;
   return entry.dump();
 }
 

@@ -3,6 +3,8 @@
 // ONNX does not tell a module's parameters from its registered buffers: both are initializers. A
 // model's metadata entry `cleave.fixed_parameters` does (docs/distributed.md, "What trains"):
 //   {"version": 1, "buffers_listed": true, "fixed": {"rope.inv_freq": "buffer", ...}}
+// and, for a model whose merged parameters could not be told apart (ir::ModelInfo::untrainable),
+// "untrainable": the reason training refuses it.
 // with a reason of ir::kFixedReasons for each tensor held fixed. tools/cleave_onnx.py writes it
 // from the PyTorch module (named_buffers, parameters with requires_grad=False) beside an export;
 // cleave writes it into every model it writes (the stages of a plan, a split's submodules), so
@@ -14,8 +16,8 @@
 // Guarantees: reading marks each listed tensor that the model has (a listed name it lacks is
 // skipped: an exporter may fold a buffer away) and keeps a reason already known (a Constant stays
 // one); writing lists every fixed tensor by name in sorted order (the same graph gives the same
-// bytes), except Constants and running statistics, which reading finds again by the nodes that
-// hold and read them.
+// bytes), except Constant nodes and running statistics, which reading finds again by the nodes
+// that hold and read them (a constant written as an initializer is listed).
 // Complexity: linear in the entry's size and the graph's parameters.
 #pragma once
 
@@ -32,26 +34,8 @@ namespace cleave::io {
 
 inline constexpr std::string_view kFixedParametersKey = "cleave.fixed_parameters";
 
-// What torch.onnx's exporter (dynamo=True) writes on an initializer's value_info (IR 10's
-// metadata_props): the ExportedProgram signature's kind
-// (`pkg.torch.export.graph_signature.InputSpec.kind`: PARAMETER, BUFFER or CONSTANT_TENSOR) and,
-// for a value onnxscript's optimizer folded, the values it came from
-// (`pkg.onnxscript.optimizer.folded_from`, a Python list's text).
-inline constexpr std::string_view kExportedKindKey = "pkg.torch.export.graph_signature.InputSpec.kind";
-inline constexpr std::string_view kFoldedFromKey = "pkg.onnxscript.optimizer.folded_from";
-struct ExporterTensorNote {
-  std::string_view kind, foldedFrom;
-};
-
-// Why training holds such an initializer fixed, or Fixed::Trains:
-//  - a BUFFER or CONSTANT_TENSOR is a buffer;
-//  - a fold is folded when it came from no module tensor: each of its sources is an exporter's
-//    temporary (`val_N`), an FX node (a name without a dot) or a lifted constant
-//    (`...lifted_tensor_N`), and there are several or the one is a temporary. A fold of a module
-//    tensor (a dotted name: a weight the optimizer transposed) or of one undotted name (it may
-//    be a top-level parameter) trains as the tensor it stands for, as elementwise optimizers
-//    train a transposed weight alike.
-ir::Fixed fixedByExporterNote(const ExporterTensorNote& note);
+// What torch.onnx's dynamo exporter notes (the signature's kinds, folds, merged parameters) is
+// read by io/exporter_signature.h.
 
 // Applies the model's own entry (in builder.modelInfo().metadata), if any: marks its tensors and
 // sets ModelInfo::buffersListed; then `patterns` freeze the floating tensors that still train

@@ -25,6 +25,7 @@
 #include "base/file_io.h"
 #include "base/isolated_call.h"
 #include "base/mapped_file.h"
+#include "io/exporter_signature.h"
 #include "io/fixed_batch.h"
 #include "io/fixed_parameters.h"
 #include "io/onnx.h"
@@ -79,7 +80,7 @@ enum Opset : std::uint32_t { kOpsetDomain = 1, kOpsetVersion = 2 };
 enum Graph : std::uint32_t { kNode = 1, kGraphName = 2, kInitializer = 5, kInput = 11, kOutput = 12,
                              kValueInfo = 13, kSparseInitializer = 15 };
 enum Node : std::uint32_t { kNodeInput = 1, kNodeOutput = 2, kNodeName = 3, kOpType = 4,
-                            kAttribute = 5, kDomain = 7 };
+                            kAttribute = 5, kDomain = 7, kNodeMetadata = 9 };
 enum Tensor : std::uint32_t { kDims = 1, kDataType = 2, kFloatData = 4, kInt32Data = 5,
                               kStringData = 6, kInt64Data = 7, kTensorName = 8, kRawData = 9,
                               kDoubleData = 10, kUint64Data = 11, kExternalData = 13,
@@ -233,6 +234,9 @@ private:
                         std::unordered_set<std::string_view>& initializerInputs);
   Status addInput(std::string_view valueInfo, const std::unordered_set<std::string_view>& initializers);
   Status applyExporterNotes();
+  Status noteExporterNodes();
+  void addMergedParameterCopies();
+  void addTiedFolds();
   Status addNode(std::string_view node, std::size_t index);
   Expected<bool> addAsParameter(const ir::NodeSpec& spec);
   Status fillTypeOf(std::string_view valueName, ir::ValueType& type);
@@ -247,6 +251,7 @@ private:
   std::string_view graphBytes_;
   GraphSpans spans_;
   DeclaredTypes declared_;
+  ExporterSignature signature_;
   ir::NodeSpec spec_;        // reused for every node: its strings and vectors keep their capacity
   // Whether the model imports ai.onnx; one that does not (an optimizer of
   // ai.onnx.preview.training alone) may have no node in that domain.
@@ -672,10 +677,10 @@ Status OnnxScanner::locateInitializerData(InitializerFields& fields, std::string
   return {};
 }
 
-// The notes torch.onnx's exporter leaves on initializers' value_info (io/fixed_parameters.h):
-// buffers and the optimizer's folds of constants are held fixed, as the module holds them.
+// The notes torch.onnx's dynamo exporter leaves on initializers' value_info and, with the
+// program's signature, on nodes (io/exporter_signature.h): which initializers train, and which
+// nodes read a parameter's own copy where the optimizer merged parameters of equal value.
 Status OnnxScanner::applyExporterNotes() {
-  std::uint32_t folds = 0;
   for (std::string_view info : spans_.valueInfos) {
     std::string_view name;
     ExporterTensorNote note;
@@ -690,21 +695,124 @@ Status OnnxScanner::applyExporterNotes() {
           note.kind = value;
         else if (key == kFoldedFromKey)
           note.foldedFrom = value;
+        else if (key == kOriginalNodeNameKey)
+          note.originalName = value;
       }
       return true;
     });
     if (!ok)
       return corrupt("a value_info entry");
-    if (note.kind.empty() && note.foldedFrom.empty())
-      continue;
-    // The exporter wrote the program's signature: its buffers are listed.
-    builder_.modelInfo().buffersListed = builder_.modelInfo().buffersListed || !note.kind.empty();
-    // markFixed with Trains changes nothing; it says whether `name` is an initializer.
-    const bool initializer = builder_.markFixed(name, fixedByExporterNote(note));
-    folds += initializer && !note.foldedFrom.empty();
+    if (!note.kind.empty() || !note.foldedFrom.empty())
+      signature_.noteInitializer(name, note);
   }
-  builder_.modelInfo().exporterFolds = folds;
+  if (signature_.carriesSignature())
+    CLEAVE_CHECK(noteExporterNodes());
+  std::vector<std::pair<std::string_view, bool>> initializers;
+  for (const ir::Parameter& param : builder_.parameters())
+    initializers.emplace_back(param.name, ir::isFloating(param.dtype));
+  signature_.resolve(initializers);
+  ir::ModelInfo& info = builder_.modelInfo();
+  // The exporter wrote the program's signature: its buffers are listed.
+  info.buffersListed = info.buffersListed || signature_.carriesSignature();
+  for (const auto& [name, floating] : initializers)
+    builder_.markFixed(name, signature_.fixedReason(name)); // Trains changes nothing
+  info.exporterFolds = signature_.folds();
+  info.exporterMergesSplit = static_cast<std::uint32_t>(signature_.copies().size());
+  info.foldedModuleTensors = signature_.foldedModuleTensors();
+  info.foldedModuleExample = signature_.foldedModuleExample();
+  if (signature_.untrainable())
+    info.untrainable = *signature_.untrainable();
   return {};
+}
+
+// Each node's inputs and exporter notes, for ExporterSignature to pair merged parameters.
+Status OnnxScanner::noteExporterNodes() {
+  for (std::size_t i = 0; i < spans_.nodes.size(); ++i) {
+    ExporterNodeNote note;
+    bool ok = forEachField(spans_.nodes[i], [&](std::uint32_t number, WireType type, WireReader& r, bool& fine) {
+      std::string_view text, key, value;
+      switch (number) {
+      case field::kNodeInput: fine = readText(type, r, note.inputs.emplace_back()); return true;
+      case field::kNodeName: fine = readText(type, r, note.name); return true;
+      case field::kNodeMetadata:
+        if ((fine = readText(type, r, text) && readKeyValue(text, key, value))) {
+          if (key == kFxNodeKey)
+            note.fxNode = value;
+          else if (key == kNameScopesKey)
+            note.nameScopes = value;
+        }
+        return true;
+      default: return false;
+      }
+    });
+    if (!ok)
+      return corrupt("node " + std::to_string(i));
+    signature_.noteNode(i, note);
+  }
+  return {};
+}
+
+// A tied fold (ExporterSignature::ties) computed again from its parameter: Transpose(source),
+// after checking that the fold is the source's transpose (by shape, and by value where the two
+// are square and in the model file); anything else stops training instead.
+void OnnxScanner::addTiedFolds() {
+  const auto params = builder_.parameters();
+  auto find = [&](const std::string& name) {
+    return std::find_if(params.begin(), params.end(), [&](const ir::Parameter& p) { return p.name == name; });
+  };
+  for (const ExporterSignature::Tie& tie : signature_.ties()) {
+    const ir::Parameter& fold = *find(tie.fold);
+    const ir::Parameter& source = *find(tie.source);
+    bool transposed = fold.dims.size() == 2 && source.dims.size() == 2 && fold.dtype == source.dtype &&
+                      fold.dims[0] == source.dims[1] && fold.dims[1] == source.dims[0];
+    if (transposed && fold.dims[0] == fold.dims[1]) { // square: only the values tell
+      const bool inFile = fold.data.source == ir::ParameterData::Source::ModelFile &&
+                          source.data.source == ir::ParameterData::Source::ModelFile;
+      const std::size_t n = static_cast<std::size_t>(fold.dims[0]), element = static_cast<std::size_t>(fold.bytes) / (n * n);
+      const char* a = inFile ? file_->bytes().data() + fold.data.offset : nullptr;
+      const char* b = inFile ? file_->bytes().data() + source.data.offset : nullptr;
+      for (std::size_t i = 0; inFile && transposed && i < n; ++i)
+        for (std::size_t j = 0; transposed && j < n; ++j)
+          transposed = std::memcmp(a + (i * n + j) * element, b + (j * n + i) * element, element) == 0;
+      transposed = transposed && inFile;
+    }
+    ir::NodeSpec node;
+    node.name = "cleave_tie_" + tie.fold;
+    node.outputs = {{tie.value, ir::ValueType::tensor(fold.dtype, fold.dims)}};
+    if (transposed) {
+      node.opType = "Transpose";
+      node.inputs = {tie.source};
+      ir::Attribute perm;
+      perm.name = "perm";
+      perm.kind = ir::AttrKind::Ints;
+      perm.ints = {1, 0};
+      node.attributes.push_back(std::move(perm));
+    } else { // the model as exported: the fold's readers read it
+      node.opType = "Identity";
+      node.inputs = {tie.fold};
+      signature_.refuseTraining("'" + tie.fold + "', folded from parameter '" + tie.source +
+                                "', is not its transpose, and the graph reads both");
+    }
+    builder_.addNode(node);
+  }
+  if (signature_.untrainable() && builder_.modelInfo().untrainable.empty())
+    builder_.modelInfo().untrainable = *signature_.untrainable();
+}
+
+// The copies ExporterSignature made of merged parameters: the same bytes, each under the name of
+// the parameter it stands for.
+void OnnxScanner::addMergedParameterCopies() {
+  for (const auto& [source, name] : signature_.copies()) {
+    const auto params = builder_.parameters();
+    auto found = std::find_if(params.begin(), params.end(), [&](const ir::Parameter& p) { return p.name == source; });
+    ir::Parameter copy = *found;
+    copy.name = name;
+    copy.aliasOf.clear();
+    copy.sourceNode.clear();
+    copy.sourceAttributes.clear();
+    const ir::ValueType type = ir::ValueType::tensor(copy.dtype, copy.dims);
+    builder_.addParameter(std::move(copy), type);
+  }
 }
 
 Status OnnxScanner::addInput(std::string_view valueInfo,
@@ -812,6 +920,9 @@ Status OnnxScanner::addNode(std::string_view nodeBytes, std::size_t index) {
     return corrupt("node " + std::to_string(index) + (spec.name.empty() ? "" : " ('" + spec.name + "')"));
   if (spec.opType.empty())
     return Error(ErrorCode::ParseError) << "node '" << spec.name << "' has no op_type";
+  if (const auto* rewrites = signature_.rewritesOf(index))
+    for (const auto& [operand, copy] : *rewrites)
+      spec.inputs[operand] = copy; // a merged parameter's own copy (io/exporter_signature.h)
   spec.scope = scopeFromNodeName(spec.name);
   std::string displayName = spec.name.empty() ? spec.opType : spec.name;
   for (std::size_t i = 0; i < spec.outputs.size(); ++i) {
@@ -939,6 +1050,8 @@ Expected<ir::GraphBuilder> OnnxScanner::scan() {
     CLEAVE_CHECK(addInput(input, initializerInputs));
   for (std::size_t i = 0; i < spans_.nodes.size(); ++i)
     CLEAVE_CHECK(addNode(spans_.nodes[i], i));
+  addMergedParameterCopies();
+  addTiedFolds();
   std::vector<std::string> outputs;
   for (std::string_view output : spans_.outputs) {
     std::string_view name, type;

@@ -14,6 +14,7 @@
 
 #include "base/file_io.h"
 #include "gen/families.h"
+#include "io/exporter_signature.h"
 #include "io/fixed_batch.h"
 #include "io/fixed_parameters.h"
 #include "io/model_loader.h"
@@ -479,9 +480,121 @@ TEST_F(OnnxTest, TheDynamoExportersNotesHoldBuffersAndFoldedConstantsFixed) {
   EXPECT_EQ(fixedOf("triu"), ir::Fixed::Folded);
   EXPECT_EQ(fixedOf("val_25"), ir::Fixed::Trains); // a transposed weight trains in its place
   EXPECT_EQ(fixedOf("val_26"), ir::Fixed::Folded);
-  EXPECT_EQ(fixedOf("unnoted"), ir::Fixed::Trains);
+  // With the signature noted, an initializer without notes is the optimizer's literal.
+  EXPECT_EQ(fixedOf("unnoted"), ir::Fixed::Constant);
   EXPECT_TRUE(read->modelInfo().buffersListed); // the exporter wrote the program's signature
   EXPECT_EQ(read->modelInfo().exporterFolds, 3u);
+  EXPECT_EQ(read->modelInfo().foldedModuleTensors, 1u); // triu, from 'full'
+  // Written and read again, the literal stays fixed (the written model lists it).
+  const std::string written = path("dynamo_written.onnx");
+  ASSERT_TRUE(writeOnnx(*read, written));
+  Expected<ir::Graph> again = readOnnx(written);
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_EQ(again->parameter(again->parameters(again->findNode("unnoted"))[0]).fixed, ir::Fixed::Constant);
+}
+
+namespace {
+void noteOn(google::protobuf::Message& message, int field, const std::string& key, const std::string& value) {
+  onnx::StringStringEntryProto entry;
+  entry.set_key(key);
+  entry.set_value(value);
+  message.GetReflection()->MutableUnknownFields(&message)->AddLengthDelimited(field, entry.SerializeAsString());
+}
+
+// A dynamo export's LayerNormalization of FX node `fx` whose scale and bias inputs are the
+// initializers `scale` and `bias` (merged), its placeholders `p_<module>_weight`, `p_<module>_bias`.
+void addNotedLayerNorm(onnx::GraphProto& graph, const std::string& fx, const std::string& module,
+                       const std::string& scale, const std::string& bias) {
+  onnx::NodeProto* node = graph.add_node();
+  node->set_op_type("LayerNormalization");
+  node->set_name("node_" + fx);
+  node->add_input("x");
+  node->add_input(scale);
+  node->add_input(bias);
+  node->add_output(fx);
+  std::string spelled = module;
+  std::replace(spelled.begin(), spelled.end(), '.', '_');
+  noteOn(*node, 9, "pkg.torch.onnx.fx_node",
+         "%" + fx + " : [num_users=1] = call_function[target=torch.ops.aten.layer_norm.default](args = (%x, [2], %p_" +
+             spelled + "_weight, %p_" + spelled + "_bias, 1e-05), kwargs = {})");
+  noteOn(*node, 9, "pkg.torch.onnx.name_scopes", "['', '" + module + "', 'layer_norm']");
+}
+
+onnx::ModelProto mergedLayerNorms(bool notedNodes) {
+  onnx::ModelProto model;
+  model.set_ir_version(10);
+  model.add_opset_import()->set_version(20);
+  onnx::GraphProto* graph = model.mutable_graph();
+  graph->set_name("g");
+  auto declare = [](onnx::ValueInfoProto* info, const std::string& name) {
+    info->set_name(name);
+    auto* tensor = info->mutable_type()->mutable_tensor_type();
+    tensor->set_elem_type(onnx::TensorProto::FLOAT);
+    tensor->mutable_shape()->add_dim()->set_dim_value(2);
+  };
+  declare(graph->add_input(), "x");
+  for (const auto& [name, value] : {std::pair<std::string, float>{"ln_a.weight", 1.0f}, {"ln_a.bias", 0.0f}}) {
+    onnx::TensorProto* init = graph->add_initializer();
+    init->set_name(name);
+    init->set_data_type(onnx::TensorProto::FLOAT);
+    init->add_dims(2);
+    init->add_float_data(value);
+    init->add_float_data(value);
+    onnx::ValueInfoProto* info = graph->add_value_info();
+    info->set_name(name);
+    noteOn(*info, 4, "pkg.torch.export.graph_signature.InputSpec.kind", "PARAMETER");
+    noteOn(*info, 4, "pkg.torch.onnx.original_node_name", name == "ln_a.weight" ? "p_ln_a_weight" : "p_ln_a_bias");
+  }
+  // ln_b's and blocks.0.ln's weight and bias were merged into ln_a's.
+  addNotedLayerNorm(*graph, "layer_norm", "ln_a", "ln_a.weight", "ln_a.bias");
+  addNotedLayerNorm(*graph, "layer_norm_1", "ln_b", "ln_a.weight", "ln_a.bias");
+  addNotedLayerNorm(*graph, "layer_norm_2", "blocks.0.ln", "ln_a.weight", "ln_a.bias");
+  if (!notedNodes) // a node without notes reads a merged tensor: nothing says whose it is
+    graph->mutable_node(2)->GetReflection()->MutableUnknownFields(graph->mutable_node(2))->Clear();
+  for (const char* out : {"layer_norm", "layer_norm_1", "layer_norm_2"})
+    declare(graph->add_output(), out);
+  return model;
+}
+} // namespace
+
+// The dynamo exporter's optimizer merges parameters of equal value (every fresh LayerNorm's
+// weight of ones): each is given its own tensor again, named by its module path, read by exactly
+// the nodes whose FX node names its placeholder; a node without notes leaves it untrainable.
+TEST_F(OnnxTest, MergedParametersOfADynamoExportTrainApart) {
+  Expected<ir::Graph> read = readOnnx(save(mergedLayerNorms(true), "merged.onnx"));
+  ASSERT_TRUE(read) << read.error().message();
+  EXPECT_EQ(read->modelInfo().exporterMergesSplit, 4u);
+  EXPECT_TRUE(read->modelInfo().untrainable.empty()) << read->modelInfo().untrainable;
+  auto readsOf = [&](const char* node) {
+    std::vector<std::string> names;
+    for (ir::ValueId value : read->inputs(read->findNode(node)))
+      names.emplace_back(read->valueName(value));
+    return names;
+  };
+  EXPECT_EQ(readsOf("node_layer_norm"), (std::vector<std::string>{"x", "ln_a.weight", "ln_a.bias"}));
+  EXPECT_EQ(readsOf("node_layer_norm_1"), (std::vector<std::string>{"x", "ln_b.weight", "ln_b.bias"}));
+  EXPECT_EQ(readsOf("node_layer_norm_2"), (std::vector<std::string>{"x", "blocks.0.ln.weight", "blocks.0.ln.bias"}));
+  const ir::Parameter& copy = read->parameter(read->parameters(read->findNode("blocks.0.ln.weight"))[0]);
+  EXPECT_EQ(copy.fixed, ir::Fixed::Trains);
+  EXPECT_EQ(copy.data, read->parameter(read->parameters(read->findNode("ln_a.weight"))[0]).data); // same bytes
+
+  Expected<ir::Graph> unnoted = readOnnx(save(mergedLayerNorms(false), "merged_unnoted.onnx"));
+  ASSERT_TRUE(unnoted) << unnoted.error().message();
+  EXPECT_EQ(unnoted->modelInfo().exporterMergesSplit, 0u);
+  EXPECT_NE(unnoted->modelInfo().untrainable.find("ln_a.weight"), std::string::npos) << unnoted->modelInfo().untrainable;
+  // The reason survives a write (a plan's stages): training the stages refuses too.
+  const std::string written = path("merged_written.onnx");
+  ASSERT_TRUE(writeOnnx(*unnoted, written));
+  Expected<ir::Graph> again = readOnnx(written);
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_EQ(again->modelInfo().untrainable, unnoted->modelInfo().untrainable);
+}
+
+TEST(ExporterSignature, PlaceholdersNameTheirModulePaths) {
+  EXPECT_EQ(parameterNameOfPlaceholder("p_blocks_0_ln1_weight", "['', 'blocks.0', 'blocks.0.ln1', 'layer_norm']"),
+            "blocks.0.ln1.weight");
+  EXPECT_EQ(parameterNameOfPlaceholder("p_gain", "['', 'mul']"), "gain");
+  EXPECT_EQ(parameterNameOfPlaceholder("p_other_weight", "['', 'blocks.0']"), "other_weight");
 }
 
 TEST_F(OnnxTest, SubgraphCapturesBecomeImplicitInputs) {

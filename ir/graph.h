@@ -123,8 +123,16 @@ struct ModelInfo {
   // cleave.fixed_parameters list); otherwise the default rule decides (io/fixed_parameters.h).
   bool buffersListed = false;
   // Initializers that onnxscript's optimizer folded (an optimized torch.onnx dynamo export):
-  // some may stand for parameters in another form (io/fixed_parameters.h).
+  // some may stand for parameters in another form (io/exporter_signature.h).
   std::uint32_t exporterFolds = 0;
+  // Of those, folds of several sources one of which names a module tensor (held fixed), the
+  // first by name; and the parameters the optimizer had merged by value that reading gave their
+  // own tensors again.
+  std::uint32_t foldedModuleTensors = 0, exporterMergesSplit = 0;
+  std::string foldedModuleExample;
+  // Why the model cannot train as its module would (merged parameters its notes cannot tell
+  // apart); empty when it can. Kept in the models cleave writes (io/fixed_parameters.h).
+  std::string untrainable;
 };
 
 // A dimension in the flat dims array: extent >= 0, or a symbol id (0 = unnamed unknown).

@@ -712,6 +712,7 @@ Expected<std::unique_ptr<PipelineTrainer>> PipelineTrainer::create(const std::st
   s.options = options;
   s.backends = std::make_unique<PlanBackends>(backend, backend, Optimizations{});
   CLEAVE_CHECK(s.loadPlan(planDir, placement));
+  CLEAVE_CHECK(checkTrainableAsExported(trainer->stageGraphs()));
   std::vector<at::Tensor> params;
   for (int i = 0; i < static_cast<int>(s.stages.size()); ++i) {
     if (!s.own(i))
@@ -935,17 +936,17 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   s.timing.rankPeakStepBytes[static_cast<std::size_t>(s.rank)] =
       static_cast<double>(std::max(s.stepPeakBytes, hostMemoryStats().peakBytesInUse) - bytesAtStart);
   CLEAVE_CHECK(s.reduceTiedGradients());
+  // Every rank learns the loss and the gradients' norm before any updates, so all skip or stop
+  // at the same step (finishStep).
   StepResult result;
-  if (s.options.clipGradNorm) {
-    CLEAVE_TRY(result.gradNorm, s.globalGradientNorm());
-  }
-  result.lr = updateParameters(*s.optimizer, s.options, stepIndex, result.gradNorm.value_or(0.0));
   at::Tensor loss = at::full({1}, lossSum, at::kDouble);
   CLEAVE_CHECK(s.comm->allReduceSum(loss));
   if (s.replicas)
     CLEAVE_CHECK(s.replicas->allReduceSum(loss));
-  s.timing.stepSeconds = secondsSince(started);
   result.loss = loss.item<double>();
+  CLEAVE_TRY(const double gradNorm, s.globalGradientNorm());
+  CLEAVE_CHECK(finishStep(*s.optimizer, s.options, stepIndex, gradNorm, result));
+  s.timing.stepSeconds = secondsSince(started);
   return result;
 }
 

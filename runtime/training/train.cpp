@@ -7,10 +7,12 @@
 #include "ir/extract.h"
 #include "runtime/engine/executor.h"
 #include "runtime/model/microbatch.h"
+#include "runtime/training/trainable_set.h"
 #include "base/strings.h"
 
 #include <cmath>
 #include <mutex>
+#include <sstream>
 
 namespace cleave::runtime {
 
@@ -94,6 +96,35 @@ double squaredGradientNorm(const std::vector<at::Tensor>& params) {
   return sum;
 }
 
+Expected<bool> skipNonFiniteStep(const TrainOptions& options, std::int64_t stepIndex, double loss, double gradNorm) {
+  if (std::isfinite(loss) && std::isfinite(gradNorm))
+    return false;
+  if (options.nonFinite == NonFinitePolicy::Skip)
+    return true;
+  std::ostringstream what;
+  if (!std::isfinite(loss))
+    what << "the loss is " << loss;
+  else
+    what << "the gradients' norm is " << gradNorm << " (the loss " << loss << ")";
+  return Error(ErrorCode::InvalidArgument) << "step " << stepIndex + 1 << ": " << what.str()
+                                           << ": the run stops before this step changes any parameter, and writes "
+                                              "nothing (--skip-nonfinite skips such steps instead)";
+}
+
+Status finishStep(torch::optim::Optimizer& optimizer, const TrainOptions& options, std::int64_t stepIndex,
+                  double gradNorm, StepResult& result) {
+  CLEAVE_TRY(result.skipped, skipNonFiniteStep(options, stepIndex, result.loss, gradNorm));
+  if (options.clipGradNorm)
+    result.gradNorm = gradNorm;
+  if (!result.skipped) {
+    result.lr = updateParameters(optimizer, options, stepIndex, gradNorm);
+    return {};
+  }
+  clearGradients(optimizer);
+  result.lr = options.optimizer.lr * options.lrSchedule.factor(stepIndex);
+  return {};
+}
+
 double updateParameters(torch::optim::Optimizer& optimizer, const TrainOptions& options, std::int64_t stepIndex,
                         double gradNorm) {
   if (options.clipGradNorm) {
@@ -131,6 +162,8 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(std::shared_ptr<const ir::Gra
   State& s = *trainer->state_;
   s.graph = std::move(graph);
   s.options = options;
+  const ir::Graph* model = s.graph.get();
+  CLEAVE_CHECK(checkTrainableAsExported({&model, 1}));
   CLEAVE_TRY(s.lossName, lossOutput(*s.graph, options.loss));
   CLEAVE_TRY(s.executor, backend.lowerTrainable(s.graph));
   s.executor->setSelectiveRecompute(options.recompute == Recompute::Selective);
@@ -182,13 +215,10 @@ Expected<StepResult> Trainer::step(const TensorMap& data, std::int64_t stepIndex
     total += share.item<double>();
   }
   StepResult result{total, 0.0, std::nullopt};
-  if (s.options.clipGradNorm) {
-    std::vector<at::Tensor> params;
-    for (auto& entry : s.executor->trainableParameters())
-      params.push_back(entry.second);
-    result.gradNorm = std::sqrt(squaredGradientNorm(params));
-  }
-  result.lr = updateParameters(*s.optimizer, s.options, stepIndex, result.gradNorm.value_or(0.0));
+  std::vector<at::Tensor> params;
+  for (auto& entry : s.executor->trainableParameters())
+    params.push_back(entry.second);
+  CLEAVE_CHECK(finishStep(*s.optimizer, s.options, stepIndex, std::sqrt(squaredGradientNorm(params)), result));
   return result;
 }
 

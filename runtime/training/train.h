@@ -61,6 +61,13 @@ inline constexpr auto kPrecisions = enumTable<Precision>({{Precision::Fp32, "fp3
 using Recompute = pipeline::Recompute;
 using pipeline::kRecomputeKinds;
 
+// What a step does when its loss or its gradients' norm is not finite (NaN or infinite). Stop
+// (the default) fails that step before the optimizer changes anything: the run ends there, and
+// nothing is written over the last checkpoint or the output. Skip drops the step's gradients and
+// leaves every parameter and the optimizer's state as they were, as torch.amp's GradScaler skips
+// a step whose gradients hold inf or NaN; the learning-rate schedule advances all the same.
+enum class NonFinitePolicy : std::uint8_t { Stop, Skip };
+
 struct TrainOptions {
   std::int64_t batch = 1, microbatches = 1;
   std::string loss; // the output that is the loss; empty: the output named "loss", else the only scalar one
@@ -70,6 +77,7 @@ struct TrainOptions {
   Precision precision = Precision::Fp32;
   Recompute recompute = Recompute::None; // Stage: plans only
   std::uint64_t seed = 0; // --seed: dropout's draws (seedForward)
+  NonFinitePolicy nonFinite = NonFinitePolicy::Stop;
 };
 
 // Enters the forward's precision for `options` on `device` (autocast for bf16; nothing for fp32)
@@ -78,10 +86,18 @@ void enterForwardPrecision(std::optional<AutocastScope>& scope, const TrainOptio
 
 // What a step did: the batch's mean loss, the learning rate it stepped with, and (clipping) the
 // gradients' global L2 norm before clipping (what torch.nn.utils.clip_grad_norm_ returns).
+// `skipped`: the step's loss or gradients were not finite and NonFinitePolicy::Skip dropped it.
 struct StepResult {
   double loss = 0.0, lr = 0.0;
   std::optional<double> gradNorm;
+  bool skipped = false;
 };
+
+// After a step's backward, with its loss and its gradients' global norm (every rank holding the
+// same two): false when both are finite; true when Skip is to drop the step; InvalidArgument,
+// one line naming step `stepIndex` (counted from 0, named from 1) and what is not finite, under
+// Stop. O(1).
+Expected<bool> skipNonFiniteStep(const TrainOptions& options, std::int64_t stepIndex, double loss, double gradNorm);
 
 // Seeds the generators a forward draws from (forward_replay.h) for one forward: stage `stage` of microbatch `microbatch` of
 // step `step` draws the same dropout masks whichever rank runs it, however many ranks there are,
@@ -110,6 +126,11 @@ double squaredGradientNorm(const std::vector<at::Tensor>& params);
 // that rate.
 double updateParameters(torch::optim::Optimizer& optimizer, const TrainOptions& options, std::int64_t stepIndex,
                         double gradNorm);
+// The step's end once its loss and gradient norm are known: fails or skips a non-finite step as
+// options.nonFinite says (skipping drops the gradients and fills result.lr, result.skipped),
+// else updateParameters. result.gradNorm is set under options.clipGradNorm alone.
+Status finishStep(torch::optim::Optimizer& optimizer, const TrainOptions& options, std::int64_t stepIndex,
+                  double gradNorm, StepResult& result);
 
 // What training changes in `executor` (trainable): its trained tensors, then the running
 // statistics its forwards update (running_statistics.h), by name: what checkpoints and trained

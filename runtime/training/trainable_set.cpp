@@ -1,5 +1,6 @@
 #include "runtime/training/trainable_set.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -50,7 +51,12 @@ TrainableSet trainableSet(std::span<const ir::Graph* const> graphs) {
   for (const ir::Graph* graph : graphs) {
     addReaderScopes(*graph, readerScopes);
     set.defaultRule = set.defaultRule || !graph->modelInfo().buffersListed;
-    set.exporterFolds += graph->modelInfo().exporterFolds;
+    const ir::ModelInfo& info = graph->modelInfo();
+    set.exporterFolds += info.exporterFolds;
+    set.mergesSplit += info.exporterMergesSplit;
+    if (info.foldedModuleTensors && (set.foldedModuleTensors == 0 || info.foldedModuleExample < set.foldedModuleExample))
+      set.foldedModuleExample = info.foldedModuleExample;
+    set.foldedModuleTensors += info.foldedModuleTensors;
     for (ir::ParamId statistic : updatedRunningStatistics(*graph))
       updated.insert(graph->parameter(statistic).name);
     for (std::uint32_t p = 0; p < graph->numParameters(); ++p) {
@@ -60,6 +66,9 @@ TrainableSet trainableSet(std::span<const ir::Graph* const> graphs) {
       if (trains(*graph, ir::ParamId{p})) {
         ++set.trains;
         set.trainedBytes += param.bytes;
+        const bool scalar = std::all_of(param.dims.begin(), param.dims.end(), [](std::int64_t d) { return d <= 1; });
+        if (!info.buffersListed && scalar && (set.possiblyConstant++ == 0 || param.name < set.possiblyConstantExample))
+          set.possiblyConstantExample = param.name;
       } else if (param.isBuffer()) {
         ++set.fixed[param.fixed];
       } else {
@@ -70,6 +79,15 @@ TrainableSet trainableSet(std::span<const ir::Graph* const> graphs) {
   set.updated = static_cast<std::int64_t>(updated.size());
   countShared(readerScopes, set);
   return set;
+}
+
+Status checkTrainableAsExported(std::span<const ir::Graph* const> graphs) {
+  for (const ir::Graph* graph : graphs)
+    if (!graph->modelInfo().untrainable.empty())
+      return Error(ErrorCode::InvalidArgument)
+             << "the model cannot train as its module would: " << graph->modelInfo().untrainable
+             << "; export it with torch.onnx.export(..., dynamo=True, optimize=False)";
+  return {};
 }
 
 } // namespace cleave::runtime

@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 
+#include "base/expected.h"
 #include "ir/graph.h"
 
 namespace cleave::runtime {
@@ -35,8 +36,15 @@ struct TrainableSet {
   std::string sharedExample;
   std::int64_t sharedExampleScopes = 0;
   // Initializers onnxscript's optimizer folded (ModelInfo::exporterFolds): an optimized dynamo
-  // export, whose initializers are not exactly the module's parameters.
-  std::int64_t exporterFolds = 0;
+  // export, whose initializers are not exactly the module's parameters. Of those, folds of a
+  // module tensor with constants (held fixed: a buffer's slice, or a parameter that then does
+  // not train), the first by name; and the parameters it merged by value that train apart again.
+  std::int64_t exporterFolds = 0, foldedModuleTensors = 0, mergesSplit = 0;
+  std::string foldedModuleExample;
+  // Under the default rule, trained tensors of at most one element (a literal an exporter wrote
+  // as an initializer looks like this), the first by name.
+  std::int64_t possiblyConstant = 0;
+  std::string possiblyConstantExample;
 };
 
 // Whether `param` trains: it owns its storage, is floating and nothing holds it fixed (the one
@@ -44,5 +52,10 @@ struct TrainableSet {
 bool trains(const ir::Graph& graph, ir::ParamId param);
 
 TrainableSet trainableSet(std::span<const ir::Graph* const> graphs);
+
+// Fails (InvalidArgument, one line) when a graph cannot train as its module would: parameters
+// its exporter merged that reading could not tell apart (ir::ModelInfo::untrainable). Training
+// calls it before anything else, so the run stops before its first step.
+Status checkTrainableAsExported(std::span<const ir::Graph* const> graphs);
 
 } // namespace cleave::runtime
