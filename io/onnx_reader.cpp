@@ -756,12 +756,12 @@ Status OnnxScanner::noteExporterNodes() {
 // after checking that the fold is the source's transpose (by shape, and by value where the two
 // are square and in the model file); anything else stops training instead.
 void OnnxScanner::addTiedFolds() {
-  const auto params = builder_.parameters();
-  auto find = [&](const std::string& name) {
+  auto find = [&](const std::string& name) { // anew each time: adding nodes may move the parameters
+    const auto params = builder_.parameters();
     return std::find_if(params.begin(), params.end(), [&](const ir::Parameter& p) { return p.name == name; });
   };
   for (const ExporterSignature::Tie& tie : signature_.ties()) {
-    const ir::Parameter& fold = *find(tie.fold);
+    const ir::Parameter fold = *find(tie.fold);
     const ir::Parameter& source = *find(tie.source);
     bool transposed = fold.dims.size() == 2 && source.dims.size() == 2 && fold.dtype == source.dtype &&
                       fold.dims[0] == source.dims[1] && fold.dims[1] == source.dims[0];
@@ -802,14 +802,21 @@ void OnnxScanner::addTiedFolds() {
 // The copies ExporterSignature made of merged parameters: the same bytes, each under the name of
 // the parameter it stands for.
 void OnnxScanner::addMergedParameterCopies() {
+  if (signature_.copies().empty())
+    return;
+  std::unordered_map<std::string_view, std::size_t> indexOf; // initializers: added before, never moved in order
+  for (std::size_t i = 0; i < builder_.parameters().size(); ++i)
+    indexOf.emplace(builder_.parameters()[i].name, i);
+  std::vector<ir::Parameter> copies;
   for (const auto& [source, name] : signature_.copies()) {
-    const auto params = builder_.parameters();
-    auto found = std::find_if(params.begin(), params.end(), [&](const ir::Parameter& p) { return p.name == source; });
-    ir::Parameter copy = *found;
+    ir::Parameter copy = builder_.parameters()[indexOf.at(source)];
     copy.name = name;
     copy.aliasOf.clear();
     copy.sourceNode.clear();
     copy.sourceAttributes.clear();
+    copies.push_back(std::move(copy));
+  }
+  for (ir::Parameter& copy : copies) { // after the look-ups: adding moves the names they view
     const ir::ValueType type = ir::ValueType::tensor(copy.dtype, copy.dims);
     builder_.addParameter(std::move(copy), type);
   }

@@ -187,10 +187,10 @@ def export(module, inputs, path, way, training):
                 shapes = {name: {0: rows} for name in names}
                 if isinstance(module, WithLoss):  # forward(*args): torch.export names them all "args"
                     shapes = {"args": tuple(shapes.values())}
-            # For training, unoptimized (docs/distributed.md, "What trains"): onnxscript's optimizer
-            # may merge parameters of equal value into one initializer, which would train as one.
+            # The exporter's defaults, for training too (optimize=True): cleave holds its literals
+            # fixed and trains the parameters its optimizer merged apart (docs/distributed.md).
             torch.onnx.export(module, args, path, dynamo=True, input_names=names, dynamic_shapes=shapes,
-                              optimize=not training, verbose=False)
+                              verbose=False)
         else:
             axes = {name: {0: "batch"} for name in names} if batch == "dynamic" else None
             mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
@@ -547,8 +547,8 @@ def markdown(rows, seconds, zoo=()):
               "`lstm`, which also reads the final hidden state (RuntimeError: a broadcast of [1, 1, 2, 1] to "
               "[1, 2, 10, 8], torch 2.11); the TorchScript exporter exports it.",
               "- Training exports: TorchScript with `training=TrainingMode.TRAINING, do_constant_folding=False`; "
-              "dynamo with `optimize=False`, so that the initializers are the module's parameters and buffers "
-              "(docs/distributed.md, \"What trains\")."]
+              "dynamo with its defaults (`optimize=True`: literals written as initializers, parameters of equal "
+              "value merged, transposed weights folded; docs/distributed.md, \"What trains\")."]
     lines += zoo_markdown(zoo)
     return "\n".join(lines) + "\n"
 
