@@ -24,6 +24,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
+from exporters_test import torch_losses
 from testlib import TempDirTest, launch, main, run
 
 torch.set_num_threads(1)
@@ -99,14 +100,7 @@ def torch_training(kind, tokens, target):
     """torch.optim's losses and trained parameters, rows as `cleave train` takes them."""
     module = make_model()
     optimizer = make_optimizer(kind, [p for p in module.parameters() if p.requires_grad])
-    losses = []
-    for step in range(STEPS):
-        rows = slice(step * BATCH, (step + 1) * BATCH)
-        optimizer.zero_grad()
-        loss = module(tokens[rows], target[rows])
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = torch_losses(module, optimizer, tokens, target, BATCH, STEPS)
     return losses, dict(module.named_parameters(remove_duplicate=False))
 
 
