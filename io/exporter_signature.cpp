@@ -158,6 +158,8 @@ void ExporterSignature::pairGroup(const FxGroup& group,
   for (std::string_view placeholder : group.placeholders)
     if (placeholder.starts_with("p_") && std::find(matched.begin(), matched.end(), placeholder) == matched.end())
       open.push_back(placeholder);
+  if (open.empty())
+    return; // each leftover stands for a value the FX node reads (a fold of `clone(p)`), not a merge
   if (open.size() != leftover.size()) {
     fail("node '" + std::string(nodes_[group.parameterInputs.front().first].name) + "' reads '" +
          std::string(leftover.front()) + "', which the exporter's optimizer merged from a parameter its notes "

@@ -20,7 +20,8 @@
 //  - any other initializer is the exporter's literal: `constant`.
 // A merge is undone per FX node: its ONNX nodes' parameter inputs are matched to its placeholder
 // arguments by name (`original_node_name`, or `p_` + a fold's source); inputs left over are
-// paired with the placeholders left over, in order, when there are as many of each. Each
+// paired with the placeholders left over, in order, when there are as many of each (with no
+// placeholder left over, a leftover is a value the FX node computed, which the optimizer folded). Each
 // placeholder so paired gets its own copy of the tensor it was merged into (same bytes, its own
 // name: its module path from the node's scopes), read by exactly the nodes that read it. Where
 // the notes cannot say (a node without notes reads a merged tensor; leftovers that do not pair;
