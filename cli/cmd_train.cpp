@@ -178,8 +178,7 @@ Json trainableJson(const runtime::TrainableSet& set) {
   return {{"trains", set.trains}, {"trained_bytes", set.trainedBytes}, {"fixed", std::move(fixed)},
           {"integer", set.integer}, {"updated", set.updated}, {"rule", set.defaultRule ? "default" : "listed"},
           {"shared", set.shared}, {"exporter_folds", set.exporterFolds},
-          {"merged_split", set.mergesSplit}, {"folded_module_tensors", set.foldedModuleTensors},
-          {"possibly_constant", set.possiblyConstant}};
+          {"merged_split", set.mergesSplit}, {"possibly_constant", set.possiblyConstant}};
 }
 
 // "trains 9 tensors (1.2 MiB); holds 3 fixed: 2 folded, 1 buffer" (then how many running
@@ -217,10 +216,6 @@ void printTrainable(const runtime::TrainableSet& set, std::ostream& out) {
   if (set.mergesSplit)
     out << set.mergesSplit << " parameter(s) that the exporter's optimizer merged by value (fresh LayerNorm "
         << "weights, zero biases) train apart, each its own tensor as in the module\n";
-  if (set.foldedModuleTensors)
-    out << set.foldedModuleTensors << " initializer(s) folded from a module tensor and constants are held fixed (e.g. "
-        << set.foldedModuleExample << "): right for a buffer, but a parameter folded so does not train; export "
-        << "with torch.onnx.export(..., dynamo=True, optimize=False) to train exactly the module's parameters\n";
 }
 
 // `timing`: null, or the step's measurements (--timing). `trainable`: given with the first line

@@ -92,7 +92,8 @@ void ExporterSignature::noteNode(std::size_t index, const ExporterNodeNote& node
   nodeIndex_.push_back(index);
 }
 
-void ExporterSignature::decideFixed(std::string_view name, bool floating, Initializer& init) {
+void ExporterSignature::decideFixed(std::string_view name, bool floating, Initializer& init,
+                                     const std::unordered_set<std::string>& listedFixed) {
   const ExporterTensorNote& note = init.note;
   if (!note.kind.empty()) {
     init.fixed = note.kind == "PARAMETER" ? ir::Fixed::Trains : ir::Fixed::Buffer;
@@ -115,10 +116,18 @@ void ExporterSignature::decideFixed(std::string_view name, bool floating, Initia
   }
   if (!sources.empty()) {
     init.fixed = ir::Fixed::Folded;
-    auto moduleTensor = [](std::string_view source) { return !isTemporary(source) && !isLiftedConstant(source); };
-    if (floating && std::any_of(sources.begin(), sources.end(), moduleTensor) &&
-        (foldedModuleTensors_++ == 0 || name < foldedModuleExample_))
-      foldedModuleExample_ = std::string(name);
+    // Sources are the unoptimized graph's values: module tensors (dotted names), the exporter's
+    // constants and intermediate values named after FX nodes (`arange`).
+    auto knownBuffer = [&](std::string_view source) {
+      const std::string spelled = placeholderSpelling(source);
+      return placeholdersSeen_.count("b_" + spelled) || placeholdersSeen_.count("c_" + spelled) ||
+             listedFixed.count(std::string(source));
+    };
+    for (std::string_view source : sources)
+      if (floating && source.find('.') != std::string_view::npos && !isLiftedConstant(source) && !knownBuffer(source))
+        fail("'" + std::string(name) + "' was folded from '" + std::string(source) +
+             "' and constants, and nothing says whether that is a buffer or a parameter (which would then not "
+             "train; tools/cleave_onnx.py lists a module's buffers)");
     return;
   }
   // No note at all: the forward's literal, written as an initializer by the optimizer.
@@ -170,14 +179,16 @@ void ExporterSignature::pairGroup(const FxGroup& group,
     paired.emplace_back(std::string(open[i]), leftover[i]);
 }
 
-void ExporterSignature::resolve(const std::vector<std::pair<std::string_view, bool>>& initializers) {
+void ExporterSignature::resolve(const std::vector<std::pair<std::string_view, bool>>& initializers,
+                                 const std::unordered_set<std::string>& listedFixed) {
   for (const auto& [name, floating] : initializers) {
     auto noted = initializers_.find(name);
     if (!signature_ && noted == initializers_.end())
       continue; // without a signature, an initializer without notes trains as ever
     Initializer& init = noted != initializers_.end() ? noted->second : initializers_[std::string(name)];
+    init.initializer = true;
     if (signature_)
-      decideFixed(name, floating, init);
+      decideFixed(name, floating, init, listedFixed);
     else
       init.fixed = fixedByExporterNote(init.note);
     folds_ += !init.note.foldedFrom.empty();
@@ -256,14 +267,14 @@ void ExporterSignature::tieFoldsToTheirSources() {
   std::vector<std::pair<std::string, std::string>> folds; // (fold, source), in name order below
   for (auto& [name, init] : initializers_) {
     const std::vector<std::string_view> sources = quotedNames(init.note.foldedFrom);
-    if (init.note.kind.empty() && sources.size() == 1 && init.fixed == ir::Fixed::Trains)
+    if (init.initializer && init.note.kind.empty() && sources.size() == 1 && init.fixed == ir::Fixed::Trains)
       folds.emplace_back(name, std::string(sources[0]));
   }
   std::sort(folds.begin(), folds.end());
   std::unordered_map<std::string, std::size_t> foldsOfAbsent;
   for (const auto& [fold, source] : folds) {
     auto held = initializers_.find(source);
-    if (held != initializers_.end() && held->second.note.kind == "PARAMETER") {
+    if (held != initializers_.end() && held->second.initializer && held->second.note.kind == "PARAMETER") {
       ties_.push_back({fold, source, fold + "__of_" + source});
       Initializer& folded = initializers_.find(fold)->second;
       folded.fixed = ir::Fixed::Folded;

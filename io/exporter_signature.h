@@ -15,8 +15,11 @@
 //  - a fold of exactly one source trains in that source's place when the source is a parameter
 //    (its placeholder `p_...` is an argument of some node; without node notes, a dotted module
 //    name), is a buffer when the source is one (`b_...`, `c_...`), else `folded`;
-//  - a fold of several sources is `folded` (made of constants, or a tensor sliced or reshaped by
-//    constants: ExporterSignature::foldedModuleTensors counts those that name a module tensor);
+//  - a fold of several sources is `folded`: made of constants, or of a buffer sliced, gathered or
+//    compared with constants. A floating one with a source that names a module tensor (a dotted
+//    name) not known as a buffer (a `b_`/`c_` placeholder, or listed in the model's
+//    cleave.fixed_parameters) may be a parameter's gather (a position embedding at fixed
+//    positions), which would then not train: the notes cannot tell, so untrainable() says so;
 //  - any other initializer is the exporter's literal: `constant`.
 // A merge is undone per FX node: its ONNX nodes' parameter inputs are matched to its placeholder
 // arguments by name (`original_node_name`, or `p_` + a fold's source); inputs left over are
@@ -80,8 +83,10 @@ public:
   void noteNode(std::size_t index, const ExporterNodeNote& node);
 
   // Decides, once every note is in: each initializer's reason, the copies and the rewrites.
-  // `initializers`: the model's initializers (name and floating or not), in file order.
-  void resolve(const std::vector<std::pair<std::string_view, bool>>& initializers);
+  // `initializers`: the model's initializers (name and floating or not), in file order;
+  // `listedFixed`: the tensors the model's own cleave.fixed_parameters entry holds fixed.
+  void resolve(const std::vector<std::pair<std::string_view, bool>>& initializers,
+               const std::unordered_set<std::string>& listedFixed);
 
   // Why training holds initializer `name` fixed (Trains: it trains).
   ir::Fixed fixedReason(std::string_view name) const;
@@ -103,16 +108,13 @@ public:
   // Set when a merge cannot be undone from the notes: training must stop before its first step.
   const std::optional<std::string>& untrainable() const { return untrainable_; }
   std::uint32_t folds() const { return folds_; }
-  // Multi-source folds with a source that names a module tensor (held fixed: right for a buffer
-  // sliced by constants, wrong for a parameter), and the first by name.
-  std::uint32_t foldedModuleTensors() const { return foldedModuleTensors_; }
-  const std::string& foldedModuleExample() const { return foldedModuleExample_; }
 
 private:
   struct Initializer {
     ExporterTensorNote note;
     std::vector<std::string> identities; // the placeholders it may stand for (`p_a_b`, ...)
     ir::Fixed fixed = ir::Fixed::Trains;
+    bool initializer = false; // a value_info may note a value that no initializer holds
   };
   struct FxGroup { // the ONNX nodes of one FX node
     std::vector<std::string_view> placeholders;
@@ -120,7 +122,8 @@ private:
     std::string_view nameScopes;
   };
   const Initializer* candidate(std::string_view name) const;
-  void decideFixed(std::string_view name, bool floating, Initializer& init);
+  void decideFixed(std::string_view name, bool floating, Initializer& init,
+                   const std::unordered_set<std::string>& listedFixed);
   void pairGroup(const FxGroup& group, std::vector<std::pair<std::string, std::string_view>>& paired);
   void fail(std::string why);
   void tieFoldsToTheirSources();
@@ -139,8 +142,7 @@ private:
   std::vector<std::pair<std::string, std::string>> copies_;
   std::vector<Tie> ties_;
   std::optional<std::string> untrainable_;
-  std::uint32_t folds_ = 0, foldedModuleTensors_ = 0;
-  std::string foldedModuleExample_;
+  std::uint32_t folds_ = 0;
 };
 
 // "p_blocks_0_ln1_weight" with scopes "['', 'blocks.0', 'blocks.0.ln1', 'layer_norm']" ->

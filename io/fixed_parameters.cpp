@@ -76,6 +76,22 @@ Status applyEntry(ir::GraphBuilder& builder) {
 }
 } // namespace
 
+std::unordered_set<std::string> listedFixedTensors(const ir::ModelInfo& info) {
+  std::unordered_set<std::string> names;
+  for (const auto& [key, text] : info.metadata) {
+    if (key != kFixedParametersKey)
+      continue;
+    Expected<nlohmann::json> entry = parseJsonInput(text, kFixedParametersKey); // depth-checked
+    if (!entry || !entry->is_object())
+      continue;
+    const auto fixed = entry->find("fixed");
+    if (fixed != entry->end() && fixed->is_object())
+      for (const auto& item : fixed->items())
+        names.insert(item.key());
+  }
+  return names;
+}
+
 Status applyFixedParameters(ir::GraphBuilder& builder, const FixedPatterns& patterns) {
   CLEAVE_CHECK(applyEntry(builder));
   return applyPatterns(builder, patterns);

@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 
 #include "base/expected.h"
 #include "ir/builder.h"
@@ -43,6 +44,10 @@ inline constexpr std::string_view kFixedParametersKey = "cleave.fixed_parameters
 // key (not the schema above, an unknown reason), InvalidArgument (a pattern that matches no
 // floating tensor: a misspelt name would otherwise change nothing).
 Status applyFixedParameters(ir::GraphBuilder& builder, const FixedPatterns& patterns = {});
+
+// The names the model's own entry holds fixed (empty without one, or for an entry that is not
+// well formed: applyFixedParameters reports that).
+std::unordered_set<std::string> listedFixedTensors(const ir::ModelInfo& info);
 
 // The entry's value for `graph`; none when the graph neither lists its buffers nor holds any
 // tensor fixed but Constants and running statistics.

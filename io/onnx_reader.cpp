@@ -710,7 +710,7 @@ Status OnnxScanner::applyExporterNotes() {
   std::vector<std::pair<std::string_view, bool>> initializers;
   for (const ir::Parameter& param : builder_.parameters())
     initializers.emplace_back(param.name, ir::isFloating(param.dtype));
-  signature_.resolve(initializers);
+  signature_.resolve(initializers, listedFixedTensors(builder_.modelInfo()));
   ir::ModelInfo& info = builder_.modelInfo();
   // The exporter wrote the program's signature: its buffers are listed.
   info.buffersListed = info.buffersListed || signature_.carriesSignature();
@@ -718,8 +718,6 @@ Status OnnxScanner::applyExporterNotes() {
     builder_.markFixed(name, signature_.fixedReason(name)); // Trains changes nothing
   info.exporterFolds = signature_.folds();
   info.exporterMergesSplit = static_cast<std::uint32_t>(signature_.copies().size());
-  info.foldedModuleTensors = signature_.foldedModuleTensors();
-  info.foldedModuleExample = signature_.foldedModuleExample();
   if (signature_.untrainable())
     info.untrainable = *signature_.untrainable();
   return {};
@@ -753,8 +751,8 @@ Status OnnxScanner::noteExporterNodes() {
 }
 
 // A tied fold (ExporterSignature::ties) computed again from its parameter: Transpose(source),
-// after checking that the fold is the source's transpose (by shape, and by value where the two
-// are square and in the model file); anything else stops training instead.
+// after checking that the fold is the source's transpose (by value where both lie in the model
+// file, else by shape); anything else stops training instead. O(elements) per tie.
 void OnnxScanner::addTiedFolds() {
   auto find = [&](const std::string& name) { // anew each time: adding nodes may move the parameters
     const auto params = builder_.parameters();
@@ -765,16 +763,21 @@ void OnnxScanner::addTiedFolds() {
     const ir::Parameter& source = *find(tie.source);
     bool transposed = fold.dims.size() == 2 && source.dims.size() == 2 && fold.dtype == source.dtype &&
                       fold.dims[0] == source.dims[1] && fold.dims[1] == source.dims[0];
-    if (transposed && fold.dims[0] == fold.dims[1]) { // square: only the values tell
-      const bool inFile = fold.data.source == ir::ParameterData::Source::ModelFile &&
-                          source.data.source == ir::ParameterData::Source::ModelFile;
-      const std::size_t n = static_cast<std::size_t>(fold.dims[0]), element = static_cast<std::size_t>(fold.bytes) / (n * n);
-      const char* a = inFile ? file_->bytes().data() + fold.data.offset : nullptr;
-      const char* b = inFile ? file_->bytes().data() + source.data.offset : nullptr;
-      for (std::size_t i = 0; inFile && transposed && i < n; ++i)
-        for (std::size_t j = 0; transposed && j < n; ++j)
-          transposed = std::memcmp(a + (i * n + j) * element, b + (j * n + i) * element, element) == 0;
-      transposed = transposed && inFile;
+    // The values tell a transpose from a reshape to the reversed shape (and decide a square one);
+    // with the data outside the model file, the shape alone decides, unless square.
+    const bool inFile = fold.data.source == ir::ParameterData::Source::ModelFile &&
+                        source.data.source == ir::ParameterData::Source::ModelFile;
+    const std::size_t rows = transposed ? static_cast<std::size_t>(fold.dims[0]) : 0;
+    const std::size_t cols = transposed ? static_cast<std::size_t>(fold.dims[1]) : 0;
+    if (transposed && inFile && rows * cols > 0) {
+      const std::size_t element = static_cast<std::size_t>(fold.bytes) / (rows * cols);
+      const char* folded = file_->bytes().data() + fold.data.offset;
+      const char* original = file_->bytes().data() + source.data.offset;
+      for (std::size_t i = 0; transposed && i < rows; ++i)
+        for (std::size_t j = 0; transposed && j < cols; ++j)
+          transposed = std::memcmp(folded + (i * cols + j) * element, original + (j * rows + i) * element, element) == 0;
+    } else if (transposed && !inFile && rows == cols) {
+      transposed = false;
     }
     ir::NodeSpec node;
     node.name = "cleave_tie_" + tie.fold;

@@ -125,11 +125,8 @@ struct ModelInfo {
   // Initializers that onnxscript's optimizer folded (an optimized torch.onnx dynamo export):
   // some may stand for parameters in another form (io/exporter_signature.h).
   std::uint32_t exporterFolds = 0;
-  // Of those, folds of several sources one of which names a module tensor (held fixed), the
-  // first by name; and the parameters the optimizer had merged by value that reading gave their
-  // own tensors again.
-  std::uint32_t foldedModuleTensors = 0, exporterMergesSplit = 0;
-  std::string foldedModuleExample;
+  // The parameters the optimizer had merged by value that reading gave their own tensors again.
+  std::uint32_t exporterMergesSplit = 0;
   // Why the model cannot train as its module would (merged parameters its notes cannot tell
   // apart); empty when it can. Kept in the models cleave writes (io/fixed_parameters.h).
   std::string untrainable;

@@ -120,7 +120,9 @@ def fold_sources(path):
     return sources
 
 
-class DynamoTraining(TempDirTest):
+class TokenData(TempDirTest):
+    """ROWS rows of tokens and targets, in data.npz."""
+
     def setUp(self):
         super().setUp()
         g = torch.Generator().manual_seed(5)
@@ -129,6 +131,8 @@ class DynamoTraining(TempDirTest):
         self.data = os.path.join(self.tmp, "data.npz")
         np.savez(self.data, tokens=self.tokens.numpy(), target=self.target.numpy())
 
+
+class DynamoTraining(TokenData):
     def check_training(self, optimize, kind):
         way = f"optimize={optimize}, {kind}"
         model = os.path.join(self.tmp, f"model_{optimize}.onnx")
@@ -179,6 +183,38 @@ class DynamoTraining(TempDirTest):
 
     def test_unoptimized_export_adamw(self):
         self.check_training(False, "adamw")
+
+
+class PositionEmbedded(torch.nn.Module):
+    """GPT-2's learned positions at a fixed length: the optimizer folds `positions(arange(SEQ))`,
+    a parameter gathered by constants, into one initializer."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.positions = torch.nn.Embedding(VOCAB, WIDTH), torch.nn.Embedding(SEQ, WIDTH)
+        self.head = torch.nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, tokens, target):
+        logits = self.head(self.embed(tokens) + self.positions(torch.arange(SEQ)))
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), target.reshape(-1))
+
+
+class FoldedParameter(TokenData):
+    def test_a_parameter_folded_with_constants_is_refused_before_the_first_step(self):
+        torch.manual_seed(0)
+        model = os.path.join(self.tmp, "positions.onnx")
+        export(PositionEmbedded().train(), (self.tokens[:BATCH], self.target[:BATCH]), model)
+        out = os.path.join(self.tmp, "out")
+        code, stdout, err = run("train", model, "--data", self.data, "--batch", BATCH, "--steps", 1, "-o", out)
+        self.assertEqual(code, 1, err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertIn("was folded from 'positions.weight' and constants", err)
+        self.assertIn("optimize=False", err)
+        self.assertEqual(stdout, "")  # before the first step
+        self.assertFalse(os.path.exists(out))
+        # It still runs as exported.
+        code, _, err = run("run", model, "--inputs", self.data)
+        self.assertEqual(code, 0, err)
 
 
 class Overflowing(torch.nn.Module):

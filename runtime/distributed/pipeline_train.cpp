@@ -214,11 +214,13 @@ struct PipelineTrainer::State {
   // Recompute::Stage: the forward of microbatch m again, with autograd's graph, from the same
   // inputs and generator state (so dropout draws the same), before its backward.
   Status recomputeForward(int stage, StageRun& run);
-  // Collective: the L2 norm of every stage's gradients together, a tied parameter counted once
-  // (on its first holder: pytorch/pytorch#180952 counts every copy). Each stage's squared norm
-  // is summed on its rank, gathered into a per-stage vector (one non-zero per slot, so the
-  // all-reduce adds exactly) and summed in stage order: every rank count gives the same bits.
-  Expected<double> globalGradientNorm();
+  // Collective: the step's loss (its stage's, then summed over the replicas) into `loss`, and the
+  // L2 norm of every stage's gradients together, a tied parameter counted once (on its first
+  // holder: pytorch/pytorch#180952 counts every copy): the same two on every rank. Each stage's
+  // squared norm is summed on its rank, gathered with the loss into one vector (one non-zero per
+  // slot, so the all-reduce adds exactly) and summed in stage order: every rank count gives the
+  // same bits.
+  Expected<double> reduceLossAndGradientNorm(double lossSum, double& loss);
 };
 
 // How many compute actions ahead a rank posts its receives: pipeline/nccl_streams.h's (the
@@ -680,8 +682,10 @@ Status PipelineTrainer::State::keepPlanTypes(TensorMap& outputs) const {
   return {};
 }
 
-Expected<double> PipelineTrainer::State::globalGradientNorm() {
-  at::Tensor perStage = at::zeros({static_cast<std::int64_t>(stages.size())}, at::kDouble);
+Expected<double> PipelineTrainer::State::reduceLossAndGradientNorm(double lossSum, double& loss) {
+  // One all-reduce: each stage's squared gradient norm, then the loss (the replicas' losses after).
+  at::Tensor perStage = at::zeros({static_cast<std::int64_t>(stages.size()) + 1}, at::kDouble);
+  perStage[static_cast<std::int64_t>(stages.size())] = lossSum;
   for (int i = 0; i < static_cast<int>(stages.size()); ++i) {
     if (!own(i))
       continue;
@@ -694,6 +698,10 @@ Expected<double> PipelineTrainer::State::globalGradientNorm() {
   CLEAVE_CHECK(comm->allReduceSum(perStage));
   double sum = 0.0;
   const double* squares = perStage.data_ptr<double>();
+  at::Tensor replicaLoss = at::full({1}, squares[stages.size()], at::kDouble);
+  if (replicas)
+    CLEAVE_CHECK(replicas->allReduceSum(replicaLoss));
+  loss = replicaLoss.item<double>();
   for (std::size_t i = 0; i < stages.size(); ++i)
     sum += squares[i];
   return std::sqrt(sum);
@@ -939,12 +947,7 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   // Every rank learns the loss and the gradients' norm before any updates, so all skip or stop
   // at the same step (finishStep).
   StepResult result;
-  at::Tensor loss = at::full({1}, lossSum, at::kDouble);
-  CLEAVE_CHECK(s.comm->allReduceSum(loss));
-  if (s.replicas)
-    CLEAVE_CHECK(s.replicas->allReduceSum(loss));
-  result.loss = loss.item<double>();
-  CLEAVE_TRY(const double gradNorm, s.globalGradientNorm());
+  CLEAVE_TRY(const double gradNorm, s.reduceLossAndGradientNorm(lossSum, result.loss));
   CLEAVE_CHECK(finishStep(*s.optimizer, s.options, stepIndex, gradNorm, result));
   s.timing.stepSeconds = secondsSince(started);
   return result;

@@ -87,12 +87,17 @@ void enterForwardPrecision(std::optional<AutocastScope>& scope, const TrainOptio
 }
 
 double squaredGradientNorm(const std::vector<at::Tensor>& params) {
-  double sum = 0.0;
+  std::vector<at::Tensor> norms; // on the gradients' device: one copy to the host, not one per tensor
   for (const at::Tensor& param : params)
-    if (param.grad().defined()) {
-      const double norm = at::linalg_vector_norm(param.grad(), 2).item<double>();
-      sum += norm * norm;
-    }
+    if (param.grad().defined())
+      norms.push_back(at::linalg_vector_norm(param.grad(), 2).to(at::kDouble));
+  if (norms.empty())
+    return 0.0;
+  const at::Tensor all = at::stack(norms).to(at::kCPU);
+  const double* values = all.data_ptr<double>();
+  double sum = 0.0;
+  for (std::int64_t i = 0; i < all.numel(); ++i)
+    sum += values[i] * values[i];
   return sum;
 }
 
@@ -215,10 +220,8 @@ Expected<StepResult> Trainer::step(const TensorMap& data, std::int64_t stepIndex
     total += share.item<double>();
   }
   StepResult result{total, 0.0, std::nullopt};
-  std::vector<at::Tensor> params;
-  for (auto& entry : s.executor->trainableParameters())
-    params.push_back(entry.second);
-  CLEAVE_CHECK(finishStep(*s.optimizer, s.options, stepIndex, std::sqrt(squaredGradientNorm(params)), result));
+  const double gradNorm = std::sqrt(squaredGradientNorm(s.optimizer->param_groups().front().params()));
+  CLEAVE_CHECK(finishStep(*s.optimizer, s.options, stepIndex, gradNorm, result));
   return result;
 }
 

@@ -54,9 +54,6 @@ TrainableSet trainableSet(std::span<const ir::Graph* const> graphs) {
     const ir::ModelInfo& info = graph->modelInfo();
     set.exporterFolds += info.exporterFolds;
     set.mergesSplit += info.exporterMergesSplit;
-    if (info.foldedModuleTensors && (set.foldedModuleTensors == 0 || info.foldedModuleExample < set.foldedModuleExample))
-      set.foldedModuleExample = info.foldedModuleExample;
-    set.foldedModuleTensors += info.foldedModuleTensors;
     for (ir::ParamId statistic : updatedRunningStatistics(*graph))
       updated.insert(graph->parameter(statistic).name);
     for (std::uint32_t p = 0; p < graph->numParameters(); ++p) {

@@ -36,11 +36,9 @@ struct TrainableSet {
   std::string sharedExample;
   std::int64_t sharedExampleScopes = 0;
   // Initializers onnxscript's optimizer folded (ModelInfo::exporterFolds): an optimized dynamo
-  // export, whose initializers are not exactly the module's parameters. Of those, folds of a
-  // module tensor with constants (held fixed: a buffer's slice, or a parameter that then does
-  // not train), the first by name; and the parameters it merged by value that train apart again.
-  std::int64_t exporterFolds = 0, foldedModuleTensors = 0, mergesSplit = 0;
-  std::string foldedModuleExample;
+  // export, whose initializers are not exactly the module's parameters; and the parameters it
+  // merged by value that train apart again.
+  std::int64_t exporterFolds = 0, mergesSplit = 0;
   // Under the default rule, trained tensors of at most one element (a literal an exporter wrote
   // as an initializer looks like this), the first by name.
   std::int64_t possiblyConstant = 0;
