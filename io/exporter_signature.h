@@ -19,16 +19,18 @@
 //    compared with constants. A floating one with a source that names a module tensor (a dotted
 //    name) not known as a buffer (a `b_`/`c_` placeholder, or listed in the model's
 //    cleave.fixed_parameters) may be a parameter's gather (a position embedding at fixed
-//    positions), which would then not train: the notes cannot tell, so untrainable() says so;
+//    positions), which would then not train: the notes cannot tell, so untrainable() says so.
+//    (An undotted source, a top-level tensor or an FX node's value alike, is not judged.)
 //  - any other initializer is the exporter's literal: `constant`.
 // A merge is undone per FX node: its ONNX nodes' parameter inputs are matched to its placeholder
 // arguments by name (`original_node_name`, or `p_` + a fold's source); inputs left over are
 // paired with the placeholders left over, in order, when there are as many of each (with no
-// placeholder left over, a leftover is a value the FX node computed, which the optimizer folded). Each
-// placeholder so paired gets its own copy of the tensor it was merged into (same bytes, its own
-// name: its module path from the node's scopes), read by exactly the nodes that read it. Where
-// the notes cannot say (a node without notes reads a merged tensor; leftovers that do not pair;
-// a placeholder paired with two tensors) the model runs as exported and `untrainable()` says why.
+// placeholder left over, a leftover is a value the FX node computed, which the optimizer
+// folded). Each placeholder so paired gets its own copy of the tensor it was merged into (same
+// bytes, its own name: its module path from the node's scopes), read by exactly the nodes that
+// read it. Where the notes cannot say (a node without notes reads a merged tensor; leftovers
+// that do not pair; a placeholder paired with two tensors) the model runs as exported and
+// `untrainable()` says why.
 // A fold of one parameter that the graph also reads as it is (tied) is computed again from it
 // (ties()), so that the two stay one tensor. Without a signature (no kind noted), only folds are
 // judged, by fixedByExporterNote.

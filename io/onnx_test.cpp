@@ -431,7 +431,8 @@ TEST_F(OnnxTest, TheFixedParametersEntryHoldsTensorsFixedAndRoundTrips) {
   EXPECT_EQ(fixedOf(*again, "table"), ir::Fixed::Folded);
   EXPECT_TRUE(again->modelInfo().buffersListed);
   for (const char* damaged : {R"({"version": 2, "fixed": {}})", R"({"version": 1, "fixed": {"table": "trains"}})",
-                              R"({"version": 1, "fixed": {"table": "weights"}})", "[1"}) {
+                              R"({"version": 1, "fixed": {"table": "weights"}})",
+                              R"({"version": 1, "fixed": {}, "untrainable": 3})", "[1"}) {
     entry->set_value(damaged);
     Expected<ir::Graph> refused = readOnnx(save(model, "damaged.onnx"));
     ASSERT_FALSE(refused) << damaged;
