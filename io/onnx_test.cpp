@@ -73,6 +73,17 @@ protected:
     return lines;
   }
 
+public:
+  // `info` declares a float tensor of shape [2].
+  static void declareFloatPair(onnx::ValueInfoProto* info, const std::string& name) {
+    info->set_name(name);
+    auto* tensor = info->mutable_type()->mutable_tensor_type();
+    tensor->set_elem_type(onnx::TensorProto::FLOAT);
+    tensor->mutable_shape()->add_dim()->set_dim_value(2);
+  }
+
+protected:
+
   // A minimal model x -> Relu -> y that tests then break in one way each.
   static onnx::ModelProto reluModel() {
     onnx::ModelProto model;
@@ -80,14 +91,8 @@ protected:
     model.add_opset_import()->set_version(17);
     onnx::GraphProto* graph = model.mutable_graph();
     graph->set_name("g");
-    auto addTensor = [](onnx::ValueInfoProto* info, const std::string& name) {
-      info->set_name(name);
-      auto* tensor = info->mutable_type()->mutable_tensor_type();
-      tensor->set_elem_type(onnx::TensorProto::FLOAT);
-      tensor->mutable_shape()->add_dim()->set_dim_value(2);
-    };
-    addTensor(graph->add_input(), "x");
-    addTensor(graph->add_output(), "y");
+    declareFloatPair(graph->add_input(), "x");
+    declareFloatPair(graph->add_output(), "y");
     onnx::NodeProto* node = graph->add_node();
     node->set_name("relu");
     node->set_op_type("Relu");
@@ -526,13 +531,7 @@ onnx::ModelProto mergedLayerNorms(bool notedNodes) {
   model.add_opset_import()->set_version(20);
   onnx::GraphProto* graph = model.mutable_graph();
   graph->set_name("g");
-  auto declare = [](onnx::ValueInfoProto* info, const std::string& name) {
-    info->set_name(name);
-    auto* tensor = info->mutable_type()->mutable_tensor_type();
-    tensor->set_elem_type(onnx::TensorProto::FLOAT);
-    tensor->mutable_shape()->add_dim()->set_dim_value(2);
-  };
-  declare(graph->add_input(), "x");
+  OnnxTest::declareFloatPair(graph->add_input(), "x");
   for (const auto& [name, value] : {std::pair<std::string, float>{"ln_a.weight", 1.0f}, {"ln_a.bias", 0.0f}}) {
     onnx::TensorProto* init = graph->add_initializer();
     init->set_name(name);
@@ -552,7 +551,7 @@ onnx::ModelProto mergedLayerNorms(bool notedNodes) {
   if (!notedNodes) // a node without notes reads a merged tensor: nothing says whose it is
     graph->mutable_node(2)->GetReflection()->MutableUnknownFields(graph->mutable_node(2))->Clear();
   for (const char* out : {"layer_norm", "layer_norm_1", "layer_norm_2"})
-    declare(graph->add_output(), out);
+    OnnxTest::declareFloatPair(graph->add_output(), out);
   return model;
 }
 } // namespace
