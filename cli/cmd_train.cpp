@@ -213,6 +213,10 @@ void printTrainable(const runtime::TrainableSet& set, std::ostream& out) {
     out << set.possiblyConstant << " trained tensor(s) hold a single number (e.g. " << set.possiblyConstantExample
         << "): an exporter's literal (a scale, an exponent) written as an initializer would train; hold such "
         << "tensors fixed with --frozen NAME, or list the module's buffers (tools/cleave_onnx.py)\n";
+  if (set.exporterFolds)
+    out << set.exporterFolds << " initializer(s) are values onnxscript's optimizer folded: those made of constants "
+        << "and buffers stay fixed, one folded from a single parameter (a transposed weight) trains in its place; "
+        << "export with torch.onnx.export(..., dynamo=True, optimize=False) to train exactly the module's parameters\n";
   if (set.mergesSplit)
     out << set.mergesSplit << " parameter(s) that the exporter's optimizer merged by value (fresh LayerNorm "
         << "weights, zero biases) train apart, each its own tensor as in the module\n";
