@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <tuple>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "base/file_io.h"
@@ -29,8 +31,10 @@
 #include "runtime/model/microbatch.h"
 #include "runtime/model/tensor_files.h"
 #include "runtime/model/wing_library.h"
+#include "runtime/training/throughput.h"
 #include "runtime/training/train.h"
 #include "runtime/training/trainable_set.h"
+#include "runtime/training/training_data.h"
 
 namespace cleave::cli {
 namespace {
@@ -49,7 +53,63 @@ struct TrainFlags {
   runtime::distributed::CheckpointSchedule checkpoints;
   std::uint64_t seed = 0;
   std::optional<int> pipelineRanks; // data x pipeline parallel: ranks per replica (default: all)
+  // Token data (runtime/training/training_data.h): --tokens names the ids' format.
+  std::string tokens, sampling = "random";
+  std::vector<std::string> tokenInputs;
+  std::optional<std::int64_t> seqLen;
+  // Held-out loss, the JSONL log and how often a step prints.
+  std::string evalDataPath, logPath;
+  std::int64_t evalEvery = 0, evalBatches = 4;
+  std::optional<std::int64_t> printEvery;
+
+  std::optional<runtime::TokenDataOptions> tokenOptions() const {
+    if (tokens.empty())
+      return std::nullopt;
+    return runtime::TokenDataOptions{*runtime::kTokenFormats.parse(tokens), *runtime::kSamplings.parse(sampling), seed,
+                                     tokenInputs, seqLen};
+  }
+  // Every step up to 100 steps; beyond, about 50 lines a run.
+  std::int64_t printInterval() const { return printEvery.value_or(steps <= 100 ? 1 : (steps + 49) / 50); }
 };
+
+// Token streams, held-out loss, logs and progress.
+void describeData(CLI::App& app, TrainFlags& flags) {
+  app.add_option("--tokens", flags.tokens,
+                 "--data (and --eval-data) is a token stream, memory-mapped and never read whole: uint16 or uint32, a "
+                 "flat binary of ids (nanoGPT's train.bin); npy, a folder of 1-D integer .npy shards in name order, "
+                 "one stream. A row is a window of --seq-len ids; the token input gets it, the target input the same "
+                 "window shifted by one (docs/distributed.md, \"How data is read\")")
+      ->check(CLI::IsMember(runtime::kTokenFormats.names()));
+  app.add_option("--token-inputs", flags.tokenInputs,
+                 "with --tokens: INPUT[,TARGET], the model inputs that take the window and its shifted copy (default: "
+                 "the model's one or two integer inputs, in input order)")
+      ->delimiter(',');
+  app.add_option("--seq-len", flags.seqLen, "with --tokens: ids per row (default: the token input's static dim 1)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  app.add_option("--sampling", flags.sampling,
+                 "with --tokens: random, a window at a random offset per row (nanoGPT's get_batch), or epochs, every "
+                 "window of the stream once per epoch in an order shuffled by --seed; a row's window depends on its "
+                 "number and --seed alone, so ranks, replicas (disjoint shares) and resumed runs agree")
+      ->check(CLI::IsMember(runtime::kSamplings.names()))
+      ->capture_default_str();
+  app.add_option("--eval-data", flags.evalDataPath,
+                 "held-out data (the format of --data): its loss over --eval-batches batches of --batch rows, run as "
+                 "torch's model.eval() under no_grad (dropout off, BatchNorm's statistics untouched), every "
+                 "--eval-every steps and after the last");
+  app.add_option("--eval-every", flags.evalEvery, "steps between held-out losses (default: only after the last)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  app.add_option("--eval-batches", flags.evalBatches, "batches of --batch rows the held-out loss averages (the same rows each time)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  app.add_option("--log", flags.logPath,
+                 "write every step's JSON line (as --json prints it, with rows/s, tokens/s, FLOP/s, the held-out loss "
+                 "and, for token data, each row's window start, so a reference can read the same rows) to this file, "
+                 "one per line, flushed as it goes");
+  app.add_option("--print-every", flags.printEvery,
+                 "print every N-th step (with the rate and the time left); default every step up to 100 steps, beyond "
+                 "that about 50 lines a run (the first, the last and held-out losses always print)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+}
 
 // Checkpoints, resuming and stopping (runtime/training/checkpoint.h).
 void describeCheckpoints(CLI::App& app, TrainFlags& flags) {
@@ -84,7 +144,8 @@ void describe(CLI::App& app, TrainFlags& flags) {
                   "trained stages (runs with `cleave run DIR`), plus trained.onnx when --model names the model the "
                   "plan was cut from.");
   app.add_option("MODEL", flags.path, "ONNX model exported with its loss, or a pipeline plan directory")->required();
-  app.add_option("--data", flags.dataPath, "training data: every model input, rows along dim 0 (.npz, .json, folder)")
+  app.add_option("--data", flags.dataPath,
+                 "training data: every model input, rows along dim 0 (.npz, .json, folder), or a token stream (--tokens)")
       ->required();
   app.add_option("--batch", flags.options.batch, "rows per step")->required()->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
   app.add_option("--steps", flags.steps, "optimizer steps")->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
@@ -158,6 +219,7 @@ void describe(CLI::App& app, TrainFlags& flags) {
                  "plan directories: the model the plan was cut from; -o DIR then gets its trained.onnx too");
   addOutputDirectory(app, flags.output, "directory for trained.onnx (a model) or the trained plan (a plan)");
   describeCheckpoints(app, flags);
+  describeData(app, flags);
   app.add_flag("--json", flags.json,
                "print one JSON line per step: {\"step\": N, \"loss\": X, \"lr\": R} (and \"grad_norm\" when clipping; the first line also \"trainable\": what trains, what "
                "stays fixed and why, and how many running statistics it updates)");
@@ -222,39 +284,81 @@ void printTrainable(const runtime::TrainableSet& set, std::ostream& out) {
         << "weights, zero biases) train apart, each its own tensor as in the module\n";
 }
 
-// `timing`: null, or the step's measurements (--timing). `trainable`: given with the first line
-// printed.
-void printStep(const TrainFlags& flags, std::int64_t step, const runtime::StepResult& result, const Json& timing,
-               const runtime::TrainableSet* trainable, std::ostream& out) {
+// One step as printed and logged: what the step did, how fast, and the held-out loss after it.
+struct StepLine {
+  std::int64_t step = 0; // counted from 0
+  runtime::StepResult result;
+  runtime::StepRate rate;
+  std::optional<double> evalLoss;
+  Json timing; // null, or the step's measurements (--timing)
+};
+
+// The step's JSON line (--json, --log): `trainable` given with the first line printed.
+Json stepJson(const StepLine& line, const runtime::TrainableSet* trainable) {
+  Json json{{"step", line.step + 1}, {"loss", line.result.loss}, {"lr", line.result.lr}};
+  if (trainable)
+    json["trainable"] = trainableJson(*trainable);
+  if (line.result.gradNorm)
+    json["grad_norm"] = *line.result.gradNorm;
+  if (line.result.skipped)
+    json["skipped"] = true;
+  if (line.evalLoss)
+    json["eval_loss"] = *line.evalLoss;
+  json["rows_per_s"] = line.rate.rowsPerSecond;
+  if (line.rate.tokensPerSecond > 0.0)
+    json["tokens_per_s"] = line.rate.tokensPerSecond;
+  if (line.rate.flopsPerSecond)
+    json["flops_per_s"] = *line.rate.flopsPerSecond;
+  if (!line.timing.is_null())
+    json.update(line.timing);
+  return json;
+}
+
+// "12 s", "3m05s", "2h07m": the time left.
+std::string formatEta(double seconds) {
+  const auto whole = static_cast<std::int64_t>(seconds + 0.5);
+  char text[32];
+  if (whole < 60)
+    std::snprintf(text, sizeof text, "%llds", static_cast<long long>(whole));
+  else if (whole < 3600)
+    std::snprintf(text, sizeof text, "%lldm%02llds", static_cast<long long>(whole / 60), static_cast<long long>(whole % 60));
+  else
+    std::snprintf(text, sizeof text, "%lldh%02lldm", static_cast<long long>(whole / 3600),
+                  static_cast<long long>(whole / 60 % 60));
+  return text;
+}
+
+void printStep(const TrainFlags& flags, const StepLine& line, const runtime::TrainableSet* trainable, std::ostream& out) {
   const bool scheduled =
       flags.options.lrSchedule.kind != runtime::LrScheduleKind::Constant || flags.options.lrSchedule.warmup > 0;
   if (flags.json) {
-    Json line{{"step", step + 1}, {"loss", result.loss}, {"lr", result.lr}};
-    if (trainable)
-      line["trainable"] = trainableJson(*trainable);
-    if (result.gradNorm)
-      line["grad_norm"] = *result.gradNorm;
-    if (result.skipped)
-      line["skipped"] = true;
-    if (!timing.is_null())
-      line.update(timing);
-    out << toJsonText(line) << "\n"; // one line per step
-  } else {
-    if (trainable)
-      printTrainable(*trainable, out);
-    out << "step " << step + 1 << "/" << flags.steps << ": loss " << result.loss;
-    if (scheduled)
-      out << ", lr " << result.lr;
-    if (result.gradNorm)
-      out << ", grad norm " << *result.gradNorm;
-    if (result.skipped)
-      out << ", skipped (not finite)";
-    if (!timing.is_null())
-      out << " (" << timing["seconds"].get<double>() * 1e3 << " ms"
-          << (timing.contains("bubble") ? ", bubble " + std::to_string(timing["bubble"].get<double>()) : std::string())
-          << ")";
-    out << "\n";
+    out << toJsonText(stepJson(line, trainable)) << "\n"; // one line per step
+    out.flush();
+    return;
   }
+  if (trainable)
+    printTrainable(*trainable, out);
+  const runtime::StepResult& result = line.result;
+  out << "step " << line.step + 1 << "/" << flags.steps << ": loss " << result.loss;
+  if (scheduled)
+    out << ", lr " << result.lr;
+  if (result.gradNorm)
+    out << ", grad norm " << *result.gradNorm;
+  if (result.skipped)
+    out << ", skipped (not finite)";
+  if (line.evalLoss)
+    out << ", held-out loss " << *line.evalLoss;
+  out << "; " << (line.rate.tokensPerSecond > 0.0 ? formatSi(line.rate.tokensPerSecond, "tokens/s")
+                                                   : formatSi(line.rate.rowsPerSecond, "rows/s"));
+  if (line.rate.flopsPerSecond)
+    out << ", " << formatSi(*line.rate.flopsPerSecond, "FLOP/s");
+  if (flags.printInterval() > 1 && line.step + 1 < flags.steps)
+    out << ", " << formatEta(line.rate.etaSeconds) << " left";
+  if (!line.timing.is_null())
+    out << " (" << line.timing["seconds"].get<double>() * 1e3 << " ms"
+        << (line.timing.contains("bubble") ? ", bubble " + std::to_string(line.timing["bubble"].get<double>()) : std::string())
+        << ")";
+  out << "\n";
   out.flush();
 }
 
@@ -362,9 +466,52 @@ Status checkCheckpointFlags(const TrainFlags& flags) {
   return {};
 }
 
-runtime::CheckpointIdentity checkpointIdentity(const TrainFlags& flags, const RankLayout& layout, std::string model) {
+// Data flags that need another, and a --log that would overwrite an input or land in -o.
+Status checkDataFlags(const TrainFlags& flags) {
+  if (flags.tokens.empty() && (!flags.tokenInputs.empty() || flags.seqLen || flags.sampling != "random"))
+    return usageError() << (flags.seqLen ? "--seq-len" : !flags.tokenInputs.empty() ? "--token-inputs" : "--sampling")
+                        << " is for token data: give --tokens uint16|uint32|npy";
+  if (flags.evalDataPath.empty() && flags.evalEvery > 0)
+    return usageError() << "--eval-every needs held-out data: --eval-data FILE";
+  if (flags.logPath.empty())
+    return {};
+  for (const std::string* input : {&flags.path, &flags.dataPath, &flags.evalDataPath, &flags.wholeModelPath})
+    if (!input->empty() && isSameOrInside(flags.logPath, *input))
+      return usageError() << "--log " << flags.logPath << " would overwrite the input " << *input;
+  if (!flags.output.path.empty() && isSameOrInside(flags.logPath, flags.output.path))
+    return usageError() << "--log " << flags.logPath << " must be outside -o " << flags.output.path
+                        << ": -o replaces its folder whole";
+  return {};
+}
+
+runtime::CheckpointIdentity checkpointIdentity(const TrainFlags& flags, const RankLayout& layout, std::string model,
+                                               const runtime::TrainingData& data) {
   return {layout.ranks, layout.pipelineRanks, flags.options.batch, std::move(model),
-          std::string(runtime::kOptimizerKinds.name(flags.options.optimizer.kind)), flags.options.lrSchedule.describe()};
+          std::string(runtime::kOptimizerKinds.name(flags.options.optimizer.kind)), flags.options.lrSchedule.describe(),
+          data.describe()};
+}
+
+// --data, and --eval-data when given.
+struct TrainingSources {
+  std::unique_ptr<runtime::TrainingData> data, eval;
+};
+
+Expected<TrainingSources> openSources(const TrainFlags& flags, const std::vector<std::string>& inputs,
+                                      std::span<const ir::Graph* const> graphs) {
+  TrainingSources sources;
+  Expected<std::unique_ptr<runtime::TrainingData>> data =
+      runtime::openTrainingData(flags.dataPath, flags.tokenOptions(), inputs, graphs);
+  if (!data)
+    return std::move(data.error().withContext("--data " + flags.dataPath));
+  sources.data = std::move(*data);
+  if (flags.evalDataPath.empty())
+    return sources;
+  Expected<std::unique_ptr<runtime::TrainingData>> eval =
+      runtime::openTrainingData(flags.evalDataPath, flags.tokenOptions(), inputs, graphs);
+  if (!eval)
+    return std::move(eval.error().withContext("--eval-data " + flags.evalDataPath));
+  sources.eval = std::move(*eval);
+  return sources;
 }
 
 // One trainer as the step loop sees it: a model's or a plan's.
@@ -373,24 +520,57 @@ struct StepLoop {
   runtime::RankTrainingState state;
   runtime::CheckpointIdentity identity;
   runtime::TrainableSet trainable;
+  const runtime::TrainingData& data;
+  std::optional<double> flopsPerRow; // runtime/training/throughput.h
   std::function<Expected<runtime::StepResult>(std::int64_t)> step;
   std::function<Expected<Json>(double seconds)> timing; // --timing's measurements (may be collective)
+  std::function<Expected<double>()> evaluate;           // the held-out loss (collective); null without --eval-data
 };
 
-// Steps `first` to --steps (or --stop-after): rank 0 prints each; checkpoints as asked.
+// Whether step `step` (from 0) is followed by a held-out loss: every --eval-every, and the last.
+bool evaluatesAfter(const TrainFlags& flags, const StepLoop& loop, std::int64_t step) {
+  return loop.evaluate && ((flags.evalEvery > 0 && (step + 1) % flags.evalEvery == 0) || step + 1 == flags.steps);
+}
+
+// --log: the step's line with its rows' window starts (token data), one JSON line, flushed.
+void logStep(const TrainFlags& flags, const StepLoop& loop, const StepLine& line, std::ofstream& log) {
+  Json json = stepJson(line, nullptr);
+  std::vector<std::int64_t> starts = loop.data.windowStarts(line.step * flags.options.batch, flags.options.batch);
+  if (!starts.empty())
+    json["window_starts"] = std::move(starts);
+  log << toJsonText(json) << "\n";
+  log.flush();
+}
+
+// Steps `first` to --steps (or --stop-after): rank 0 prints every --print-every-th (and logs each);
+// held-out losses and checkpoints as asked.
 Status runSteps(const TrainFlags& flags, std::int64_t first, StepLoop& loop, std::ostream& out, std::ostream& err) {
   const std::int64_t last = flags.checkpoints.lastStep(flags.steps);
+  std::optional<std::ofstream> log;
+  if (!flags.logPath.empty() && loop.comm.rank() == 0) {
+    log.emplace(flags.logPath, std::ios::trunc);
+    if (!*log)
+      return Error(ErrorCode::IoError) << "--log " << flags.logPath << ": cannot write";
+  }
+  runtime::ThroughputMeter meter(flags.options.batch, loop.data.tokensPerRow(), loop.flopsPerRow, last - first);
   std::int64_t skipped = 0;
   for (std::int64_t step = first; step < last; ++step) {
-    auto started = std::chrono::steady_clock::now();
-    CLEAVE_TRY(runtime::StepResult result, loop.step(step));
-    skipped += result.skipped;
-    Json timing;
+    meter.startStep();
+    StepLine line{step};
+    CLEAVE_TRY(line.result, loop.step(step));
+    line.rate = meter.endStep();
+    skipped += line.result.skipped;
     if (flags.timing) {
-      CLEAVE_TRY(timing, loop.timing(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()));
+      CLEAVE_TRY(line.timing, loop.timing(line.rate.seconds));
     }
-    if (loop.comm.rank() == 0)
-      printStep(flags, step, result, timing, step == first ? &loop.trainable : nullptr, out);
+    if (evaluatesAfter(flags, loop, step)) {
+      CLEAVE_TRY(line.evalLoss, loop.evaluate());
+    }
+    const bool printed = step == first || step + 1 == last || line.evalLoss || (step + 1) % flags.printInterval() == 0;
+    if (loop.comm.rank() == 0 && printed)
+      printStep(flags, line, step == first ? &loop.trainable : nullptr, out);
+    if (log)
+      logStep(flags, loop, line, *log);
     if (flags.checkpoints.after(step + 1, flags.steps))
       CLEAVE_CHECK(runtime::distributed::saveCheckpoint(flags.checkpoints, loop.comm, step + 1, loop.state, loop.identity));
   }
@@ -443,7 +623,7 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
   CLEAVE_TRY(const std::string transport, runtime::distributed::chooseTransport(flags.transport, flags.backend));
   // Rank 0 alone writes OUT (a plan directory like the input, its stages trained).
   Expected<std::optional<OutputDirectory>> opened =
-      layout.rank == 0 ? openOutputDirectory(flags.output, {flags.path, flags.dataPath, flags.wholeModelPath})
+      layout.rank == 0 ? openOutputDirectory(flags.output, {flags.path, flags.dataPath, flags.evalDataPath, flags.wholeModelPath})
                        : Expected<std::optional<OutputDirectory>>(std::nullopt);
   if (!opened)
     return std::move(opened.error());
@@ -462,22 +642,28 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
       return std::move(fits.error().withContext("--model " + flags.wholeModelPath));
     whole = std::move(*loaded);
   }
-  CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, trainer->graphInputs()));
-  Status fits = trainer->checkData(data);
-  if (!fits)
-    return std::move(fits.error().withContext("--data " + flags.dataPath));
+  const std::vector<const ir::Graph*> stageGraphs = trainer->stageGraphs();
+  CLEAVE_TRY(TrainingSources sources, openSources(flags, trainer->graphInputs(), stageGraphs));
+  for (const auto& [source, path] : {std::pair{sources.data.get(), &flags.dataPath}, {sources.eval.get(), &flags.evalDataPath}}) {
+    Expected<runtime::TensorMap> sample = source ? source->rows(0, 1) : runtime::TensorMap();
+    Status fits = sample ? trainer->checkData(*sample) : Status(std::move(sample.error()));
+    if (!fits)
+      return std::move(fits.error().withContext((source == sources.data.get() ? "--data " : "--eval-data ") + *path));
+  }
   CLEAVE_TRY(std::optional<pipeline::Schedule> schedule, pipelineSchedule(flags, layout, trainer->stages()));
   std::string stageNames;
   for (std::size_t i = 0; i < trainer->stages(); ++i)
     stageNames += (i ? ", " : "the plan's stages ") + trainer->stageName(i);
-  const runtime::CheckpointIdentity identity = checkpointIdentity(flags, layout, stageNames);
+  const runtime::CheckpointIdentity identity = checkpointIdentity(flags, layout, stageNames, *sources.data);
   CLEAVE_TRY(std::int64_t first, runtime::distributed::resumeStep(flags.checkpoints, flags.steps, layout.rank, identity, trainer->trainingState(), err));
   CLEAVE_TRY(LayoutCommunicators comms, runtime::distributed::connectLayout(layout, transport, env));
   CLEAVE_CHECK(trainer->connect(comms.ofPipeline(), comms.replicas.get()));
-  const std::vector<const ir::Graph*> stageGraphs = trainer->stageGraphs();
-  StepLoop loop{*comms.world, trainer->trainingState(), identity, runtime::trainableSet(stageGraphs),
-                [&](std::int64_t step) { return trainer->step(data, step, schedule ? &*schedule : nullptr); },
-                [&](double) { return planStepTiming(*trainer, layout.pipelineRanks); }};
+  StepLoop loop{*comms.world, trainer->trainingState(), identity, runtime::trainableSet(stageGraphs), *sources.data,
+                runtime::trainingFlopsPerRow(stageGraphs),
+                [&](std::int64_t step) { return trainer->step(*sources.data, step, schedule ? &*schedule : nullptr); },
+                [&](double) { return planStepTiming(*trainer, layout.pipelineRanks); }, nullptr};
+  if (sources.eval)
+    loop.evaluate = [&] { return trainer->evaluate(*sources.eval, flags.evalBatches); };
   CLEAVE_CHECK(runSteps(flags, first, loop, out, err));
   reportTrained(layout, *trainer, err);
   if (flags.output.path.empty() || layout.replica() != 0) // the replicas' parameters are equal: the first's are written
@@ -491,6 +677,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   runtime::keepFreedHostMemory();
   flags.options.lrSchedule.steps = flags.steps;
   CLEAVE_CHECK(checkCheckpointFlags(flags));
+  CLEAVE_CHECK(checkDataFlags(flags));
   // Before any call into ATen's CUDA hooks (manual_seed seeds every GPU): libtorch keeps the
   // first answer it gets, so a CUDA wing loaded after it would find CUDA off for good.
   CLEAVE_CHECK(runtime::loadBackendWing(flags.backend));
@@ -515,20 +702,23 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
     return usageError() << "--recompute stage is for plan directories: a whole model runs each microbatch's "
                            "backward right after its forward, so there is no stage to recompute (selective is "
                            "for both)";
-  CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.dataPath}));
+  CLEAVE_TRY(std::optional<OutputDirectory> outDir, openOutputDirectory(flags.output, {flags.path, flags.dataPath, flags.evalDataPath}));
   CLEAVE_TRY(ir::Graph loaded, io::loadModel(flags.path, {.fixedPatterns = flags.fixedPatterns,
                                                           .expandFunctions = runtime::opsWithoutKernels()}));
   auto graph = std::make_shared<const ir::Graph>(std::move(loaded));
-  CLEAVE_TRY(runtime::TensorMap data, runtime::readTensors(flags.dataPath, ir::graphInputNames(*graph)));
+  const ir::Graph* modelGraph = graph.get();
+  CLEAVE_TRY(TrainingSources sources, openSources(flags, ir::graphInputNames(*graph), {&modelGraph, 1}));
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(flags.backend));
   CLEAVE_TRY(std::unique_ptr<runtime::Trainer> trainer, runtime::Trainer::create(graph, flags.options, *backend));
-  const runtime::CheckpointIdentity identity = checkpointIdentity(flags, RankLayout{}, "the whole model");
+  const runtime::CheckpointIdentity identity = checkpointIdentity(flags, RankLayout{}, "the whole model", *sources.data);
   CLEAVE_TRY(std::int64_t first, runtime::distributed::resumeStep(flags.checkpoints, flags.steps, 0, identity, trainer->trainingState(), err));
   std::unique_ptr<runtime::distributed::Communicator> comm = runtime::distributed::Communicator::local();
-  const ir::Graph* modelGraph = graph.get();
-  StepLoop loop{*comm, trainer->trainingState(), identity, runtime::trainableSet({&modelGraph, 1}),
-                [&](std::int64_t step) { return trainer->step(data, step); },
-                [](double seconds) -> Expected<Json> { return Json{{"seconds", seconds}}; }};
+  StepLoop loop{*comm, trainer->trainingState(), identity, runtime::trainableSet({&modelGraph, 1}), *sources.data,
+                runtime::trainingFlopsPerRow({&modelGraph, 1}),
+                [&](std::int64_t step) { return trainer->step(*sources.data, step); },
+                [](double seconds) -> Expected<Json> { return Json{{"seconds", seconds}}; }, nullptr};
+  if (sources.eval)
+    loop.evaluate = [&] { return trainer->evaluate(*sources.eval, flags.evalBatches); };
   CLEAVE_CHECK(runSteps(flags, first, loop, out, err));
   if (!outDir)
     return {};

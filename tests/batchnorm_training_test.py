@@ -7,8 +7,10 @@ atol 4e-5): the statistics update as torch's BatchNorm updates them (momentum, t
 variance), once per microbatch's forward, on one rank or a 2-stage pipeline on 2 ranks, and not
 again when `--recompute stage` runs a stage's forward a second time. A run resumed from a
 checkpoint ends byte-equal to the run that never stopped (checkpoints hold the statistics). The
-trained model's loss on held-out rows (ONNX Runtime, in eval mode as torch's) equals torch's.
+trained model's loss on held-out rows (ONNX Runtime, in eval mode as torch's) equals torch's, and so
+does `--eval-data`'s held-out loss, which leaves the statistics (and the trained model) untouched.
 A model exported in eval mode keeps its statistics byte for byte."""
+import json
 import os
 
 import numpy as np
@@ -42,6 +44,11 @@ def initializers(path):
 
 def statistics(module):
     return {name: buffer for name, buffer in module.state_dict().items() if "running_" in name}
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
 
 
 class BatchNormTraining(TempDirTest):
@@ -124,6 +131,27 @@ class BatchNormTraining(TempDirTest):
         session = onnxruntime.InferenceSession(evaluated.SerializeToString())
         got = session.run(["loss"], {"x": held_x.numpy(), "target": held_target.numpy()})[0]
         self.assertAlmostEqual(float(got), want, places=5)
+
+    def test_the_held_out_loss_is_eval_modes_and_changes_nothing(self):
+        # --eval-data runs the forward as torch's model.eval() under no_grad: the running statistics
+        # normalize and stay as they are, so the trained model is the same byte for byte.
+        np.savez(self.path("held.npz"), x=self.x[ROWS:].numpy(), target=self.target[ROWS:].numpy())
+        module = self.torch_trained()
+        with torch.no_grad():
+            want = module.eval()(self.x[ROWS:], self.target[ROWS:]).item()
+        self.train(self.model, self.path("plain"))
+        evaluated = "--eval-data", self.path("held.npz"), "--eval-every", 2, "--eval-batches", 1
+        lines = [json.loads(line) for line in self.train(self.model, self.path("one"), *evaluated).splitlines()]
+        self.assertEqual([("eval_loss" in line) for line in lines], [False, True, False, True])
+        self.assertAlmostEqual(lines[-1]["eval_loss"], want, delta=1e-5 * abs(want))
+        self.assertEqual(read_bytes(self.path("one/trained.onnx")), read_bytes(self.path("plain/trained.onnx")))
+        plan = self.path("plan")
+        code, _, err = run("pipeline", self.model, "--stages", 2, "--loss", "loss", "-o", plan)
+        self.assertEqual(code, 0, err)
+        stdout = self.train(plan, self.path("two"), "--model", self.model, "--schedule", "1f1b", *evaluated, ranks=2)
+        last = json.loads(stdout.splitlines()[-1].split("] ", 1)[-1])
+        self.assertAlmostEqual(last["eval_loss"], want, delta=1e-5 * abs(want))
+        self.assert_equals_torch(self.path("two/trained.onnx"), module)
 
     def test_a_resumed_run_ends_where_the_unbroken_one_does(self):
         self.train(self.model, self.path("unbroken"))

@@ -111,6 +111,7 @@ struct PipelineTrainer::State {
   struct PlannedReceives {
     const pipeline::Schedule* schedule = nullptr;
     std::vector<std::int64_t> rows;
+    bool backward = true; // false: held-out evaluation's forwards alone
     ReceiveOrder order;
   };
   std::optional<PlannedReceives> receiveOrder;
@@ -161,9 +162,17 @@ struct PipelineTrainer::State {
   // order of its leaves). The one description of the sends: this rank sends through it, and
   // replays its peers' through it to post receives in their order (receive_order.h).
   Expected<std::vector<OutgoingMessage>> sendsOf(int sender, const pipeline::Action& a) const;
-  // This step's receives, each channel's in its sender's order, for this rank's `actions`.
+  // This step's receives, each channel's in its sender's order, for this rank's `actions`
+  // (`backward` false: forwards alone, as held-out evaluation runs them).
   Expected<ReceiveOrder> planReceives(const pipeline::Schedule* schedule, std::size_t microbatches,
-                                      const std::vector<pipeline::Action>& actions) const;
+                                      const std::vector<pipeline::Action>& actions, bool backward) const;
+  // The receive order for `actions`, planned once per schedule, microbatch rows and direction and
+  // restarted: posted anew.
+  Expected<ReceiveOrder*> restartReceives(const pipeline::Schedule* schedule, std::size_t microbatches,
+                                          const std::vector<pipeline::Action>& actions, bool backward);
+  // Records the microbatches' rows (declaring the message shapes of rows not seen before) and
+  // returns each one's share of the batch's rows (its loss's weight).
+  std::vector<double> startMicrobatches(const std::vector<TensorMap>& chunks);
   // comm->recv, its wait counted in the step's timing, its bytes in the action's (allocated when
   // the receive was posted, before the action began).
   Expected<at::Tensor> receive(int src, std::uint32_t tag, std::uint64_t key) {
@@ -199,7 +208,7 @@ struct PipelineTrainer::State {
   Status finishReplicaSums();
   // Data parallel: this replica's share of a step's rows (the batch split in replicaCount equal
   // parts, as torch.chunk would), the whole batch with one replica.
-  Expected<TensorMap> replicaRows(const TensorMap& data, std::int64_t stepIndex) const;
+  Expected<TensorMap> replicaRows(const TrainingData& data, std::int64_t stepIndex) const;
   // Per action of this rank's order: the stages whose parameters' gradients are complete after it
   // (the stage's last B or W of the step), so their sum across replicas can start then.
   std::vector<std::vector<int>> gradientsDoneAfter(const std::vector<pipeline::Action>& actions) const;
@@ -283,14 +292,15 @@ Expected<std::vector<OutgoingMessage>> PipelineTrainer::State::sendsOf(int sende
 }
 
 Expected<ReceiveOrder> PipelineTrainer::State::planReceives(const pipeline::Schedule* schedule, std::size_t microbatches,
-                                                            const std::vector<pipeline::Action>& actions) const {
+                                                            const std::vector<pipeline::Action>& actions,
+                                                            bool backward) const {
   const auto stageCount = static_cast<std::uint32_t>(stages.size());
   const auto ranks = static_cast<std::uint32_t>(worldSize);
   return ReceiveOrder::plan(
       rank, worldSize, actions,
       [&](int peer) {
         return pipeline::rankComputeActions(schedule, stageCount, static_cast<std::uint32_t>(microbatches), ranks,
-                                            static_cast<std::uint32_t>(peer), true);
+                                            static_cast<std::uint32_t>(peer), backward);
       },
       [&](int sender, const pipeline::Action& a) { return sendsOf(sender, a); });
 }
@@ -578,15 +588,38 @@ Status PipelineTrainer::State::finishReplicaSums() {
   return {};
 }
 
-Expected<TensorMap> PipelineTrainer::State::replicaRows(const TensorMap& data, std::int64_t stepIndex) const {
-  CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, options.batch));
-  if (replicaCount == 1)
-    return batch;
-  CLEAVE_TRY(std::vector<TensorMap> shares, splitMicrobatches(batch, replicaCount));
-  if (static_cast<int>(shares.size()) != replicaCount || options.batch % replicaCount != 0)
+Expected<TensorMap> PipelineTrainer::State::replicaRows(const TrainingData& data, std::int64_t stepIndex) const {
+  if (options.batch % replicaCount != 0)
     return Error(ErrorCode::InvalidArgument) << "--batch " << options.batch << " does not split into " << replicaCount
                                              << " equal replica shares";
-  return std::move(shares[static_cast<std::size_t>(replica)]);
+  const std::int64_t share = options.batch / replicaCount;
+  return data.rows(stepIndex * options.batch + replica * share, share);
+}
+
+std::vector<double> PipelineTrainer::State::startMicrobatches(const std::vector<TensorMap>& chunks) {
+  std::vector<double> shares;
+  microbatchRows.clear();
+  for (const TensorMap& chunk : chunks) {
+    microbatchRows.push_back(chunk.begin()->second.size(0));
+    shares.push_back(static_cast<double>(chunk.begin()->second.size(0)) / static_cast<double>(options.batch));
+  }
+  for (std::size_t m = 0; m < chunks.size(); ++m)
+    if (declaredRows.insert(microbatchRows[m]).second)
+      declareMessageShapes(chunks[m], m);
+  return shares;
+}
+
+Expected<ReceiveOrder*> PipelineTrainer::State::restartReceives(const pipeline::Schedule* schedule,
+                                                                std::size_t microbatches,
+                                                                const std::vector<pipeline::Action>& actions,
+                                                                bool backward) {
+  if (!receiveOrder || receiveOrder->schedule != schedule || receiveOrder->rows != microbatchRows ||
+      receiveOrder->backward != backward) {
+    CLEAVE_TRY(ReceiveOrder planned, planReceives(schedule, microbatches, actions, backward));
+    receiveOrder = PlannedReceives{schedule, microbatchRows, backward, std::move(planned)};
+  }
+  receiveOrder->order.restart();
+  return &receiveOrder->order;
 }
 
 std::vector<std::vector<int>> PipelineTrainer::State::gradientsDoneAfter(
@@ -884,7 +917,7 @@ std::vector<std::string> PipelineTrainer::ownStages() const {
   return names;
 }
 
-Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t stepIndex,
+Expected<StepResult> PipelineTrainer::step(const TrainingData& data, std::int64_t stepIndex,
                                        const pipeline::Schedule* schedule) {
   State& s = *state_;
   if (!s.comm)
@@ -899,15 +932,7 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
     return Error(ErrorCode::InvalidArgument) << "the schedule is for " << schedule->microbatches << " microbatches; "
                                              << s.options.batch / s.replicaCount << " rows make " << chunks.size();
   s.resetTiming(chunks.size());
-  std::vector<double> shares;
-  s.microbatchRows.clear();
-  for (const TensorMap& chunk : chunks) {
-    s.microbatchRows.push_back(chunk.begin()->second.size(0));
-    shares.push_back(static_cast<double>(chunk.begin()->second.size(0)) / static_cast<double>(s.options.batch));
-  }
-  for (std::size_t m = 0; m < chunks.size(); ++m)
-    if (s.declaredRows.insert(s.microbatchRows[m]).second)
-      s.declareMessageShapes(chunks[m], m);
+  const std::vector<double> shares = s.startMicrobatches(chunks);
   clearGradients(*s.optimizer);
   resetHostMemoryPeak();
   const std::int64_t bytesAtStart = hostMemoryStats().bytesInUse;
@@ -917,19 +942,14 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   const std::vector<pipeline::Action> actions =
       pipeline::rankComputeActions(schedule, static_cast<std::uint32_t>(s.stages.size()), static_cast<std::uint32_t>(chunks.size()),
                                    static_cast<std::uint32_t>(s.worldSize), static_cast<std::uint32_t>(s.rank), true);
-  if (!s.receiveOrder || s.receiveOrder->schedule != schedule || s.receiveOrder->rows != s.microbatchRows) {
-    CLEAVE_TRY(ReceiveOrder planned, s.planReceives(schedule, chunks.size(), actions));
-    s.receiveOrder = State::PlannedReceives{schedule, s.microbatchRows, std::move(planned)};
-  }
-  ReceiveOrder& receives = s.receiveOrder->order;
-  receives.restart();
+  CLEAVE_TRY(ReceiveOrder* receives, s.restartReceives(schedule, chunks.size(), actions, true));
   const ReceiveOrder::Post post = [&](int peer, std::uint32_t tag, std::uint64_t key) {
     return s.comm->postRecv(peer, tag, key);
   };
   const std::vector<std::vector<int>> gradientsDone =
       s.replicas ? s.gradientsDoneAfter(actions) : std::vector<std::vector<int>>(actions.size());
   for (std::size_t k = 0; k < actions.size(); ++k) {
-    CLEAVE_CHECK(receives.postThrough(k + kReceiveLookahead, post));
+    CLEAVE_CHECK(receives->postThrough(k + kReceiveLookahead, post));
     CLEAVE_CHECK(s.runAction(actions[k], chunks, shares, runs, lossSum, started));
     for (int done : gradientsDone[k])
       CLEAVE_CHECK(s.startReplicaSum(done));
@@ -951,6 +971,41 @@ Expected<StepResult> PipelineTrainer::step(const TensorMap& data, std::int64_t s
   CLEAVE_CHECK(finishStep(*s.optimizer, s.options, stepIndex, gradNorm, result));
   s.timing.stepSeconds = secondsSince(started);
   return result;
+}
+
+Expected<double> PipelineTrainer::evaluate(const TrainingData& data, std::int64_t batches) {
+  State& s = *state_;
+  if (!s.comm)
+    return Error(ErrorCode::InvalidArgument) << "the trainer is not connected";
+  c10::NoGradGuard noGrad;
+  ForwardEvaluation evaluation;
+  const ReceiveOrder::Post post = [&](int peer, std::uint32_t tag, std::uint64_t key) {
+    return s.comm->postRecv(peer, tag, key);
+  };
+  double lossSum = 0.0;
+  for (std::int64_t b = 0; b < batches; ++b) {
+    CLEAVE_TRY(TensorMap batch, s.replicaRows(data, b));
+    CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
+    const std::vector<double> shares = s.startMicrobatches(chunks);
+    const std::vector<pipeline::Action> actions = pipeline::rankComputeActions(
+        nullptr, static_cast<std::uint32_t>(s.stages.size()), static_cast<std::uint32_t>(chunks.size()),
+        static_cast<std::uint32_t>(s.worldSize), static_cast<std::uint32_t>(s.rank), false);
+    CLEAVE_TRY(ReceiveOrder* receives, s.restartReceives(nullptr, chunks.size(), actions, false));
+    std::vector<std::map<int, StageRun>> runs(chunks.size());
+    for (std::size_t k = 0; k < actions.size(); ++k) {
+      CLEAVE_CHECK(receives->postThrough(k + kReceiveLookahead, post));
+      const pipeline::Action& action = actions[k];
+      if (action.type == pipeline::ActionType::Forward)
+        CLEAVE_CHECK(s.forwardStage(action.microbatch, static_cast<int>(action.stage), chunks[action.microbatch], runs,
+                                    lossSum, shares[action.microbatch]));
+    }
+    CLEAVE_CHECK(s.comm->finish());
+  }
+  at::Tensor total = at::full({1}, lossSum, at::kDouble); // the loss stage's rank of each replica holds it
+  CLEAVE_CHECK(s.comm->allReduceSum(total));
+  if (s.replicas)
+    CLEAVE_CHECK(s.replicas->allReduceSum(total));
+  return total.item<double>() / static_cast<double>(batches);
 }
 
 const StepTiming& PipelineTrainer::lastStepTiming() const { return state_->timing; }

@@ -109,8 +109,12 @@ public:
   // gradient norm. `schedule` (stages and microbatches as
   // the plan's and the options'; its placement create's) orders this rank's F and B / I
   // actions (I gives the inputs' gradients, W later the parameters': runtime/training/split_backward.h); none: GPipe.
-  Expected<StepResult> step(const TensorMap& data, std::int64_t stepIndex,
+  Expected<StepResult> step(const TrainingData& data, std::int64_t stepIndex,
                             const pipeline::Schedule* schedule = nullptr);
+  // Collective: the held-out loss, every rank returning it: the mean loss over rows
+  // [0, batches x batch) of `data` (each replica its share), each batch's microbatches run forward
+  // in GPipe order as torch's model.eval() under no_grad runs them (Trainer::evaluate).
+  Expected<double> evaluate(const TrainingData& data, std::int64_t batches);
   // Whether `whole` is the model the plan was cut from, as far as training goes: it trains the
   // same parameters (names, dtypes, shapes) as the plan's stages together. Fails naming the first
   // that differs. O(parameters x log).

@@ -9,6 +9,7 @@ namespace cleave::runtime {
 
 namespace {
 thread_local bool replaying = false;
+thread_local bool evaluating = false;
 
 // The CUDA generator of the current device; undefined without CUDA (nothing is loaded to ask).
 at::Generator cudaGenerator() {
@@ -63,5 +64,11 @@ ForwardReplay::~ForwardReplay() {
   setGeneratorStates(savedDraws_);
   replaying = wasReplaying_;
 }
+
+bool evaluatingForward() { return evaluating; }
+
+ForwardEvaluation::ForwardEvaluation() : wasEvaluating_(evaluating) { evaluating = true; }
+
+ForwardEvaluation::~ForwardEvaluation() { evaluating = wasEvaluating_; }
 
 } // namespace cleave::runtime

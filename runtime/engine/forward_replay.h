@@ -45,4 +45,21 @@ private:
   bool wasReplaying_;
 };
 
+// Held-out evaluation (cleave train --eval-data): while a ForwardEvaluation lives on a thread, the
+// forwards it runs are torch's model.eval() ones: Dropout passes its input through, and a
+// BatchNormalization exported in training mode normalizes by its running statistics and leaves
+// them as they are. Scopes nest.
+bool evaluatingForward();
+
+class ForwardEvaluation {
+public:
+  ForwardEvaluation();
+  ForwardEvaluation(const ForwardEvaluation&) = delete;
+  ForwardEvaluation& operator=(const ForwardEvaluation&) = delete;
+  ~ForwardEvaluation();
+
+private:
+  bool wasEvaluating_;
+};
+
 } // namespace cleave::runtime

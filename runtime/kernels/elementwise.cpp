@@ -1,6 +1,7 @@
 // runtime/kernels/elementwise.cpp - element-wise ONNX ops on ATen: unary math and activations,
 // broadcasting binary ops (numpy rules, as ATen's), comparisons and logic, variadic Sum/Mean/
 // Max/Min, Where, Cast/CastLike, Clip.
+#include "runtime/engine/forward_replay.h"
 #include "runtime/kernels/helpers.h"
 
 namespace cleave::runtime {
@@ -118,7 +119,9 @@ void registerElementwiseKernels(KernelTable& t) {
     // them (each element kept with probability 1 - ratio, from ATen's default generator, the kept
     // ones scaled by 1 / (1 - ratio)). cleave train seeds that generator before each stage's
     // forward of a microbatch (runtime/training/train.h, seedForward).
-    const bool training = c.has(2) && c.input(2).numel() == 1 && c.input(2).item<bool>();
+    // Held-out evaluation (forward_replay.h) drops nothing, as torch's model.eval().
+    const bool training =
+        c.has(2) && c.input(2).numel() == 1 && c.input(2).item<bool>() && !evaluatingForward();
     const double ratio = c.has(1) ? c.input(1).item<double>() : 0.5;
     const at::Tensor& x = c.input(0);
     if (!training || ratio <= 0.0) {

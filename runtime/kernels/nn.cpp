@@ -15,6 +15,7 @@
 #include <string>
 
 #include "runtime/engine/fast_paths.h"
+#include "runtime/engine/forward_replay.h"
 #include "runtime/kernels/helpers.h"
 
 namespace cleave::runtime {
@@ -810,8 +811,12 @@ void registerNnKernels(KernelTable& t) {
   }, atenBlockedOrDense());
   t.add("GlobalMaxPool", [](KernelContext& c) -> Outputs { return {c.input(0).amax(spatialDims(c.input(0)), true)}; });
   t.add("BatchNormalization", [](KernelContext& c) -> Outputs {
-    if (c.intAttr("training_mode", 0) != 0)
+    if (c.intAttr("training_mode", 0) != 0 && !evaluatingForward())
       return batchNormTraining(c);
+    if (c.numOutputs() > 1) // a training-mode export under held-out evaluation: statistics as they are
+      return {batchNormInference(c, {c.input(0)}, {c.input(1), c.input(2), c.input(3), c.input(4)},
+                                 c.floatAttr("epsilon", 1e-5f), false),
+              c.input(3), c.input(4)};
     return {batchNormInference(c, {c.input(0)}, {c.input(1), c.input(2), c.input(3), c.input(4)},
                                c.floatAttr("epsilon", 1e-5f), false)};
   });

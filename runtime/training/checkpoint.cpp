@@ -150,6 +150,15 @@ Status checkIdentity(const nlohmann::json& manifest, const CheckpointIdentity& i
     return differs("--optimizer", manifest.at("optimizer").get<std::string>(), identity.optimizer);
   if (manifest.at("lr_schedule").get<std::string>() != identity.lrSchedule)
     return differs("the learning-rate schedule", manifest.at("lr_schedule").get<std::string>(), identity.lrSchedule);
+  if (manifest.contains("data") && manifest.at("data").get<std::string>() != identity.data)
+    return differs("data", manifest.at("data").get<std::string>(), identity.data);
+  // The data position: the rows read before the step resumed. They follow from the step while
+  // --batch is the checkpoint's (checked above); a manifest that says otherwise is damaged.
+  const std::int64_t step = manifest.at("step").get<std::int64_t>();
+  if (manifest.value("data_rows_read", step * identity.batch) != step * identity.batch)
+    return Error(ErrorCode::ParseError) << "checkpoint " << folder << ": data_rows_read "
+                                        << manifest.at("data_rows_read").get<std::int64_t>() << " is not step " << step
+                                        << " x --batch " << identity.batch;
   return {};
 }
 
@@ -229,7 +238,8 @@ Status completeCheckpoint(const std::string& dir, std::int64_t step, const Check
   Json manifest{{"format", kFormat},       {"version", kFormatVersion},     {"step", step},
                 {"ranks", identity.ranks}, {"pipeline_ranks", identity.pipelineRanks}, {"batch", identity.batch},
                 {"model", identity.model},
-                {"optimizer", identity.optimizer}, {"lr_schedule", identity.lrSchedule}};
+                {"optimizer", identity.optimizer}, {"lr_schedule", identity.lrSchedule},
+                {"data", identity.data}, {"data_rows_read", step * identity.batch}};
   CLEAVE_CHECK(writeFileAtomically((fs::path(partial) / kManifest).string(), dumpJson(manifest)));
   std::error_code error;
   if (fs::exists(final, error) && holdsOnlyCheckpointFiles(final)) // an earlier run's step K

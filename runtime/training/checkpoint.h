@@ -1,11 +1,12 @@
 // runtime/training/checkpoint.h - training checkpoints a run resumes from exactly: every rank's
 // trained tensors, its optimizer's state (SGD momentum buffers; AdamW moments and step counts),
-// the CPU generator's state, and the step (the data position: a step's rows follow from its index,
-// runtime/training/train.h's batchRows).
+// the CPU generator's state, the step, and the data position: what the data is (its sampler and
+// seed included) and the rows read (a step's rows follow from its index: training_data.h), so a
+// resumed run reads exactly the rows the uninterrupted run would.
 //
 // Layout of a checkpoint folder D (one every rank can see: one machine, or a shared file system,
 // as torch.distributed.checkpoint's file system writer needs):
-//   D/step-00000004/manifest.json   written last: the step, the ranks and the run's identity
+//   D/step-00000004/manifest.json   written last: the step, the ranks, the run's identity, the data position
 //   D/step-00000004/rank-R.json     rank R's tensors (name, dtype, shape) in its optimizer's order
 //   D/step-00000004/rank-R.npz      their values ("param.I"), optimizer state ("state.I.NAME"), "rng"
 // A step is written whole or not at all: every rank writes into D/step-K.partial, the caller
@@ -44,6 +45,7 @@ struct CheckpointIdentity {
   std::string model;      // "the whole model" or "the plan's stages submod_0, submod_1"
   std::string optimizer;  // kOptimizerKinds' name
   std::string lrSchedule; // LrSchedule::describe()
+  std::string data;       // TrainingData::describe(): the rows' source and sampler, without paths
 };
 
 // One rank's training state, as its trainer holds it: its trained tensors, named uniquely on the

@@ -147,17 +147,6 @@ double updateParameters(torch::optim::Optimizer& optimizer, const TrainOptions& 
   return lr;
 }
 
-Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch) {
-  TensorMap rows;
-  for (const auto& [name, tensor] : data) {
-    if (tensor.dim() == 0 || tensor.size(0) == 0)
-      return Error(ErrorCode::InvalidArgument) << "data '" << name << "' has no rows (dim 0)";
-    at::Tensor index = (at::arange(batch, at::kLong) + stepIndex * batch) % tensor.size(0);
-    rows[name] = tensor.index_select(0, index);
-  }
-  return rows;
-}
-
 Trainer::~Trainer() = default;
 
 Expected<std::unique_ptr<Trainer>> Trainer::create(std::shared_ptr<const ir::Graph> graph, const TrainOptions& options,
@@ -192,9 +181,9 @@ RankTrainingState Trainer::trainingState() { return {changedByTraining(*state_->
 
 std::size_t Trainer::trainedTensors() const { return state_->executor->trainableParameters().size(); }
 
-Expected<StepResult> Trainer::step(const TensorMap& data, std::int64_t stepIndex) {
+Expected<StepResult> Trainer::step(const TrainingData& data, std::int64_t stepIndex) {
   State& s = *state_;
-  CLEAVE_TRY(TensorMap batch, batchRows(data, stepIndex, s.options.batch));
+  CLEAVE_TRY(TensorMap batch, data.rows(stepIndex * s.options.batch, s.options.batch));
   CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
   clearGradients(*s.optimizer);
   double total = 0.0;
@@ -223,6 +212,25 @@ Expected<StepResult> Trainer::step(const TensorMap& data, std::int64_t stepIndex
   const double gradNorm = std::sqrt(squaredGradientNorm(s.optimizer->param_groups().front().params()));
   CLEAVE_CHECK(finishStep(*s.optimizer, s.options, stepIndex, gradNorm, result));
   return result;
+}
+
+Expected<double> Trainer::evaluate(const TrainingData& data, std::int64_t batches) {
+  State& s = *state_;
+  c10::NoGradGuard noGrad;
+  ForwardEvaluation evaluation;
+  double total = 0.0;
+  for (std::int64_t b = 0; b < batches; ++b) {
+    CLEAVE_TRY(TensorMap batch, data.rows(b * s.options.batch, s.options.batch));
+    CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
+    for (const TensorMap& chunk : chunks) {
+      std::optional<AutocastScope> precision;
+      enterForwardPrecision(precision, s.options, s.executor->device().type());
+      CLEAVE_TRY(TensorMap outputs, s.executor->run(chunk));
+      const double rows = static_cast<double>(chunk.begin()->second.size(0));
+      total += outputs.at(s.lossName).item<double>() * rows / static_cast<double>(s.options.batch);
+    }
+  }
+  return total / static_cast<double>(batches);
 }
 
 Expected<ir::Graph> Trainer::trainedGraph() const {

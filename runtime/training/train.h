@@ -2,7 +2,7 @@
 // the seeds' LossWrapper: targets are ordinary inputs), in one process, on ATen autograd and
 // libtorch's own optimizers (torch::optim::SGD, AdamW: PyTorch's update rules exactly).
 //
-// A step takes the next `batch` rows of the data (wrapping around), splits them into
+// A step takes the next `batch` rows of the data (training_data.h), splits them into
 // microbatches (runtime/model/microbatch.h: the last may be smaller), and for each runs the forward
 // pass and backpropagates its loss scaled by its share of the batch's rows, so the accumulated
 // gradients are those of the full batch's mean loss even when microbatches are uneven; then one
@@ -29,6 +29,7 @@
 #include "runtime/model/backend.h"
 #include "runtime/training/checkpoint.h"
 #include "runtime/training/lr_schedule.h"
+#include "runtime/training/training_data.h"
 
 namespace cleave::runtime {
 
@@ -105,8 +106,6 @@ Expected<bool> skipNonFiniteStep(const TrainOptions& options, std::int64_t stepI
 // seeded alike), so their ranks' states, and checkpoints, stay equal. O(1).
 void seedForward(std::uint64_t seed, std::int64_t stage, std::int64_t step, std::int64_t microbatch);
 
-// Rows (stepIndex * batch + i) mod N, i < batch, of every tensor (rows along dim 0).
-Expected<TensorMap> batchRows(const TensorMap& data, std::int64_t stepIndex, std::int64_t batch);
 // libtorch's optimizer for `options` over `params` (PyTorch's defaults where options are unset).
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<at::Tensor> params, const OptimizerOptions& options);
 // Starts a step's gradient accumulation by dropping every parameter's gradient rather than
@@ -149,8 +148,12 @@ public:
                                                    const Backend& backend);
   ~Trainer();
 
-  // One step on `data` (every graph input; rows along dim 0).
-  Expected<StepResult> step(const TensorMap& data, std::int64_t stepIndex);
+  // One step on rows stepIndex * batch onward of `data` (training_data.h).
+  Expected<StepResult> step(const TrainingData& data, std::int64_t stepIndex);
+  // The held-out loss: the mean loss over rows [0, batches x batch) of `data`, in batches of
+  // --batch rows and their microbatches, each forward as torch's model.eval() under no_grad runs
+  // it (forward_replay.h's ForwardEvaluation): nothing trains, no running statistic changes.
+  Expected<double> evaluate(const TrainingData& data, std::int64_t batches);
   Expected<ir::Graph> trainedGraph() const;
   std::size_t trainedTensors() const;
   // Its trained tensors and optimizer, to checkpoint or restore (runtime/training/checkpoint.h).
