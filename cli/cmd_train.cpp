@@ -68,8 +68,8 @@ struct TrainFlags {
     return runtime::TokenDataOptions{*runtime::kTokenFormats.parse(tokens), *runtime::kSamplings.parse(sampling), seed,
                                      tokenInputs, seqLen};
   }
-  // Every step up to 100 steps; beyond, about 50 lines a run.
-  std::int64_t printInterval() const { return printEvery.value_or(steps <= 100 ? 1 : (steps + 49) / 50); }
+  // --print-every; else every step under --json or up to 100 steps; beyond, about 50 lines a run.
+  std::int64_t printInterval() const { return printEvery.value_or(json || steps <= 100 ? 1 : (steps + 49) / 50); }
 };
 
 // Token streams, held-out loss, logs and progress.
@@ -106,8 +106,9 @@ void describeData(CLI::App& app, TrainFlags& flags) {
                  "and, for token data, each row's window start, so a reference can read the same rows) to this file, "
                  "one per line, flushed as it goes");
   app.add_option("--print-every", flags.printEvery,
-                 "print every N-th step (with the rate and the time left); default every step up to 100 steps, beyond "
-                 "that about 50 lines a run (the first, the last and held-out losses always print)")
+                 "print every N-th step; default every step under --json or up to 100 steps, beyond that about 50 lines a run (the "
+                 "first, the last and held-out losses always print). Printing every N > 1 (or with --timing), a line "
+                 "also gives rows/s (tokens/s), FLOP/s and the time left; else lines repeat byte for byte")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
 }
 
@@ -293,8 +294,9 @@ struct StepLine {
   Json timing; // null, or the step's measurements (--timing)
 };
 
-// The step's JSON line (--json, --log): `trainable` given with the first line printed.
-Json stepJson(const StepLine& line, const runtime::TrainableSet* trainable) {
+// The step's JSON line (--json, --log): `trainable` given with the first line printed; the rate
+// where `withRate` (--log, --timing: a line that must repeat byte for byte leaves it out).
+Json stepJson(const StepLine& line, const runtime::TrainableSet* trainable, bool withRate) {
   Json json{{"step", line.step + 1}, {"loss", line.result.loss}, {"lr", line.result.lr}};
   if (trainable)
     json["trainable"] = trainableJson(*trainable);
@@ -304,11 +306,13 @@ Json stepJson(const StepLine& line, const runtime::TrainableSet* trainable) {
     json["skipped"] = true;
   if (line.evalLoss)
     json["eval_loss"] = *line.evalLoss;
-  json["rows_per_s"] = line.rate.rowsPerSecond;
-  if (line.rate.tokensPerSecond > 0.0)
-    json["tokens_per_s"] = line.rate.tokensPerSecond;
-  if (line.rate.flopsPerSecond)
-    json["flops_per_s"] = *line.rate.flopsPerSecond;
+  if (withRate) {
+    json["rows_per_s"] = line.rate.rowsPerSecond;
+    if (line.rate.tokensPerSecond > 0.0)
+      json["tokens_per_s"] = line.rate.tokensPerSecond;
+    if (line.rate.flopsPerSecond)
+      json["flops_per_s"] = *line.rate.flopsPerSecond;
+  }
   if (!line.timing.is_null())
     json.update(line.timing);
   return json;
@@ -328,11 +332,21 @@ std::string formatEta(double seconds) {
   return text;
 }
 
+// "; 12.3 ktokens/s, 4.5 GFLOP/s, 3m05s left".
+void printRate(const TrainFlags& flags, const StepLine& line, std::ostream& out) {
+  out << "; " << (line.rate.tokensPerSecond > 0.0 ? formatSi(line.rate.tokensPerSecond, "tokens/s")
+                                                   : formatSi(line.rate.rowsPerSecond, "rows/s"));
+  if (line.rate.flopsPerSecond)
+    out << ", " << formatSi(*line.rate.flopsPerSecond, "FLOP/s");
+  if (flags.printInterval() > 1 && line.step + 1 < flags.steps)
+    out << ", " << formatEta(line.rate.etaSeconds) << " left";
+}
+
 void printStep(const TrainFlags& flags, const StepLine& line, const runtime::TrainableSet* trainable, std::ostream& out) {
   const bool scheduled =
       flags.options.lrSchedule.kind != runtime::LrScheduleKind::Constant || flags.options.lrSchedule.warmup > 0;
   if (flags.json) {
-    out << toJsonText(stepJson(line, trainable)) << "\n"; // one line per step
+    out << toJsonText(stepJson(line, trainable, flags.timing)) << "\n"; // one line per step
     out.flush();
     return;
   }
@@ -348,12 +362,8 @@ void printStep(const TrainFlags& flags, const StepLine& line, const runtime::Tra
     out << ", skipped (not finite)";
   if (line.evalLoss)
     out << ", held-out loss " << *line.evalLoss;
-  out << "; " << (line.rate.tokensPerSecond > 0.0 ? formatSi(line.rate.tokensPerSecond, "tokens/s")
-                                                   : formatSi(line.rate.rowsPerSecond, "rows/s"));
-  if (line.rate.flopsPerSecond)
-    out << ", " << formatSi(*line.rate.flopsPerSecond, "FLOP/s");
-  if (flags.printInterval() > 1 && line.step + 1 < flags.steps)
-    out << ", " << formatEta(line.rate.etaSeconds) << " left";
+  if (flags.timing || flags.printInterval() > 1) // progress; else the lines repeat byte for byte
+    printRate(flags, line, out);
   if (!line.timing.is_null())
     out << " (" << line.timing["seconds"].get<double>() * 1e3 << " ms"
         << (line.timing.contains("bubble") ? ", bubble " + std::to_string(line.timing["bubble"].get<double>()) : std::string())
@@ -534,7 +544,7 @@ bool evaluatesAfter(const TrainFlags& flags, const StepLoop& loop, std::int64_t 
 
 // --log: the step's line with its rows' window starts (token data), one JSON line, flushed.
 void logStep(const TrainFlags& flags, const StepLoop& loop, const StepLine& line, std::ofstream& log) {
-  Json json = stepJson(line, nullptr);
+  Json json = stepJson(line, nullptr, true);
   std::vector<std::int64_t> starts = loop.data.windowStarts(line.step * flags.options.batch, flags.options.batch);
   if (!starts.empty())
     json["window_starts"] = std::move(starts);
