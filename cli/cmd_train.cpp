@@ -103,7 +103,7 @@ void describeData(CLI::App& app, TrainFlags& flags) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app.add_option("--log", flags.logPath,
                  "write every step's JSON line (as --json prints it, with rows/s, tokens/s, FLOP/s, the held-out loss "
-                 "and, for token data, each row's window start, so a reference can read the same rows) to this file, "
+                 "and, for token data, each row's window start and the held-out rows', so a reference can read the same rows) to this file, "
                  "one per line, flushed as it goes");
   app.add_option("--print-every", flags.printEvery,
                  "print every N-th step; default every step under --json or up to 100 steps, beyond that about 50 lines a run (the "
@@ -535,6 +535,7 @@ struct StepLoop {
   std::function<Expected<runtime::StepResult>(std::int64_t)> step;
   std::function<Expected<Json>(double seconds)> timing; // --timing's measurements (may be collective)
   std::function<Expected<double>()> evaluate;           // the held-out loss (collective); null without --eval-data
+  const runtime::TrainingData* evalData = nullptr;      // what `evaluate` reads
 };
 
 // Whether step `step` (from 0) is followed by a held-out loss: every --eval-every, and the last.
@@ -548,6 +549,10 @@ void logStep(const TrainFlags& flags, const StepLoop& loop, const StepLine& line
   std::vector<std::int64_t> starts = loop.data.windowStarts(line.step * flags.options.batch, flags.options.batch);
   if (!starts.empty())
     json["window_starts"] = std::move(starts);
+  if (line.evalLoss && loop.evalData) // the same rows each time: the held-out batches'
+    if (std::vector<std::int64_t> held = loop.evalData->windowStarts(0, flags.evalBatches * flags.options.batch);
+        !held.empty())
+      json["eval_window_starts"] = std::move(held);
   log << toJsonText(json) << "\n";
   log.flush();
 }
@@ -672,8 +677,10 @@ Status trainPlan(const TrainFlags& flags, std::ostream& out, std::ostream& err) 
                 runtime::trainingFlopsPerRow(stageGraphs),
                 [&](std::int64_t step) { return trainer->step(*sources.data, step, schedule ? &*schedule : nullptr); },
                 [&](double) { return planStepTiming(*trainer, layout.pipelineRanks); }, nullptr};
-  if (sources.eval)
+  if (sources.eval) {
     loop.evaluate = [&] { return trainer->evaluate(*sources.eval, flags.evalBatches); };
+    loop.evalData = sources.eval.get();
+  }
   CLEAVE_CHECK(runSteps(flags, first, loop, out, err));
   reportTrained(layout, *trainer, err);
   if (flags.output.path.empty() || layout.replica() != 0) // the replicas' parameters are equal: the first's are written
@@ -727,8 +734,10 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
                 runtime::trainingFlopsPerRow({&modelGraph, 1}),
                 [&](std::int64_t step) { return trainer->step(*sources.data, step); },
                 [](double seconds) -> Expected<Json> { return Json{{"seconds", seconds}}; }, nullptr};
-  if (sources.eval)
+  if (sources.eval) {
     loop.evaluate = [&] { return trainer->evaluate(*sources.eval, flags.evalBatches); };
+    loop.evalData = sources.eval.get();
+  }
   CLEAVE_CHECK(runSteps(flags, first, loop, out, err));
   if (!outDir)
     return {};
