@@ -26,7 +26,6 @@ enum class ErrorCode : std::uint8_t {
   Usage,           // a command line that cannot run as given (the CLI exits 2, not 1)
 };
 
-const char* errorCodeName(ErrorCode code);
 
 // An ordinary, reportable failure. Messages are lower case, without a final period, and name the
 // thing at fault (file, node, value). Extra context is appended with `<<`.

@@ -67,7 +67,6 @@ public:
   // True when some op output has no type at all (readers then ask for shape inference).
   bool hasUntypedOpOutputs() const;
   void reserve(std::size_t nodes, std::size_t values);
-  void reserveInlineData(std::size_t bytes) { inlineData_.reserve(bytes); }
   // The file that ModelFile parameters point into; the graph keeps it mapped.
   void setModelFile(std::shared_ptr<const MappedFile> file) { modelFile_ = std::move(file); }
   // The builder's string ids: readers may key side tables by them (ids are stable).

@@ -203,7 +203,6 @@ public:
   // subgraphs share it so their parameters stay lazy.
   const std::shared_ptr<const MappedFile>& modelFile() const { return modelFile_; }
   const StringTable& strings() const { return strings_; }
-  std::size_t numOperands() const { return operands_.size(); }
 
 private:
   friend class GraphBuilder;

@@ -153,7 +153,7 @@ class RecommendationModule(torch.nn.Module):
         return self.top_layers(torch.cat([x] + y, dim=1))
 
 
-def test_latency_rule(gm):
+def latency_rule(gm):
     """PyTorch's test rule: (total, 2 x total) when a node has no weights, else (total, output)."""
     latencies = {}
     for node in gm.graph.nodes:
@@ -257,7 +257,7 @@ class Conformance(TempDirTest):
         partitioner = Partitioner()
         config = PartitionerConfig([Device(f"dev_{i}", m, i) for i, m in enumerate(devices)], PartitionMode.size_based)
         partitioner.partition_graph(gm, gm, config)
-        latencies = test_latency_rule(gm)
+        latencies = latency_rule(gm)
         mapping = get_partition_to_latency_mapping(partitioner.partitions, latencies)
         expected = get_latency_of_partitioned_graph(partitioner.partitions, mapping, rate)
         latency_path = self.path(f"{name}.latency.json")
@@ -420,7 +420,7 @@ class Conformance(TempDirTest):
         inputs = (torch.rand(4),)
         graph_manipulation.get_size_of_all_nodes(gm, inputs)
         expected, expected_cost, actual, cost, dag_sizes = self.run_cost_mode(
-            gm, inputs, [200] * 4, test_latency_rule(gm), 2.0, "kl_based", "kl")
+            gm, inputs, [200] * 4, latency_rule(gm), 2.0, "kl_based", "kl")
         self.assertEqual((expected_cost, dag_sizes), (208, [176, 112]))  # PyTorch's test values
         self.assertEqual(cost, 208)
         self.assertEqual([p[1] for p in actual], [176, 112])

@@ -133,10 +133,8 @@ public:
 };
 
 const CudaWing theCudaWing;
-const bool installed = installWing(theCudaWing);
+[[maybe_unused]] const bool installed = installWing(theCudaWing); // as the library loads
 
 } // namespace
-
-bool wingInstalled() { return installed; }
 
 } // namespace cleave::runtime::cuda

@@ -17,12 +17,6 @@
 //     of its own that the recording keeps, and a capture the device refuses (a synchronization
 //     inside it) is ended, its error cleared, and reported as Unsupported naming the step.
 // Complexity: O(1) per hook; configure sets three process-wide flags.
+// The wing has no API: it installs itself as its library loads (a static registration in
+// cuda_wing.cpp) and is reached through the engine's hooks alone.
 #pragma once
-
-namespace cleave::runtime::cuda {
-
-// Whether this process holds the CUDA wing (true once its library is loaded: the installation runs
-// as it loads).
-bool wingInstalled();
-
-} // namespace cleave::runtime::cuda

@@ -1008,8 +1008,6 @@ Expected<double> PipelineTrainer::evaluate(const TrainingData& data, std::int64_
   return total.item<double>() / static_cast<double>(batches);
 }
 
-const StepTiming& PipelineTrainer::lastStepTiming() const { return state_->timing; }
-
 Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
   const StepTiming& own = state_->timing; // other ranks' slots are zeros here: a sum gathers them
   const std::vector<double> headers{own.headersSent};

@@ -123,8 +123,6 @@ public:
   // `outDir` as a plan directory like `planDir` (its plan.json, each stage's model with them), and
   // with `whole` (checked by checkWholeModel) also trained.onnx: the whole model with them.
   Status writeTrained(const std::string& planDir, const std::string& outDir, const ir::Graph* whole = nullptr);
-  // This rank's timing of its last step (other ranks' stages at 0).
-  const StepTiming& lastStepTiming() const;
   // Collective: every stage's compute seconds of the last step (summed across ranks), with this
   // rank's step wall time.
   Status gatherStepTiming(StepTiming& timing) const;

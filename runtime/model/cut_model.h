@@ -61,7 +61,6 @@ public:
   std::size_t modules() const { return units_.size(); }
   const std::string& stepName(std::size_t i) const { return plan_->submodules()[i].name; }
   const std::vector<std::string>& stepInputs(std::size_t i) const { return plan_->submodules()[i].inputs; }
-  const std::vector<std::string>& stepOutputs(std::size_t i) const { return plan_->submodules()[i].outputs; }
   // Runs submodule i on `values` (which must hold its inputs; other entries are ignored); returns
   // its outputs, possibly in oneDNN's blocked layout (toDense before leaving the process).
   // Fails: InvalidArgument when submodule i was not lowered on its own (not this rank's, or

@@ -38,7 +38,6 @@ public:
   std::vector<std::string> outputNames() const;
   // Inputs held in SequenceProto / OptionalProto files (a whole model's declared types).
   ProtoKinds inputProtoKinds() const;
-  bool isCut() const { return cut_.has_value(); }
   const CutModel* cut() const { return cut_ ? &*cut_ : nullptr; }
   std::size_t submodules() const { return cut_ ? cut_->size() : 1; }
   // Modules a run runs: fewer than submodules() when a cut's seams are joined.

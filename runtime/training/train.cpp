@@ -179,8 +179,6 @@ std::vector<std::pair<std::string, at::Tensor>> changedByTraining(const Executor
 
 RankTrainingState Trainer::trainingState() { return {changedByTraining(*state_->executor), state_->optimizer.get()}; }
 
-std::size_t Trainer::trainedTensors() const { return state_->executor->trainableParameters().size(); }
-
 Expected<StepResult> Trainer::step(const TrainingData& data, std::int64_t stepIndex) {
   State& s = *state_;
   CLEAVE_TRY(TensorMap batch, data.rows(stepIndex * s.options.batch, s.options.batch));

@@ -155,7 +155,6 @@ public:
   // it (forward_replay.h's ForwardEvaluation): nothing trains, no running statistic changes.
   Expected<double> evaluate(const TrainingData& data, std::int64_t batches);
   Expected<ir::Graph> trainedGraph() const;
-  std::size_t trainedTensors() const;
   // Its trained tensors and optimizer, to checkpoint or restore (runtime/training/checkpoint.h).
   RankTrainingState trainingState();
 
