@@ -9,6 +9,8 @@
 #include "io/model_loader.h"
 #include "io/onnx.h"
 #include "report/minimize_report.h"
+#include "runtime/model/host_backend.h"
+#include "runtime/model/minimizer.h"
 
 namespace cleave::cli {
 
@@ -18,7 +20,7 @@ struct MinimizeFlags {
   OutputDirectoryFlags output;
   RuntimeOptions runtime;
   runtime::AllClose tolerance = runtime::kCutTolerance;
-  report::MinimizeRun run{.backendA = "aten-cpu", .backendB = {}, .mode = runtime::MinimizeMode::Binary,
+  report::MinimizeRun run{.backendA = runtime::kHostBackend, .backendB = {}, .mode = runtime::MinimizeMode::Binary,
                           .candidates = 0, .result = {}};
   bool json = false;
 };

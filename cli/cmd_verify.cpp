@@ -10,6 +10,7 @@
 #include "cli/runtime_inputs.h"
 #include "plan/plan_file.h"
 #include "runtime/model/compare.h"
+#include "runtime/model/host_backend.h"
 
 namespace cleave::cli {
 
@@ -84,7 +85,7 @@ Status verify(VerifyFlags flags, std::ostream& out, std::ostream&) {
   if (!flags.rtolGiven)
     flags.tolerance.rtol = runtime::cutToleranceFor(flags.runtime.optimizations.tf32).rtol;
   RuntimeOptions reference = flags.runtime;
-  reference.backend = "aten-cpu";
+  reference.backend = runtime::kHostBackend;
   reference.optimizations.tf32 = false;
   // Every seam kept: each submodule runs from its own file's declared inputs, as on its device.
   RuntimeOptions cutOptions = flags.runtime;

@@ -2,6 +2,7 @@
 
 #include "cli/commands.h"
 #include "runtime/model/tensor_files.h"
+#include "runtime/model/host_backend.h"
 
 namespace cleave::cli {
 
@@ -11,7 +12,7 @@ Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOpti
   if (options.optimizations.tf32 && !opened.acc->device().is_cuda())
     return usageError() << "--tf32 applies to --backend aten-cuda; " << options.backend
                         << " computes float32 as float32";
-  CLEAVE_TRY(opened.cpu, runtime::makeBackend("aten-cpu", options.optimizations));
+  CLEAVE_TRY(opened.cpu, runtime::makeBackend(runtime::kHostBackend, options.optimizations));
   CLEAVE_TRY(opened.runnable, runtime::Runnable::open(path, *opened.acc, *opened.cpu, options.optimizations.joinSeams,
                                                                 options.optimizations));
   return opened;

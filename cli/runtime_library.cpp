@@ -8,6 +8,7 @@
 #include "cli/runtime_inputs.h"
 #include "runtime/engine/kernel.h"
 #include "runtime/model/lower_and_run.h"
+#include "runtime/model/host_backend.h"
 
 namespace cleave::cli {
 
@@ -31,7 +32,7 @@ Expected<SplitRunResult> runSplitModel(const SplitRunRequest& request) {
   const RuntimeOptions& options = request.options;
   std::shared_ptr<const ir::Graph> shared(&request.graph, [](const ir::Graph*) {}); // not owning: the caller's
   CLEAVE_TRY(std::unique_ptr<runtime::Backend> acc, runtime::makeBackend(options.backend, options.optimizations));
-  CLEAVE_TRY(std::unique_ptr<runtime::Backend> cpu, runtime::makeBackend("aten-cpu", options.optimizations));
+  CLEAVE_TRY(std::unique_ptr<runtime::Backend> cpu, runtime::makeBackend(runtime::kHostBackend, options.optimizations));
   CLEAVE_TRY(runtime::TensorMap inputs, makeInputs(request.graph, options));
   CLEAVE_TRY(runtime::ReferenceRun reference, runtime::ReferenceRun::run(shared, *cpu, inputs));
   SplitRunResult result;

@@ -13,11 +13,12 @@
 #include "cli/commands.h"
 #include "pipeline/schedule.h"
 #include "runtime/engine/optimizations.h"
+#include "runtime/model/host_backend.h"
 
 namespace cleave::cli {
 
 struct RuntimeOptions {
-  std::string backend = "aten-cpu";
+  std::string backend = runtime::kHostBackend;
   std::string inputsPath;
   std::uint64_t seed = 0;
   std::vector<std::string> dims; // "name=value" for symbolic dims
@@ -33,10 +34,5 @@ Expected<std::map<std::string, std::int64_t>> parseDims(const std::vector<std::s
 
 // --schedule KIND for the distributed runners (cleave run --distributed, cleave train).
 void addScheduleOption(CLI::App& app, std::optional<pipeline::ScheduleKind>& kind, const std::string& help);
-// KIND's schedule of a plan's `stages` over `microbatches` on `ranks` (stage s on rank s % ranks):
-// the generator's own checks fail as usage errors; then it is validated for the runners' transport
-// (buffered sends, channels in order), so the ranks following it cannot deadlock.
-Expected<pipeline::Schedule> rankSchedule(pipeline::ScheduleKind kind, std::size_t stages, std::int64_t microbatches,
-                                          int ranks);
 
 } // namespace cleave::cli

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/json.h"
-#include "runtime/model/minimizer.h"
+#include "runtime/model/trial_result.h"
 
 namespace cleave::report {
 

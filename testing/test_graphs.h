@@ -26,18 +26,18 @@ public:
     builder_.addInput(name, ir::ValueType::tensor(ir::DType::F32, std::move(dims)));
     return *this;
   }
+  // A parameter whose every byte is 1 (a tiny float): for tests where its numbers do not matter.
   TestGraph& param(const std::string& name, std::vector<std::int64_t> dims = {4, 4}) {
-    ir::Parameter p;
-    p.name = name;
-    p.dtype = ir::DType::F32;
-    p.dims = dims;
     std::int64_t count = 1;
     for (std::int64_t d : dims)
       count *= d;
-    p.bytes = count * 4;
-    p.data = builder_.appendInlineData(std::string(static_cast<std::size_t>(p.bytes), '\1'));
-    builder_.addParameter(std::move(p), ir::ValueType::tensor(ir::DType::F32, std::move(dims)));
-    return *this;
+    return paramBytes(name, std::move(dims), std::string(static_cast<std::size_t>(count * 4), '\1'));
+  }
+  // A parameter holding `values` (row-major; their count must match `dims`): for tests whose
+  // numbers matter (training).
+  TestGraph& param(const std::string& name, std::vector<std::int64_t> dims, const std::vector<float>& values) {
+    return paramBytes(name, std::move(dims),
+                      std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
   }
   // A second name for the tensor of the parameter `of` (added before), as ONNX writes
   // Identity(initializer).
@@ -78,6 +78,17 @@ public:
   }
 
 private:
+  TestGraph& paramBytes(const std::string& name, std::vector<std::int64_t> dims, const std::string& bytes) {
+    ir::Parameter p;
+    p.name = name;
+    p.dtype = ir::DType::F32;
+    p.dims = dims;
+    p.bytes = static_cast<std::int64_t>(bytes.size());
+    p.data = builder_.appendInlineData(bytes);
+    builder_.addParameter(std::move(p), ir::ValueType::tensor(ir::DType::F32, std::move(dims)));
+    return *this;
+  }
+
   ir::GraphBuilder builder_;
 };
 

@@ -21,7 +21,6 @@ drops those self-sends (set-up only; the schedule's own transfers are untouched)
 """
 import json
 import os
-import socket
 import time
 
 import numpy as np
@@ -33,7 +32,7 @@ from onnx import numpy_helper
 from torch.distributed.pipelining import PipelineStage, pipe_split, pipeline
 from torch.distributed.pipelining import schedules
 
-from testlib import TempDirTest, launch, main, run
+from testlib import TempDirTest, free_port, launch, main, run
 
 WIDTH, LAYERS, STEPS, BATCH, MICROBATCHES, LR = 16, 4, 3, 8, 4, 0.1
 
@@ -179,12 +178,6 @@ def torch_rank(rank, world, name, schedule, port, out, steps=STEPS):
         json.dump({"parameters": {n: p.detach().tolist() for s in stages for n, p in s.submod.named_parameters()},
                    "step_seconds": seconds}, f)
     dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PipeliningParity(TempDirTest):

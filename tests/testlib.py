@@ -1,10 +1,12 @@
 """Helpers for cleave's end-to-end tests: run the binary, make temp dirs, count results."""
 import os
+import random
 import re
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 CLEAVE = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "cleave"
@@ -55,10 +57,19 @@ def run(*args, check=False):
 
 
 def free_port():
-    """A TCP port on loopback that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on loopback that nothing listens on now, below the kernel's ephemeral range
+    (ip_local_port_range): a port the kernel hands out there may meanwhile become the local end of
+    another test's Gloo connection, and the store's listen then fails with EADDRINUSE."""
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-31999")
 
 
 # Every distributed run of the tests holds the pipeline trainer to NCCL's rule (a channel's

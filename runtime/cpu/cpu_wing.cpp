@@ -6,6 +6,7 @@
 
 #include "runtime/engine/executor.h"
 #include "runtime/engine/fusion.h"
+#include "runtime/model/host_backend.h"
 
 namespace cleave::runtime::cpu {
 namespace {
@@ -160,10 +161,10 @@ public:
   at::Tensor dense(const at::Tensor& t) const override { return onednn::denseFromBlocked(t); }
   std::size_t heldWeightBytes() const override { return onednn::heldWeightBytes(); }
   const FastPaths* fastPaths() const override { return oneDnnFastPaths(); }
-  std::vector<std::string> backendNames() const override { return {"aten-cpu", "aten-cpu-bf16"}; }
+  std::vector<std::string> backendNames() const override { return {kHostBackend, "aten-cpu-bf16"}; }
   // aten-cpu-bf16: a low-precision device whose disagreements exercise verify, preview and minimize.
   std::optional<Expected<BackendDevice>> backendDevice(std::string_view name) const override {
-    if (name == "aten-cpu")
+    if (name == kHostBackend)
       return Expected<BackendDevice>(BackendDevice{at::kCPU, std::nullopt});
     if (name == "aten-cpu-bf16")
       return Expected<BackendDevice>(BackendDevice{at::kCPU, at::kBFloat16});

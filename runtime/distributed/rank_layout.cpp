@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "base/strings.h"
+#include "pipeline/nccl_streams.h"
+#include "pipeline/schedule_sim.h"
 #include "runtime/distributed/transport.h"
 #include "runtime/model/backend.h"
 #include "runtime/model/wing_library.h"
@@ -65,6 +67,23 @@ Expected<std::string> chooseTransport(const std::string& requested, const std::s
                                              << joinStrings(names)
                                              << "; NCCL needs a libtorch with CUDA: scripts/gpu-build)";
   return requested;
+}
+
+Expected<pipeline::Schedule> rankSchedule(pipeline::ScheduleKind kind, std::size_t stages, std::int64_t microbatches,
+                                          int ranks) {
+  Expected<pipeline::Schedule> made = pipeline::generateSchedule(kind, static_cast<std::uint32_t>(stages),
+                                                                 static_cast<std::uint32_t>(microbatches),
+                                                                 static_cast<std::uint32_t>(ranks));
+  if (!made)
+    return Error(ErrorCode::Usage) << "--schedule " << pipeline::kScheduleKinds.name(kind) << ": " << made.error().message();
+  // Buffered sends are what the runners need: inference matches by tag, and the trainer posts
+  // each channel's receives in its sender's order (runtime/distributed/receive_order.h), so its
+  // messages meet in order on Gloo and NCCL alike, whatever order the receiver reads them in
+  // (the V schedules' channels carry one stage's activations and another's gradients). The NCCL
+  // check states that for the trainer's lookahead (pipeline/nccl_streams.h: ChannelStreams).
+  CLEAVE_CHECK(pipeline::validateSchedule(pipeline::withCommunication(*made)));
+  CLEAVE_CHECK(pipeline::checkNccl(*made, pipeline::NcclIssue::ChannelStreams, pipeline::kReceiveLookahead));
+  return made;
 }
 
 } // namespace cleave::runtime::distributed

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "pipeline/schedule.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/environment.h"
 
@@ -48,5 +49,12 @@ Expected<LayoutCommunicators> connectLayout(const RankLayout& layout, const std:
 // nccl. Fails: what backendDevice fails with (an unknown backend), Usage (nccl for stages off
 // CUDA), InvalidArgument (a transport this build lacks).
 Expected<std::string> chooseTransport(const std::string& requested, const std::string& backend);
+
+// KIND's schedule of a plan's `stages` over `microbatches` on `ranks` (stage s on rank s % ranks),
+// for the distributed runners (cleave run --distributed, cleave train): the generator's own checks
+// fail as usage errors; then it is validated for the runners' transport (buffered sends, channels
+// in order), so the ranks following it cannot deadlock.
+Expected<pipeline::Schedule> rankSchedule(pipeline::ScheduleKind kind, std::size_t stages, std::int64_t microbatches,
+                                          int ranks);
 
 } // namespace cleave::runtime::distributed

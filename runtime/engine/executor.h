@@ -27,6 +27,7 @@
 #include "runtime/engine/fusion.h"
 #include "runtime/engine/kernel.h"
 #include "runtime/engine/recompute.h"
+#include "runtime/engine/run_stats.h"
 #include "runtime/engine/small_op_memo.h"
 #include "runtime/engine/tensors.h"
 #include "runtime/engine/value_placement.h"
@@ -49,23 +50,6 @@ struct ExecutorOptions {
 };
 
 enum class OutputLayout : std::uint8_t { Dense, AsComputed };
-
-struct RunStats {
-  // Live values other than parameters at their peak within one executor run (the largest over the
-  // runs sharing these stats: a cut model's submodels; what a cut holds between them is not counted).
-  std::int64_t peakActivationBytes = 0;
-  bool profileOps = false;              // in: time every kernel
-  std::map<std::string, double> secondsByOp;   // out with profileOps: kernel seconds per op type
-  std::map<std::string, double> secondsByNode; // out with profileOps: kernel seconds per node name
-  // Copies between host and device memory (value_placement.h), and their bytes: the crossings of
-  // values ops made, and the first copy of each parameter or constant (kept after it).
-  std::int64_t hostDeviceCopies = 0, hostDeviceCopyBytes = 0;
-  // out with profileOps: a cut model's moves of values between submodules on different devices
-  // (its seams, what split --preview predicts), their bytes and their time (each device waited
-  // for before and after, so that the time is the copies' own).
-  std::int64_t seamCopies = 0, seamCopyBytes = 0;
-  double seamCopySeconds = 0.0;
-};
 
 class Executor {
 public:

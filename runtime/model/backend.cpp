@@ -3,6 +3,7 @@
 #include "base/strings.h"
 #include "runtime/model/wing_library.h"
 #include "split/shape_prologue.h"
+#include "runtime/model/host_backend.h"
 
 namespace cleave::runtime {
 
@@ -67,11 +68,11 @@ public:
   at::Device device() const override { return at::kCPU; }
   Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const override {
     CLEAVE_CHECK(checkSupported(*graph));
-    return AtenBackend("aten-cpu", at::kCPU, optimizations_).lower(std::move(graph));
+    return AtenBackend(kHostBackend, at::kCPU, optimizations_).lower(std::move(graph));
   }
   Expected<std::unique_ptr<Executor>> lowerTrainable(std::shared_ptr<const ir::Graph> graph) const override {
     CLEAVE_CHECK(checkSupported(*graph));
-    return AtenBackend("aten-cpu", at::kCPU, optimizations_).lowerTrainable(std::move(graph));
+    return AtenBackend(kHostBackend, at::kCPU, optimizations_).lowerTrainable(std::move(graph));
   }
 
 private:

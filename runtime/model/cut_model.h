@@ -23,12 +23,6 @@
 
 namespace cleave::runtime {
 
-struct SubmoduleTiming {
-  std::string name;
-  std::string backend;
-  double seconds = 0.0;
-};
-
 struct CutModelOptions {
   // A distributed run's place: the plan is placed over `worldSize` ranks (LoadedPlan) and, with
   // `rank` >= 0, only that rank's submodules are lowered (runStep refuses the others).

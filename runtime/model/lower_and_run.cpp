@@ -6,16 +6,6 @@
 namespace cleave::runtime {
 using ir::NodeId;
 
-std::string_view trialOutcomeName(TrialOutcome outcome) {
-  switch (outcome) {
-  case TrialOutcome::Passed: return "passed";
-  case TrialOutcome::LoweringFailed: return "lowering_failed";
-  case TrialOutcome::RunFailed: return "run_failed";
-  case TrialOutcome::Mismatch: return "mismatch";
-  }
-  return "?";
-}
-
 Expected<ReferenceRun> ReferenceRun::run(std::shared_ptr<const ir::Graph> graph, const Backend& backend,
                                          const TensorMap& inputs) {
   ReferenceRun reference;

@@ -14,6 +14,7 @@
 #include "plan/plan.h"
 #include "runtime/model/backend.h"
 #include "runtime/model/compare.h"
+#include "runtime/model/trial_result.h"
 
 namespace cleave::runtime {
 
@@ -30,17 +31,6 @@ public:
 private:
   std::shared_ptr<const ir::Graph> graph_;
   std::vector<at::Tensor> values_; // by ValueId, on the CPU
-};
-
-enum class TrialOutcome : std::uint8_t { Passed, LoweringFailed, RunFailed, Mismatch };
-std::string_view trialOutcomeName(TrialOutcome outcome);
-
-struct TrialResult {
-  TrialOutcome outcome = TrialOutcome::Passed;
-  std::string message; // the error, or which output disagreed by how much
-  double maxAbs = 0.0, maxRel = 0.0; // element-wise: largest |diff| and |diff| / |want|
-  double maxScaled = 0.0;            // largest |diff| / (the output's largest |want|)
-  bool passed() const { return outcome == TrialOutcome::Passed; }
 };
 
 // Runs `part`, a standalone graph whose inputs and outputs are values of the reference's graph

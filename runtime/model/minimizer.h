@@ -13,27 +13,9 @@
 // failing is monotone in the set (a superset of a failing set fails); otherwise a larger one.
 #pragma once
 
-#include "base/enum_table.h"
 #include "runtime/model/lower_and_run.h"
 
 namespace cleave::runtime {
-
-enum class MinimizeMode : std::uint8_t { Sequential, Binary, Accumulate, Block };
-inline constexpr auto kMinimizeModes = enumTable<MinimizeMode>({{MinimizeMode::Sequential, "sequential"},
-                                                               {MinimizeMode::Binary, "binary"},
-                                                               {MinimizeMode::Accumulate, "accumulate"},
-                                                               {MinimizeMode::Block, "block"}});
-
-struct Culprit {
-  std::vector<ir::NodeId> nodes; // topological order
-  TrialResult result;
-};
-
-struct MinimizeResult {
-  std::vector<Culprit> culprits; // empty: B agrees everywhere
-  std::size_t trials = 0;
-  bool wholeFails = false; // all candidates together fail
-};
 
 MinimizeResult minimize(const ReferenceRun& reference, const std::vector<ir::NodeId>& candidates, const Backend& b,
                         const AllClose& tolerance, MinimizeMode mode);

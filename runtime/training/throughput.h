@@ -19,18 +19,13 @@
 #include <span>
 
 #include "ir/graph.h"
+#include "runtime/training/step_record.h"
 
 namespace cleave::runtime {
 
 // The training FLOPs per row of `graphs` together (a model, or a plan's stages); none when a
 // product's shape is not static or the graphs' rows are unknown.
 std::optional<double> trainingFlopsPerRow(std::span<const ir::Graph* const> graphs);
-
-struct StepRate {
-  double seconds = 0.0, rowsPerSecond = 0.0, tokensPerSecond = 0.0; // tokens: 0 for tensor rows
-  std::optional<double> flopsPerSecond;
-  double etaSeconds = 0.0; // the run's remaining steps at the mean step time so far
-};
 
 class ThroughputMeter {
 public:

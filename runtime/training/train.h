@@ -29,6 +29,7 @@
 #include "runtime/model/backend.h"
 #include "runtime/training/checkpoint.h"
 #include "runtime/training/lr_schedule.h"
+#include "runtime/training/step_record.h"
 #include "runtime/training/training_data.h"
 
 namespace cleave::runtime {
@@ -84,15 +85,6 @@ struct TrainOptions {
 // Enters the forward's precision for `options` on `device` (autocast for bf16; nothing for fp32)
 // until `scope` is reset or destroyed.
 void enterForwardPrecision(std::optional<AutocastScope>& scope, const TrainOptions& options, c10::DeviceType device);
-
-// What a step did: the batch's mean loss, the learning rate it stepped with, and (clipping) the
-// gradients' global L2 norm before clipping (what torch.nn.utils.clip_grad_norm_ returns).
-// `skipped`: the step's loss or gradients were not finite and NonFinitePolicy::Skip dropped it.
-struct StepResult {
-  double loss = 0.0, lr = 0.0;
-  std::optional<double> gradNorm;
-  bool skipped = false;
-};
 
 // After a step's backward, with its loss and its gradients' global norm (every rank holding the
 // same two): false when both are finite; true when Skip is to drop the step; InvalidArgument,

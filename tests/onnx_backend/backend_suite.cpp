@@ -32,6 +32,7 @@
 #include "runtime/model/tensor_files.h"
 #include "runtime/engine/kernel.h"
 #include "runtime/engine/tensors.h"
+#include "runtime/model/host_backend.h"
 
 namespace fs = std::filesystem;
 using namespace cleave;
@@ -51,7 +52,7 @@ Expected<RunCase> lowerCase(std::shared_ptr<const ir::Graph> graph) {
     CLEAVE_TRY(std::shared_ptr<runtime::Executor> executor, runtime::Executor::create(std::move(graph), options));
     return RunCase([executor](const runtime::TensorMap& inputs) { return executor->run(inputs); });
   }
-  CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend("aten-cpu"));
+  CLEAVE_TRY(std::unique_ptr<runtime::Backend> backend, runtime::makeBackend(runtime::kHostBackend));
   CLEAVE_TRY(std::shared_ptr<runtime::LoweredModule> lowered, backend->lower(std::move(graph)));
   return RunCase([lowered](const runtime::TensorMap& inputs) { return lowered->run(inputs); });
 }

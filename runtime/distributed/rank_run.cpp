@@ -1,0 +1,70 @@
+#include "runtime/distributed/rank_run.h"
+
+#include <chrono>
+
+#include "plan/fixed_batch_check.h"
+#include "runtime/distributed/distributed_run.h"
+#include "runtime/distributed/environment.h"
+#include "runtime/distributed/rank_layout.h"
+#include "runtime/model/run_harness.h"
+#include "runtime/model/tensor_files.h"
+#include "runtime/model/wing_library.h"
+#include "runtime/model/host_backend.h"
+
+namespace cleave::runtime::distributed {
+namespace {
+
+// A static-batch export whose constants hold the batch would fail deep inside the first run of
+// other rows: refused in one line, from the plan the model was loaded with.
+Status checkMicrobatchRows(const RankRunRequest& request, const plan::PlanFile& plan) {
+  if (request.microbatches <= 1)
+    return {};
+  return plan::checkRowsCanChange(request.plan, plan, std::to_string(request.microbatches) + " microbatches");
+}
+
+Expected<TensorMap> rankInputs(const RankRunRequest& request, const CutModel& model) {
+  if (!request.inputsPath.empty())
+    return readTensors(request.inputsPath, model.graphInputs());
+  return model.randomInputs(request.seed, request.dims);
+}
+
+} // namespace
+
+Expected<RankRunResult> runRank(const RankRunRequest& request) {
+  CLEAVE_TRY(DistributedEnv env, readDistributedEnv());
+  if (request.schedule && pipeline::placementOf(*request.schedule) != pipeline::Placement::Loop)
+    return Error(ErrorCode::Usage) << "--schedule " << pipeline::kScheduleKinds.name(*request.schedule)
+                                   << " is a training schedule (two stages per rank in a V, for the backward's sake); "
+                                      "a forward runs under gpipe, 1f1b, interleaved or looped_bfs";
+  // Each rank on its own GPU, by the rule training follows (the wing loaded before ATen is asked).
+  CLEAVE_CHECK(loadBackendWing(request.backend));
+  CLEAVE_TRY(auto acc, makeBackend(rankBackend(request.backend, &env), request.optimizations));
+  CLEAVE_TRY(auto cpu, makeBackend(kHostBackend, request.optimizations));
+  CLEAVE_TRY(CutModel model, loadRankModel(request.plan, env.rank, env.worldSize, *acc, *cpu));
+  CLEAVE_CHECK(checkMicrobatchRows(request, model.plan().file()));
+  CLEAVE_TRY(TensorMap inputs, rankInputs(request, model));
+  std::optional<pipeline::Schedule> schedule;
+  if (request.schedule) {
+    CLEAVE_TRY(schedule, rankSchedule(*request.schedule, model.size(), request.microbatches, env.worldSize));
+  }
+  const PlanShapes shapes(model.plan().file().values);
+  CLEAVE_TRY(auto comm, Communicator::connect(env));
+  const std::size_t headersBefore = comm->headersSent();
+  const auto start = std::chrono::steady_clock::now();
+  CLEAVE_TRY(DistributedRunResult ran, runDistributed(model, inputs, request.microbatches, *comm,
+                                                      schedule ? &*schedule : nullptr, &shapes));
+  RankRunResult result;
+  RankRun& run = result.run;
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.shapeHeaders = static_cast<std::int64_t>(comm->headersSent() - headersBefore);
+  run.rank = env.rank;
+  run.ranks = env.worldSize;
+  run.microbatches = request.microbatches;
+  run.ownSteps = std::move(ran.ownSteps);
+  run.outputs = summarizeOutputs(ran.outputs);
+  result.outputs = std::move(ran.outputs);
+  result.outputNames = model.graphOutputs();
+  return result;
+}
+
+} // namespace cleave::runtime::distributed
