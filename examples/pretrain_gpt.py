@@ -59,6 +59,7 @@ def main():
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--eval-every", type=int, default=50)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--master-port", type=int, default=29500, help="the ranks' rendezvous port (cleave launch's)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     path = lambda name: os.path.join(args.out, name)
@@ -75,8 +76,8 @@ def main():
     export(model, path("gpt.onnx"))
 
     command(args.cleave, "pipeline", path("gpt.onnx"), "--stages", 2, "--loss", "loss", "-o", path("stages"))
-    command(args.cleave, "launch", "--nproc", 2, "--", args.cleave, "train", path("stages"),
-            "--model", path("gpt.onnx"), "--data", path("train.bin"), "--tokens", "uint16",
+    command(args.cleave, "launch", "--nproc", 2, "--master-port", args.master_port, "--", args.cleave, "train",
+            path("stages"), "--model", path("gpt.onnx"), "--data", path("train.bin"), "--tokens", "uint16",
             "--batch", args.batch, "--microbatches", args.microbatches, "--schedule", "1f1b",
             "--steps", args.steps, "--optimizer", "adamw", "--lr", args.lr, "--warmup", max(args.steps // 20, 1),
             "--lr-schedule", "cosine", "--clip-grad-norm", 1.0,

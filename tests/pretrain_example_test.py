@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import torch
 
-from testlib import CLEAVE, EXAMPLES, TempDirTest, main
+from testlib import CLEAVE, EXAMPLES, TempDirTest, free_port, main
 
 sys.path.insert(0, EXAMPLES)
 from gpt import GPT, GPTConfig, windows  # noqa: E402
@@ -32,7 +32,7 @@ class PretrainExample(TempDirTest):
         flags = [f"--{name}={value}" for name, value in SIZE.items()]
         argv = [sys.executable, os.path.join(EXAMPLES, "pretrain_gpt.py"), "--cleave", CLEAVE, "--out", out,
                 "--megabytes", "2", *flags, "--batch", str(BATCH), "--microbatches", str(MICROBATCHES),
-                "--steps", str(STEPS), "--eval-every", str(EVAL_EVERY), "--lr", str(LR)]
+                "--steps", str(STEPS), "--eval-every", str(EVAL_EVERY), "--lr", str(LR), "--master-port", str(free_port())]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
         self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
         self.assertIn("held-out loss", proc.stdout)

@@ -11,7 +11,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-from testlib import TempDirTest, launch, main, run
+from testlib import TempDirTest, free_port, launch, main, run
 
 torch.set_num_threads(1)
 
@@ -265,7 +265,8 @@ class Train(TempDirTest):
                     out = self.path(f"wide_{ranks}_{schedule}_{recompute}")
                     command = [*common, "--recompute", recompute, "-o", out]
                     if schedule:
-                        command = ["launch", "--nproc", ranks, "--", "cleave", *command, "--schedule", schedule]
+                        command = ["launch", "--nproc", ranks, "--master-port", free_port(), "--", "cleave", *command,
+                                   "--schedule", schedule]
                     code, stdout, err = run(*command)
                     self.assertEqual(code, 0, err)
                     lines = [json.loads(line.split("] ", 1)[-1]) for line in stdout.splitlines()]
@@ -349,7 +350,8 @@ class Train(TempDirTest):
                     if what == plan:
                         command += ["--microbatches", 4, "--timing"]
                     if ranks:
-                        command = ["launch", "--nproc", ranks, "--", "cleave", *command, "--schedule", "zero_bubble"]
+                        command = ["launch", "--nproc", ranks, "--master-port", free_port(), "--", "cleave", *command,
+                                   "--schedule", "zero_bubble"]
                     code, stdout, err = run(*command)
                     self.assertEqual(code, 0, err)
                     lines = [json.loads(line.split("] ", 1)[-1]) for line in stdout.splitlines()]

@@ -102,7 +102,7 @@ public:
     setGroup(c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options));
     threads_ = threadsStartedSince(before);
   }
-  std::string name() const override { return "gloo"; }
+  std::string name() const override { return kHostTransport; }
   bool tagged() const override { return true; }
   at::Device device() const override { return at::kCPU; }
   c10::intrusive_ptr<c10d::Work> send(at::Tensor& tensor, int dst, int tag) override {
@@ -123,7 +123,7 @@ private:
 
 std::map<std::string, TransportFactory>& transportRegistry() {
   static std::map<std::string, TransportFactory> registry{
-      {"gloo", [](const c10::intrusive_ptr<c10d::Store>& store, const DistributedEnv& env) -> std::unique_ptr<Transport> {
+      {kHostTransport, [](const c10::intrusive_ptr<c10d::Store>& store, const DistributedEnv& env) -> std::unique_ptr<Transport> {
          return std::make_unique<GlooTransport>(store, env.rank, env.worldSize, env);
        }}};
   return registry;
@@ -455,6 +455,10 @@ public:
 
 std::unique_ptr<Communicator> Communicator::local() { return std::make_unique<LocalCommunicator>(); }
 
+Expected<std::unique_ptr<Communicator>> Communicator::connect(const DistributedEnv& env) {
+  return connect(env, kHostTransport);
+}
+
 Expected<std::unique_ptr<Communicator>> Communicator::connect(const DistributedEnv& env, const std::string& transport) {
   if (Status loaded = loadWingProviding(transport); !loaded)
     return Error(ErrorCode::InvalidArgument) << "transport '" << transport << "': " << loaded.error().message();
@@ -486,9 +490,9 @@ bool registerTransport(const std::string& name, TransportFactory factory) {
 }
 
 std::vector<std::string> transportNames() {
-  std::vector<std::string> names{"gloo"};
+  std::vector<std::string> names{kHostTransport};
   for (const auto& entry : transportRegistry())
-    if (entry.first != "gloo")
+    if (entry.first != kHostTransport)
       names.push_back(entry.first);
   return names;
 }

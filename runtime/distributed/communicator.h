@@ -53,9 +53,10 @@ enum class ChannelMatching : std::uint8_t { ByTag, InOrder, InOrderChecked };
 
 class Communicator {
 public:
-  // Over `transport` (transport.h: "gloo", or "nccl" where this build has it); fails naming the
-  // transports there are.
-  static Expected<std::unique_ptr<Communicator>> connect(const DistributedEnv& env, const std::string& transport = "gloo");
+  // Over `transport` (transport.h: kHostTransport, or a wing's where this build has it); fails
+  // naming the transports there are. Without one: over kHostTransport.
+  static Expected<std::unique_ptr<Communicator>> connect(const DistributedEnv& env, const std::string& transport);
+  static Expected<std::unique_ptr<Communicator>> connect(const DistributedEnv& env);
   // One rank, no peers: what a plan runs on in a single process.
   static std::unique_ptr<Communicator> local();
   virtual ~Communicator() = default;

@@ -2,7 +2,10 @@
 // order a pipeline rank posts its receives in (receive_order.h).
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/environment.h"
+#include "runtime/distributed/rank_layout.h"
 #include "runtime/distributed/receive_order.h"
+#include "runtime/distributed/transport.h"
+#include "runtime/model/host_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -76,6 +79,28 @@ TEST(RankDevice, ARanksGpuIsItsLocalRankAmongTheGpusItSeesAndCpuBackendsStayAsGi
   EXPECT_EQ(rankBackend("aten-cpu", &env), "aten-cpu");
   EXPECT_EQ(rankBackend("aten-cuda:1", &env), "aten-cuda:1"); // asked for by number
   EXPECT_EQ(rankBackend("aten-cuda", nullptr), "aten-cuda");  // no launcher
+}
+
+TEST(RankDevice, ResolvedOnceTheHostBackendTalksOverTheHostTransportAndAWingsTransportStaysWithItsDevices) {
+  Expected<RankDevice> automatic = resolveRankDevice(kHostBackend, "auto", nullptr);
+  ASSERT_TRUE(automatic) << automatic.error().message();
+  EXPECT_EQ(automatic->backend, kHostBackend);
+  EXPECT_EQ(automatic->transport, kHostTransport);
+  Expected<RankDevice> named = resolveRankDevice(kHostBackend, kHostTransport, nullptr);
+  ASSERT_TRUE(named) << named.error().message();
+  EXPECT_EQ(named->transport, kHostTransport);
+  // nccl is the CUDA wing's: it moves CUDA tensors only, refused for stages on the CPU before
+  // anything loads or connects.
+  Expected<RankDevice> foreign = resolveRankDevice(kHostBackend, "nccl", nullptr);
+  ASSERT_FALSE(foreign);
+  EXPECT_EQ(foreign.error().code(), ErrorCode::Usage);
+  EXPECT_EQ(foreign.error().message(),
+            "--transport nccl moves CUDA tensors: train the stages on aten-cuda (--backend) or use gloo");
+  Expected<RankDevice> unknownTransport = resolveRankDevice(kHostBackend, "mpi", nullptr);
+  ASSERT_FALSE(unknownTransport);
+  EXPECT_EQ(unknownTransport.error().code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(unknownTransport.error().message().find("not in this build (it has gloo"), std::string::npos);
+  EXPECT_FALSE(resolveRankDevice("aten-tpu", "auto", nullptr)); // no wing answers to the name
 }
 
 TEST(ChannelMatching, ByTagAReceiveMeetsTheSendOfItsTag) {

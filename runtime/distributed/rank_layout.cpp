@@ -47,26 +47,46 @@ Expected<LayoutCommunicators> connectLayout(const RankLayout& layout, const std:
   return comms;
 }
 
+namespace {
+
+// The transport for `requested` (--transport: a name, or auto) when the stages train on `backend`
+// (its wing loaded): a wing's transport moves only its own devices' tensors; auto is the wing's
+// where this build registers it, else the host transport, which moves any device's.
 Expected<std::string> chooseTransport(const std::string& requested, const std::string& backend) {
-  // nccl is the CUDA wing's: registered once its library is loaded (train loaded it for a CUDA
-  // backend; a build without it keeps gloo alone).
-  CLEAVE_TRY(const BackendDevice trainsOn, backendDevice(backend));
-  const bool onCuda = trainsOn.device.is_cuda();
-  if (requested == "nccl" && !onCuda)
-    return Error(ErrorCode::Usage)
-           << "--transport nccl moves CUDA tensors: train the stages on aten-cuda (--backend) or use gloo";
-  if (requested == "nccl")
+  const std::optional<WingTransport> own = wingTransportOfBackend(backend);
+  const std::optional<WingTransport> named = wingTransportNamed(requested);
+  if (named && (!own || own->transport != named->transport))
+    return Error(ErrorCode::Usage) << "--transport " << requested << " moves " << named->wing
+                                   << " tensors: train the stages on " << named->backendBase << " (--backend) or use "
+                                   << kHostTransport;
+  if (named) // registered as its library loads; a build without it answers below
     (void)loadWingProviding(requested);
   const std::vector<std::string> names = transportNames();
-  if (requested == "auto") {
-    const bool nccl = std::find(names.begin(), names.end(), "nccl") != names.end();
-    return std::string(onCuda && nccl ? "nccl" : "gloo");
-  }
-  if (std::find(names.begin(), names.end(), requested) == names.end())
-    return Error(ErrorCode::InvalidArgument) << "--transport " << requested << ": not in this build (it has "
-                                             << joinStrings(names)
-                                             << "; NCCL needs a libtorch with CUDA: scripts/gpu-build)";
-  return requested;
+  auto registered = [&](std::string_view name) { return std::find(names.begin(), names.end(), name) != names.end(); };
+  if (requested == "auto")
+    return std::string(own && registered(own->transport) ? own->transport : kHostTransport);
+  if (registered(requested))
+    return requested;
+  Error error(ErrorCode::InvalidArgument);
+  error << "--transport " << requested << ": not in this build (it has " << joinStrings(names);
+  if (named)
+    error << "; " << requested << " is the " << named->wing << " wing's, built against a libtorch with " << named->wing
+          << ": scripts/gpu-build";
+  return std::move(error << ")");
+}
+
+} // namespace
+
+Expected<RankDevice> resolveRankDevice(const std::string& backend, const std::string& transport,
+                                       const DistributedEnv* env) {
+  // Before anything asks ATen about a device: libtorch keeps its first answer, so a wing loaded
+  // later would find its device off for good.
+  CLEAVE_CHECK(loadBackendWing(backend));
+  RankDevice resolved{rankBackend(backend, env), kHostTransport};
+  CLEAVE_TRY(const BackendDevice named, backendDevice(resolved.backend)); // an unknown name fails before any rank connects
+  (void)named;
+  CLEAVE_TRY(resolved.transport, chooseTransport(transport, resolved.backend));
+  return resolved;
 }
 
 Expected<pipeline::Schedule> rankSchedule(pipeline::ScheduleKind kind, std::size_t stages, std::int64_t microbatches,

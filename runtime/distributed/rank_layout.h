@@ -1,7 +1,7 @@
 // runtime/distributed/rank_layout.h - where a training process stands among the ranks, and what it
 // talks over: its world rank, its pipeline and replica (pipeline parallelism times data
-// parallelism), the communicators of that layout, and the transport chosen for it. The CLI parses
-// the options and prints; the decisions are these.
+// parallelism), the communicators of that layout, and the backend and transport it trains with,
+// resolved once.
 //
 // Guarantees: a layout's pipeline ranks divide its ranks and its batch splits into equal replica
 // shares (else Usage errors naming the option); every rank of a layout creates the same
@@ -44,11 +44,20 @@ struct LayoutCommunicators {
 Expected<LayoutCommunicators> connectLayout(const RankLayout& layout, const std::string& transport,
                                             const std::optional<DistributedEnv>& env);
 
-// The transport for `requested` (--transport: gloo, nccl or auto) when the stages train on
-// `backend`: auto is NCCL where they train on CUDA and this build has it. Loads the CUDA wing for
-// nccl. Fails: what backendDevice fails with (an unknown backend), Usage (nccl for stages off
-// CUDA), InvalidArgument (a transport this build lacks).
-Expected<std::string> chooseTransport(const std::string& requested, const std::string& backend);
+// Where this rank's stages train and how the ranks talk, resolved once, before anything asks ATen
+// about a device or any rank connects: the backend's wing library loaded, the rank's backend
+// (rankBackend: aten-cuda is aten-cuda:G under launch) and the transport for --transport (a
+// name, or auto: the transport the backend's wing declares where this build registers it, else
+// kHostTransport). A wing's transport moves only its own devices' tensors.
+struct RankDevice {
+  std::string backend;   // this rank's backend name
+  std::string transport; // a registered transport's name
+};
+// `env`: under launch; null in a single process. Fails: what loadBackendWing and backendDevice
+// fail with (an unknown backend, a bad index, a wing library that does not load), Usage (a wing's
+// transport for stages on another device), InvalidArgument (a transport this build lacks).
+Expected<RankDevice> resolveRankDevice(const std::string& backend, const std::string& transport,
+                                       const DistributedEnv* env);
 
 // KIND's schedule of a plan's `stages` over `microbatches` on `ranks` (stage s on rank s % ranks),
 // for the distributed runners (cleave run --distributed, cleave train): the generator's own checks

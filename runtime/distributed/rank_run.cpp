@@ -6,9 +6,9 @@
 #include "runtime/distributed/distributed_run.h"
 #include "runtime/distributed/environment.h"
 #include "runtime/distributed/rank_layout.h"
+#include "runtime/distributed/transport.h"
 #include "runtime/model/run_harness.h"
 #include "runtime/model/tensor_files.h"
-#include "runtime/model/wing_library.h"
 #include "runtime/model/host_backend.h"
 
 namespace cleave::runtime::distributed {
@@ -36,9 +36,10 @@ Expected<RankRunResult> runRank(const RankRunRequest& request) {
     return Error(ErrorCode::Usage) << "--schedule " << pipeline::kScheduleKinds.name(*request.schedule)
                                    << " is a training schedule (two stages per rank in a V, for the backward's sake); "
                                       "a forward runs under gpipe, 1f1b, interleaved or looped_bfs";
-  // Each rank on its own GPU, by the rule training follows (the wing loaded before ATen is asked).
-  CLEAVE_CHECK(loadBackendWing(request.backend));
-  CLEAVE_TRY(auto acc, makeBackend(rankBackend(request.backend, &env), request.optimizations));
+  // Each rank on its own GPU, by the rule training follows (the wing loaded before ATen is asked);
+  // a forward talks over the host transport.
+  CLEAVE_TRY(const RankDevice device, resolveRankDevice(request.backend, kHostTransport, &env));
+  CLEAVE_TRY(auto acc, makeBackend(device.backend, request.optimizations));
   CLEAVE_TRY(auto cpu, makeBackend(kHostBackend, request.optimizations));
   CLEAVE_TRY(CutModel model, loadRankModel(request.plan, env.rank, env.worldSize, *acc, *cpu));
   CLEAVE_CHECK(checkMicrobatchRows(request, model.plan().file()));

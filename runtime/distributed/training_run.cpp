@@ -16,7 +16,6 @@
 #include "runtime/distributed/rank_layout.h"
 #include "runtime/engine/kernel.h"
 #include "runtime/model/microbatch.h"
-#include "runtime/model/wing_library.h"
 #include "runtime/training/step_loop.h"
 #include "runtime/training/throughput.h"
 
@@ -204,20 +203,16 @@ Expected<std::optional<ir::Graph>> wholeModel(const TrainingRequest& request, co
 }
 
 // A plan directory: its stages on this process (no RANK) or on this rank's share (under launch).
-Status trainPlan(const TrainingRequest& request, TrainingObserver& observer, std::ostream& notes) {
+Status trainPlan(const TrainingRequest& request, const RankDevice& device, const std::optional<DistributedEnv>& env,
+                 TrainingObserver& observer, std::ostream& notes) {
   // Everything the request names is checked before connecting, so a bad input fails on every
   // rank alike, and no rank waits for another that has already given up.
-  std::optional<DistributedEnv> env;
-  if (std::getenv("RANK")) {
-    CLEAVE_TRY(env, readDistributedEnv());
-  }
   CLEAVE_TRY(const RankLayout layout, rankLayout(env, request.pipelineRanks, request.options.batch));
-  CLEAVE_TRY(const std::string transport, chooseTransport(request.transport, request.backend));
   std::string output; // rank 0 alone writes (a plan directory like the input, its stages trained)
   if (layout.rank == 0 && request.openOutput) {
     CLEAVE_TRY(output, request.openOutput());
   }
-  CLEAVE_TRY(std::unique_ptr<Backend> backend, makeBackend(rankBackend(request.backend, env ? &*env : nullptr)));
+  CLEAVE_TRY(std::unique_ptr<Backend> backend, makeBackend(device.backend));
   const pipeline::Placement placement =
       request.schedule ? pipeline::placementOf(*request.schedule) : pipeline::Placement::Loop;
   CLEAVE_TRY(auto trainer, PipelineTrainer::create(request.model, request.options, layout.pipelineRank(),
@@ -234,7 +229,7 @@ Status trainPlan(const TrainingRequest& request, TrainingObserver& observer, std
   const CheckpointIdentity identity = checkpointIdentity(request, layout, stageNames, *sources.data);
   CLEAVE_TRY(std::int64_t first, resumeStep(request.checkpoints, request.steps, layout.rank, identity,
                                             trainer->trainingState(), notes));
-  CLEAVE_TRY(LayoutCommunicators comms, connectLayout(layout, transport, env));
+  CLEAVE_TRY(LayoutCommunicators comms, connectLayout(layout, device.transport, env));
   CLEAVE_CHECK(trainer->connect(comms.ofPipeline(), comms.replicas.get()));
   const TrainableSet trainable = trainableSet(stageGraphs);
   CLEAVE_CHECK(observer.started({layout.rank, layout.pipelineRanks, first, trainable, *sources.data, sources.eval.get()}));
@@ -259,7 +254,8 @@ Status trainPlan(const TrainingRequest& request, TrainingObserver& observer, std
 }
 
 // A model, in this process.
-Status trainModel(const TrainingRequest& request, TrainingObserver& observer, std::ostream& notes) {
+Status trainModel(const TrainingRequest& request, const RankDevice& device, TrainingObserver& observer,
+                  std::ostream& notes) {
   std::string staging;
   if (request.openOutput) {
     CLEAVE_TRY(staging, request.openOutput());
@@ -269,7 +265,7 @@ Status trainModel(const TrainingRequest& request, TrainingObserver& observer, st
   auto graph = std::make_shared<const ir::Graph>(std::move(loaded));
   const ir::Graph* modelGraph = graph.get();
   CLEAVE_TRY(TrainingSources sources, openSources(request, ir::graphInputNames(*graph), {&modelGraph, 1}));
-  CLEAVE_TRY(std::unique_ptr<Backend> backend, makeBackend(request.backend));
+  CLEAVE_TRY(std::unique_ptr<Backend> backend, makeBackend(device.backend));
   CLEAVE_TRY(std::unique_ptr<Trainer> trainer, Trainer::create(graph, request.options, *backend));
   std::unique_ptr<Communicator> comm = Communicator::local();
   RunLoop loop{request, *comm, trainer->trainingState(),
@@ -298,16 +294,21 @@ Status runTraining(TrainingRequest request, TrainingObserver& observer, std::ost
   CLEAVE_CHECK(checkDataFlags(request));
   const bool plan = plan::isPlanDirectory(request.model);
   CLEAVE_CHECK(checkModelKind(request, plan));
-  // Before any call into ATen's CUDA hooks (manual_seed seeds every GPU): libtorch keeps the
-  // first answer it gets, so a CUDA wing loaded after it would find CUDA off for good.
-  CLEAVE_CHECK(loadBackendWing(request.backend));
+  // A plan's ranks under launch read their place; a model trains in this process alone.
+  std::optional<DistributedEnv> env;
+  if (plan && std::getenv("RANK")) {
+    CLEAVE_TRY(env, readDistributedEnv());
+  }
+  // Before any call into ATen's device hooks (manual_seed seeds every GPU): the backend's wing
+  // loads first.
+  CLEAVE_TRY(const RankDevice device, resolveRankDevice(request.backend, request.transport, env ? &*env : nullptr));
   at::manual_seed(request.options.seed);
   request.options.nonFinite = request.skipNonFinite ? NonFinitePolicy::Skip : NonFinitePolicy::Stop;
   if (!request.betas.empty()) {
     request.options.optimizer.beta1 = request.betas[0];
     request.options.optimizer.beta2 = request.betas[1];
   }
-  return plan ? trainPlan(request, observer, notes) : trainModel(request, observer, notes);
+  return plan ? trainPlan(request, device, env, observer, notes) : trainModel(request, device, observer, notes);
 }
 
 } // namespace cleave::runtime::distributed

@@ -80,9 +80,11 @@ private:
 using TransportFactory =
     std::function<std::unique_ptr<Transport>(const c10::intrusive_ptr<c10d::Store>& store, const DistributedEnv& env)>;
 
+// The transport every build has: Gloo's, over TCP through host memory (any device's tensors).
+inline constexpr const char* kHostTransport = "gloo";
 // Registers a transport under `name` ("nccl"); a wing calls it before main. Returns true.
 bool registerTransport(const std::string& name, TransportFactory factory);
-// The names registered, "gloo" first.
+// The names registered, kHostTransport first.
 std::vector<std::string> transportNames();
 
 } // namespace cleave::runtime::distributed

@@ -75,6 +75,20 @@ Status loadWingProviding(std::string_view name) {
   return loaded[slot];
 }
 
+std::optional<WingTransport> wingTransportOfBackend(std::string_view backend) {
+  for (const WingLibrary& library : kWingLibraries)
+    if (inNameFamily(backend, library.backendBase) && !library.transport.empty())
+      return WingTransport{library.wing, library.backendBase, library.transport};
+  return std::nullopt;
+}
+
+std::optional<WingTransport> wingTransportNamed(std::string_view transport) {
+  for (const WingLibrary& library : kWingLibraries)
+    if (!library.transport.empty() && library.transport == transport)
+      return WingTransport{library.wing, library.backendBase, library.transport};
+  return std::nullopt;
+}
+
 std::vector<std::string> wingLibraryBackendNames() {
   std::vector<std::string> names;
   for (const WingLibrary& library : kWingLibraries)

@@ -14,6 +14,7 @@
 // is dlopen's.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,19 @@ inline constexpr const char* kCudaWingLibrary = "libcleave_cuda.so";
 // Fails: Unsupported naming the library when this build has none beside the runtime library
 // (a libtorch without CUDA) or when it does not load (dlerror's line).
 Status loadWingProviding(std::string_view name);
+
+// What a wing library declares of the transport that moves its devices' tensors without leaving
+// them: the CUDA wing's aten-cuda[:N] talk over nccl. Plain text: nothing is loaded to answer.
+struct WingTransport {
+  std::string_view wing;        // as errors name it ("CUDA")
+  std::string_view backendBase; // its backends' base name ("aten-cuda")
+  std::string_view transport;   // "nccl"
+};
+// The transport of the wing library providing backend `backend`; none where no wing library
+// provides it (the host's backends, which talk over the host transport).
+std::optional<WingTransport> wingTransportOfBackend(std::string_view backend);
+// The wing library that registers transport `transport`; none where none does.
+std::optional<WingTransport> wingTransportNamed(std::string_view transport);
 
 // The backend names the wing libraries provide, as usage lists them ("aten-cuda[:N]"), whether
 // loaded or not.
