@@ -10,14 +10,10 @@
 
 #include <filesystem>
 #include <sstream>
-#include <unistd.h>
 
-#include "base/output_directory.h"
-#include "io/onnx.h"
-#include "pipeline/stages.h"
-#include "plan/materialize.h"
 #include "runtime/engine/tensors.h"
 #include "testing/test_graphs.h"
+#include "testing/test_plans.h"
 
 namespace cleave::runtime::distributed {
 namespace {
@@ -56,9 +52,6 @@ public:
 class TrainingRunTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cleave_training_run_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     w1_ = ramp(16, 0.1f);
     w2_ = ramp(8, 0.2f);
     testing::TestGraph g;
@@ -76,27 +69,15 @@ protected:
     keepdims.intValue = 0; // a scalar loss
     mean.attributes.push_back(keepdims);
     graph_ = g.node(mean).output({"loss"}).build();
-    ASSERT_TRUE(io::writeOnnx(graph_, modelPath()));
-
-    pipeline::PipelineOptions options;
-    options.stages = 2;
-    Expected<pipeline::PipelinePlan> cut = pipeline::planPipeline(graph_, options);
-    ASSERT_TRUE(cut) << cut.error().message();
-    Expected<OutputDirectory> out = OutputDirectory::open(planPath(), {});
-    ASSERT_TRUE(out) << out.error().message();
-    plan::MaterializeOptions write;
-    write.transmitted = cut->transmitted;
-    ASSERT_TRUE(plan::materialize(graph_, cut->plan, modelPath(), *out, Json::object(), write));
+    testing::writePipelinePlan(graph_, modelPath(), planPath(), 2);
 
     x_ = at::sin(at::arange(kRows * 4, at::kFloat)).reshape({kRows, 4});
     y_ = at::cos(at::arange(kRows * 2, at::kFloat)).reshape({kRows, 2});
     ASSERT_TRUE(writeTensorFile({{"x", x_}, {"y", y_}}, dataPath()));
   }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string modelPath() const { return (dir_ / "m.onnx").string(); }
-  std::string planPath() const { return (dir_ / "plan").string(); }
-  std::string dataPath() const { return (dir_ / "data.json").string(); }
+  std::string modelPath() const { return dir_.file("m.onnx"); }
+  std::string planPath() const { return dir_.file("plan"); }
+  std::string dataPath() const { return dir_.file("data.json"); }
 
   TrainingRequest request(const std::string& model) const {
     TrainingRequest request;
@@ -127,7 +108,7 @@ protected:
     return losses;
   }
 
-  fs::path dir_;
+  testing::ScratchDir dir_{"cleave_training_run"};
   ir::Graph graph_;
   std::vector<float> w1_, w2_;
   at::Tensor x_, y_;
@@ -148,7 +129,7 @@ TEST_F(TrainingRunTest, AModelAndItsPipelinePlanTrainAsAutogradDoes) {
   Expected<std::unique_ptr<TrainingData>> rows = tensorRows({{"x", x_}, {"y", y_}});
   ASSERT_TRUE(rows) << rows.error().message();
   byModel.dataRows = std::move(*rows);
-  const fs::path modelOut = dir_ / "trained_model";
+  const fs::path modelOut = dir_.path() / "trained_model";
   byModel.openOutput = [&]() -> Expected<std::string> {
     fs::create_directories(modelOut);
     return modelOut.string();

@@ -2,26 +2,20 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <unistd.h>
-
 #include "plan/materialize.h"
 #include "runtime/model/cut_model.h"
 #include "runtime/model/plan_backends.h"
 #include "testing/test_graphs.h"
+#include "testing/test_plans.h"
 
 namespace cleave::runtime {
 namespace {
-namespace fs = std::filesystem;
 
 // x -> a (p0) -> b (p1) -> c (p2) -> y; c also reads a (a skip over p1); devices 0, 1, 2.
 // Device 1 names aten-cpu-bf16 in device_backends.
 class LoadedPlanTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cleave_loaded_plan_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     testing::TestGraph g;
     g.input("x").param("w", {4, 4}).op("MatMul", "a", {"x", "w"}).op("Relu", "b", {"a"}).op("Add", "c", {"b", "a"});
     graph_ = g.output({"c"}).build();
@@ -32,16 +26,15 @@ protected:
     for (std::int64_t s = 0; s < 3; ++s)
       cut.submodules.push_back({names[s], plan::SubmoduleRole::Partition, {graph_.findNode(nodes[s])}, {s}, -1});
     plan::indexSubmodules(graph_, cut);
-    Expected<OutputDirectory> out = OutputDirectory::open((dir_ / "plan").string(), {});
+    Expected<OutputDirectory> out = OutputDirectory::open(planDir(), {});
     ASSERT_TRUE(out);
     Json extra = Json::object();
     extra["device_backends"] = {{"1", "aten-cpu-bf16"}};
     ASSERT_TRUE(plan::materialize(graph_, cut, "m.onnx", *out, extra, {}));
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string planDir() const { return (dir_ / "plan").string(); }
+  std::string planDir() const { return dir_.file("plan"); }
 
-  fs::path dir_;
+  testing::ScratchDir dir_{"cleave_loaded_plan"};
   ir::Graph graph_;
   plan::CutPlan cut_;
 };

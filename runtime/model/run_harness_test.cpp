@@ -5,27 +5,17 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <unistd.h>
-
-#include "base/output_directory.h"
-#include "io/onnx.h"
-#include "pipeline/stages.h"
-#include "plan/materialize.h"
 #include "runtime/model/backend.h"
 #include "testing/test_graphs.h"
+#include "testing/test_plans.h"
 
 namespace cleave::runtime {
 namespace {
-namespace fs = std::filesystem;
 
 // t = tanh(tanh(x w1) w2), x f32[8,4]; and its two-stage pipeline plan.
 class RunHarnessTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cleave_run_harness_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
     std::vector<float> w1, w2;
     for (int i = 0; i < 16; ++i) {
       w1.push_back(0.1f * static_cast<float>(i % 5 - 2));
@@ -36,23 +26,13 @@ protected:
     g.op("MatMul", "h", {"x", "w1"}, {8, 4}).op("Tanh", "a", {"h"}, {8, 4});
     g.op("MatMul", "g", {"a", "w2"}, {8, 4}).op("Tanh", "t", {"g"}, {8, 4});
     const ir::Graph graph = g.output({"t"}).build();
-    ASSERT_TRUE(io::writeOnnx(graph, modelPath()));
-    pipeline::PipelineOptions options;
-    options.stages = 2;
-    Expected<pipeline::PipelinePlan> cut = pipeline::planPipeline(graph, options);
-    ASSERT_TRUE(cut) << cut.error().message();
-    Expected<OutputDirectory> out = OutputDirectory::open(planPath(), {});
-    ASSERT_TRUE(out) << out.error().message();
-    plan::MaterializeOptions write;
-    write.transmitted = cut->transmitted;
-    ASSERT_TRUE(plan::materialize(graph, cut->plan, modelPath(), *out, Json::object(), write));
+    testing::writePipelinePlan(graph, modelPath(), planPath(), 2);
     Expected<std::unique_ptr<Backend>> backend = makeBackend("aten-cpu");
     ASSERT_TRUE(backend) << backend.error().message();
     backend_ = std::move(*backend);
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string modelPath() const { return (dir_ / "m.onnx").string(); }
-  std::string planPath() const { return (dir_ / "plan").string(); }
+  std::string modelPath() const { return dir_.file("m.onnx"); }
+  std::string planPath() const { return dir_.file("plan"); }
 
   Runnable open(const std::string& path) const {
     Expected<Runnable> runnable = Runnable::open(path, *backend_, *backend_);
@@ -60,7 +40,7 @@ protected:
     return std::move(*runnable);
   }
 
-  fs::path dir_;
+  testing::ScratchDir dir_{"cleave_run_harness"};
   std::unique_ptr<Backend> backend_;
 };
 
