@@ -26,6 +26,9 @@ struct Rank {
   pid_t pid = -1;
   int outFd = -1, errFd = -1;
   std::string outPending, errPending, lastErrLine;
+  // When lastErrLine came in, counted across every rank's stderr: a rank that fails because a
+  // peer's failure closed its connections writes its line after that peer's.
+  std::uint64_t lastErrLineOrder = 0;
   bool exited = false;
   int status = 0;
 };
@@ -105,6 +108,10 @@ Expected<Rank> start(const LaunchOptions& options, int local, int cores, const s
   setpgid(pid, pid);
   close(outPipe[1]);
   close(errPipe[1]);
+  // The launcher's ends never block (a rank's children may hold the write ends open after it
+  // exits); the rank's ends stay blocking, so that a full pipe delays its writes, never drops them.
+  fcntl(outPipe[0], F_SETFL, O_NONBLOCK);
+  fcntl(errPipe[0], F_SETFL, O_NONBLOCK);
   Rank rank;
   rank.global = options.nodeRank * options.processes + local;
   rank.pid = pid;
@@ -141,20 +148,22 @@ void emitLines(std::string& pending, int rank, std::ostream& to, bool flush, std
   to.flush();
 }
 
-// Reads what is ready on one pipe; closes it at end of file.
-void drain(int& fd, std::string& pending, int rank, std::ostream& to, std::string* lastLine) {
+// Reads what is ready on one pipe; closes it at end of file. Returns whether it read bytes (more
+// may be ready).
+bool drain(int& fd, std::string& pending, int rank, std::ostream& to, std::string* lastLine) {
   char buffer[65536];
   ssize_t n = read(fd, buffer, sizeof(buffer));
   if (n > 0) {
     pending.append(buffer, static_cast<std::size_t>(n));
     emitLines(pending, rank, to, false, lastLine);
-    return;
+    return true;
   }
   if (n < 0 && (errno == EINTR || errno == EAGAIN))
-    return;
+    return false;
   close(fd);
   fd = -1;
   emitLines(pending, rank, to, true, lastLine);
+  return false;
 }
 
 void signalAll(std::vector<Rank>& ranks, int signal) {
@@ -217,23 +226,46 @@ private:
         continue;
       Rank& rank = *owners[k].first;
       if (owners[k].second)
-        drain(rank.errFd, rank.errPending, rank.global, err_, &rank.lastErrLine);
+        readStderr(rank);
       else
         drain(rank.outFd, rank.outPending, rank.global, out_, nullptr);
     }
   }
 
+  // Reads what `rank` wrote to stderr and is ready; returns whether it read bytes.
+  bool readStderr(Rank& rank) {
+    const std::string before = rank.lastErrLine;
+    const bool read = drain(rank.errFd, rank.errPending, rank.global, err_, &rank.lastErrLine);
+    if (rank.lastErrLine != before)
+      rank.lastErrLineOrder = ++errLinesSeen_;
+    return read;
+  }
+
+  // Ranks that ended since the last pass; the run's first failure among them, if none came before.
+  // Several failures reaped in one pass are ordered by when their last error line came in (one
+  // without a line, killed by a signal, counts as first), not by rank: a rank whose peer failed
+  // fails on the connection the peer's exit closed, after it.
   void reap() {
+    Rank* first = nullptr;
+    auto order = [](const Rank& rank) { return rank.lastErrLine.empty() ? 0 : rank.lastErrLineOrder; };
     for (Rank& rank : ranks_) {
       if (rank.exited || waitpid(rank.pid, &rank.status, WNOHANG) != rank.pid)
         continue;
       rank.exited = true;
+      // Everything it wrote is in the pipe now: its last line, if it came after the last poll,
+      // is read before the ranks are ordered.
+      while (rank.errFd >= 0 && readStderr(rank)) {
+      }
       bool failed = !WIFEXITED(rank.status) || WEXITSTATUS(rank.status) != 0;
       if (!failed || result_.failedRank >= 0 || terminated_)
         continue;
-      result_.failedRank = rank.global;
-      result_.exitCode = WIFEXITED(rank.status) ? WEXITSTATUS(rank.status) : 1;
-      failedRank_ = &rank;
+      if (!first || order(rank) < order(*first))
+        first = &rank;
+    }
+    if (first) {
+      result_.failedRank = first->global;
+      result_.exitCode = WIFEXITED(first->status) ? WEXITSTATUS(first->status) : 1;
+      failedRank_ = first;
     }
     if (failedRank_ && failedRank_->errFd < 0 && result_.failure.empty())
       settleFailure();
@@ -260,6 +292,7 @@ private:
   std::ostream &out_, &err_;
   LaunchResult result_;
   Rank* failedRank_ = nullptr;
+  std::uint64_t errLinesSeen_ = 0; // Rank::lastErrLineOrder's count
   bool terminated_ = false;
   std::chrono::steady_clock::time_point killAt_;
 };
