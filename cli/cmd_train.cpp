@@ -22,7 +22,7 @@ Status checkCommandLine(const TrainFlags& flags) {
                         << " is for token data: give --tokens uint16|uint32|npy";
   if (flags.logPath.empty())
     return {};
-  for (const std::string* input : {&flags.path, &flags.dataPath, &flags.evalDataPath, &flags.wholeModelPath})
+  for (const std::string* input : {&flags.request.model, &flags.request.data, &flags.request.evalData, &flags.request.wholeModel})
     if (!input->empty() && isSameOrInside(flags.logPath, *input))
       return usageError() << "--log " << flags.logPath << " would overwrite the input " << *input;
   if (!flags.output.path.empty() && isSameOrInside(flags.logPath, flags.output.path))
@@ -43,9 +43,9 @@ public:
     trainable_ = start.trainable;
     data_ = &start.data;
     evalData_ = start.evalData;
-    const auto& schedule = flags_.options.lrSchedule;
-    style_ = {flags_.json, flags_.timing || (!flags_.json && flags_.printInterval() > 1),
-              schedule.kind != runtime::LrScheduleKind::Constant || schedule.warmup > 0, flags_.timing, flags_.steps,
+    const auto& schedule = flags_.request.options.lrSchedule;
+    style_ = {flags_.json, flags_.request.timing || (!flags_.json && flags_.printInterval() > 1),
+              schedule.kind != runtime::LrScheduleKind::Constant || schedule.warmup > 0, flags_.request.timing, flags_.request.steps,
               flags_.printInterval(), start.pipelineRanks};
     if (flags_.logPath.empty() || rank_ != 0)
       return {};
@@ -58,7 +58,7 @@ public:
   Status stepped(const runtime::StepRecord& record) override {
     if (rank_ != 0)
       return {};
-    const std::int64_t step = record.step, last = flags_.checkpoints.lastStep(flags_.steps);
+    const std::int64_t step = record.step, last = flags_.request.checkpoints.lastStep(flags_.request.steps);
     if (step == first_ || step + 1 == last || record.evalLoss || (step + 1) % flags_.printInterval() == 0)
       report::printStep(record, step == first_ ? &trainable_ : nullptr, style_, out_);
     if (log_)
@@ -80,11 +80,11 @@ private:
     report::StepLineStyle style = style_;
     style.withRate = true;
     Json json = report::stepJson(record, nullptr, style);
-    const std::int64_t batch = flags_.options.batch;
+    const std::int64_t batch = flags_.request.options.batch;
     if (std::vector<std::int64_t> starts = data_->windowStarts(record.step * batch, batch); !starts.empty())
       json["window_starts"] = std::move(starts);
     if (record.evalLoss && evalData_)
-      if (std::vector<std::int64_t> held = evalData_->windowStarts(0, flags_.evalBatches * batch); !held.empty())
+      if (std::vector<std::int64_t> held = evalData_->windowStarts(0, flags_.request.evalBatches * batch); !held.empty())
         json["eval_window_starts"] = std::move(held);
     *log_ << toJsonText(json) << "\n";
     log_->flush();
@@ -109,8 +109,9 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   runtime::distributed::TrainingRequest request = trainingRequest(flags);
   std::optional<OutputDirectory> output;
   request.openOutput = [&]() -> Expected<std::string> {
+    const runtime::distributed::TrainingRequest& given = flags.request;
     CLEAVE_TRY(std::optional<OutputDirectory> opened,
-               openOutputDirectory(flags.output, {flags.path, flags.dataPath, flags.evalDataPath, flags.wholeModelPath}));
+               openOutputDirectory(flags.output, {given.model, given.data, given.evalData, given.wholeModel}));
     if (!opened)
       return std::string();
     output.emplace(std::move(*opened));

@@ -26,13 +26,13 @@ void describeData(CLI::App& app, TrainFlags& flags) {
                  "number and --seed alone, so ranks, replicas (disjoint shares) and resumed runs agree")
       ->check(CLI::IsMember(runtime::kSamplings.names()))
       ->capture_default_str();
-  app.add_option("--eval-data", flags.evalDataPath,
+  app.add_option("--eval-data", flags.request.evalData,
                  "held-out data (the format of --data): its loss over --eval-batches batches of --batch rows, run as "
                  "torch's model.eval() under no_grad (dropout off, BatchNorm's statistics untouched), every "
                  "--eval-every steps and after the last");
-  app.add_option("--eval-every", flags.evalEvery, "steps between held-out losses (default: only after the last)")
+  app.add_option("--eval-every", flags.request.evalEvery, "steps between held-out losses (default: only after the last)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
-  app.add_option("--eval-batches", flags.evalBatches, "batches of --batch rows the held-out loss averages (the same rows each time)")
+  app.add_option("--eval-batches", flags.request.evalBatches, "batches of --batch rows the held-out loss averages (the same rows each time)")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   app.add_option("--log", flags.logPath,
@@ -48,22 +48,22 @@ void describeData(CLI::App& app, TrainFlags& flags) {
 
 // Checkpoints, resuming and stopping (runtime/training/checkpoint.h).
 void describeCheckpoints(CLI::App& app, TrainFlags& flags) {
-  app.add_option("--checkpoint-dir", flags.checkpoints.checkpointDir,
+  app.add_option("--checkpoint-dir", flags.request.checkpoints.checkpointDir,
                  "write checkpoints into this folder (every rank must see it): each rank's parameters, optimizer "
                  "state, RNG state and the step, whole on every rank or not at all; at the run's end, at "
                  "--stop-after, and every --checkpoint-every steps; only the last complete one is kept. Under "
                  "`cleave launch --max-restarts`, a restarted run resumes from it");
-  app.add_option("--checkpoint-every", flags.checkpoints.every, "steps between checkpoints (needs --checkpoint-dir)")
+  app.add_option("--checkpoint-every", flags.request.checkpoints.every, "steps between checkpoints (needs --checkpoint-dir)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
-  app.add_option("--resume", flags.checkpoints.resumeDir,
+  app.add_option("--resume", flags.request.checkpoints.resumeDir,
                  "continue from the last complete checkpoint in this folder, exactly as the run that wrote it would "
                  "have gone on (a checkpoint of another model, plan, rank count, --batch, --optimizer or schedule "
                  "is refused, naming what differs); checkpoints go on into it unless --checkpoint-dir says otherwise");
-  app.add_option("--stop-after", flags.checkpoints.stopAfter,
+  app.add_option("--stop-after", flags.request.checkpoints.stopAfter,
                  "stop after this step of --steps, writing a checkpoint there (a job with a time limit: the next "
                  "one continues with --resume, the schedule still spanning --steps)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
-  app.add_option("--seed", flags.seed,
+  app.add_option("--seed", flags.request.options.seed,
                  "seeds the random generator every rank starts with (libtorch's own is seeded at random: a fixed "
                  "seed makes runs and their checkpoints repeat byte for byte); dropout draws from it, seeded anew "
                  "for each stage, step and microbatch, so its masks do not depend on the ranks")
@@ -80,49 +80,49 @@ void describeTrain(CLI::App& app, TrainFlags& flags) {
                   "each step's loss; -o DIR gets trained.onnx (whole models) or, for a plan, a plan directory of the "
                   "trained stages (runs with `cleave run DIR`), plus trained.onnx when --model names the model the "
                   "plan was cut from.");
-  app.add_option("MODEL", flags.path, "ONNX model exported with its loss, or a pipeline plan directory")->required();
-  app.add_option("--data", flags.dataPath,
+  app.add_option("MODEL", flags.request.model, "ONNX model exported with its loss, or a pipeline plan directory")->required();
+  app.add_option("--data", flags.request.data,
                  "training data: every model input, rows along dim 0 (.npz, .json, folder), or a token stream (--tokens)")
       ->required();
-  app.add_option("--batch", flags.options.batch, "rows per step")->required()->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
-  app.add_option("--steps", flags.steps, "optimizer steps")->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
-  app.add_option("--microbatches", flags.options.microbatches, "microbatches per step")
+  app.add_option("--batch", flags.request.options.batch, "rows per step")->required()->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  app.add_option("--steps", flags.request.steps, "optimizer steps")->capture_default_str()->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  app.add_option("--microbatches", flags.request.options.microbatches, "microbatches per step")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
-  addEnumOption(app, "--optimizer", flags.options.optimizer.kind, runtime::kOptimizerKinds, "optimizer");
-  app.add_option("--lr", flags.options.optimizer.lr, "learning rate")
+  addEnumOption(app, "--optimizer", flags.request.options.optimizer.kind, runtime::kOptimizerKinds, "optimizer");
+  app.add_option("--lr", flags.request.options.optimizer.lr, "learning rate")
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->check(kFinite);
-  app.add_option("--momentum", flags.options.optimizer.momentum, "sgd momentum")
+  app.add_option("--momentum", flags.request.options.optimizer.momentum, "sgd momentum")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->check(kFinite);
-  app.add_option("--weight-decay", flags.options.optimizer.weightDecay, "weight decay (default: PyTorch's, sgd 0, adamw 0.01)")
+  app.add_option("--weight-decay", flags.request.options.optimizer.weightDecay, "weight decay (default: PyTorch's, sgd 0, adamw 0.01)")
       ->check(CLI::NonNegativeNumber)
       ->check(kFinite);
   app.add_option("--betas", flags.betas, "adamw betas B1,B2 (default 0.9,0.999)")
       ->delimiter(',')
       ->expected(2)
       ->check(kFinite);
-  addEnumOption(app, "--precision", flags.options.precision, runtime::kPrecisions,
+  addEnumOption(app, "--precision", flags.request.options.precision, runtime::kPrecisions,
                 "the forward's precision: bf16 is torch.autocast(dtype=torch.bfloat16) (matrix products and "
                 "convolutions in bf16, precision-sensitive ops in float32) with float32 master weights, gradients "
                 "and optimizer");
-  addEnumOption(app, "--recompute", flags.options.recompute, runtime::kRecomputeKinds,
+  addEnumOption(app, "--recompute", flags.request.options.recompute, runtime::kRecomputeKinds,
                 "stage (plan directories) runs each stage's forward without keeping its activations and runs it "
                 "again before that microbatch's backward (only stage inputs are held across the schedule); "
                 "selective keeps linear and convolution outputs and recomputes attention's scores and softmax "
                 "in the backward (Megatron-LM's selective recomputation); gradients unchanged; --timing "
                 "reports each rank's peak bytes");
-  addEnumOption(app, "--lr-schedule", flags.options.lrSchedule.kind, runtime::kLrScheduleKinds,
+  addEnumOption(app, "--lr-schedule", flags.request.options.lrSchedule.kind, runtime::kLrScheduleKinds,
                 "the rate after warmup: constant at --lr, or linear or cosine decay from --lr to 0 at the last of --steps "
                 "(PyTorch's LinearLR / CosineAnnealingLR)");
-  app.add_option("--warmup", flags.options.lrSchedule.warmup,
+  app.add_option("--warmup", flags.request.options.lrSchedule.warmup,
                  "steps of linear warmup to --lr: step t < N trains at lr (t+1)/(N+1) (PyTorch's LinearLR)")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
-  app.add_option("--clip-grad-norm", flags.options.clipGradNorm,
+  app.add_option("--clip-grad-norm", flags.request.options.clipGradNorm,
                  "clip the gradients' global L2 norm (all stages and ranks, a tied weight once) to X, as "
                  "torch.nn.utils.clip_grad_norm_; each step's norm before clipping is printed")
       ->check(CLI::PositiveNumber)
@@ -131,28 +131,28 @@ void describeTrain(CLI::App& app, TrainFlags& flags) {
                "skip a step whose loss or gradients' norm is NaN or infinite (its gradients dropped, parameters "
                "and optimizer state unchanged, as torch.amp's GradScaler skips), counting such steps; without it "
                "such a step stops the run with exit 1 before it changes any parameter, and nothing is written");
-  app.add_option("--pipeline-ranks", flags.pipelineRanks,
+  app.add_option("--pipeline-ranks", flags.request.pipelineRanks,
                  "plan directories under launch: ranks per pipeline (default: every rank). With more ranks, they "
                  "hold replicas of the pipeline (data x pipeline parallel): rank r is pipeline rank r % N of "
                  "replica r / N, each replica trains on its equal share of --batch in --microbatches, and every "
                  "stage's gradients are summed across the replicas as soon as its backward is done")
       ->check(CLI::Range(1, 1 << 20));
-  addScheduleOption(app, flags.schedule,
+  addScheduleOption(app, flags.request.schedule,
                     "plan directories under launch: the pipeline schedule each rank follows (default gpipe; in one "
                     "process stages run in GPipe order)");
-  app.add_option("--backend", flags.backend,
+  app.add_option("--backend", flags.request.backend,
                  "where to train: aten-cpu, or aten-cuda[:N] (GPU N; under launch, aten-cuda is GPU LOCAL_RANK) (a "
                  "plan's stages on a device whose devices-file entry names a backend train there)")
       ->capture_default_str();
-  app.add_option("--transport", flags.transport,
+  app.add_option("--transport", flags.request.transport,
                  "plan directories under launch: how the ranks talk. gloo (TCP, CPU tensors), nccl (GPU tensors; "
                  "a build with CUDA: a stream per channel, receives in each sender's order), or auto: nccl where "
                  "--backend aten-cuda and this build has it, else gloo")
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
       ->capture_default_str();
-  app.add_option("--loss", flags.options.loss, "the output that is the loss (default: 'loss', else the only scalar)");
-  addTrainableFlags(app, flags.fixedPatterns);
-  app.add_option("--model", flags.wholeModelPath,
+  app.add_option("--loss", flags.request.options.loss, "the output that is the loss (default: 'loss', else the only scalar)");
+  addTrainableFlags(app, flags.request.fixedPatterns);
+  app.add_option("--model", flags.request.wholeModel,
                  "plan directories: the model the plan was cut from; -o DIR then gets its trained.onnx too");
   addOutputDirectory(app, flags.output, "directory for trained.onnx (a model) or the trained plan (a plan)");
   describeCheckpoints(app, flags);
@@ -160,7 +160,7 @@ void describeTrain(CLI::App& app, TrainFlags& flags) {
   app.add_flag("--json", flags.json,
                "print one JSON line per step: {\"step\": N, \"loss\": X, \"lr\": R} (and \"grad_norm\" when clipping; the first line also \"trainable\": what trains, what "
                "stays fixed and why, and how many running statistics it updates)");
-  app.add_flag("--timing", flags.timing,
+  app.add_flag("--timing", flags.request.timing,
                "also print each step's wall seconds and, for a plan, the schedule's part of it, every stage's forward "
                "and backward compute seconds, the measured bubble (1 - compute / (ranks x schedule seconds)), each rank's "
                "messages received, its transport threads' CPU seconds, its wait for the replicas' gradient sums, each "
@@ -170,26 +170,16 @@ void describeTrain(CLI::App& app, TrainFlags& flags) {
 }
 
 runtime::distributed::TrainingRequest trainingRequest(const TrainFlags& flags) {
-  runtime::distributed::TrainingRequest request;
-  request.model = flags.path;
-  request.wholeModel = flags.wholeModelPath;
-  request.data = flags.dataPath;
-  request.evalData = flags.evalDataPath;
-  request.tokens = flags.tokenOptions();
-  request.options = flags.options;
-  request.options.seed = flags.seed;
-  request.steps = flags.steps;
-  request.evalEvery = flags.evalEvery;
-  request.evalBatches = flags.evalBatches;
-  request.betas = flags.betas;
-  request.skipNonFinite = flags.skipNonFinite;
-  request.backend = flags.backend;
-  request.transport = flags.transport;
-  request.schedule = flags.schedule;
-  request.pipelineRanks = flags.pipelineRanks;
-  request.checkpoints = flags.checkpoints;
-  request.fixedPatterns = flags.fixedPatterns;
-  request.timing = flags.timing;
+  runtime::distributed::TrainingRequest request = flags.request;
+  if (!flags.betas.empty()) {
+    request.options.optimizer.beta1 = flags.betas[0];
+    request.options.optimizer.beta2 = flags.betas[1];
+  }
+  request.options.nonFinite = flags.skipNonFinite ? runtime::NonFinitePolicy::Skip : runtime::NonFinitePolicy::Stop;
+  if (!flags.tokens.empty())
+    request.tokens = runtime::TokenDataOptions{*runtime::kTokenFormats.parse(flags.tokens),
+                                               *runtime::kSamplings.parse(flags.sampling), request.options.seed,
+                                               flags.tokenInputs, flags.seqLen};
   request.outputPath = flags.output.path;
   return request;
 }

@@ -303,11 +303,6 @@ Status runTraining(TrainingRequest request, TrainingObserver& observer, std::ost
   // loads first.
   CLEAVE_TRY(const RankDevice device, resolveRankDevice(request.backend, request.transport, env ? &*env : nullptr));
   at::manual_seed(request.options.seed);
-  request.options.nonFinite = request.skipNonFinite ? NonFinitePolicy::Skip : NonFinitePolicy::Stop;
-  if (!request.betas.empty()) {
-    request.options.optimizer.beta1 = request.betas[0];
-    request.options.optimizer.beta2 = request.betas[1];
-  }
   return plan ? trainPlan(request, device, env, observer, notes) : trainModel(request, device, observer, notes);
 }
 

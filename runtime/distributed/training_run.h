@@ -42,8 +42,6 @@ struct TrainingRequest {
   std::optional<TokenDataOptions> tokens; // token streams (training_data.h); none: tensors
   TrainOptions options;       // options.lrSchedule.steps is set from `steps`
   std::int64_t steps = 1, evalEvery = 0, evalBatches = 4;
-  std::vector<double> betas;  // AdamW's, when given
-  bool skipNonFinite = false;
   std::string backend = kHostBackend;
   std::string transport = "auto";
   std::optional<pipeline::ScheduleKind> schedule;
