@@ -153,9 +153,8 @@ Status runModel(const RunFlags& flags, std::ostream& out, std::ostream& err) {
   if (flags.distributed)
     return runDistributed(flags, out, err);
   CLEAVE_TRY(OpenedRunnable opened, openRunnable(flags.path, flags.runtime));
-  if (flags.pipelined && flags.microbatches > 1) // a static batch's constants refused in one line, not mid-run
-    CLEAVE_CHECK(plan::checkRowsCanChange(flags.path, opened.runnable.cut()->plan().file(),
-                                          std::to_string(flags.microbatches) + " microbatches"));
+  if (flags.pipelined) // a static batch's constants refused in one line, not mid-run
+    CLEAVE_CHECK(plan::checkMicrobatchesCanRun(flags.path, opened.runnable.cut()->plan().file(), flags.microbatches));
   CLEAVE_TRY(runtime::TensorMap inputs, makeInputs(opened.runnable, flags.runtime));
   if (flags.inputsOnDevice)
     for (auto& [name, tensor] : inputs)

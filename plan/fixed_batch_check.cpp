@@ -42,4 +42,10 @@ Status checkRowsCanChange(const std::string& dir, const PlanFile& plan, const st
   return {};
 }
 
+Status checkMicrobatchesCanRun(const std::string& dir, const PlanFile& plan, std::int64_t microbatches) {
+  if (microbatches <= 1)
+    return {};
+  return checkRowsCanChange(dir, plan, std::to_string(microbatches) + " microbatches");
+}
+
 } // namespace cleave::plan

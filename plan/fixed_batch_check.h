@@ -24,5 +24,8 @@ std::int64_t exportedRows(const PlanFile& plan);
 // InvalidArgument naming the submodule and the node when the exported batch is held in a constant;
 // `why` says what needs other rows ("4 microbatches of 4 rows").
 Status checkRowsCanChange(const std::string& dir, const PlanFile& plan, const std::string& why);
+// The same for a run in `microbatches` (`cleave run --pipeline` / `--distributed`): nothing to
+// check for one.
+Status checkMicrobatchesCanRun(const std::string& dir, const PlanFile& plan, std::int64_t microbatches);
 
 } // namespace cleave::plan

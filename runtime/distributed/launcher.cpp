@@ -132,38 +132,46 @@ bool isLibraryLogLine(const std::string& line) {
   return line[6] == ' ';
 }
 
-// Moves whole lines from `pending` to `to`, prefixed; with `flush`, the rest too.
-void emitLines(std::string& pending, int rank, std::ostream& to, bool flush, std::string* lastLine) {
+// Moves whole lines from `pending` to `to`, prefixed; with `flush`, the rest too. Returns whether
+// `lastLine` took a new line.
+bool emitLines(std::string& pending, int rank, std::ostream& to, bool flush, std::string* lastLine) {
+  bool taken = false;
   std::size_t start = 0, end;
   while ((end = pending.find('\n', start)) != std::string::npos || (flush && start < pending.size())) {
     if (end == std::string::npos)
       end = pending.size();
     std::string line = pending.substr(start, end - start);
     to << "[rank " << rank << "] " << line << "\n";
-    if (lastLine && !line.empty() && !isLibraryLogLine(line))
+    if (lastLine && !line.empty() && !isLibraryLogLine(line)) {
       *lastLine = line;
+      taken = true;
+    }
     start = end + 1;
   }
   pending.erase(0, std::min(start, pending.size()));
   to.flush();
+  return taken;
 }
 
-// Reads what is ready on one pipe; closes it at end of file. Returns whether it read bytes (more
-// may be ready).
-bool drain(int& fd, std::string& pending, int rank, std::ostream& to, std::string* lastLine) {
+// What one read of a pipe did: whether it read bytes (more may be ready), and whether a new last
+// line came with them.
+struct Drained {
+  bool read = false, newLastLine = false;
+};
+
+// Reads what is ready on one pipe; closes it at end of file.
+Drained drain(int& fd, std::string& pending, int rank, std::ostream& to, std::string* lastLine) {
   char buffer[65536];
   ssize_t n = read(fd, buffer, sizeof(buffer));
   if (n > 0) {
     pending.append(buffer, static_cast<std::size_t>(n));
-    emitLines(pending, rank, to, false, lastLine);
-    return true;
+    return {true, emitLines(pending, rank, to, false, lastLine)};
   }
   if (n < 0 && (errno == EINTR || errno == EAGAIN))
-    return false;
+    return {};
   close(fd);
   fd = -1;
-  emitLines(pending, rank, to, true, lastLine);
-  return false;
+  return {false, emitLines(pending, rank, to, true, lastLine)};
 }
 
 void signalAll(std::vector<Rank>& ranks, int signal) {
@@ -234,11 +242,10 @@ private:
 
   // Reads what `rank` wrote to stderr and is ready; returns whether it read bytes.
   bool readStderr(Rank& rank) {
-    const std::string before = rank.lastErrLine;
-    const bool read = drain(rank.errFd, rank.errPending, rank.global, err_, &rank.lastErrLine);
-    if (rank.lastErrLine != before)
+    const Drained drained = drain(rank.errFd, rank.errPending, rank.global, err_, &rank.lastErrLine);
+    if (drained.newLastLine)
       rank.lastErrLineOrder = ++errLinesSeen_;
-    return read;
+    return drained.read;
   }
 
   // Ranks that ended since the last pass; the run's first failure among them, if none came before.

@@ -14,14 +14,6 @@
 namespace cleave::runtime::distributed {
 namespace {
 
-// A static-batch export whose constants hold the batch would fail deep inside the first run of
-// other rows: refused in one line, from the plan the model was loaded with.
-Status checkMicrobatchRows(const RankRunRequest& request, const plan::PlanFile& plan) {
-  if (request.microbatches <= 1)
-    return {};
-  return plan::checkRowsCanChange(request.plan, plan, std::to_string(request.microbatches) + " microbatches");
-}
-
 Expected<TensorMap> rankInputs(const RankRunRequest& request, const CutModel& model) {
   if (!request.inputsPath.empty())
     return readTensors(request.inputsPath, model.graphInputs());
@@ -42,7 +34,8 @@ Expected<RankRunResult> runRank(const RankRunRequest& request) {
   CLEAVE_TRY(auto acc, makeBackend(device.backend, request.optimizations));
   CLEAVE_TRY(auto cpu, makeBackend(kHostBackend, request.optimizations));
   CLEAVE_TRY(CutModel model, loadRankModel(request.plan, env.rank, env.worldSize, *acc, *cpu));
-  CLEAVE_CHECK(checkMicrobatchRows(request, model.plan().file()));
+  // A static-batch export whose constants hold the batch would fail deep inside the first run.
+  CLEAVE_CHECK(plan::checkMicrobatchesCanRun(request.plan, model.plan().file(), request.microbatches));
   CLEAVE_TRY(TensorMap inputs, rankInputs(request, model));
   std::optional<pipeline::Schedule> schedule;
   if (request.schedule) {
