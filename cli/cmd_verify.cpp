@@ -9,6 +9,7 @@
 #include "cli/options.h"
 #include "cli/runtime_inputs.h"
 #include "plan/plan_file.h"
+#include "runtime/cuda/cuda_switches.h"
 #include "runtime/model/compare.h"
 #include "runtime/model/host_backend.h"
 
@@ -83,10 +84,10 @@ Status verify(VerifyFlags flags, std::ostream& out, std::ostream&) {
   if (!plan::isPlanDirectory(flags.cutPath))
     return Error(ErrorCode::NotFound) << flags.cutPath << ": no plan.json (not a cut model)";
   if (!flags.rtolGiven)
-    flags.tolerance.rtol = runtime::cutToleranceFor(flags.runtime.optimizations.tf32).rtol;
+    flags.tolerance.rtol = runtime::cutToleranceFor(flags.runtime.optimizations.wing.isOn(runtime::cuda::kTf32)).rtol;
   RuntimeOptions reference = flags.runtime;
   reference.backend = runtime::kHostBackend;
-  reference.optimizations.tf32 = false;
+  reference.optimizations.wing.set(runtime::cuda::kTf32, false);
   // Every seam kept: each submodule runs from its own file's declared inputs, as on its device.
   RuntimeOptions cutOptions = flags.runtime;
   cutOptions.optimizations.joinSeams = false;

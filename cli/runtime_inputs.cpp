@@ -1,6 +1,7 @@
 #include "cli/runtime_inputs.h"
 
 #include "cli/commands.h"
+#include "runtime/cuda/cuda_switches.h"
 #include "runtime/model/tensor_files.h"
 #include "runtime/model/host_backend.h"
 
@@ -9,7 +10,7 @@ namespace cleave::cli {
 Expected<OpenedRunnable> openRunnable(const std::string& path, const RuntimeOptions& options) {
   OpenedRunnable opened;
   CLEAVE_TRY(opened.acc, runtime::makeBackend(options.backend, options.optimizations));
-  if (options.optimizations.tf32 && !opened.acc->device().is_cuda())
+  if (options.optimizations.wing.isOn(runtime::cuda::kTf32) && !opened.acc->device().is_cuda())
     return usageError() << "--tf32 applies to --backend aten-cuda; " << options.backend
                         << " computes float32 as float32";
   CLEAVE_TRY(opened.cpu, runtime::makeBackend(runtime::kHostBackend, options.optimizations));

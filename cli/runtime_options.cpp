@@ -1,36 +1,42 @@
 #include "cli/runtime_options.h"
 
+#include <string>
+
+#include "runtime/cpu/cpu_switches.h"
+#include "runtime/cuda/cuda_switches.h"
+
 namespace cleave::cli {
+namespace {
+// A wing's switch as a flag: --no-NAME turns off one that is on by default, --NAME turns on one
+// that is off.
+void addWingSwitch(CLI::App& app, runtime::WingSwitches& switches, const runtime::WingSwitch& wingSwitch) {
+  const std::string flag = (wingSwitch.byDefault ? "--no-" : "--") + std::string(wingSwitch.name);
+  app.add_flag_callback(flag, [&switches, &wingSwitch] { switches.set(wingSwitch, !wingSwitch.byDefault); },
+                        std::string(wingSwitch.help));
+}
+} // namespace
 
 void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
-  app.add_option("--backend", options.backend, "aten-cpu, aten-cpu-bf16, aten-cuda or profile:FILE (accelerator submodules)")
+  app.add_option("--backend", options.backend, "aten-cpu, aten-cpu-bf16, aten-cpu-as-gpu (host and device memory apart: copies counted as on a GPU), aten-cuda or profile:FILE (accelerator submodules)")
       ->capture_default_str();
   app.add_option("--inputs", options.inputsPath, "input tensors: .json, .pb (ONNX TensorProto; Sequence/OptionalProto for inputs so declared), .npy, .npz, or a folder of input_N.pb / NAME.npy");
   app.add_option("--seed", options.seed, "seed of the random inputs used without --inputs")->capture_default_str();
   app.add_flag("--random", options.random, "use random inputs (the default without --inputs)");
   app.add_option("--dim", options.dims, "NAME=SIZE for a symbolic input dim (repeatable; others are 1)");
   app.add_flag("!--no-fusion", options.optimizations.fusion, "run every node alone (no fused MatMul+Add[+GELU], GELU, LayerNorm, Conv+Relu/Clip/HardSwish/HardSigmoid/SiLU/Add, Conv/ConvTranspose+BatchNormalization[+Relu] folded, [Concat+]BatchNormalization+Relu, [Concat+]channel shuffle)");
+  app.add_flag("!--no-fused-attention", options.optimizations.fusedAttention,
+               "run attention (MatMul, scale, masks, Softmax, MatMul) node by node, not as one fused attention call");
   app.add_flag("!--no-blocked-layout", options.optimizations.blockedLayout,
                "make every convolution output dense (channels-last) after its op: no value stays in oneDNN's "
                "blocked layout from one convolution to the next (by default it does where every reader is a "
                "convolution that runs blocked, as on AVX2)");
-  app.add_flag("!--no-packed-weights", options.optimizations.packedWeights,
-               "keep a weight that only MatMuls read as [N, K] rows read in place, not in oneDNN's own product "
-               "layout, and a weight that only Convs read plain beside its reordered copies (by default the "
-               "packed or reordered copies are the only ones)");
   app.add_flag("!--no-shape-memo", options.optimizations.rememberShapeArithmetic,
                "compute shape arithmetic again every run (by default a small pure op, such as a Gather of a Shape, "
                "reuses its last results while its operands are the same)");
-  app.add_flag("!--no-winograd", options.optimizations.winograd,
-               "run 3x3 convolutions on oneDNN's direct kernel only: less memory (Winograd's weights are 1.8-4x "
-               "the plain ones), usually slower");
-  app.add_flag("!--no-blocked-convolutions", options.optimizations.blockedConvolutions,
-               "run every direct convolution channels-last (by default, where oneDNN's channels-last kernel is not "
-               "a native one, as on AVX2, convolutions with kernels larger than 1x1 run in its blocked layout with "
-               "reorders around them)");
-  app.add_flag("--tf32", options.optimizations.tf32,
-               "aten-cuda: let float32 products and convolutions use TF32 tensor cores (faster; about 1e-3 relative "
-               "error, so verify compares at rtol 1e-2); by default float32 stays float32");
+  for (const runtime::WingSwitch& wingSwitch : runtime::cpu::kSwitches)
+    addWingSwitch(app, options.optimizations.wing, wingSwitch);
+  for (const runtime::WingSwitch& wingSwitch : runtime::cuda::kSwitches)
+    addWingSwitch(app, options.optimizations.wing, wingSwitch);
   app.add_flag("!--no-join", options.optimizations.joinSeams,
                "a cut model: run each submodule as its own module (timed one by one, no fusion across seams); by "
                "default neighbouring submodules on the same backend run as one graph");

@@ -23,8 +23,9 @@ struct RuntimeOptions {
   std::uint64_t seed = 0;
   std::vector<std::string> dims; // "name=value" for symbolic dims
   bool random = false;           // --random: the default without --inputs
-  runtime::Optimizations optimizations; // --no-fusion, --no-blocked-layout, --no-packed-weights, --no-winograd,
-                                        // --no-blocked-convolutions, --no-join
+  // --no-fusion, --no-blocked-layout, --no-shape-memo, --no-join, and the wings' switches
+  // (runtime/cpu/cpu_switches.h, runtime/cuda/cuda_switches.h: --no-winograd, --tf32, ...).
+  runtime::Optimizations optimizations;
 };
 
 void addRuntimeOptions(CLI::App& app, RuntimeOptions& options);

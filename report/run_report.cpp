@@ -68,6 +68,9 @@ void addProfileJson(const runtime::TimedRuns& times, Json& summary) {
     summary["peak_device_bytes"] = times.peakDeviceBytes;
   summary["host_device_copies"] = stats.hostDeviceCopies;
   summary["host_device_copy_bytes"] = stats.hostDeviceCopyBytes;
+  summary["host_device_copies_by_value"] = Json::object();
+  for (const auto& [crossing, count] : stats.copiesByValue)
+    summary["host_device_copies_by_value"][crossing] = count;
   summary["seam_copies"] = stats.seamCopies;
   summary["seam_copy_bytes"] = stats.seamCopyBytes;
   summary["seam_copy_s"] = stats.seamCopySeconds;
@@ -94,6 +97,8 @@ void writeProfileText(const runtime::TimedRuns& times, std::ostream& text) {
          << times.peakDeviceBytes << " bytes\n";
   text << "copies between host and device memory (last run; none where they share it, as on the CPU): "
        << stats.hostDeviceCopies << ", " << stats.hostDeviceCopyBytes << " bytes\n";
+  for (const auto& [crossing, count] : stats.copiesByValue)
+    text << "  " << crossing << (count > 1 ? ": " + std::to_string(count) + " times" : std::string()) << "\n";
   if (stats.seamCopies > 0)
     text << "copies between submodules on different devices (last run; what split --preview predicts): "
          << stats.seamCopies << ", " << stats.seamCopyBytes << " bytes, " << stats.seamCopySeconds * 1e3 << " ms\n";

@@ -4,6 +4,7 @@
 #include <functional>
 #include <vector>
 
+#include "runtime/cpu/cpu_switches.h"
 #include "runtime/engine/executor.h"
 #include "runtime/engine/fusion.h"
 #include "runtime/model/host_backend.h"
@@ -78,7 +79,9 @@ std::vector<bool> convolutionOnlyWeights(const ir::Graph& g, const FusionPlan& f
 class CpuWeightPlan final : public WeightPlan {
 public:
   CpuWeightPlan(const ir::Graph& g, const FusionPlan& fusion, const ExecutorOptions& options)
-      : optimizations_(options.optimizations), packed_(g.numParameters()) {
+      : packedWeights_(options.optimizations.wing.isOn(kPackedWeights)),
+        winograd_(options.optimizations.wing.isOn(kWinograd)),
+        blockedConvolutions_(options.optimizations.wing.isOn(kBlockedConvolutions)), packed_(g.numParameters()) {
     // oneDNN holds weights in its own layouts for inference on the CPU in float32 only.
     if (!onednn::available() || options.trainable || !options.device.is_cpu() || options.floatType) {
       rows_.assign(g.numParameters(), false);
@@ -90,10 +93,10 @@ public:
     for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
       const std::vector<std::int64_t>& dims = g.parameter(ir::ParamId{p}).dims;
       // Packed only where oneDNN's layout for it is blocked; else stored as rows (onednn.h).
-      packs_[p] = rows_[p] && optimizations_.packedWeights && onednn::packsProductWeight(dims[0], dims[1]);
+      packs_[p] = rows_[p] && packedWeights_ && onednn::packsProductWeight(dims[0], dims[1]);
       rows_[p] = rows_[p] && !packs_[p];
     }
-    convolutionOnly_ = optimizations_.packedWeights ? convolutionOnlyWeights(g, fusion)
+    convolutionOnly_ = packedWeights_ ? convolutionOnlyWeights(g, fusion)
                                                     : std::vector<bool>(g.numParameters(), false);
   }
 
@@ -124,8 +127,8 @@ public:
   void prepareCache(KernelCache& cache, std::optional<ir::ParamId> weightOwner) override {
     auto state = std::make_shared<CpuKernelState>();
     state->convolutions.weights = pool_;
-    state->convolutions.allowWinograd = optimizations_.winograd;
-    state->convolutions.allowBlockedDirect = optimizations_.blockedConvolutions;
+    state->convolutions.allowWinograd = winograd_;
+    state->convolutions.allowBlockedDirect = blockedConvolutions_;
     if (weightOwner)
       state->packedWeight = packed_[index(*weightOwner)];
     cache.deviceState = std::move(state);
@@ -138,7 +141,7 @@ public:
   std::size_t reorderedOnlyCount() const override { return onednn::releasedPlainWeights(*pool_); }
 
 private:
-  Optimizations optimizations_;
+  bool packedWeights_, winograd_, blockedConvolutions_; // cpu_switches.h
   std::vector<bool> rows_, packs_, convolutionOnly_; // per storage owner
   std::vector<std::shared_ptr<const onednn::PackedWeight>> packed_;
   // Every convolution's reordered weights (prepareCache), and the weights held only so.
@@ -157,17 +160,27 @@ public:
   bool keepsPrivateLayout(const ExecutorOptions& options) const override {
     return options.optimizations.blockedLayout && options.device.is_cpu() && !options.floatType;
   }
-  bool holdsPrivateLayout(const at::Tensor& t) const override { return onednn::isBlockedActivation(t); }
-  at::Tensor dense(const at::Tensor& t) const override { return onednn::denseFromBlocked(t); }
+  bool holdsPrivateLayout(const at::Tensor& t) const override { return t.is_mkldnn() || onednn::isBlockedActivation(t); }
+  at::Tensor dense(const at::Tensor& t) const override {
+    return t.is_mkldnn() ? t.to_dense() : onednn::denseFromBlocked(t);
+  }
   std::size_t heldWeightBytes() const override { return onednn::heldWeightBytes(); }
-  const FastPaths* fastPaths() const override { return oneDnnFastPaths(); }
-  std::vector<std::string> backendNames() const override { return {kHostBackend, "aten-cpu-bf16"}; }
+  const FastPaths* fastPaths() const override {
+    const FastPaths* own = oneDnnFastPaths();
+    return own ? own : atenBlockedFastPaths();
+  }
+  std::vector<std::string> backendNames() const override { return {kHostBackend, "aten-cpu-bf16", "aten-cpu-as-gpu"}; }
   // aten-cpu-bf16: a low-precision device whose disagreements exercise verify, preview and minimize.
+  // aten-cpu-as-gpu: the CPU with host and device memory kept apart, as a GPU keeps them: every
+  // copy a GPU run would make between them is made (a no-op) and counted by the value it moves
+  // (run --profile), so a model's steady-state crossings are found without a GPU.
   std::optional<Expected<BackendDevice>> backendDevice(std::string_view name) const override {
     if (name == kHostBackend)
       return Expected<BackendDevice>(BackendDevice{at::kCPU, std::nullopt});
     if (name == "aten-cpu-bf16")
       return Expected<BackendDevice>(BackendDevice{at::kCPU, at::kBFloat16});
+    if (name == "aten-cpu-as-gpu")
+      return Expected<BackendDevice>(BackendDevice{at::kCPU, std::nullopt, true});
     return std::nullopt;
   }
 };

@@ -2,8 +2,13 @@
 // the engine through its hooks (runtime/engine/device_wing.h), and the state a CPU kernel keeps per
 // node. The wing installs itself (cpu_wing.cpp); nothing in the engine names it.
 //
-// Fast paths (runtime/engine/fast_paths.h, where the build has oneDNN): products, convolutions,
-// pooling and softmax on oneDNN, which the shared kernels ask for before computing on ATen.
+// Fast paths (runtime/engine/fast_paths.h), which the shared kernels ask for before computing on
+// ATen: products, convolutions, pooling and softmax on oneDNN where the build has libdnnl
+// (onednn_fast_paths.cpp); else 2-D convolutions and max pooling in ATen's own blocked layout
+// (aten_blocked_fast_paths.cpp).
+//
+// Private layout: oneDNN's blocked activations (onednn.h), or ATen's blocked (mkldnn) tensors in
+// a build without libdnnl. Only this wing makes either; the engine asks it for their dense form.
 //
 // Weight plan (inference on the CPU in float32, built with libdnnl; otherwise every weight is held
 // as loaded):
@@ -31,12 +36,18 @@ struct CpuKernelState : DeviceKernelState {
   // A product's right operand when the executor holds that weight only packed (its operand is
   // then undefined; the fast paths' held product weight, read by productWeight() and matmul()).
   std::shared_ptr<const onednn::PackedWeight> packedWeight;
+  // A convolution's weight reordered for ATen's blocked convolution (a build without libdnnl), and
+  // the weight tensor it came from.
+  at::Tensor atenBlockedWeight, atenBlockedWeightSource;
 };
 
 // The node's CPU state; null when the executor keeps no cache for it or runs off the CPU wing.
 CpuKernelState* kernelState(const KernelContext& c);
 
-// The wing's fast paths, oneDNN's (onednn_fast_paths.cpp); null in a build without it.
+// oneDNN's fast paths (onednn_fast_paths.cpp); null in a build without it.
 const FastPaths* oneDnnFastPaths();
+// ATen's blocked convolutions and max pooling (aten_blocked_fast_paths.cpp): the wing's fast
+// paths where oneDNN's are null.
+const FastPaths* atenBlockedFastPaths();
 
 } // namespace cleave::runtime::cpu

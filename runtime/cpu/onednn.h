@@ -136,7 +136,7 @@ struct ReorderedWeights {
 };
 
 // A float32 convolution weight that nothing but convolutions read, held in oneDNN's layouts alone
-// (Optimizations::packedWeights, as products' weights are): plain until the pool makes a copy of
+// (cpu_switches.h's kPackedWeights, as products' weights are): plain until the pool makes a copy of
 // it in a layout that converts back (a direct kernel's blocked layout; Winograd's transformed
 // weight does not), then only as its copies. That copy is kept for the pool's life; a layout
 // wanted later, and ATen, get the plain weight back from it (one reorder). Kernels read the weight
@@ -167,8 +167,8 @@ struct ConvolutionCache {
   // Where its entries' reordered weights come from: the cache's own, or one the executor gives
   // every node (Executor::create), so that all its convolutions share copies.
   std::shared_ptr<ReorderedWeights> weights = std::make_shared<ReorderedWeights>();
-  bool allowWinograd = true; // Optimizations::winograd, set with `weights` by the executor
-  bool allowBlockedDirect = true; // Optimizations::blockedConvolutions, likewise
+  bool allowWinograd = true; // cpu_switches.h's kWinograd, set with `weights` by the executor
+  bool allowBlockedDirect = true; // its kBlockedConvolutions, likewise
 };
 
 // The entry of `cache` for an input of `inputDims`: the one packed for them, else an empty one

@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "runtime/cpu/cpu_switches.h"
 #include "runtime/engine/executor.h"
 #include "runtime/engine/executor_test_support.h"
 #include "runtime/engine/fusion.h"
@@ -428,8 +429,8 @@ TEST(OneDnn, BlockedActivationsPassFromConvolutionToConvolution) {
   if (!onednn::isBlockedActivation(blocked))
     GTEST_SKIP() << "this CPU's channels-last kernels are oneDNN's native ones (brgconv): nothing ran blocked";
   EXPECT_EQ(blocked.sizes(), dense.sizes());
-  EXPECT_TRUE(inNonDenseLayout(blocked));
-  EXPECT_TRUE(at::equal(toDense(blocked), dense)); // one primitive; the reorder only moves values
+  EXPECT_TRUE(inPrivateLayout(blocked));
+  EXPECT_TRUE(at::equal(denseFromPrivateLayout(blocked), dense)); // one primitive; the reorder only moves values
   EXPECT_THROW(at::relu(blocked), c10::Error);
   // Max pooling reads it in its own layout; a maximum is the same in any layout.
   const at::Tensor pooledDense =
@@ -439,7 +440,7 @@ TEST(OneDnn, BlockedActivationsPassFromConvolutionToConvolution) {
         onednn::pool(blocked, onednn::PoolKind::Max, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, false, mayReturnBlocked);
     ASSERT_TRUE(pooled.defined());
     EXPECT_EQ(onednn::isBlockedActivation(pooled), mayReturnBlocked);
-    EXPECT_TRUE(at::equal(toDense(pooled), pooledDense));
+    EXPECT_TRUE(at::equal(denseFromPrivateLayout(pooled), pooledDense));
   }
   EXPECT_FALSE(onednn::pool(blocked, onednn::PoolKind::AverageWithoutPadding, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1},
                             false, true)
@@ -451,7 +452,7 @@ TEST(OneDnn, BlockedActivationsPassFromConvolutionToConvolution) {
     ASSERT_TRUE(got.defined());
     EXPECT_TRUE(ranBlocked);
     EXPECT_EQ(onednn::isBlockedActivation(got), mayReturnBlocked);
-    EXPECT_TRUE(at::equal(toDense(got), want3)) << "output blocked " << mayReturnBlocked;
+    EXPECT_TRUE(at::equal(denseFromPrivateLayout(got), want3)) << "output blocked " << mayReturnBlocked;
   }
   // A 1x1 convolution with a residual runs channels-last whatever its operands' layouts.
   const at::Tensor want1 = convolve(dense, w1, dense, false).first;
@@ -463,7 +464,7 @@ TEST(OneDnn, BlockedActivationsPassFromConvolutionToConvolution) {
       EXPECT_FALSE(ranBlocked);
       EXPECT_FALSE(onednn::isBlockedActivation(got));
       EXPECT_TRUE(at::equal(got, want1)) << "input blocked " << inputBlocked << ", residual blocked " << residualBlocked;
-      EXPECT_TRUE(at::equal(toDense(residual), dense)); // not the callee's to overwrite: untouched
+      EXPECT_TRUE(at::equal(denseFromPrivateLayout(residual), dense)); // not the callee's to overwrite: untouched
     }
 }
 
@@ -682,7 +683,7 @@ TEST(Executor, ProductOnlyWeightsArePackedOnce) {
   const at::Tensor x = at::randn({24, 16}); // 24 rows, so v [24, 24] adds elementwise
   const at::Tensor h = at::matmul(x, w), want = at::matmul(h + b + h, v) + v;
   ExecutorOptions plainOptions;
-  plainOptions.optimizations.packedWeights = false;
+  plainOptions.optimizations.wing.set(cpu::kPackedWeights, false);
   auto packed = Executor::create(build());
   auto plain = Executor::create(build(), plainOptions);
   ASSERT_TRUE(packed && plain);
@@ -750,7 +751,7 @@ TEST(Executor, ConvolutionOnlyWeightsAreHeldOnlyReordered) {
   auto want = [&](const at::Tensor& x) { return at::conv2d(c2(x), v); };
   auto wantZ = [&](const at::Tensor& x) { return at::conv_transpose2d(c2(x), u, {}, 2); };
   ExecutorOptions plainOptions;
-  plainOptions.optimizations.packedWeights = false;
+  plainOptions.optimizations.wing.set(cpu::kPackedWeights, false);
   auto held = Executor::create(build());
   auto plain = Executor::create(build(), plainOptions);
   ASSERT_TRUE(held && plain);

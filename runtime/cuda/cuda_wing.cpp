@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include "runtime/cuda/cuda_switches.h"
 #include "runtime/engine/device_wing.h"
 #include "runtime/engine/executor.h"
 
@@ -81,8 +82,8 @@ public:
 
   void configure(const ExecutorOptions& options) const override {
     at::Context& context = at::globalContext();
-    context.setAllowTF32CuBLAS(options.optimizations.tf32);
-    context.setAllowTF32CuDNN(options.optimizations.tf32);
+    context.setAllowTF32CuBLAS(options.optimizations.wing.isOn(kTf32));
+    context.setAllowTF32CuDNN(options.optimizations.wing.isOn(kTf32));
     context.setBenchmarkCuDNN(true);
   }
   std::int64_t peakAllocatedBytes(const at::Device& device) const override {

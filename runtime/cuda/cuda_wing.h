@@ -7,8 +7,8 @@
 // Guarantees, for every executor whose device is a CUDA device:
 //   - weights are held as loaded, on the device (no private layout: cuBLAS and cuDNN take
 //     ATen's dense tensors), shape arithmetic's values on the host (value_placement.h);
-//   - numerics: float32 products and convolutions stay float32 unless Optimizations::tf32
-//     (cleave run --tf32) lets them run on TF32 tensor cores; cuDNN autotunes each convolution
+//   - numerics: float32 products and convolutions stay float32 unless its switch kTf32
+//     (cuda_switches.h; cleave run --tf32) lets them run on TF32 tensor cores; cuDNN autotunes each convolution
 //     shape once (its first run picks the fastest algorithm for that shape and keeps it);
 //   - peakAllocatedBytes is the caching allocator's peak of allocated bytes since the last
 //     reset, as torch.cuda.max_memory_allocated counts them; synchronize waits for the device;

@@ -104,7 +104,7 @@ public:
     for (std::size_t m = 0; m < chunks.size(); ++m) {
       for (const std::string& name : model_.graphOutputs()) {
         CLEAVE_CHECK(receive(name, values[m], m));
-        outputs[m][name] = toDense(values[m].at(name));
+        outputs[m][name] = denseFromPrivateLayout(values[m].at(name));
       }
       values[m].clear();
     }

@@ -20,7 +20,7 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
         // As a message would arrive (communicator.h: dense and contiguous): ATen's kernels may
         // round differently for other strides, and a stage must compute the same bytes whichever
         // rank produced its inputs.
-        value = toDense(runs[m].at(made).outputs.at(name).detach()).contiguous();
+        value = denseFromPrivateLayout(runs[m].at(made).outputs.at(name).detach()).contiguous();
       } else {
         CLEAVE_TRY(std::uint32_t t, tag(m, name, i, false));
         CLEAVE_TRY(value, receive(stages[made].rank, t, shapeKey(m, name, i, false)));

@@ -1,10 +1,11 @@
 // runtime/distributed/transport.h - what a Communicator's messages and reductions travel on: a
-// c10d backend over a group of ranks. Gloo's (communicator.cpp) carries CPU tensors and matches a
-// receive to the send of its tag; NCCL's (runtime/cuda/nccl_transport.cpp, built where libtorch
-// has CUDA) carries tensors on this rank's GPU, each channel (sender, receiver) on a communicator
-// and CUDA stream of its own, and matches a channel's messages in order. A transport is a wing of
-// the communicator as a device is of the executor: the communicator names none but Gloo, the
-// default, and finds the others by name in a registry their code fills before main.
+// c10d backend over a group of ranks. Each lives in the wing whose device's tensors it carries and
+// registers itself there before main: Gloo's (runtime/cpu/gloo_transport.cpp, the host transport
+// every build has) carries CPU tensors and matches a receive to the send of its tag; NCCL's
+// (runtime/cuda/nccl_transport.cpp, built where libtorch has CUDA) carries tensors on this rank's
+// GPU, each channel (sender, receiver) on a communicator and CUDA stream of its own, and matches
+// a channel's messages in order. A transport is a wing of the communicator as a device is of the
+// executor: the communicator names none, and finds each by name in the registry.
 //
 // Guarantees of every transport: operations return at once with a c10d Work; a Work's wait()
 // makes what the operation produced readable by what runs after it on this rank (on a GPU, by

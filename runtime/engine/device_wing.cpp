@@ -37,6 +37,8 @@ const DeviceWing* wingServing(const at::Device& device) {
 }
 
 bool inPrivateLayout(const at::Tensor& t) {
+  if (!t.defined())
+    return false;
   const InstalledWings& all = installed();
   for (std::size_t i = 0; i < all.count; ++i)
     if (all.wings[i]->holdsPrivateLayout(t))
@@ -45,6 +47,8 @@ bool inPrivateLayout(const at::Tensor& t) {
 }
 
 at::Tensor denseFromPrivateLayout(const at::Tensor& t) {
+  if (!t.defined())
+    return t;
   const InstalledWings& all = installed();
   for (std::size_t i = 0; i < all.count; ++i)
     if (all.wings[i]->holdsPrivateLayout(t))

@@ -47,6 +47,9 @@ struct KernelCache;
 struct BackendDevice {
   at::Device device = at::kCPU;
   std::optional<at::ScalarType> floatType; // computes in this float type (aten-cpu-bf16); none: as the model says
+  // Host and device memory kept apart on a device that shares them (aten-cpu-as-gpu): values are
+  // placed and copies counted as on a GPU (ExecutorOptions::separateHostMemory).
+  bool separateHostMemory = false;
 };
 
 // What a wing keeps in a node's kernel cache (reordered weights, primitives); only it reads it.
@@ -149,7 +152,8 @@ public:
 bool installWing(const DeviceWing& wing);
 // The wing serving `device`, or null (the executor then holds every weight as loaded).
 const DeviceWing* wingServing(const at::Device& device);
-// Whether any wing holds `t` in its private layout; and `t` made dense by that wing (else `t`).
+// Whether any wing holds `t` in its private layout; and `t` made dense by that wing (else `t`,
+// undefined included): what a kernel that reads only dense operands calls.
 bool inPrivateLayout(const at::Tensor& t);
 at::Tensor denseFromPrivateLayout(const at::Tensor& t);
 // The peak allocated bytes of `device` by the wing serving it (-1: none counts them), and its reset.

@@ -52,7 +52,7 @@ TEST(BackendNames, UnknownBackendsListEveryName) {
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().code(), ErrorCode::InvalidArgument);
   EXPECT_EQ(unknown.error().message(),
-            "unknown backend 'tpu' (backends: aten-cpu, aten-cpu-bf16, aten-cuda[:N], profile:FILE)");
+            "unknown backend 'tpu' (backends: aten-cpu, aten-cpu-bf16, aten-cpu-as-gpu, aten-cuda[:N], profile:FILE)");
   // A bad index of a wing library's family is refused by the naming rule, before any library loads.
   Expected<std::unique_ptr<Backend>> badIndex = makeBackend("aten-cuda:one");
   ASSERT_FALSE(badIndex);

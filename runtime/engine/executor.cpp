@@ -42,7 +42,7 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
   executor->kernels_ = IdVector<NodeId, KernelEntry>(g.numNodes());
   executor->parameters_ = IdVector<NodeId, at::Tensor>(g.numNodes());
   executor->caches_ = IdVector<NodeId, KernelCache>(g.numNodes());
-  executor->fusion_ = planFusions(g);
+  executor->fusion_ = planFusions(g, executor->options_.optimizations.fusedAttention);
   const DeviceWing* wing = wingServing(options.device);
   if (wing)
     wing->configure(executor->options_);
@@ -287,7 +287,7 @@ struct Executor::RunState {
   }
   void observed(ir::ValueId value, const at::Tensor& tensor) const {
     if (observe)
-      (*observe)(value, toDense(tensor));
+      (*observe)(value, denseFromPrivateLayout(tensor));
   }
 };
 
@@ -296,11 +296,16 @@ std::int64_t bytesOf(const at::Tensor& tensor) {
   return tensor.defined() ? static_cast<std::int64_t>(tensor.numel() * tensor.element_size()) : 0;
 }
 
-void countCopy(const at::Tensor& copied, RunStats* stats) {
+// Counts a copy of `value` to the `to` side (on the CPU both sides are the CPU: tests and
+// aten-cpu-as-gpu place values all the same).
+void countCopy(const ir::Graph& g, ir::ValueId value, Side to, const at::Tensor& copied, RunStats* stats) {
   if (!stats)
     return;
   ++stats->hostDeviceCopies;
   stats->hostDeviceCopyBytes += bytesOf(copied);
+  const NodeId producer = g.producer(value);
+  ++stats->copiesByValue[std::string(g.valueName(value)) + " (made by " + std::string(g.name(producer)) + ") to the " +
+                         (to == Side::Host ? "host" : "device")];
 }
 } // namespace
 
@@ -412,7 +417,7 @@ Status Executor::bindInput(NodeId node, const TensorMap& inputs, RunState& state
     state.observed(value, bound);
     return {};
   }
-  bound = keepPrivate && inNonDenseLayout(found->second) ? found->second : toDense(found->second).to(options_.device);
+  bound = keepPrivate && inPrivateLayout(found->second) ? found->second : denseFromPrivateLayout(found->second).to(options_.device);
   if (options_.floatType && at::isFloatingType(found->second.scalar_type()))
     bound = bound.to(*options_.floatType);
   state.observed(value, bound);
@@ -479,7 +484,7 @@ Status Executor::runOp(NodeId node, RunState& state) {
       operands.push_back(state.values[index(value)]);
     }
     if (kernel.layouts == Layouts::Dense) // no-op: values stay private only for readers taking them
-      operands.back() = toDense(operands.back());
+      operands.back() = denseFromPrivateLayout(operands.back());
   }
   const bool outputMayStayPrivate =
       !g.outputs(node).empty() && state.mayStayPrivate(privateLayoutReaders_[index(g.outputs(node)[0])]);
@@ -507,9 +512,9 @@ at::Tensor Executor::crossedOperand(ir::ValueId value, ReadSide read, RunState& 
     at::Tensor& copy = invariantCopies_[index(value)];
     at::Tensor& from = invariantSources_[index(value)];
     if (!copy.defined() || (parameter && !from.is_same(source))) {
-      copy = toDense(source).to(target);
+      copy = denseFromPrivateLayout(source).to(target);
       from = source;
-      countCopy(copy, state.stats);
+      countCopy(g, value, read == ReadSide::Host ? Side::Host : Side::Device, copy, state.stats);
     }
     return copy;
   }
@@ -522,8 +527,8 @@ at::Tensor Executor::crossedOperand(ir::ValueId value, ReadSide read, RunState& 
     copy = *kept;
     return copy;
   }
-  copy = toDense(source).to(target);
-  countCopy(copy, state.stats);
+  copy = denseFromPrivateLayout(source).to(target);
+  countCopy(g, value, read == ReadSide::Host ? Side::Host : Side::Device, copy, state.stats);
   memo_.rememberCopy(value, source, copy);
   return copy;
 }
@@ -570,7 +575,7 @@ Expected<std::vector<at::Tensor>> Executor::callKernel(NodeId node, const FusedG
   // A fused group's kernel reads its first node's attributes (a Conv's window, fusion.h).
   const at::Device device = placement_ ? deviceOf(placement_->nodeSide[node]) : options_.device;
   KernelContext context(g, group ? group->nodes.front() : node, opset_, std::move(operands), this,
-                        &caches_[cacheSlot_[node]], outputMayStayPrivate, device);
+                        &caches_[cacheSlot_[node]], outputMayStayPrivate, device, group);
   try {
     if (!stats || !stats->profileOps)
       return kernel.kernel(context);
@@ -602,14 +607,14 @@ Status Executor::storeResults(NodeId node, std::vector<at::Tensor> results, RunS
                                              << " is used but the kernel does not produce it";
       continue;
     }
-    if (inNonDenseLayout(results[i]) && !state.mayStayPrivate(privateLayoutReaders_[index(outputs[i])]))
-      results[i] = toDense(results[i]);
+    if (inPrivateLayout(results[i]) && !state.mayStayPrivate(privateLayoutReaders_[index(outputs[i])]))
+      results[i] = denseFromPrivateLayout(results[i]);
     // A kernel that made its result from numbers alone may have made it elsewhere: moved to the
     // side the placement gives the node, so that every reader finds it where it was planned.
     if (placement_ && holdsNumbers(results[i]) &&
         results[i].device() != deviceOf(placement_->nodeSide[node])) {
       results[i] = results[i].to(deviceOf(placement_->nodeSide[node]));
-      countCopy(results[i], state.stats);
+      countCopy(g, outputs[i], placement_->nodeSide[node], results[i], state.stats);
     }
     at::Tensor& stored = state.values[index(outputs[i])];
     stored = std::move(results[i]);

@@ -86,10 +86,10 @@ public:
   // (running_statistics.h), under their names, in parameter order.
   std::vector<std::pair<std::string, at::Tensor>> updatedStatistics() const;
   std::int64_t opset() const { return opset_; }
-  // How many parameters (by storage) it holds only packed (Optimizations::packedWeights).
+  // How many parameters (by storage) it holds only packed (the CPU wing's kPackedWeights).
   std::size_t packedWeightCount() const;
   // How many convolution weights (by storage) it holds only reordered now: their plain tensor let
-  // go after the first run made a copy that converts back (Optimizations::packedWeights).
+  // go after the first run made a copy that converts back (the CPU wing's kPackedWeights).
   std::size_t reorderedOnlyWeightCount() const;
 
 private:

@@ -89,6 +89,10 @@ public:
   virtual at::Tensor transposedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w,
                                            const at::Tensor& bias, const ConvolutionWindow& window,
                                            bool thenRelu) const = 0;
+  // Whether a fused attention group (fusion.h) runs faster as its steps, on this wing's batched
+  // products and softmax, than as ATen's fused scaled_dot_product_attention (bench/RESULTS.md,
+  // "fused attention").
+  virtual bool attentionAsSteps() const = 0;
   // The dense weight behind `standIn`, a weight the wing holds only in its own layouts (a meta
   // tensor its WeightPlan bound), for a kernel that computes on ATen; undefined when it is not
   // one of the wing's stand-ins in c's executor.

@@ -336,6 +336,123 @@ std::optional<FusedGroup> matchChannelShuffle(const ir::Graph& g, NodeId first) 
   return FusedGroup{FusedGroup::Kind::ChannelShuffle, {*reshape, *transpose, *back}, operands};
 }
 
+// The one op node that reads `value` (no graph output), with one output; none otherwise.
+std::optional<NodeId> onlyReader(const ir::Graph& g, ValueId value) {
+  auto users = g.users(value);
+  if (users.size() != 1 || g.kind(users[0]) != ir::NodeKind::Op || g.outputs(users[0]).empty())
+    return std::nullopt;
+  return users[0];
+}
+
+// A Where's fill that adding to a score gives back (so that the fills add into one mask).
+constexpr double kAbsorbingFill = -1e30;
+
+// One step between attention's products (fusion.h), read by `step` from `scores`; false where it
+// is none of them.
+bool addAttentionStep(const ir::Graph& g, NodeId step, ValueId scores, bool masked, FusedGroup& group) {
+  FusedGroup::AttentionSteps& steps = group.attention;
+  auto in = g.inputs(step);
+  if ((isOp(g, step, "Mul") || isOp(g, step, "Div")) && in.size() == 2 && !masked) {
+    const bool div = isOp(g, step, "Div");
+    if (div && in[0] != scores)
+      return false;
+    std::optional<double> constant = scalarConstant(g, otherOperand(g, step, scores));
+    if (!constant || *constant == 0.0)
+      return false;
+    steps.scale = div ? steps.scale / *constant : steps.scale * *constant;
+    return true;
+  }
+  if (isOp(g, step, "Add") && in.size() == 2) {
+    const ValueId mask = otherOperand(g, step, scores);
+    if (mask == ir::kNoValue)
+      return false;
+    steps.masks.push_back(FusedGroup::AttentionSteps::Mask::Add);
+    steps.fills.push_back(0.0);
+    group.operands.push_back(mask);
+    return true;
+  }
+  if (isOp(g, step, "Where") && in.size() == 3 && in[0] != scores && (in[1] == scores) != (in[2] == scores)) {
+    const bool fillWhereTrue = in[2] == scores;
+    std::optional<double> fill = scalarConstant(g, fillWhereTrue ? in[1] : in[2]);
+    if (!fill || !(*fill <= kAbsorbingFill))
+      return false;
+    steps.masks.push_back(fillWhereTrue ? FusedGroup::AttentionSteps::Mask::FillWhereTrue
+                                        : FusedGroup::AttentionSteps::Mask::FillWhereFalse);
+    steps.fills.push_back(*fill);
+    group.operands.push_back(in[0]);
+    return true;
+  }
+  return false;
+}
+
+// Where(IsNaN(p), 0, p) of the softmax's output p, its two nodes p's only readers (the exporters'
+// boolean masks: a row no key is left to becomes zeros): their nodes joined to `group`, and the
+// Where's output.
+std::optional<ValueId> nanRowsZeroed(const ir::Graph& g, ValueId p, FusedGroup& group) {
+  auto users = g.users(p);
+  if (users.size() != 2)
+    return std::nullopt;
+  const NodeId isNan = isOp(g, users[0], "IsNaN") ? users[0] : users[1];
+  const NodeId where = isNan == users[0] ? users[1] : users[0];
+  if (!isOp(g, isNan, "IsNaN") || !isOp(g, where, "Where") || g.outputs(isNan).size() != 1 ||
+      g.outputs(where).size() != 1)
+    return std::nullopt;
+  auto in = g.inputs(where);
+  if (in.size() != 3 || in[0] != g.outputs(isNan)[0] || in[2] != p || onlyReader(g, in[0]) != where ||
+      !near(scalarConstant(g, in[1]), 0.0))
+    return std::nullopt;
+  group.nodes.push_back(isNan);
+  group.nodes.push_back(where);
+  return g.outputs(where)[0];
+}
+
+// MatMul(Q, Kt) -> scale and mask steps -> Softmax -> [Dropout] -> MatMul(., V) (fusion.h), each
+// inner value read by the next node alone.
+std::optional<FusedGroup> matchAttention(const ir::Graph& g, NodeId first) {
+  // Attention's operands are activations; a product with a stored weight is a layer's (its
+  // weight may be held in a wing's own layout, which only the product kernels read).
+  auto activation = [&](ValueId v) {
+    const NodeId producer = g.producer(v);
+    return g.kind(producer) != ir::NodeKind::Parameter && !isOp(g, producer, "Constant");
+  };
+  if (!isOp(g, first, "MatMul") || g.inputs(first).size() != 2 || g.outputs(first).size() != 1 ||
+      !activation(g.inputs(first)[0]) || !activation(g.inputs(first)[1]))
+    return std::nullopt;
+  FusedGroup group{FusedGroup::Kind::Attention, {first}, {g.inputs(first)[0], g.inputs(first)[1], ir::kNoValue}};
+  ValueId scores = g.outputs(first)[0];
+  std::optional<NodeId> step = onlyReader(g, scores);
+  for (bool masked = false; step && !isOp(g, *step, "Softmax"); step = onlyReader(g, scores)) {
+    if (g.outputs(*step).size() != 1 || !addAttentionStep(g, *step, scores, masked, group))
+      return std::nullopt;
+    masked = !group.attention.masks.empty();
+    group.nodes.push_back(*step);
+    scores = g.outputs(*step)[0];
+  }
+  if (!step || g.inputs(*step).size() != 1 || g.outputs(*step).size() != 1)
+    return std::nullopt;
+  if (const ir::Attribute* axis = g.findAttribute(*step, "axis"))
+    group.attention.softmaxAxis = axis->intValue;
+  group.nodes.push_back(*step);
+  ValueId probabilities = g.outputs(*step)[0];
+  if (std::optional<ValueId> zeroed = nanRowsZeroed(g, probabilities, group)) {
+    group.attention.zeroNanRows = true;
+    probabilities = *zeroed;
+  }
+  std::optional<NodeId> next = onlyReader(g, probabilities);
+  if (next && isOp(g, *next, "Dropout") && g.inputs(*next).size() <= 2 && g.inputs(*next)[0] == probabilities &&
+      (g.outputs(*next).size() == 1 || g.users(g.outputs(*next)[1]).empty())) {
+    group.nodes.push_back(*next);
+    probabilities = g.outputs(*next)[0];
+    next = onlyReader(g, probabilities);
+  }
+  if (!next || !isOp(g, *next, "MatMul") || g.inputs(*next).size() != 2 || g.outputs(*next).size() != 1 ||
+      g.inputs(*next)[0] != probabilities || g.inputs(*next)[1] == probabilities || !activation(g.inputs(*next)[1]))
+    return std::nullopt;
+  group.nodes.push_back(*next);
+  group.operands[2] = g.inputs(*next)[1];
+  return group;
+}
+
 // Concat, then an inference BatchNormalization that alone reads the concatenation, then Relu.
 std::optional<FusedGroup> matchConcatBatchNormRelu(const ir::Graph& g, NodeId concat) {
   if (!isOp(g, concat, "Concat") || g.inputs(concat).empty() || g.outputs(concat).size() != 1)
@@ -352,14 +469,18 @@ std::optional<FusedGroup> matchConcatBatchNormRelu(const ir::Graph& g, NodeId co
 }
 } // namespace
 
-FusionPlan planFusions(const ir::Graph& g) {
+FusionPlan planFusions(const ir::Graph& g, bool attention) {
   FusionPlan plan;
   plan.groupOf = IdVector<NodeId, std::int32_t>(g.numNodes(), -1);
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
     NodeId node{n};
     if (plan.groupOf[node] >= 0)
       continue;
-    std::optional<FusedGroup> group = matchMatMulBiasGelu(g, node);
+    std::optional<FusedGroup> group; // attention before MatMulBias: Q Kt + mask is no bias
+    if (attention)
+      group = matchAttention(g, node);
+    if (!group)
+      group = matchMatMulBiasGelu(g, node);
     if (!group)
       group = matchMatMulBias(g, node);
     if (!group)

@@ -34,6 +34,21 @@
 //               Concat of its two branches): one pass from the pieces (kernel.h shuffleChannels)
 //               when the shapes turn out to be [N, g, C/g, spatial...] and back; otherwise the
 //               nodes' own reshapes and permutation
+//   Attention   MatMul(Q, Kt) -> [Mul | Div by a scalar constant]* -> [Add(., mask) |
+//               Where(cond, fill, .) | Where(cond, ., fill)]* -> Softmax (last axis) ->
+//               [Where(IsNaN(.), 0, .): the exporters' boolean masks] ->
+//               [Dropout (inference: no training_mode operand)] -> MatMul(., V): how PyTorch's
+//               exporters (both) spell scaled_dot_product_attention, nn.MultiheadAttention and
+//               hand-written attention (BERT, GPT-2, LLaMA, ViT blocks). One call of ATen's
+//               scaled_dot_product_attention where Q, K and V are 4-D of one float type, the
+//               softmax is over the last axis and the device's wing has no faster way
+//               (FastPaths::attentionAsSteps: oneDNN's products on the CPU), else the same steps
+//               one after another (runtime/kernels/fused.cpp). The scale constants multiply into
+//               one scale; the masks add into one additive mask (a Where's fill must be -1e30 or
+//               below: adding it to a score gives the fill, as Where does); no scale after a
+//               mask (it would scale the mask). A row no key is left to (every score -inf) is
+//               zeros through the fused call, as the IsNaN step makes it; through the steps
+//               without that step it is NaN, as the nodes make it.
 // Add and Mul operands may come in either order. A group is fused only when each of its inner
 // values is read by the next node of the group alone (LayerNorm's centered x: by its Pow and Div;
 // not by other nodes, not a graph output);
@@ -46,6 +61,8 @@
 // Complexity: O(N + E) to plan; each pattern is matched from its first node in O(1) steps.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "base/ids.h"
@@ -58,7 +75,7 @@ struct FusedGroup {
   enum class Kind : std::uint8_t {
     MatMulBias, MatMulBiasGelu, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu, ConvBatchNorm,
     ConvBatchNormRelu, ConvTransposeBatchNorm, ConvTransposeBatchNormRelu, LayerNorm, BatchNormRelu, ConcatBatchNormRelu,
-    ChannelShuffle, ConcatChannelShuffle
+    ChannelShuffle, ConcatChannelShuffle, Attention
   };
   Kind kind;
   std::vector<ir::NodeId> nodes;     // in graph order; the last one makes the group's output
@@ -67,8 +84,18 @@ struct FusedGroup {
   // LayerNorm: x, eps, gamma, beta; BatchNormRelu: the normalization's x, scale, shift, mean, variance;
   // ConcatBatchNormRelu: the normalization's scale, shift, mean, variance, then the Concat's pieces;
   // ChannelShuffle, ConcatChannelShuffle: both Reshapes' shapes, then the Concat's pieces (or the
-  // first Reshape's data).
+  // first Reshape's data). Attention: Q, Kt, V, then each mask step's operand (Add's mask, Where's
+  // condition).
   std::vector<ir::ValueId> operands;
+  // Attention's steps between its two products, read by its kernel (KernelContext::group).
+  struct AttentionSteps {
+    double scale = 1.0; // the Mul and Div constants after Q Kt, multiplied together
+    enum class Mask : std::uint8_t { Add, FillWhereTrue, FillWhereFalse };
+    std::vector<Mask> masks;  // in order, each reading operands[3 + k]
+    std::vector<double> fills; // per mask step: a Where's fill (0 for Add)
+    std::optional<std::int64_t> softmaxAxis; // the Softmax's axis attribute, when it has one
+    bool zeroNanRows = false; // Where(IsNaN(p), 0, p) after it: a row no key is left to is zeros
+  } attention;
 };
 
 struct FusionPlan {
@@ -76,7 +103,8 @@ struct FusionPlan {
   IdVector<ir::NodeId, std::int32_t> groupOf; // index into groups; -1 for nodes run alone
 };
 
-FusionPlan planFusions(const ir::Graph& graph);
+// `attention`: whether attention groups form (Optimizations::fusedAttention).
+FusionPlan planFusions(const ir::Graph& graph, bool attention = true);
 
 // The kernel running a group (runtime/kernels/fused.cpp), with the layouts it takes its operands in
 // (blocked values for the convolution kinds), and its name in profiles ("MatMul+Add").

@@ -134,14 +134,6 @@ io::ExpandFunctionFilter opsWithoutKernels() {
   return [](std::string_view domain, std::string_view opType) { return kernelTable().find(domain, opType) == nullptr; };
 }
 
-at::Tensor toDense(const at::Tensor& t) {
-  if (!t.defined())
-    return t;
-  return t.is_mkldnn() ? t.to_dense() : denseFromPrivateLayout(t);
-}
-
-bool inNonDenseLayout(const at::Tensor& t) { return t.defined() && (t.is_mkldnn() || inPrivateLayout(t)); }
-
 bool isSequence(const at::Tensor& t) { return t.defined() && t.is_nested(); }
 
 bool holdsNumbers(const at::Tensor& t) { return t.defined() && !t.is_nested() && !isStringTensor(t); }
@@ -161,7 +153,7 @@ at::Tensor makeSequence(const std::vector<at::Tensor>& elements, at::ScalarType 
   QuietWarnings quiet;
   std::vector<at::Tensor> contiguous;
   for (const at::Tensor& element : elements)
-    contiguous.push_back(toDense(element).to(type).contiguous());
+    contiguous.push_back(denseFromPrivateLayout(element).to(type).contiguous());
   return at::_nested_tensor_from_tensor_list(contiguous, type);
 }
 

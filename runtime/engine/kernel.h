@@ -41,15 +41,17 @@ struct KernelError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+struct FusedGroup;
+
 class KernelContext {
 public:
   // `owner` builds subgraph executors (Loop/If bodies); null where there are none to build.
   // `device`: where the node runs (value_placement.h), on which tensors it makes from nothing go.
   KernelContext(const ir::Graph& graph, ir::NodeId node, std::int64_t opset, std::vector<at::Tensor> inputs,
                 Executor* owner = nullptr, KernelCache* cache = nullptr, bool outputMayStayPrivate = false,
-                at::Device device = at::kCPU)
+                at::Device device = at::kCPU, const FusedGroup* group = nullptr)
       : graph_(graph), node_(node), opset_(opset), inputs_(std::move(inputs)), owner_(owner), cache_(cache),
-        outputMayStayPrivate_(outputMayStayPrivate), device_(device) {}
+        outputMayStayPrivate_(outputMayStayPrivate), device_(device), group_(group) {}
 
   std::int64_t opset() const { return opset_; }
   // The device the node runs on: a kernel that makes a tensor from numbers alone (Range,
@@ -85,6 +87,9 @@ public:
   // Whether the node's (a fused group's) first output may be returned in a private layout: every
   // reader takes such operands (Layouts::DenseOrPrivate), so none pays a conversion for it.
   bool outputMayStayPrivate() const { return outputMayStayPrivate_; }
+  // The fused group this kernel runs (fusion.h: what its plan decided, as Attention's steps), or
+  // null for a node run alone.
+  const FusedGroup* group() const { return group_; }
   // A tensor slot that lives as long as the executor, one per node (a prepacked weight); null
   // when the executor keeps none.
   KernelCache* cache() const { return cache_; }
@@ -103,16 +108,17 @@ private:
   KernelCache* cache_;
   bool outputMayStayPrivate_;
   at::Device device_;
+  const FusedGroup* group_;
 };
 
 using Kernel = std::vector<at::Tensor> (*)(KernelContext&);
 
 // The layouts a kernel takes its operands in. Private: a layout only some kernels read, kept from
 // one such kernel to the next to save two conversions per op: the private layout of the wing
-// serving the device (device_wing.h; the CPU wing's is oneDNN's blocked one, which its
-// convolutions and max pooling read) or, where no wing offers fast paths, ATen's own blocked
-// (mkldnn) tensors, which ATen's Relu, Add and pooling read too (atenBlockedOrDense). The executor
-// gives such operands only to kernels that take them and makes them dense for every other reader.
+// serving the device (device_wing.h; the CPU wing's is oneDNN's blocked one, or ATen's in a build
+// without libdnnl, which its convolutions and max pooling read). The executor gives such operands
+// only to kernels that take them and makes them dense for every other reader
+// (denseFromPrivateLayout).
 enum class Layouts : std::uint8_t { Dense, DenseOrPrivate };
 
 // Where a kernel reads its operands, as ONNX Runtime's kernels declare memory types: an operand
@@ -169,11 +175,6 @@ void registerKernelFamilies(KernelTable& table);
 // The runtime's thread count: the hardware's, unless OMP_NUM_THREADS says otherwise (some
 // libtorch builds start with one thread). Idempotent.
 void configureThreads();
-
-// A value made dense (no-op when it is): ATen's blocked (mkldnn) tensors, or a device wing's
-// private layout (device_wing.h). inNonDenseLayout: whether t is in either.
-at::Tensor toDense(const at::Tensor& t);
-bool inNonDenseLayout(const at::Tensor& t);
 
 // ONNX sequences are held as ATen nested tensors (elements of one dtype and rank, shapes free); an
 // empty optional is an undefined tensor. makeSequence throws KernelError on elements of different

@@ -21,6 +21,9 @@ struct RunStats {
   // Copies between host and device memory (value_placement.h), and their bytes: the crossings of
   // values ops made, and the first copy of each parameter or constant (kept after it).
   std::int64_t hostDeviceCopies = 0, hostDeviceCopyBytes = 0;
+  // The same copies by what crossed: "VALUE (made by NODE) to the device" (or "to the host") ->
+  // how many times, so that a copy a run should not make is named.
+  std::map<std::string, std::int64_t> copiesByValue;
   // out with profileOps: a cut model's moves of values between submodules on different devices
   // (its seams, what split --preview predicts), their bytes and their time (each device waited
   // for before and after, so that the time is the copies' own).

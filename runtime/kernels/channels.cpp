@@ -53,7 +53,7 @@ PieceLayout sharedLayout(const std::vector<at::Tensor>& pieces) {
   bool channelsLast = true, planes = true;
   for (const at::Tensor& piece : pieces) {
     if (piece.dim() != first.dim() || piece.dim() < 2 || piece.scalar_type() != at::kFloat || !piece.device().is_cpu() ||
-        piece.is_mkldnn() || piece.numel() == 0)
+        piece.numel() == 0)
       return PieceLayout::Other;
     for (std::int64_t d = 0; d < piece.dim(); ++d)
       if (d != 1 && piece.size(d) != first.size(d))
@@ -260,7 +260,7 @@ at::Tensor channelsLastDense(const at::Tensor& x) {
   if (x.is_contiguous(channelsLast))
     return x;
   const std::int64_t channels = x.size(1);
-  if (channels > kPlanesInterleaved || x.scalar_type() != at::kFloat || !x.device().is_cpu() || x.is_mkldnn() ||
+  if (channels > kPlanesInterleaved || x.scalar_type() != at::kFloat || !x.device().is_cpu() ||
       !x.is_contiguous() || x.requires_grad())
     return x.contiguous(channelsLast);
   at::Tensor out = emptyInLayout(x.sizes().vec(), x.options(), true);

@@ -67,14 +67,6 @@ Outputs bitShift(KernelContext& c) {
   return {out.to(type)};
 }
 
-Outputs addOperands(KernelContext& c) {
-  const at::Tensor &a = c.input(0), &b = c.input(1);
-  if (!a.is_mkldnn() && !b.is_mkldnn())
-    return {at::add(a, b)};
-  if (a.sizes() == b.sizes() && a.numel() > 0 && blockable(a) && blockable(b))
-    return {at::add(toBlocked(a), toBlocked(b))};
-  return {at::add(toDense(a), toDense(b))};
-}
 } // namespace
 
 void registerElementwiseKernels(KernelTable& t) {
@@ -103,7 +95,7 @@ void registerElementwiseKernels(KernelTable& t) {
   t.add("Atanh", unary<at::atanh>);
   t.add("Tanh", unary<at::tanh>);
   t.add("Sigmoid", unary<at::sigmoid>);
-  t.add("Relu", unary<at::relu>, atenBlockedOrDense()); // ATen runs it on either layout
+  t.add("Relu", unary<at::relu>);
   t.add("Softsign", [](KernelContext& c) -> Outputs { return {c.input(0) / (1 + at::abs(c.input(0)))}; });
   t.add("Not", unary<at::logical_not>);
   t.add("IsNaN", unary<at::isnan>);
@@ -196,7 +188,7 @@ void registerElementwiseKernels(KernelTable& t) {
     return {x};
   });
   // Binary, broadcasting.
-  t.add("Add", addOperands, atenBlockedOrDense());
+  t.add("Add", [](KernelContext& c) -> Outputs { return {at::add(c.input(0), c.input(1))}; });
   t.add("Sub", [](KernelContext& c) -> Outputs { return {at::sub(c.input(0), c.input(1))}; });
   t.add("Mul", [](KernelContext& c) -> Outputs { return {at::mul(c.input(0), c.input(1))}; });
   t.add("Div", [](KernelContext& c) -> Outputs { return {onnxDivide(c.input(0), c.input(1))}; });

@@ -65,7 +65,7 @@ std::optional<std::pair<at::Tensor, at::Tensor>> foldBatchNorm(const std::vector
                                                                std::int64_t groups, double epsilon) {
   const at::Tensor& w = from[0];
   for (const at::Tensor& t : from)
-    if (t.defined() && (t.requires_grad() || !at::isFloatingType(t.scalar_type()) || t.is_mkldnn()))
+    if (t.defined() && (t.requires_grad() || !at::isFloatingType(t.scalar_type())))
       return std::nullopt;
   if (w.dim() < 3 || groups < 1 || (transposed && w.size(0) % groups != 0))
     return std::nullopt;
@@ -124,7 +124,7 @@ template <bool transposed, bool relu> Outputs convBatchNorm(KernelContext& c) {
   }
   using A = ConvolutionEpilogue::Activation;
   if (!weight.defined()) { // the nodes one by one
-    at::Tensor y = toDense(transposed ? transposedConvolution(c, x, from[0], bias) : convolution(c, x, from[0], bias));
+    at::Tensor y = denseFromPrivateLayout(transposed ? transposedConvolution(c, x, from[0], bias) : convolution(c, x, from[0], bias));
     y = at::batch_norm(y, from[2], from[3], from[4], from[5], false, 0.0, epsilon, false);
     return {relu ? at::relu(y) : y};
   }
@@ -188,6 +188,74 @@ Outputs channelShuffle(KernelContext& c) {
   std::swap(perm[1], perm[2]);
   return {x.reshape(split).permute(perm).reshape(restored)};
 }
+
+// Attention's mask steps (fusion.h) as one additive mask of the scores' type, or undefined where
+// it has none: a Where's fill added where it fills (the score it meets then rounds to the fill).
+at::Tensor additiveMask(KernelContext& c, const FusedGroup::AttentionSteps& steps, const at::TensorOptions& scores) {
+  using Mask = FusedGroup::AttentionSteps::Mask;
+  at::Tensor mask;
+  for (std::size_t k = 0; k < steps.masks.size(); ++k) {
+    const at::Tensor& operand = c.input(3 + k);
+    if (steps.masks[k] == Mask::Add) {
+      mask = mask.defined() ? mask + operand : operand;
+      continue;
+    }
+    const at::Tensor fill = at::full({}, steps.fills[k], scores);
+    const at::Tensor kept = mask.defined() ? mask : at::zeros({}, scores);
+    mask = steps.masks[k] == Mask::FillWhereTrue ? at::where(operand, fill, kept) : at::where(operand, kept, fill);
+  }
+  return mask;
+}
+
+// Whether ATen's fused attention computes softmax(Q Kt scale + mask) V for these operands:
+// 4-D Q [B, H, L, E], Kt [B, H, E, S], V [B, H, S, Ev] of one float type, a mask of that type
+// (or none) broadcasting to [B, H, L, S], and the softmax over the last axis.
+bool fusedAttentionTakes(const at::Tensor& q, const at::Tensor& kt, const at::Tensor& v, const at::Tensor& mask,
+                         bool lastAxis) {
+  const bool sameBatch = q.dim() == 4 && kt.dim() == 4 && v.dim() == 4 && q.size(0) == kt.size(0) &&
+                         q.size(0) == v.size(0) && q.size(1) == kt.size(1) && q.size(1) == v.size(1);
+  if (!lastAxis || !sameBatch || q.size(3) != kt.size(2) || kt.size(3) != v.size(2) ||
+      !at::isFloatingType(q.scalar_type()) || kt.scalar_type() != q.scalar_type() ||
+      v.scalar_type() != q.scalar_type() || q.numel() == 0 || kt.numel() == 0)
+    return false;
+  if (!mask.defined())
+    return true;
+  if (mask.scalar_type() != q.scalar_type() || mask.dim() > 4)
+    return false;
+  const std::int64_t want[] = {q.size(0), q.size(1), q.size(2), kt.size(3)};
+  for (std::int64_t d = 0; d < mask.dim(); ++d) {
+    const std::int64_t size = mask.size(mask.dim() - 1 - d), target = want[3 - d];
+    if (size != 1 && size != target)
+      return false;
+  }
+  return true;
+}
+
+// MatMul(Q, Kt) -> scale and masks -> Softmax -> [Dropout] -> MatMul(., V) (fusion.h): ATen's
+// scaled_dot_product_attention where it takes the operands and the device's wing has no faster
+// way (FastPaths::attentionAsSteps), else the steps one after another. ATen's call makes a row
+// no key is left to zeros, what the IsNaN step (zeroNanRows) makes of it.
+Outputs attention(KernelContext& c) {
+  const FusedGroup::AttentionSteps& steps = c.group()->attention;
+  const at::Tensor &q = c.input(0), &kt = c.input(1), &v = c.input(2);
+  const at::Tensor mask = additiveMask(c, steps, q.options());
+  const std::int64_t rank = std::max(q.dim(), kt.dim());
+  const FastPaths* fast = fastPathsFor(q.device());
+  if (!(fast && fast->attentionAsSteps()) &&
+      fusedAttentionTakes(q, kt, v, mask, softmaxIsOverLastAxis(steps.softmaxAxis, c.opset(), rank)))
+    return {at::scaled_dot_product_attention(q, kt.transpose(-2, -1), v,
+                                             mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt, 0.0,
+                                             false, steps.scale)};
+  at::Tensor scores = batchedMatmul(q, kt);
+  if (steps.scale != 1.0)
+    scores = scores * steps.scale;
+  if (mask.defined())
+    scores = scores + mask;
+  at::Tensor probabilities = onnxSoftmax(scores, steps.softmaxAxis, c.opset(), false, true);
+  if (steps.zeroNanRows)
+    probabilities = probabilities.masked_fill(probabilities.isnan(), 0.0);
+  return {batchedMatmul(probabilities, v)};
+}
 } // namespace
 
 bool holdsFoldOf(const KernelCache& cache, const std::vector<at::Tensor>& from) {
@@ -213,6 +281,7 @@ Kernel fusedKernelFunction(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConvSilu: return convWith<ConvolutionEpilogue::Activation::Swish, false>;
   case FusedGroup::Kind::ConvAdd: return convWith<ConvolutionEpilogue::Activation::None, true>;
   case FusedGroup::Kind::ConvAddRelu: return convWith<ConvolutionEpilogue::Activation::Relu, true>;
+  case FusedGroup::Kind::Attention: return attention;
   case FusedGroup::Kind::ConvBatchNorm: return convBatchNorm<false, false>;
   case FusedGroup::Kind::ConvBatchNormRelu: return convBatchNorm<false, true>;
   case FusedGroup::Kind::ConvTransposeBatchNorm: return convBatchNorm<true, false>;
@@ -281,6 +350,7 @@ const char* fusedName(FusedGroup::Kind kind) {
   case FusedGroup::Kind::ConcatBatchNormRelu: return "Concat+BatchNormalization+Relu";
   case FusedGroup::Kind::ChannelShuffle: return "Reshape+Transpose+Reshape";
   case FusedGroup::Kind::ConcatChannelShuffle: return "Concat+Reshape+Transpose+Reshape";
+  case FusedGroup::Kind::Attention: return "Attention(MatMul,Softmax,MatMul)";
   }
   return "?";
 }

@@ -28,7 +28,7 @@ at::Tensor flattenTo2d(const at::Tensor& x, std::int64_t axis) {
 }
 
 at::Tensor geluInMemoryOrder(const at::Tensor& x, c10::string_view approximate) {
-  if (x.is_mkldnn() || x.is_contiguous() || !x.is_non_overlapping_and_dense())
+  if (x.is_contiguous() || !x.is_non_overlapping_and_dense())
     return at::gelu(x, approximate);
   std::vector<std::int64_t> memoryOrder(static_cast<std::size_t>(x.dim())); // outermost dim first
   std::iota(memoryOrder.begin(), memoryOrder.end(), 0);
@@ -45,12 +45,8 @@ at::Tensor geluInMemoryOrder(const at::Tensor& x, c10::string_view approximate) 
 
 
 
-Layouts atenBlockedOrDense() { return fastPathsFor(at::kCPU) ? Layouts::Dense : Layouts::DenseOrPrivate; }
-
-at::Tensor toBlocked(const at::Tensor& t) { return t.is_mkldnn() ? t : t.to_mkldnn(); }
-
 std::int64_t channelRowStride(const at::Tensor& t) {
-  if (t.dim() < 2 || t.is_mkldnn() || t.is_sparse() || (t.size(1) > 1 && t.stride(1) != 1))
+  if (t.dim() < 2 || t.is_sparse() || (t.size(1) > 1 && t.stride(1) != 1))
     return 0;
   // Rows nest from the last spatial dim outwards to the batch dim; dims of size 1 have no say.
   std::vector<std::int64_t> outwards;
@@ -76,11 +72,6 @@ at::Tensor reversedTimeIndex(const at::Tensor& lengths, std::int64_t steps) {
   at::Tensor t = at::arange(steps, lengths.options()).unsqueeze(1);
   at::Tensor len = lengths.unsqueeze(0);
   return at::where(t < len, len - 1 - t, t);
-}
-
-bool blockable(const at::Tensor& t) {
-  // Not for autograd: mkldnn tensors and packed weights record no backward.
-  return at::hasMKLDNN() && t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat && !t.requires_grad();
 }
 
 at::ScalarType onnxScalarType(std::int64_t onnxDtype) {

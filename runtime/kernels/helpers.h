@@ -18,10 +18,6 @@
 
 namespace cleave::runtime {
 
-// The layouts of an ATen kernel that runs on ATen's mkldnn tensors: DenseOrPrivate where those are
-// the private layout (no wing offers the CPU fast paths, as in a build without libdnnl), else Dense.
-Layouts atenBlockedOrDense();
-
 // Registration, one function per kernel file (families.cpp calls them all).
 void registerElementwiseKernels(KernelTable& table);
 void registerShapeKernels(KernelTable& table);
@@ -54,9 +50,9 @@ at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weigh
                   const at::Tensor& bias, bool thenGelu = false);
 // ONNX Conv of x by w (+ bias) with the node's strides, dilations, group and pads / auto_pad. 1-D,
 // 2-D or 3-D on the wing's fast path where it takes them (the CPU wing's: float32 without
-// autograd on oneDNN, channels-last, the weight reordered once and kept in the node's state);
-// with no fast paths, a 2-D float32 one in ATen's blocked layout, its output staying blocked for
-// readers that take it. Anything else (other dtypes too) runs on at::convolution.
+// autograd on oneDNN, channels-last, the weight reordered once and kept in the node's state; in a
+// build without libdnnl, 2-D float32 ones in ATen's blocked layout). Anything else (other dtypes
+// too) runs on at::convolution.
 at::Tensor convolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 // convolution() then `post` (the residual added, then the activation): one call on the wing's fast
 // path where it takes the operands (the CPU wing's: oneDNN's post-ops, 2-D or 3-D, float32, no
@@ -128,6 +124,13 @@ at::Tensor castTo(const at::Tensor& x, ir::DType target, bool saturate = true);
 std::vector<at::Tensor> stringsEqual(const at::Tensor& a, const at::Tensor& b);
 // ONNX's 2-D coercion (Flatten, pre-13 Softmax): [prod(dims before axis), prod(dims from axis)].
 at::Tensor flattenTo2d(const at::Tensor& x, std::int64_t axis);
+// ONNX Softmax (or LogSoftmax) of x with the node's `axis` attribute (none: the default) at
+// `opset`: along the axis from 13 on, over x coerced to 2-D at the axis before (on the wing's fast
+// path where it takes x; over x when `inPlace`). softmaxIsOverLastAxis: whether that is a softmax
+// along the last axis of a rank-`rank` tensor. Throw KernelError for an axis out of range.
+at::Tensor onnxSoftmax(const at::Tensor& x, std::optional<std::int64_t> axis, std::int64_t opset, bool logarithm,
+                       bool inPlace);
+bool softmaxIsOverLastAxis(std::optional<std::int64_t> axis, std::int64_t opset, std::int64_t rank);
 // GELU (exact, or "tanh") of x, in x's own memory order: a dense tensor that is not contiguous (a
 // convolution's channels-last output) runs ATen's contiguous kernel on the view that is, and the
 // result has x's strides. ATen 1.13 takes another, slower kernel for channels-last tensors: 13.3
@@ -164,11 +167,6 @@ std::int64_t channelRowStride(const at::Tensor& t);
 // pooling, one window over the plane, walks the window per channel block: on EfficientNet-B0's
 // seventeen pools (2 threads, interleaved profiles) 630-660 us in all against 380-400 us.
 at::Tensor globalAverageChannelsLast(const at::Tensor& x);
-// ATen's blocked (mkldnn) tensor made from t (the blocked values of a build without libdnnl); t
-// itself when it is one.
-at::Tensor toBlocked(const at::Tensor& t);
-// Whether oneDNN computes this float32 CPU tensor in its blocked layout (ATen built with it).
-bool blockable(const at::Tensor& t);
 // [steps, batch] time indices that reverse each batch entry's first lengths[b] steps and keep the
 // rest in place (ReverseSequence, the reverse direction of RNN / GRU / LSTM); its own inverse.
 at::Tensor reversedTimeIndex(const at::Tensor& lengths, std::int64_t steps);

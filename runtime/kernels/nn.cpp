@@ -242,7 +242,7 @@ Outputs maxPool(KernelContext& c) {
   if (c.outputUsed(1)) {
     if (!fits)
       throw KernelError("the Indices output needs symmetric pads of at most half the kernel");
-    Outputs pooled = maxPoolWithIndices(c, toDense(x), kernel, strides, padding, dilations, ceil);
+    Outputs pooled = maxPoolWithIndices(c, denseFromPrivateLayout(x), kernel, strides, padding, dilations, ceil);
     pooled[0] = pooled[0].to(type);
     return pooled;
   }
@@ -253,10 +253,6 @@ Outputs maxPool(KernelContext& c) {
       return {narrowInteger ? y.to(type) : y};
   }
   x = denseFromPrivateLayout(x); // ATen's pooling reads no wing's private layout
-  // oneDNN's blocked pooling: 2-D, implicit padding, no dilation.
-  bool undilated = std::all_of(dilations.begin(), dilations.end(), [](std::int64_t d) { return d == 1; });
-  if (x.is_mkldnn() && !(n == 2 && fits && undilated))
-    x = x.to_dense();
   if (!fits) {
     x = at::constant_pad_nd(x, pads.atenOrder(), -std::numeric_limits<double>::infinity());
     padding.assign(n, 0);
@@ -380,7 +376,7 @@ Outputs avgPool(KernelContext& c) {
   bool ceil = c.intAttr("ceil_mode", 0) != 0, includePad = c.intAttr("count_include_pad", 0) != 0;
   std::vector<std::int64_t> dilations = orOnes(c.intsAttr("dilations"), n);
   if (dilations != ones) // opset 19
-    return {dilatedAveragePool(toDense(x), kernel, strides, dilations, windowPads(c, x, kernel, strides, dilations), ceil,
+    return {dilatedAveragePool(denseFromPrivateLayout(x), kernel, strides, dilations, windowPads(c, x, kernel, strides, dilations), ceil,
                                includePad)};
   WindowPads pads = windowPads(c, x, kernel, strides, ones);
   const FastPaths* fast = fastPathsFor(x.device());
@@ -393,8 +389,6 @@ Outputs avgPool(KernelContext& c) {
   bool fits = pads.symmetric();
   for (std::size_t d = 0; d < n && fits; ++d)
     fits = pads.begin[d] * 2 <= kernel[d];
-  if (x.is_mkldnn() && !(n == 2 && fits)) // oneDNN's blocked pooling: 2-D, implicit padding
-    x = x.to_dense();
   if (fits)
     return {averagePool(x, kernel, strides, pads.begin, ceil, includePad)};
   // Explicit padding: the sum over the window divided by the count of real (or all) elements.
@@ -460,7 +454,7 @@ void meanOfChunkSums(const at::Tensor& partial, std::int64_t rows, at::Tensor& o
 } // namespace
 
 at::Tensor globalAverageChannelsLast(const at::Tensor& x) {
-  if ((x.dim() != 4 && x.dim() != 5) || x.scalar_type() != at::kFloat || !x.device().is_cpu() || x.is_mkldnn() ||
+  if ((x.dim() != 4 && x.dim() != 5) || x.scalar_type() != at::kFloat || !x.device().is_cpu() ||
       x.requires_grad() || x.numel() == 0 ||
       !x.is_contiguous(x.dim() == 5 ? at::MemoryFormat::ChannelsLast3d : at::MemoryFormat::ChannelsLast))
     return {};
@@ -487,7 +481,7 @@ std::vector<std::int64_t> spatialDims(const at::Tensor& x) {
 // (running_statistics.h); the optional outputs 1 and 2 follow ONNX's formula (the batch's biased
 // variance, from the statistics as they came in).
 Outputs batchNormTraining(KernelContext& c) {
-  const at::Tensor x = toDense(c.input(0));
+  const at::Tensor x = denseFromPrivateLayout(c.input(0));
   const double momentum = c.floatAttr("momentum", 0.9f); // ONNX's: the running value's weight
   Outputs outputs(c.numOutputs());
   if (c.outputUsed(1) || c.outputUsed(2)) {
@@ -515,13 +509,26 @@ at::Tensor softmaxAlong(const at::Tensor& x, std::int64_t axis, bool logarithm, 
   return logarithm ? at::log_softmax(x, axis) : at::softmax(x, axis);
 }
 
-Outputs softmaxLike(KernelContext& c, bool logarithm) {
-  const at::Tensor& x = c.input(0);
-  if (c.opset() >= 13)
-    return {softmaxAlong(x, normalizeAxis(c.intAttr("axis", -1), x.dim()), logarithm, c.mayOverwrite(0))};
+} // namespace
+
+bool softmaxIsOverLastAxis(std::optional<std::int64_t> axis, std::int64_t opset, std::int64_t rank) {
+  return normalizeAxis(axis.value_or(opset >= 13 ? -1 : 1), rank) == rank - 1;
+}
+
+at::Tensor onnxSoftmax(const at::Tensor& x, std::optional<std::int64_t> axis, std::int64_t opset, bool logarithm,
+                       bool inPlace) {
+  if (opset >= 13)
+    return softmaxAlong(x, normalizeAxis(axis.value_or(-1), x.dim()), logarithm, inPlace);
   // Before opset 13: the input is coerced to 2-D at `axis` (default 1), normalized per row.
-  // (A view of x: writing over it writes over x, which is as much the kernel's to overwrite.)
-  return {softmaxAlong(flattenTo2d(x, c.intAttr("axis", 1)), 1, logarithm, c.mayOverwrite(0)).reshape(x.sizes())};
+  // (A view of x: writing over it writes over x, which is as much the caller's to overwrite.)
+  return softmaxAlong(flattenTo2d(x, axis.value_or(1)), 1, logarithm, inPlace).reshape(x.sizes());
+}
+
+namespace {
+Outputs softmaxLike(KernelContext& c, bool logarithm) {
+  const ir::Attribute* axis = c.graph().findAttribute(c.node(), "axis");
+  return {onnxSoftmax(c.input(0), axis ? std::optional<std::int64_t>(axis->intValue) : std::nullopt, c.opset(),
+                      logarithm, c.mayOverwrite(0))};
 }
 
 // A Conv node's window (strides, dilations, groups, pads at either end), in the form the wings'
@@ -584,43 +591,22 @@ at::Tensor directConvolution(const FastPaths& fast, KernelContext& c, const at::
   // The input channels-last, as wings read it (an image's planes interleaved here, faster than the
   // copy a wing would make).
   const bool denseFloat = !inPrivateLayout(x) && x.scalar_type() == at::kFloat && x.device().is_cpu() &&
-                          !x.is_mkldnn() && !x.requires_grad() && x.dim() == w.dim();
+                          !x.requires_grad() && x.dim() == w.dim();
   return fast.convolution(c, denseFloat ? channelsLastDense(x) : x, w, bias, window, post, residual,
                           residualIsScratch, mayReturnPrivate);
 }
 
-// The convolution on ATen: in its blocked layout (2-D float32 on the CPU, weight prepacked once),
-// else at::convolution.
-at::Tensor atenConvolution(KernelContext& c, at::Tensor x, const at::Tensor& w, const at::Tensor& bias,
-                           const ConvolutionWindow& window) {
-  std::size_t n = window.strides.size();
-  const std::vector<std::int64_t>& strides = window.strides;
-  const std::vector<std::int64_t>& dilations = window.dilations;
-  const std::int64_t groups = window.groups;
+// The convolution on ATen (x dense), its pads made symmetric where they are not.
+at::Tensor atenConvolution(at::Tensor x, const at::Tensor& w, const at::Tensor& bias, const ConvolutionWindow& window) {
+  const std::size_t n = window.strides.size();
   const WindowPads pads{window.padBegin, window.padEnd};
   std::vector<std::int64_t> padding = pads.begin;
   if (!pads.symmetric()) {
-    x = at::constant_pad_nd(toDense(x), pads.atenOrder(), 0.0);
+    x = at::constant_pad_nd(x, pads.atenOrder(), 0.0);
     padding.assign(n, 0);
   }
-  bool blocked = n == 2 && x.dim() == 4 && x.numel() > 0 && blockable(x) && blockable(w) && !w.is_mkldnn() &&
-                 (!bias.defined() || (blockable(bias) && !bias.is_mkldnn())) && x.size(1) == w.size(1) * groups;
-  if (!blocked)
-    return at::convolution(toDense(x), w, bias, strides, padding, dilations, false, std::vector<std::int64_t>(n, 0),
-                            groups);
-  KernelCache* cache = c.cache();
-  at::Tensor packed;
-  if (cache && cache->derived.defined() && cache->source.is_same(w)) {
-    packed = cache->derived;
-  } else {
-    packed = at::mkldnn_reorder_conv2d_weight(w.contiguous().to_mkldnn(), padding, strides, dilations, groups);
-    if (cache) { // the source stays referenced, so its identity cannot be reused by another tensor
-      cache->source = w;
-      cache->derived = packed;
-    }
-  }
-  return at::mkldnn_convolution(toBlocked(x), packed, bias.defined() ? bias.contiguous() : bias, padding, strides,
-                                dilations, groups);
+  return at::convolution(x, w, bias, window.strides, padding, window.dilations, false, std::vector<std::int64_t>(n, 0),
+                         window.groups);
 }
 
 // Whether an inference normalization of `channels` channels with these parameters (scale, shift,
@@ -708,16 +694,6 @@ at::Tensor einsumAsBatchedMatmul(std::string equation, const at::Tensor& a, cons
   return o0 == rows ? product : product.transpose(-1, -2);
 }
 
-// Whether a fused convolution's post-ops run on ATen's blocked (mkldnn) output: a residual of its
-// shape (blocked or blockable) and no activation or Relu, which ATen computes in that layout.
-bool postOpsStayBlocked(const ConvolutionEpilogue& post, const at::Tensor& y, const at::Tensor& residual) {
-  using A = ConvolutionEpilogue::Activation;
-  if (post.activation != A::None && post.activation != A::Relu)
-    return false;
-  return !post.addResidual ||
-         (residual.sizes() == y.sizes() && (residual.is_mkldnn() || blockable(residual)));
-}
-
 at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                             const ConvolutionEpilogue& post, const at::Tensor& residual, bool residualIsScratch) {
   const ConvolutionWindow window = convWindow(c, x, w);
@@ -732,20 +708,11 @@ at::Tensor fusedConvolution(KernelContext& c, const at::Tensor& x, const at::Ten
   if (fast && withPost) // e.g. a residual that broadcasts: the convolution alone may still go direct
     y = directConvolution(*fast, c, denseX, w, bias, window, {}, at::Tensor(), false, false);
   if (!y.defined())
-    y = atenConvolution(c, denseX, plainConvolutionWeight(c, w), bias, window);
+    y = atenConvolution(denseX, plainConvolutionWeight(c, w), bias, window);
   if (!withPost)
     return y;
-  if (!fast && y.is_mkldnn() && c.outputMayStayPrivate() && postOpsStayBlocked(post, y, residual)) {
-    // ATen's blocked convolution (no wing's fast paths, as in a build without libdnnl: ATen's
-    // blocked tensors are the private layout): its residual and Relu run on the blocked output, so
-    // a chain of convolutions stays blocked across them.
-    if (post.addResidual)
-      y = at::add(y, toBlocked(residual));
-    return post.activation == ConvolutionEpilogue::Activation::Relu ? at::relu(y) : y;
-  }
-  y = toDense(y);
   if (post.addResidual)
-    y = y + toDense(residual);
+    y = y + denseFromPrivateLayout(residual);
   using A = ConvolutionEpilogue::Activation;
   switch (post.activation) {
   case A::None: return y;
@@ -763,11 +730,11 @@ at::Tensor convolution(KernelContext& c, const at::Tensor& x, const at::Tensor& 
 }
 
 void registerNnKernels(KernelTable& t) {
-  // Private layouts: the CPU wing's blocked values with its fast paths, ATen's without (Layouts).
+  // Private layouts: the wing's, which its convolutions and max pooling read (Layouts).
   t.add("Conv", conv, Layouts::DenseOrPrivate);
   t.add("ConvTranspose", convTranspose);
-  t.add("MaxPool", maxPool, Layouts::DenseOrPrivate); // blocked values of either kind (Layouts)
-  t.add("AveragePool", avgPool, atenBlockedOrDense());
+  t.add("MaxPool", maxPool, Layouts::DenseOrPrivate);
+  t.add("AveragePool", avgPool);
   t.add("LpPool", [](KernelContext& c) -> Outputs { // (sum over the window of |x|^p)^(1/p)
     const at::Tensor& x = c.input(0);
     std::vector<std::int64_t> kernel = c.intsAttr("kernel_shape");
@@ -804,11 +771,8 @@ void registerNnKernels(KernelTable& t) {
       if (at::Tensor y = fast->pool(x, window, false); y.defined())
         return {y};
     }
-    if (x.is_mkldnn() && x.dim() == 4)
-      return {at::adaptive_avg_pool2d(x, {1, 1})}; // oneDNN's blocked pooling
-    at::Tensor dense = toDense(x);
-    return {dense.mean(spatialDims(dense), true)};
-  }, atenBlockedOrDense());
+    return {x.mean(spatialDims(x), true)};
+  });
   t.add("GlobalMaxPool", [](KernelContext& c) -> Outputs { return {c.input(0).amax(spatialDims(c.input(0)), true)}; });
   t.add("BatchNormalization", [](KernelContext& c) -> Outputs {
     if (c.intAttr("training_mode", 0) != 0 && !evaluatingForward())

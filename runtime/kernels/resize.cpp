@@ -172,7 +172,7 @@ bool nearestMatchesAten(const at::Tensor& x, const ResizeSettings& s, const std:
 // one per dimension of `x`.
 bool upsamplesLikeAten(const at::Tensor& x, const ResizeSettings& s, const std::vector<std::int64_t>& sizes,
                        const std::vector<double>& scales, const std::vector<double>& lengths) {
-  if (x.scalar_type() != at::kFloat || x.dim() < 3 || x.dim() > 5 || x.is_mkldnn() || x.numel() == 0 ||
+  if (x.scalar_type() != at::kFloat || x.dim() < 3 || x.dim() > 5 || x.numel() == 0 ||
       std::any_of(sizes.begin(), sizes.end(), [](std::int64_t size) { return size <= 0; }))
     return false;
   for (std::size_t d = 0; d < 2; ++d)

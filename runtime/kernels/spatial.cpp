@@ -334,7 +334,7 @@ Outputs roiAlign(KernelContext& c) {
   if (c.input(0).dim() != 4 || c.input(1).dim() != 2 || c.input(1).size(1) != 4 ||
       c.input(2).numel() != c.input(1).size(0))
     throw KernelError("RoiAlign takes X [N, C, H, W], rois [R, 4] and batch_indices [R]");
-  const at::Tensor x = toDense(c.input(0)).to(at::kFloat).contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor x = denseFromPrivateLayout(c.input(0)).to(at::kFloat).contiguous(at::MemoryFormat::ChannelsLast);
   const at::Tensor rois = c.input(1).to(at::kDouble).contiguous(), batch = c.input(2).to(at::kLong).contiguous();
   const std::int64_t outH = c.intAttr("output_height", 1), outW = c.intAttr("output_width", 1);
   const std::int64_t ratio = c.intAttr("sampling_ratio", 0);

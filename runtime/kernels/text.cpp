@@ -122,7 +122,7 @@ std::string formatFloat(double value, bool single) {
 }
 
 at::Tensor numbersToStrings(const at::Tensor& x) {
-  at::Tensor dense = toDense(x).contiguous();
+  at::Tensor dense = denseFromPrivateLayout(x).contiguous();
   std::vector<std::string> values;
   values.reserve(static_cast<std::size_t>(dense.numel()));
   if (dense.scalar_type() == at::kBool) {

@@ -25,9 +25,9 @@ private:
 
 class AtenBackend final : public Backend {
 public:
-  AtenBackend(std::string name, at::Device device, Optimizations optimizations,
-              std::optional<at::ScalarType> floatType = std::nullopt)
-      : name_(std::move(name)), device_(device), optimizations_(optimizations), floatType_(floatType) {}
+  AtenBackend(std::string name, const BackendDevice& named, Optimizations optimizations)
+      : name_(std::move(name)), device_(named.device), optimizations_(std::move(optimizations)),
+        floatType_(named.floatType), separateHostMemory_(named.separateHostMemory) {}
   const std::string& name() const override { return name_; }
   at::Device device() const override { return device_; }
   Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const override {
@@ -51,6 +51,7 @@ private:
     options.floatType = floatType_;
     options.optimizations = optimizations_;
     options.trainable = trainable;
+    options.separateHostMemory = separateHostMemory_;
     return Executor::create(std::move(graph), options);
   }
 
@@ -58,6 +59,7 @@ private:
   at::Device device_;
   Optimizations optimizations_;
   std::optional<at::ScalarType> floatType_;
+  bool separateHostMemory_;
 };
 
 class ProfileBackend final : public Backend {
@@ -68,11 +70,11 @@ public:
   at::Device device() const override { return at::kCPU; }
   Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const override {
     CLEAVE_CHECK(checkSupported(*graph));
-    return AtenBackend(kHostBackend, at::kCPU, optimizations_).lower(std::move(graph));
+    return AtenBackend(kHostBackend, BackendDevice{}, optimizations_).lower(std::move(graph));
   }
   Expected<std::unique_ptr<Executor>> lowerTrainable(std::shared_ptr<const ir::Graph> graph) const override {
     CLEAVE_CHECK(checkSupported(*graph));
-    return AtenBackend(kHostBackend, at::kCPU, optimizations_).lowerTrainable(std::move(graph));
+    return AtenBackend(kHostBackend, BackendDevice{}, optimizations_).lowerTrainable(std::move(graph));
   }
 
 private:
@@ -135,7 +137,7 @@ Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec, const Op
     return std::unique_ptr<Backend>(new ProfileBackend(spec, std::move(profile), optimizations));
   }
   CLEAVE_TRY(BackendDevice named, backendDevice(spec));
-  return std::unique_ptr<Backend>(new AtenBackend(spec, named.device, optimizations, named.floatType));
+  return std::unique_ptr<Backend>(new AtenBackend(spec, named, optimizations));
 }
 
 } // namespace cleave::runtime

@@ -6,6 +6,9 @@
 //   aten-cpu-bf16  the ATen executor on the CPU computing in bfloat16 (floating inputs and
 //                  parameters cast, outputs cast back to float32): a low-precision device whose
 //                  disagreements exercise verify, preview and minimize (the CPU wing)
+//   aten-cpu-as-gpu  the ATen executor on the CPU with host and device memory kept apart as on a
+//                  GPU: values placed and copies counted as a GPU run makes them, by value
+//                  (run --profile), so steady-state crossings show without a GPU (the CPU wing)
 //   aten-cuda      the ATen executor on CUDA device 0, aten-cuda:N on device N (the CUDA wing, a
 //                  library of its own: a build against a libtorch without CUDA has none)
 // and, whatever the wings:

@@ -138,7 +138,7 @@ Expected<TensorMap> CutModel::run(const TensorMap& inputs, std::vector<Submodule
   }
   TensorMap outputs;
   for (const std::string& name : graphOutputs())
-    outputs[name] = toDense(values.at(name));
+    outputs[name] = denseFromPrivateLayout(values.at(name));
   return outputs;
 }
 
@@ -164,7 +164,7 @@ Expected<TensorMap> CutModel::feedsOf(const Unit& unit, const TensorMap& values,
       return Error(ErrorCode::InvalidArgument) << "submodule '" << unit.name << "': no value for '" << name << "'";
     const at::Tensor& value = found->second;
     // Values in a private layout (the CPU wing's blocked one) pass as they are between CPU submodels.
-    if (inNonDenseLayout(value) && target.is_cpu()) {
+    if (inPrivateLayout(value) && target.is_cpu()) {
       feeds[name] = value;
       continue;
     }
@@ -172,7 +172,7 @@ Expected<TensorMap> CutModel::feedsOf(const Unit& unit, const TensorMap& values,
     if (crosses)
       synchronizeDevice(value.device());
     auto start = std::chrono::steady_clock::now();
-    feeds[name] = toDense(value).to(target);
+    feeds[name] = denseFromPrivateLayout(value).to(target);
     if (!crosses)
       continue;
     synchronizeDevice(target);

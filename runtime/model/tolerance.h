@@ -16,8 +16,8 @@ struct AllClose {
 
 // What `cleave verify`, `split --preview --backend` and `minimize` hold a cut to by default.
 inline constexpr AllClose kCutTolerance{1e-4, 1e-5, ToleranceScale::Output};
-// A cut run on a CUDA device with TF32 products (Optimizations::tf32): TF32 keeps 10 of float32's
-// 23 mantissa bits, so a product errs by about 1e-3 of its magnitude.
+// A cut run on a CUDA device with TF32 products (the CUDA wing's switch cuda::kTf32): TF32 keeps
+// 10 of float32's 23 mantissa bits, so a product errs by about 1e-3 of its magnitude.
 inline constexpr AllClose kTf32CutTolerance{1e-2, 1e-5, ToleranceScale::Output};
 
 // What verify holds a cut to against the CPU's float32 run, unless told otherwise: float32 on any
