@@ -64,12 +64,13 @@ bool epilogueStaysBlocked(const ConvolutionEpilogue& epilogue, const at::Tensor&
 class AtenBlockedFastPaths final : public FastPaths {
 public:
   at::Tensor linear(KernelContext&, const at::Tensor&, const at::Tensor&, bool, const at::Tensor&,
-                    bool) const override {
+                    ProductActivation) const override {
     return {};
   }
   at::Tensor batchedMatmul(const at::Tensor&, const at::Tensor&) const override { return {}; }
   bool holdsProductWeight(const KernelContext&) const override { return false; }
-  at::Tensor linearOnHeldWeight(KernelContext&, const at::Tensor&, const at::Tensor&, bool) const override {
+  at::Tensor linearOnHeldWeight(KernelContext&, const at::Tensor&, const at::Tensor&,
+                                ProductActivation) const override {
     return {};
   }
   at::Tensor heldProductWeight(const KernelContext&) const override { return {}; }

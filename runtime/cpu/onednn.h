@@ -36,11 +36,11 @@ struct PackedProduct;
 
 // x[..., K] times a 2-D weight, [K, N] or [N, K] when `weightIsNK`, plus an optional 1-D bias
 // [N]. `packed` keeps the reordered weight between calls: it is rebuilt when the weight tensor
-// (by identity), the row count or the bias presence changes. A product of at most 4 rows (a
+// (by identity), the row count, the bias presence or `activation` changes. A product of at most 4 rows (a
 // batch-1 classifier head) runs as oneDNN's sgemm on the weight as stored, with no copy and
 // nothing in `packed` (3-4x faster there than the primitive on the [N, K] copy).
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK, const at::Tensor& bias,
-                  bool thenGelu, std::shared_ptr<PackedProduct>& packed);
+                  ProductActivation activation, std::shared_ptr<PackedProduct>& packed);
 
 // A [K, N] float32 weight held only in the layout oneDNN's matmul primitive picks for this CPU
 // (Tag::any: blocked for its brgemm kernels), for a weight that nothing but products reads. The
@@ -61,12 +61,12 @@ std::shared_ptr<PackedWeight> packWeight(const at::Tensor& kn);
 at::Tensor unpackWeight(const PackedWeight& weight);
 std::array<std::int64_t, 2> packedWeightDims(const PackedWeight& weight); // {K, N}
 
-// linear() on a packed weight: x[..., K] times it, plus an optional 1-D bias [N], then GELU.
-// `packed` keeps the primitive (and, for a primitive that wants another layout, its own
-// reordered copy); rebuilt when the weight, the row count or the bias or GELU change. Undefined
-// where it does not take the operands (the caller then unpacks).
+// linear() on a packed weight: x[..., K] times it, plus an optional 1-D bias [N], then
+// `activation`. `packed` keeps the primitive (and, for a primitive that wants another layout, its
+// own reordered copy); rebuilt when the weight, the row count, the bias or the activation change.
+// Undefined where it does not take the operands (the caller then unpacks).
 at::Tensor linearPacked(const at::Tensor& x, const std::shared_ptr<const PackedWeight>& weight, const at::Tensor& bias,
-                        bool thenGelu, std::shared_ptr<PackedProduct>& packed);
+                        ProductActivation activation, std::shared_ptr<PackedProduct>& packed);
 
 // a[..., M, K] times b[..., K, N] with numpy broadcasting of the batch dims (both rank >= 2).
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b);

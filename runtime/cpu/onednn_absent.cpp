@@ -9,15 +9,16 @@ bool available() { return false; }
 struct PackedProduct {};
 struct PackedWeight {};
 
-at::Tensor linear(const at::Tensor&, const at::Tensor&, bool, const at::Tensor&, bool, std::shared_ptr<PackedProduct>&) {
+at::Tensor linear(const at::Tensor&, const at::Tensor&, bool, const at::Tensor&, ProductActivation,
+                  std::shared_ptr<PackedProduct>&) {
   return {};
 }
 
 std::shared_ptr<PackedWeight> packWeight(const at::Tensor&) { return nullptr; }
 at::Tensor unpackWeight(const PackedWeight&) { return {}; }
 std::array<std::int64_t, 2> packedWeightDims(const PackedWeight&) { return {0, 0}; }
-at::Tensor linearPacked(const at::Tensor&, const std::shared_ptr<const PackedWeight>&, const at::Tensor&, bool,
-                        std::shared_ptr<PackedProduct>&) {
+at::Tensor linearPacked(const at::Tensor&, const std::shared_ptr<const PackedWeight>&, const at::Tensor&,
+                        ProductActivation, std::shared_ptr<PackedProduct>&) {
   return {};
 }
 

@@ -12,10 +12,10 @@ namespace {
 class OneDnnFastPaths final : public FastPaths {
 public:
   at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
-                    const at::Tensor& bias, bool thenGelu) const override {
+                    const at::Tensor& bias, ProductActivation activation) const override {
     std::shared_ptr<onednn::PackedProduct> uncached;
     CpuKernelState* state = kernelState(c);
-    return onednn::linear(x, weight, weightIsNK, bias, thenGelu, state ? state->product : uncached);
+    return onednn::linear(x, weight, weightIsNK, bias, activation, state ? state->product : uncached);
   }
 
   at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) const override {
@@ -28,14 +28,14 @@ public:
   }
 
   at::Tensor linearOnHeldWeight(KernelContext& c, const at::Tensor& x, const at::Tensor& bias,
-                                bool thenGelu) const override {
+                                ProductActivation activation) const override {
     CpuKernelState& state = *kernelState(c); // holdsProductWeight(c) said it holds one
     const std::int64_t n = onednn::packedWeightDims(*state.packedWeight)[1];
     const bool takesBias =
         !bias.defined() || (bias.dim() == 1 && bias.size(0) == n && bias.scalar_type() == x.scalar_type());
     if (x.dim() < 2 || !takesBias)
       return {};
-    return onednn::linearPacked(x, state.packedWeight, bias, thenGelu, state.product);
+    return onednn::linearPacked(x, state.packedWeight, bias, activation, state.product);
   }
 
   at::Tensor heldProductWeight(const KernelContext& c) const override {

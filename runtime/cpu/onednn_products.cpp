@@ -16,7 +16,7 @@ struct PackedProduct {
   std::shared_ptr<const PackedWeight> packedSource; // or the packed weight it reads
   std::int64_t rows = -1;
   bool withBias = false;
-  bool thenGelu = false;
+  ProductActivation activation = ProductActivation::None;
   dnnl::matmul primitive;
   std::shared_ptr<void> weightOwner; // weight's buffer when it is a copy
   dnnl::memory weight;               // [K, N] stored as [N, K] rows: a copy, or the source's own bytes
@@ -31,8 +31,9 @@ namespace {
 constexpr std::int64_t kFewRows = 4;
 
 // rows [M, K] times kn (a [K, N] view whose rows or columns are unit-stride, as a stored weight
-// or its transpose is) plus bias, then GELU; undefined when kn's strides do not fit.
-at::Tensor fewRowsProduct(const at::Tensor& rows, const at::Tensor& kn, const at::Tensor& bias, bool thenGelu) {
+// or its transpose is) plus bias, then `activation`; undefined when kn's strides do not fit.
+at::Tensor fewRowsProduct(const at::Tensor& rows, const at::Tensor& kn, const at::Tensor& bias,
+                          ProductActivation activation) {
   const std::int64_t m = rows.size(0), k = kn.size(0), n = kn.size(1);
   char transposeB;
   std::int64_t ldb;
@@ -53,20 +54,24 @@ at::Tensor fewRowsProduct(const at::Tensor& rows, const at::Tensor& kn, const at
   if (dnnl_sgemm('N', transposeB, m, n, k, 1.0f, rows.data_ptr<float>(), k, kn.data_ptr<float>(), ldb,
                  bias.defined() ? 1.0f : 0.0f, out.data_ptr<float>(), n) != dnnl_success)
     return {};
-  return thenGelu ? at::gelu_(out) : out; // `out` is this call's own: GELU over it, no second buffer
+  return activateInPlace(out, activation); // `out` is this call's own: no second buffer
 }
 } // namespace
 
 namespace {
 // The matmul primitive for [m, k] rows times a [k, n] weight laid out as `weight` (a layout, or
-// Tag::any for the primitive's choice), with a [1, n] bias and GELU when asked.
+// Tag::any for the primitive's choice), with a [1, n] bias and an activation post-op when asked.
 dnnl::matmul::primitive_desc productDesc(std::int64_t m, std::int64_t k, std::int64_t n, bool withBias,
-                                         bool thenGelu, const dnnl::memory::desc& weight) {
+                                         ProductActivation activation, const dnnl::memory::desc& weight) {
   const dnnl::memory::desc srcDesc({m, k}, DataType::f32, Tag::ab), dstDesc({m, n}, DataType::f32, Tag::ab),
       biasDesc({1, n}, DataType::f32, Tag::ab);
   dnnl::post_ops post;
-  if (thenGelu)
-    post.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+  switch (activation) {
+  case ProductActivation::None: break;
+  case ProductActivation::Gelu: post.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f); break;
+  case ProductActivation::GeluTanh: post.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f); break;
+  case ProductActivation::Relu: post.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f); break;
+  }
   dnnl::primitive_attr attr;
   attr.set_post_ops(post);
   return withBias ? dnnl::matmul::primitive_desc(dnnl::matmul::desc(srcDesc, weight, biasDesc, dstDesc), attr, cpuEngine())
@@ -74,15 +79,15 @@ dnnl::matmul::primitive_desc productDesc(std::int64_t m, std::int64_t k, std::in
 }
 
 // Whether `packed` was made for this product's form (its weight is checked by the caller).
-bool fits(const PackedProduct& packed, std::int64_t rows, bool withBias, bool thenGelu) {
-  return packed.rows == rows && packed.withBias == withBias && packed.thenGelu == thenGelu;
+bool fits(const PackedProduct& packed, std::int64_t rows, bool withBias, ProductActivation activation) {
+  return packed.rows == rows && packed.withBias == withBias && packed.activation == activation;
 }
 
 // The product for `pd`, reading its weight from `given` where that is already the layout the
 // primitive wants (no second copy; the caller keeps `given`'s bytes alive), else from a copy
 // reordered once.
 std::shared_ptr<PackedProduct> makeProduct(const dnnl::matmul::primitive_desc& pd, dnnl::memory given,
-                                           std::int64_t rows, bool withBias, bool thenGelu) {
+                                           std::int64_t rows, bool withBias, ProductActivation activation) {
   auto fresh = std::make_shared<PackedProduct>();
   if (given.get_desc() == pd.weights_desc()) {
     fresh->weight = given;
@@ -95,7 +100,7 @@ std::shared_ptr<PackedProduct> makeProduct(const dnnl::matmul::primitive_desc& p
   fresh->primitive = dnnl::matmul(pd);
   fresh->rows = rows;
   fresh->withBias = withBias;
-  fresh->thenGelu = thenGelu;
+  fresh->activation = activation;
   return fresh;
 }
 
@@ -117,7 +122,7 @@ at::Tensor runProduct(const PackedProduct& packed, const at::Tensor& rows, const
 } // namespace
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK, const at::Tensor& bias,
-                  bool thenGelu, std::shared_ptr<PackedProduct>& packed) {
+                  ProductActivation activation, std::shared_ptr<PackedProduct>& packed) {
   if (!eligible(x) || !eligible(weight) || weight.dim() != 2 || x.dim() < 1 || x.numel() == 0 ||
       (bias.defined() && (!eligible(bias) || bias.dim() != 1)))
     return {};
@@ -129,20 +134,20 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK
   std::vector<std::int64_t> shape = x.sizes().vec();
   shape.back() = n;
   if (m <= kFewRows) {
-    at::Tensor out = fewRowsProduct(rows, weightIsNK ? weight.t() : weight, bias, thenGelu);
+    at::Tensor out = fewRowsProduct(rows, weightIsNK ? weight.t() : weight, bias, activation);
     if (out.defined())
       return out.view(shape);
   }
   try {
-    if (!packed || !packed->source.is_same(weight) || !fits(*packed, m, bias.defined(), thenGelu)) {
+    if (!packed || !packed->source.is_same(weight) || !fits(*packed, m, bias.defined(), activation)) {
       // The weight [K, N] stored transposed (each output's K weights contiguous): a weight already
       // stored as [N, K] rows (Gemm's transB weights; MatMul weights under --no-packed-weights) is
       // read in place, where the primitive's own layout (Tag::any, what packWeight makes) would be
       // a second copy. `source` keeps the tensor alive.
       dnnl::matmul::primitive_desc pd =
-          productDesc(m, k, n, bias.defined(), thenGelu, dnnl::memory::desc({k, n}, DataType::f32, Tag::ba));
+          productDesc(m, k, n, bias.defined(), activation, dnnl::memory::desc({k, n}, DataType::f32, Tag::ba));
       at::Tensor kn = weightIsNK ? weight.t() : weight; // a [K, N] view, any strides
-      packed = makeProduct(pd, view(describe(kn), kn), m, bias.defined(), thenGelu);
+      packed = makeProduct(pd, view(describe(kn), kn), m, bias.defined(), activation);
       packed->source = weight;
     }
     return runProduct(*packed, rows, bias, n, shape);
@@ -156,7 +161,7 @@ bool packsProductWeight(std::int64_t k, std::int64_t n) {
     return false;
   try {
     return hasInnerBlocks(
-        productDesc(128, k, n, false, false, dnnl::memory::desc({k, n}, DataType::f32, Tag::any)).weights_desc());
+        productDesc(128, k, n, false, ProductActivation::None, dnnl::memory::desc({k, n}, DataType::f32, Tag::any)).weights_desc());
   } catch (const dnnl::error&) {
     return false;
   }
@@ -171,7 +176,7 @@ std::shared_ptr<PackedWeight> packWeight(const at::Tensor& kn) {
     // 1 to 4096 rows and transformer and classifier shapes); a product whose primitive wants
     // another one reorders a copy of its own (linearPacked).
     dnnl::matmul::primitive_desc pd =
-        productDesc(128, k, n, false, false, dnnl::memory::desc({k, n}, DataType::f32, Tag::any));
+        productDesc(128, k, n, false, ProductActivation::None, dnnl::memory::desc({k, n}, DataType::f32, Tag::any));
     auto packed = std::make_shared<PackedWeight>();
     packed->k = k;
     packed->n = n;
@@ -197,7 +202,7 @@ at::Tensor unpackWeight(const PackedWeight& weight) {
 std::array<std::int64_t, 2> packedWeightDims(const PackedWeight& weight) { return {weight.k, weight.n}; }
 
 at::Tensor linearPacked(const at::Tensor& x, const std::shared_ptr<const PackedWeight>& weight, const at::Tensor& bias,
-                        bool thenGelu, std::shared_ptr<PackedProduct>& packed) {
+                        ProductActivation activation, std::shared_ptr<PackedProduct>& packed) {
   const std::int64_t k = weight->k, n = weight->n;
   if (!eligible(x) || x.dim() < 1 || x.numel() == 0 || x.size(-1) != k ||
       (bias.defined() && (!eligible(bias) || bias.dim() != 1 || bias.size(0) != n)))
@@ -207,12 +212,12 @@ at::Tensor linearPacked(const at::Tensor& x, const std::shared_ptr<const PackedW
   std::vector<std::int64_t> shape = x.sizes().vec();
   shape.back() = n;
   try {
-    if (!packed || packed->packedSource != weight || !fits(*packed, m, bias.defined(), thenGelu)) {
+    if (!packed || packed->packedSource != weight || !fits(*packed, m, bias.defined(), activation)) {
       // The packed weight is the one copy, shared; a primitive wanting another layout (none seen)
       // reorders a copy of its own.
       dnnl::matmul::primitive_desc pd =
-          productDesc(m, k, n, bias.defined(), thenGelu, dnnl::memory::desc({k, n}, DataType::f32, Tag::any));
-      packed = makeProduct(pd, weight->memory, m, bias.defined(), thenGelu);
+          productDesc(m, k, n, bias.defined(), activation, dnnl::memory::desc({k, n}, DataType::f32, Tag::any));
+      packed = makeProduct(pd, weight->memory, m, bias.defined(), activation);
       packed->packedSource = weight;
     }
     return runProduct(*packed, rows, bias, n, shape);

@@ -30,29 +30,34 @@ TEST(OneDnn, ProductsEqualAtenForBothWeightLayoutsAndBroadcastBatches) {
   at::Tensor x = at::randn({2, 5, 8}), kn = at::randn({8, 6}), bias = at::randn({6});
   std::shared_ptr<onednn::PackedProduct> packed;
   for (int run = 0; run < 2; ++run) { // the second run reuses the reordered weight
-    at::Tensor y = onednn::linear(x, kn, false, bias, false, packed);
+    at::Tensor y = onednn::linear(x, kn, false, bias, ProductActivation::None, packed);
     ASSERT_TRUE(y.defined());
     EXPECT_TRUE(at::allclose(y, at::matmul(x, kn) + bias, 1e-5, 1e-5));
   }
-  // GELU as the product's post-op: a primitive of its own (the cache is rebuilt), same values as
-  // at::gelu of the product.
-  at::Tensor activated = onednn::linear(x, kn, false, bias, true, packed);
-  ASSERT_TRUE(activated.defined());
-  EXPECT_TRUE(at::allclose(activated, at::gelu(at::matmul(x, kn) + bias), 1e-5, 1e-5));
+  // Each activation as the product's post-op: a primitive of its own (the cache is rebuilt), same
+  // values as ATen's activation of the product.
+  const at::Tensor biased = at::matmul(x, kn) + bias;
+  for (const auto& [activation, expected] :
+       {std::pair{ProductActivation::Gelu, at::gelu(biased)}, std::pair{ProductActivation::GeluTanh, at::gelu(biased, "tanh")},
+        std::pair{ProductActivation::Relu, at::relu(biased)}}) {
+    at::Tensor activated = onednn::linear(x, kn, false, bias, activation, packed);
+    ASSERT_TRUE(activated.defined());
+    EXPECT_TRUE(at::allclose(activated, expected, 1e-5, 1e-5));
+  }
   std::shared_ptr<onednn::PackedProduct> kept = packed;
   at::Tensor nk = at::randn({6, 8}); // another weight: reordered afresh, [N, K] this time
-  at::Tensor z = onednn::linear(x, nk, true, at::Tensor(), false, packed);
+  at::Tensor z = onednn::linear(x, nk, true, at::Tensor(), ProductActivation::None, packed);
   EXPECT_NE(packed.get(), kept.get());
   EXPECT_TRUE(at::allclose(z, at::matmul(x, nk.t()), 1e-5, 1e-5));
   // [N, K] rows are what the product reads: used in place, not copied. (So an in-place change to
   // the weight shows in the next product; the executor never changes a parameter in place.)
   nk.mul_(2);
-  EXPECT_TRUE(at::allclose(onednn::linear(x, nk, true, at::Tensor(), false, packed), 2 * z, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(onednn::linear(x, nk, true, at::Tensor(), ProductActivation::None, packed), 2 * z, 1e-5, 1e-5));
   // A [K, N] weight stored as rows (a transposed view: the executor's stored MatMul weights) too.
   at::Tensor rows = kn.t().contiguous().t();
-  at::Tensor w = onednn::linear(x, rows, false, at::Tensor(), false, packed);
+  at::Tensor w = onednn::linear(x, rows, false, at::Tensor(), ProductActivation::None, packed);
   rows.mul_(-1);
-  EXPECT_TRUE(at::allclose(onednn::linear(x, rows, false, at::Tensor(), false, packed), -w, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(onednn::linear(x, rows, false, at::Tensor(), ProductActivation::None, packed), -w, 1e-5, 1e-5));
   EXPECT_TRUE(at::allclose(w, at::matmul(x, kn), 1e-5, 1e-5));
   // Broadcast batch dims, and a transposed view read in place.
   at::Tensor a = at::randn({3, 1, 4, 5}), b = at::randn({2, 6, 5}).transpose(-1, -2);
@@ -83,19 +88,19 @@ TEST(OneDnn, FewRowProductsReadTheStoredWeight) {
     at::Tensor x = at::randn({1, rows, 8});
     for (const Layout& layout : layouts)
       for (bool withBias : {false, true})
-        for (bool thenGelu : {false, true}) {
+        for (ProductActivation activation : {ProductActivation::None, ProductActivation::Gelu,
+                                             ProductActivation::GeluTanh, ProductActivation::Relu}) {
           SCOPED_TRACE(std::string(layout.name) + ", rows " + std::to_string(rows) + (withBias ? ", bias" : "") +
-                       (thenGelu ? ", gelu" : ""));
+                       ", activation " + std::to_string(static_cast<int>(activation)));
           std::shared_ptr<onednn::PackedProduct> packed;
           at::Tensor b = withBias ? bias : at::Tensor();
-          at::Tensor y = onednn::linear(x, layout.weight, layout.weightIsNK, b, thenGelu, packed);
+          at::Tensor y = onednn::linear(x, layout.weight, layout.weightIsNK, b, activation, packed);
           ASSERT_TRUE(y.defined());
           EXPECT_FALSE(packed) << "a few rows need no reordered weight";
           at::Tensor expected = at::matmul(x, kn);
           if (withBias)
             expected = expected + bias;
-          if (thenGelu)
-            expected = at::gelu(expected);
+          activateInPlace(expected, activation);
           EXPECT_EQ(y.sizes().vec(), expected.sizes().vec());
           EXPECT_TRUE(at::allclose(y, expected, 1e-5, 1e-5));
           EXPECT_TRUE(at::equal(bias, biasBefore)) << "the product wrote into its bias";
@@ -103,12 +108,12 @@ TEST(OneDnn, FewRowProductsReadTheStoredWeight) {
   }
   std::shared_ptr<onednn::PackedProduct> packed;
   at::Tensor five = at::randn({5, 8});
-  EXPECT_TRUE(at::allclose(onednn::linear(five, kn, false, bias, false, packed), at::matmul(five, kn) + bias, 1e-5, 1e-5));
+  EXPECT_TRUE(at::allclose(onednn::linear(five, kn, false, bias, ProductActivation::None, packed), at::matmul(five, kn) + bias, 1e-5, 1e-5));
   EXPECT_TRUE(packed) << "five rows take the primitive";
   packed.reset();
   at::Tensor strided = at::randn({8, 12}).slice(1, 0, 12, 2); // no unit-stride dim
   at::Tensor one = at::randn({1, 8});
-  EXPECT_TRUE(at::allclose(onednn::linear(one, strided, false, at::Tensor(), false, packed), at::matmul(one, strided),
+  EXPECT_TRUE(at::allclose(onednn::linear(one, strided, false, at::Tensor(), ProductActivation::None, packed), at::matmul(one, strided),
                            1e-5, 1e-5));
   EXPECT_TRUE(packed) << "a weight with no unit-stride dim takes the primitive";
 }
@@ -622,26 +627,26 @@ TEST(OneDnn, PackedWeightProductsEqualAten) {
   for (std::int64_t rows : {1, 3, 5, 17, 130}) {
     at::Tensor x = at::randn({rows, 48});
     for (bool withBias : {false, true})
-      for (bool thenGelu : {false, true}) {
-        SCOPED_TRACE("rows " + std::to_string(rows) + (withBias ? ", bias" : "") + (thenGelu ? ", gelu" : ""));
+      for (ProductActivation activation : {ProductActivation::None, ProductActivation::Gelu}) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + (withBias ? ", bias" : "") +
+                     (activation == ProductActivation::Gelu ? ", gelu" : ""));
         at::Tensor want = at::matmul(x, kn) + (withBias ? bias : at::zeros({40}));
-        if (thenGelu)
-          want = at::gelu(want);
+        activateInPlace(want, activation);
         std::shared_ptr<onednn::PackedProduct> packed;
-        at::Tensor got = onednn::linearPacked(x.view({1, rows, 48}), weight, withBias ? bias : at::Tensor(), thenGelu,
+        at::Tensor got = onednn::linearPacked(x.view({1, rows, 48}), weight, withBias ? bias : at::Tensor(), activation,
                                               packed);
         ASSERT_TRUE(got.defined());
         EXPECT_EQ(got.sizes(), (std::vector<std::int64_t>{1, rows, 40}));
         EXPECT_TRUE(at::allclose(got.view({rows, 40}), want, 1e-4, 1e-4));
         const onednn::PackedProduct* first = packed.get();
-        onednn::linearPacked(x, weight, withBias ? bias : at::Tensor(), thenGelu, packed);
+        onednn::linearPacked(x, weight, withBias ? bias : at::Tensor(), activation, packed);
         EXPECT_EQ(packed.get(), first); // same form: the primitive is reused
       }
   }
   std::shared_ptr<onednn::PackedProduct> packed;
-  EXPECT_FALSE(onednn::linearPacked(at::randn({2, 47}), weight, {}, false, packed).defined()); // K mismatch
-  EXPECT_FALSE(onednn::linearPacked(at::randn({0, 48}), weight, {}, false, packed).defined()); // no rows
-  EXPECT_FALSE(onednn::linearPacked(at::randn({2, 48}).to(at::kDouble), weight, {}, false, packed).defined());
+  EXPECT_FALSE(onednn::linearPacked(at::randn({2, 47}), weight, {}, ProductActivation::None, packed).defined()); // K mismatch
+  EXPECT_FALSE(onednn::linearPacked(at::randn({0, 48}), weight, {}, ProductActivation::None, packed).defined()); // no rows
+  EXPECT_FALSE(onednn::linearPacked(at::randn({2, 48}).to(at::kDouble), weight, {}, ProductActivation::None, packed).defined());
   EXPECT_FALSE(onednn::packWeight(kn.to(at::kDouble)));
 }
 

@@ -563,6 +563,55 @@ FusedAndObserved runFusedAndObserved(ir::Graph graph, const TensorMap& inputs) {
   return result;
 }
 
+// x -> MatMul(x, w) + b -> GELU's tanh form as exported (GPT-2's: Pow 3, Mul 0.044715, Add x, Mul
+// sqrt(2/pi), Tanh, Add 1, and x * 0.5 times that, or x times that, times 0.5), or -> Relu: one
+// product with the activation as its post-op, equal to the nodes (observed) and to ATen's.
+TEST(Fusion, ProductsTakeTanhGeluAndReluAsPostOps) {
+  at::manual_seed(81);
+  const TensorMap inputs{{"x", at::randn({3, 5, 8})}, {"w", at::randn({8, 6})}, {"b", at::randn({6})}};
+  const at::Tensor h = at::matmul(inputs.at("x"), inputs.at("w")) + inputs.at("b");
+  for (int form = 0; form < 3; ++form) {
+    SCOPED_TRACE(form);
+    NodeChain chain({"x", "w", "b"});
+    for (const auto& [name, value] : {std::pair{"three", 3.0f}, std::pair{"c", 0.044715f},
+                                      std::pair{"root", std::sqrt(2.0f / 3.14159265f)}, std::pair{"one", 1.0f},
+                                      std::pair{"half", 0.5f}})
+      chain.add(spec("Constant", {}, {scalarTensor(value)}, name), name);
+    chain.add(spec("MatMul", {"x", "w"}, {}, "mm"), "mm");
+    chain.add(spec("Add", {"mm", "b"}, {}, "biased"), "h");
+    if (form == 2) {
+      chain.add(spec("Relu", {"h"}, {}, "relu"), "y");
+    } else {
+      if (form == 0)
+        chain.add(spec("Mul", {"h", "half"}, {}, "halved"), "hh");
+      chain.add(spec("Pow", {"h", "three"}, {}, "cube"), "p3");
+      chain.add(spec("Mul", {"p3", "c"}, {}, "cubed"), "m1");
+      chain.add(spec("Add", {"h", "m1"}, {}, "inner"), "a");
+      chain.add(spec("Mul", {"a", "root"}, {}, "scaled"), "m2");
+      chain.add(spec("Tanh", {"m2"}, {}, "tanh"), "t");
+      chain.add(spec("Add", {"t", "one"}, {}, "plus"), "a1");
+      if (form == 0) {
+        chain.add(spec("Mul", {"hh", "a1"}, {}, "times"), "y");
+      } else {
+        chain.add(spec("Mul", {"h", "a1"}, {}, "times"), "m3");
+        chain.add(spec("Mul", {"m3", "half"}, {}, "halve"), "y");
+      }
+    }
+    Expected<ir::Graph> graph = std::move(chain).finish({"y"});
+    ASSERT_TRUE(graph) << graph.error().message();
+    const FusionPlan plan = planFusions(*graph);
+    ASSERT_EQ(plan.groups.size(), 1u);
+    EXPECT_EQ(plan.groups[0].kind, form == 2 ? FusedGroup::Kind::MatMulBiasRelu : FusedGroup::Kind::MatMulBiasGeluTanh);
+    EXPECT_EQ(plan.groups[0].nodes.size(), form == 2 ? 3u : 10u);
+    FusedAndObserved runs = runFusedAndObserved(std::move(*graph), inputs);
+    ASSERT_TRUE(runs.fused.count("y") && runs.observed.count("y"));
+    const at::Tensor expected = form == 2 ? at::relu(h) : at::gelu(h, "tanh");
+    EXPECT_TRUE(at::allclose(runs.fused.at("y"), expected, 1e-5, 1e-5));
+    EXPECT_TRUE(at::allclose(runs.observed.at("y"), expected, 1e-5, 1e-5));
+    EXPECT_EQ(runs.stats.secondsByOp.count(form == 2 ? "MatMul+Add+Relu" : "MatMul+Add+Gelu(tanh)"), 1u);
+  }
+}
+
 TEST(Fusion, LinearAndGeluRunAsGroupsAndMatchTheirNodes) {
   ir::Graph fusible = linearGelu();
   FusionPlan plan = planFusions(fusible);

@@ -21,6 +21,21 @@ namespace cleave::runtime {
 
 class KernelContext;
 
+// What a product does to its output inside the same call (a fused MatMul+Add's activation):
+// GELU exact (erf) or as its tanh approximation, or Relu.
+enum class ProductActivation : std::uint8_t { None, Gelu, GeluTanh, Relu };
+
+// `out` activated in place (it must be the caller's own tensor); returned for chaining.
+inline at::Tensor& activateInPlace(at::Tensor& out, ProductActivation activation) {
+  switch (activation) {
+  case ProductActivation::None: break;
+  case ProductActivation::Gelu: at::gelu_(out); break;
+  case ProductActivation::GeluTanh: at::gelu_(out, "tanh"); break;
+  case ProductActivation::Relu: at::relu_(out); break;
+  }
+  return out;
+}
+
 // What a convolution does to its output inside the same kernel, in order: add a residual tensor
 // of the output's shape (a ResNet block's Add), then an activation.
 struct ConvolutionEpilogue {
@@ -56,19 +71,19 @@ class FastPaths {
 public:
   virtual ~FastPaths() = default;
   // x[..., K] times a 2-D weight ([N, K] when `weightIsNK`, else [K, N]), plus an optional 1-D
-  // bias [N], then GELU (exact erf) when `thenGelu`; what the wing derives from the weight is kept
+  // bias [N], then `activation`; what the wing derives from the weight is kept
   // in c's node state while the same weight tensor comes back.
   virtual at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
-                            const at::Tensor& bias, bool thenGelu) const = 0;
+                            const at::Tensor& bias, ProductActivation activation) const = 0;
   // a[..., M, K] times b[..., K, N] with numpy broadcasting of the batch dims (both rank >= 2).
   virtual at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) const = 0;
   // Whether c's node reads its product weight from the wing alone (WeightPlan::adopt bound no
   // tensor for it: the operand is undefined); then these two read it.
   virtual bool holdsProductWeight(const KernelContext& c) const = 0;
-  // linear() of x by that held [K, N] weight, plus an optional bias, then GELU; undefined where the
+  // linear() of x by that held [K, N] weight, plus an optional bias, then `activation`; undefined where the
   // wing does not take the operands (the caller then reads heldProductWeight).
   virtual at::Tensor linearOnHeldWeight(KernelContext& c, const at::Tensor& x, const at::Tensor& bias,
-                                        bool thenGelu) const = 0;
+                                        ProductActivation activation) const = 0;
   // A dense [K, N] copy of the held weight (one conversion per call).
   virtual at::Tensor heldProductWeight(const KernelContext& c) const = 0;
   // Softmax (or its logarithm) along `axis`; written over x when `inPlace` (x is the caller's to

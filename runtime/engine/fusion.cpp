@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <span>
 
 #include "runtime/engine/tensors.h"
 
@@ -121,6 +122,81 @@ std::optional<NodeId> soleReaderOf(const ir::Graph& g, ValueId value, std::strin
       g.outputs(users[0]).size() != 1)
     return std::nullopt;
   return users[0];
+}
+
+// The reader of `value` among `users` that is an `opType` op with two operands, one of them a
+// single-element constant near `constant`; none otherwise.
+std::optional<NodeId> readerByConstant(const ir::Graph& g, ValueId value, std::span<const NodeId> users,
+                                       std::string_view opType, double constant) {
+  for (NodeId user : users)
+    if (isOp(g, user, opType) && g.inputs(user).size() == 2 && g.outputs(user).size() == 1 &&
+        near(scalarConstant(g, otherOperand(g, user, value)), constant))
+      return user;
+  return std::nullopt;
+}
+
+// GELU's tanh form of `x` (fusion.h, MatMulBiasGeluTanh): its nodes in graph order, when they are
+// x's only readers and each inner value is read inside the pattern alone.
+std::optional<std::vector<NodeId>> matchGeluTanh(const ir::Graph& g, ValueId x) {
+  auto users = g.users(x);
+  std::optional<NodeId> cube = readerByConstant(g, x, users, "Pow", 3.0);
+  if (!cube || g.inputs(*cube)[0] != x)
+    return std::nullopt;
+  std::optional<NodeId> cubed = soleReader(g, g.outputs(*cube)[0], "Mul");
+  if (!cubed || !near(scalarConstant(g, otherOperand(g, *cubed, g.outputs(*cube)[0])), 0.044715))
+    return std::nullopt;
+  std::optional<NodeId> inner = soleReader(g, g.outputs(*cubed)[0], "Add");
+  if (!inner || otherOperand(g, *inner, g.outputs(*cubed)[0]) != x)
+    return std::nullopt;
+  std::optional<NodeId> scaled = soleReader(g, g.outputs(*inner)[0], "Mul");
+  if (!scaled || !near(scalarConstant(g, otherOperand(g, *scaled, g.outputs(*inner)[0])), std::sqrt(2.0 / 3.14159265358979323846)))
+    return std::nullopt;
+  std::optional<NodeId> tanh = soleReaderOf(g, g.outputs(*scaled)[0], "Tanh", 1);
+  if (!tanh)
+    return std::nullopt;
+  std::optional<NodeId> plusOne = soleReader(g, g.outputs(*tanh)[0], "Add");
+  if (!plusOne || !near(scalarConstant(g, otherOperand(g, *plusOne, g.outputs(*tanh)[0])), 1.0))
+    return std::nullopt;
+  const ValueId onePlus = g.outputs(*plusOne)[0];
+  std::optional<NodeId> last = soleReader(g, onePlus, "Mul");
+  if (!last)
+    return std::nullopt;
+  std::vector<NodeId> nodes{*cube, *cubed, *inner, *scaled, *tanh, *plusOne};
+  const ValueId other = otherOperand(g, *last, onePlus);
+  if (other == x) { // Mul(x, 1 + tanh) -> Mul(., 0.5)
+    std::optional<NodeId> half = soleReader(g, g.outputs(*last)[0], "Mul");
+    if (!half || !near(scalarConstant(g, otherOperand(g, *half, g.outputs(*last)[0])), 0.5) || users.size() != 3)
+      return std::nullopt;
+    nodes.insert(nodes.end(), {*last, *half});
+  } else { // Mul(x, 0.5) -> Mul(that, 1 + tanh)
+    std::optional<NodeId> half = readerByConstant(g, x, users, "Mul", 0.5);
+    if (!half || g.outputs(*half)[0] != other || g.users(other).size() != 1 || users.size() != 3)
+      return std::nullopt;
+    nodes.insert(nodes.end(), {*half, *last});
+  }
+  std::sort(nodes.begin(), nodes.end(), [](NodeId a, NodeId b) { return index(a) < index(b); });
+  return nodes;
+}
+
+// MatMulBias then an activation that alone reads its output: GELU's tanh form or Relu.
+std::optional<FusedGroup> matchMatMulBiasActivation(const ir::Graph& g, NodeId matmul) {
+  std::optional<FusedGroup> product = matchMatMulBias(g, matmul);
+  if (!product)
+    return std::nullopt;
+  const ValueId biased = g.outputs(product->nodes.back())[0];
+  auto users = g.users(biased);
+  if (users.size() == 1 && isOp(g, users[0], "Relu") && g.inputs(users[0]).size() == 1 &&
+      g.outputs(users[0]).size() == 1) {
+    product->kind = FusedGroup::Kind::MatMulBiasRelu;
+    product->nodes.push_back(users[0]);
+    return product;
+  }
+  std::optional<std::vector<NodeId>> gelu = matchGeluTanh(g, biased);
+  if (!gelu)
+    return std::nullopt;
+  product->kind = FusedGroup::Kind::MatMulBiasGeluTanh;
+  product->nodes.insert(product->nodes.end(), gelu->begin(), gelu->end());
+  return product;
 }
 
 // gate(x) and Mul(x, that) as the only readers of x, the gate a one-operand op that `isGate`
@@ -481,6 +557,8 @@ FusionPlan planFusions(const ir::Graph& g, bool attention) {
       group = matchAttention(g, node);
     if (!group)
       group = matchMatMulBiasGelu(g, node);
+    if (!group)
+      group = matchMatMulBiasActivation(g, node);
     if (!group)
       group = matchMatMulBias(g, node);
     if (!group)

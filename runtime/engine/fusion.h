@@ -5,6 +5,11 @@
 //   Gelu        Div(x, sqrt 2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)     one at::gelu
 //   MatMulBiasGelu  MatMulBias whose output only that Gelu reads (a transformer's first FFN
 //               layer): one oneDNN product with the bias and GELU as its post-op
+//   MatMulBiasGeluTanh  MatMulBias whose output only GELU's tanh form reads, as exported
+//               (GPT-2's): Pow(x, 3) -> Mul(., 0.044715) -> Add(x, .) -> Mul(., sqrt(2/pi)) ->
+//               Tanh -> Add(., 1), and Mul(x, 0.5) -> Mul(that, .), or Mul(x, .) -> Mul(., 0.5):
+//               the product with gelu_tanh as its post-op
+//   MatMulBiasRelu  MatMulBias whose output only a Relu reads: the product with Relu as its post-op
 //   ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid
 //               Conv -> Relu | Clip(., lo, hi) | HardSwish | HardSigmoid
 //   ConvSilu    Conv -> Sigmoid -> Mul(conv, sigmoid)   (SiLU / swish)
@@ -73,13 +78,13 @@ namespace cleave::runtime {
 
 struct FusedGroup {
   enum class Kind : std::uint8_t {
-    MatMulBias, MatMulBiasGelu, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu, ConvBatchNorm,
+    MatMulBias, MatMulBiasGelu, MatMulBiasGeluTanh, MatMulBiasRelu, Gelu, ConvRelu, ConvClip, ConvHardSwish, ConvHardSigmoid, ConvSilu, ConvAdd, ConvAddRelu, ConvBatchNorm,
     ConvBatchNormRelu, ConvTransposeBatchNorm, ConvTransposeBatchNormRelu, LayerNorm, BatchNormRelu, ConcatBatchNormRelu,
     ChannelShuffle, ConcatChannelShuffle, Attention
   };
   Kind kind;
   std::vector<ir::NodeId> nodes;     // in graph order; the last one makes the group's output
-  // MatMulBias, MatMulBiasGelu: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*),
+  // MatMulBias, MatMulBias{Gelu,GeluTanh,Relu}: x, W, b; Gelu: x; Conv*: x, W, b (or none), then the residual (ConvAdd*),
   // Clip's lo and hi (ConvClip) or the normalization's scale, shift, mean and variance (*BatchNorm*);
   // LayerNorm: x, eps, gamma, beta; BatchNormRelu: the normalization's x, scale, shift, mean, variance;
   // ConcatBatchNormRelu: the normalization's scale, shift, mean, variance, then the Concat's pieces;

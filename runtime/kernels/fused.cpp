@@ -12,11 +12,10 @@ namespace cleave::runtime {
 namespace {
 using Outputs = std::vector<at::Tensor>;
 
-// MatMul(x, W) + b.
-Outputs matmulBias(KernelContext& c) { return {matmul(c, c.input(0), productWeight(c, 1), c.input(2))}; }
-
-// GELU(MatMul(x, W) + b).
-Outputs matmulBiasGelu(KernelContext& c) { return {matmul(c, c.input(0), productWeight(c, 1), c.input(2), true)}; }
+// activation(MatMul(x, W) + b).
+template <ProductActivation activation> Outputs matmulBias(KernelContext& c) {
+  return {matmul(c, c.input(0), productWeight(c, 1), c.input(2), activation)};
+}
 
 // x * 0.5 * (1 + erf(x / sqrt 2)).
 Outputs decomposedGelu(KernelContext& c) { return {geluInMemoryOrder(c.input(0))}; }
@@ -271,8 +270,10 @@ bool holdsFoldOf(const KernelCache& cache, const std::vector<at::Tensor>& from) 
 namespace {
 Kernel fusedKernelFunction(FusedGroup::Kind kind) {
   switch (kind) {
-  case FusedGroup::Kind::MatMulBias: return matmulBias;
-  case FusedGroup::Kind::MatMulBiasGelu: return matmulBiasGelu;
+  case FusedGroup::Kind::MatMulBias: return matmulBias<ProductActivation::None>;
+  case FusedGroup::Kind::MatMulBiasGelu: return matmulBias<ProductActivation::Gelu>;
+  case FusedGroup::Kind::MatMulBiasGeluTanh: return matmulBias<ProductActivation::GeluTanh>;
+  case FusedGroup::Kind::MatMulBiasRelu: return matmulBias<ProductActivation::Relu>;
   case FusedGroup::Kind::Gelu: return decomposedGelu;
   case FusedGroup::Kind::ConvRelu: return convWith<ConvolutionEpilogue::Activation::Relu, false>;
   case FusedGroup::Kind::ConvClip: return convWith<ConvolutionEpilogue::Activation::Clip, false>;
@@ -333,6 +334,8 @@ const char* fusedName(FusedGroup::Kind kind) {
   switch (kind) {
   case FusedGroup::Kind::MatMulBias: return "MatMul+Add";
   case FusedGroup::Kind::MatMulBiasGelu: return "MatMul+Add+Gelu";
+  case FusedGroup::Kind::MatMulBiasGeluTanh: return "MatMul+Add+Gelu(tanh)";
+  case FusedGroup::Kind::MatMulBiasRelu: return "MatMul+Add+Relu";
   case FusedGroup::Kind::Gelu: return "Gelu(Div,Erf,Add,Mul,Mul)";
   case FusedGroup::Kind::ConvRelu: return "Conv+Relu";
   case FusedGroup::Kind::ConvClip: return "Conv+Clip";

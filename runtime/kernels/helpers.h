@@ -44,10 +44,10 @@ std::vector<at::Tensor> runSubgraph(Executor& body, const TensorMap& feeds);
 // transB, torch's Linear) or [K, N]; plus an optional bias [N]. On the wing's fast path where it
 // takes them (the CPU wing's: oneDNN in float32, the reordered weight kept in the node's state
 // while the same weight tensor comes back: a parameter, or a weight another submodel forwards);
-// else on ATen. `thenGelu`: GELU (exact erf) applied to the result, inside the product where the
-// wing runs it.
+// else on ATen. `activation` (GELU, its tanh form, Relu) applied to the result, inside the product
+// where the wing runs it.
 at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
-                  const at::Tensor& bias, bool thenGelu = false);
+                  const at::Tensor& bias, ProductActivation activation = ProductActivation::None);
 // ONNX Conv of x by w (+ bias) with the node's strides, dilations, group and pads / auto_pad. 1-D,
 // 2-D or 3-D on the wing's fast path where it takes them (the CPU wing's: float32 without
 // autograd on oneDNN, channels-last, the weight reordered once and kept in the node's state; in a
@@ -103,11 +103,11 @@ at::Tensor einsumAsBatchedMatmul(std::string equation, const at::Tensor& a, cons
 // ONNX MatMul, plus an optional bias added after it (a fused MatMul+Add): activations times a
 // 2-D weight go through linear() (a 1-D bias [N] of the same dtype inside the product), any
 // other product through batchedMatmul(); a bias of another shape is added (broadcast) after.
-// `thenGelu`: then GELU, as in linear().
+// `activation`: then that, as in linear().
 // An undefined `b` is the node's packed weight (KernelCache::packedWeight): the product reads it
 // packed, or a dense copy of it where the packed product does not take the operands.
 at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias = at::Tensor(),
-                  bool thenGelu = false);
+                  ProductActivation activation = ProductActivation::None);
 // A product's right operand i: its tensor, or undefined when the node's cache holds it packed.
 // Throws KernelError when it is neither.
 at::Tensor productWeight(const KernelContext& c, std::size_t i);

@@ -7,9 +7,9 @@
 namespace cleave::runtime {
 
 at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weight, bool weightIsNK,
-                  const at::Tensor& bias, bool thenGelu) {
+                  const at::Tensor& bias, ProductActivation activation) {
   if (const FastPaths* fast = fastPathsFor(x.device()))
-    if (at::Tensor out = fast->linear(c, x, weight, weightIsNK, bias, thenGelu); out.defined())
+    if (at::Tensor out = fast->linear(c, x, weight, weightIsNK, bias, activation); out.defined())
       return out;
   // at::linear, as torch.nn.Linear calls it: the same kernel (addmm) and, under autocast
   // (mixed-precision training), the same casts: bias included in the low-precision product.
@@ -19,7 +19,7 @@ at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weigh
                            : at::matmul(x, weightIsNK ? weight.t() : weight);
   if (bias.defined() && !(weightIsNK && biasInProduct))
     product = product + bias;
-  return thenGelu ? at::gelu(product) : product;
+  return activation == ProductActivation::None ? product : activateInPlace(product, activation);
 }
 
 at::Tensor batchedMatmul(const at::Tensor& a, const at::Tensor& b) {
@@ -39,11 +39,11 @@ at::Tensor productWeight(const KernelContext& c, std::size_t i) {
 }
 
 at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& packedOrB, const at::Tensor& bias,
-                  bool thenGelu) {
+                  ProductActivation activation) {
   at::Tensor b = packedOrB;
   if (!b.defined()) { // the wing alone holds the weight (productWeight() saw it)
     const FastPaths& fast = *fastPathsFor(c.device());
-    if (at::Tensor out = fast.linearOnHeldWeight(c, a, bias, thenGelu); out.defined())
+    if (at::Tensor out = fast.linearOnHeldWeight(c, a, bias, activation); out.defined())
       return out;
     b = fast.heldProductWeight(c);
   }
@@ -51,11 +51,11 @@ at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& packe
   const bool inProduct =
       !bias.defined() || (bias.dim() == 1 && bias.size(0) == b.size(1) && bias.scalar_type() == a.scalar_type());
   if (byWeight && inProduct)
-    return linear(c, a, b, false, bias, thenGelu);
+    return linear(c, a, b, false, bias, activation);
   at::Tensor product = byWeight ? linear(c, a, b, false, at::Tensor()) : batchedMatmul(a, b);
   if (bias.defined())
     product = at::add(product, bias);
-  return thenGelu ? at::gelu(product) : product;
+  return activation == ProductActivation::None ? product : activateInPlace(product, activation);
 }
 
 } // namespace cleave::runtime
