@@ -1,16 +1,19 @@
 """cleave on a GPU against PyTorch on the same GPU, in one run: whole models' forward time and
 peak device memory, and a split's predicted host-device copy time against the measured.
 
-    python3 bench/gpu_models.py CLEAVE OUT_DIR [--models resnet50,bert_base,vit_b_16] [--batch 8]
-                                [--runs 50] [--rounds 3] [--device cuda] [--no-compile]
-                                [--seam-profile examples/profiles/gpu.json]
+    python3 bench/gpu_models.py CLEAVE OUT_DIR [--models resnet50,bert_base,bert_base:1,vit_b_16] [--batch 8]
+                                [--precisions fp32,fp16] [--runs 30] [--rounds 3] [--device cuda]
+                                [--no-compile] [--seam-profile examples/profiles/gpu.json]
+                                [--pipeline bert_base:4]
 
-For each model: the PyTorch module (tools/export_zoo.py's, random weights) is exported to ONNX
-(TorchScript exporter, static shapes), then, round by round, alternately:
-  - PyTorch eager: --runs forwards under no_grad, synchronized, the median;
+For each model (NAME or NAME:BATCH, the batch overriding --batch): the PyTorch module
+(tools/export_zoo.py's, random weights) is exported to ONNX (TorchScript exporter, static shapes),
+then, per precision and round by round, alternately:
+  - PyTorch eager: --runs forwards under no_grad, synchronized, the median; fp16 under
+    torch.autocast(device, dtype=torch.float16), cleave with `--precision fp16`;
   - PyTorch eager replayed as one CUDA graph (torch.cuda.graphs), the median;
   - torch.compile(mode="reduce-overhead") (Inductor's kernels replayed as CUDA graphs), compiled
-    once before the first round, the median (--no-compile leaves it out);
+    once before the first round, the median, in fp32 only (--no-compile leaves it out);
   - `cleave run MODEL --backend aten-cuda --repeat RUNS --profile --inputs-on-device --json`: its
     median, its peak device bytes and host-device copies;
   - `cleave run MODEL --backend aten-cuda --repeat RUNS --graph-replay --inputs-on-device --json`: its
@@ -28,6 +31,9 @@ Seams: the model split by --seam-profile (an accelerator that leaves some ops to
 link's bandwidth, their time; the cut then runs with `--profile`, which times its moves between
 devices (seam_copy_s, each device waited for around them). The link's bandwidth is measured here
 (PyTorch copying 64 MiB from pageable host memory to the device) and given to the preview.
+Pipeline (--pipeline NAME:STAGES, '' for none): the model cut into STAGES balanced stages
+(`cleave pipeline`) and run whole on the one device, each stage its own module (--no-join), against
+the uncut model in the same round: what a stage boundary costs on a GPU.
 Writes OUT_DIR/gpu_models.json and OUT_DIR/gpu_models.md.
 
 --device cpu runs the same comparison on the CPU (aten-cpu, no CUDA graph), to check the script
@@ -48,6 +54,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 import export_zoo  # noqa: E402
+
+
+PRECISION_TYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def model_spec(entry, default_batch):
+    """("bert_base", 1) from "bert_base:1"; the default batch where none is given."""
+    name, _, batch = entry.partition(":")
+    return name, int(batch) if batch else default_batch
 
 
 def make_model(name, batch):
@@ -121,9 +136,22 @@ def torch_peak(model, inputs, device):
     return torch.cuda.max_memory_allocated(device)
 
 
-def torch_side(model, inputs, runs, device):
-    """Median seconds of eager and of CUDA-graph replay (None off CUDA)."""
-    with torch.no_grad():
+class Precision:
+    """torch.autocast for fp16/bf16 on `device`, nothing for fp32: torch's side of --precision."""
+
+    def __init__(self, name, device):
+        self.half = PRECISION_TYPES[name]
+        self.device = device
+
+    def __call__(self):
+        if self.half is None:
+            return torch.autocast(self.device.type, enabled=False)
+        return torch.autocast(self.device.type, dtype=self.half)
+
+
+def torch_side(model, inputs, runs, device, precision):
+    """Median seconds of eager and of CUDA-graph replay (None off CUDA), under `precision`."""
+    with torch.no_grad(), precision():
         for _ in range(3):
             model(*inputs)
         synchronize(device)
@@ -151,17 +179,18 @@ def cleave_json(cleave, *args):
     return json.loads(proc.stdout)
 
 
-def cleave_side(cleave, path, runs, backend):
-    summary = cleave_json(cleave, "run", path, "--backend", backend, "--repeat", runs, "--profile", "--inputs-on-device")
+def cleave_side(cleave, path, runs, backend, precision, *flags):
+    summary = cleave_json(cleave, "run", path, "--backend", backend, "--repeat", runs, "--profile", "--inputs-on-device",
+                          "--precision", precision, *flags)
     return summary["timing"]["median_s"], summary.get("peak_device_bytes"), summary["host_device_copies"]
 
 
-def cleave_replayed(cleave, path, runs, backend):
+def cleave_replayed(cleave, path, runs, backend, precision):
     """(median seconds, None) with --graph-replay, or (None, why) where it is not run or refused."""
     if backend != "aten-cuda":
         return None, "no CUDA"
     summary = cleave_json(cleave, "run", path, "--backend", backend, "--repeat", runs, "--graph-replay",
-                          "--inputs-on-device")
+                          "--inputs-on-device", "--precision", precision)
     replay = summary["graph_replay"]
     return summary["timing"]["median_s"], replay.get("refusal") if replay["refused"] else None
 
@@ -203,27 +232,49 @@ def spread(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def compare(cleave, name, args, device, tmp):
-    model, inputs = make_model(name, args.batch)
-    path = os.path.join(tmp, f"{name}.onnx")
+def exported(entry, args, device, tmp):
+    """(name, batch, module on `device`, inputs on `device`, ONNX path) for a --models entry."""
+    name, batch = model_spec(entry, args.batch)
+    model, inputs = make_model(name, batch)
+    path = os.path.join(tmp, f"{name}_{batch}.onnx")
     export_zoo.export_onnx(model, inputs, path, 17, ["x"])
-    model, inputs = model.to(device), tuple(t.to(device) for t in inputs)
+    return name, batch, model.to(device), tuple(t.to(device) for t in inputs), path
+
+
+def compare(cleave, entry, args, device, tmp):
+    """One result per precision in --precisions for the --models entry."""
+    name, batch, model, inputs, path = exported(entry, args, device, tmp)
+    results = []
+    for precision in args.precisions.split(","):
+        results.append(compare_at(cleave, name, batch, model, inputs, path, precision, args, device, tmp))
+    del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return results
+
+
+def compare_at(cleave, name, batch, model, inputs, path, precision, args, device, tmp):
     backend = "aten-cuda" if device.type == "cuda" else "aten-cpu"
-    torch_peak_bytes = torch_peak(model, inputs, device)
-    compiled, compile_error = compiled_side(model, inputs, device) if args.compile else (None, "not asked")
+    autocast = Precision(precision, device)
+    with autocast():
+        torch_peak_bytes = torch_peak(model, inputs, device)
+    # torch.compile in fp32 only: its autocast graphs are a study of their own.
+    compiled, compile_error = compiled_side(model, inputs, device) if args.compile and precision == "fp32" else \
+        (None, "not asked" if precision == "fp32" else None)
     rounds, refusal = [], None
     for _ in range(args.rounds):
-        eager, graph_time = torch_side(model, inputs, args.runs, device)
+        eager, graph_time = torch_side(model, inputs, args.runs, device, autocast)
         compile_time = compiled_time(compiled, inputs, args.runs, device)
-        ours, our_peak, copies = cleave_side(cleave, path, args.runs, backend)
-        replayed, refusal = cleave_replayed(cleave, path, args.runs, backend)
+        ours, our_peak, copies = cleave_side(cleave, path, args.runs, backend, precision)
+        replayed, refusal = cleave_replayed(cleave, path, args.runs, backend, precision)
         rounds.append({"torch_eager_s": eager, "torch_cuda_graph_s": graph_time, "torch_compile_s": compile_time,
                        "cleave_s": ours, "cleave_replay_s": None if refusal else replayed,
                        "torch_peak_bytes": torch_peak_bytes, "cleave_peak_bytes": our_peak, "host_device_copies": copies})
-        print(f"{name}: torch {eager * 1e3:.3f} ms, cleave {ours * 1e3:.3f} ms"
+        print(f"{name} (batch {batch}, {precision}): torch {eager * 1e3:.3f} ms, cleave {ours * 1e3:.3f} ms"
               + (f", torch graph {graph_time * 1e3:.3f} ms, cleave replay {replayed * 1e3:.3f} ms"
                  if graph_time and replayed else ""), flush=True)
-    result = {"model": name, "batch": args.batch, "rounds": rounds,
+    del compiled
+    result = {"model": name, "batch": batch, "precision": precision, "rounds": rounds,
               "cleave_over_eager": spread([r["cleave_s"] / r["torch_eager_s"] for r in rounds])}
     if compile_error:
         result["torch_compile_error"] = compile_error
@@ -237,15 +288,33 @@ def compare(cleave, name, args, device, tmp):
             if all(r["torch_compile_s"] for r in replays):
                 result["replay_over_compile"] = spread([r["cleave_replay_s"] / r["torch_compile_s"] for r in replays])
         result["peak_ratio"] = rounds[-1]["cleave_peak_bytes"] / rounds[-1]["torch_peak_bytes"]
-    if args.seam_profile:
+    if args.seam_profile and precision == "fp32":
         try:
             result["seams"] = seams(cleave, path, args.seam_profile, backend, args.link, tmp)
         except RuntimeError as e:
             result["seams"] = {"error": str(e)}
-    del model, compiled
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
     return result
+
+
+def pipeline(cleave, entry, args, device, tmp):
+    """The model cut into STAGES pipeline stages, run on the one device stage by stage (--no-join),
+    against the uncut model, round by round: medians and the ratio's spread."""
+    name, stages = entry.split(":")
+    backend = "aten-cuda" if device.type == "cuda" else "aten-cpu"
+    model, inputs = make_model(name, args.batch)
+    path = os.path.join(tmp, f"{name}_pipeline.onnx")
+    export_zoo.export_onnx(model, inputs, path, 17, ["x"])
+    del model
+    cut = os.path.join(tmp, f"{name}_pipeline")
+    cleave_json(cleave, "pipeline", path, "--stages", stages, "-o", cut)
+    rounds = []
+    for _ in range(args.rounds):
+        whole = cleave_side(cleave, path, args.runs, backend, "fp32")[0]
+        staged = cleave_side(cleave, cut, args.runs, backend, "fp32", "--no-join")[0]
+        rounds.append({"whole_s": whole, "stages_s": staged})
+        print(f"{name} in {stages} stages: {staged * 1e3:.3f} ms, whole {whole * 1e3:.3f} ms", flush=True)
+    return {"model": name, "batch": args.batch, "stages": int(stages), "rounds": rounds,
+            "stages_over_whole": spread([r["stages_s"] / r["whole_s"] for r in rounds])}
 
 
 def cell(value, digits=3):
@@ -265,20 +334,28 @@ def ratio_cell(r, key):
 def markdown(results, device_name, link):
     lines = [f"device: {device_name}; PyTorch {torch.__version__}; host-to-device link (pageable, 64 MiB): "
              + (f"{link / 1e9:.1f} GB/s" if link else "-"), "",
-             "| model | batch | torch eager ms | torch CUDA graph ms | torch.compile ms | cleave ms | cleave replay ms "
-             "| cleave/eager | replay/graph | replay/compile | peak cleave/torch | copies |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| model | batch | precision | torch eager ms | torch CUDA graph ms | torch.compile ms | cleave ms "
+             "| cleave replay ms | cleave/eager | replay/graph | replay/compile | peak cleave/torch | copies |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
+        if "stages" in r:
+            continue
         rounds = r["rounds"]
-        lines.append(f"| {r['model']} | {r['batch']} | {cell(median_ms(rounds, 'torch_eager_s'))} | "
+        lines.append(f"| {r['model']} | {r['batch']} | {r['precision']} | {cell(median_ms(rounds, 'torch_eager_s'))} | "
                      f"{cell(median_ms(rounds, 'torch_cuda_graph_s'))} | {cell(median_ms(rounds, 'torch_compile_s'))} | "
                      f"{cell(median_ms(rounds, 'cleave_s'))} | {cell(median_ms(rounds, 'cleave_replay_s'))} | "
                      f"{ratio_cell(r, 'cleave_over_eager')} | {ratio_cell(r, 'replay_over_cuda_graph')} | "
                      f"{ratio_cell(r, 'replay_over_compile')} | {cell(r.get('peak_ratio'), 2)} | "
                      f"{rounds[-1]['host_device_copies']} |")
-    notes = [f"- {r['model']}: torch.compile: {r['torch_compile_error']}" for r in results if "torch_compile_error" in r]
-    notes += [f"- {r['model']}: cleave --graph-replay not replayed: {r['cleave_replay_refusal']}"
+    notes = [f"- {r['model']}: torch.compile: {r['torch_compile_error']}" for r in results if r.get("torch_compile_error")]
+    notes += [f"- {r['model']} ({r['precision']}): cleave --graph-replay not replayed: {r['cleave_replay_refusal']}"
               for r in results if "cleave_replay_refusal" in r]
+    staged = [r for r in results if "stages" in r]
+    if staged:
+        lines += ["", "| model | batch | stages | whole ms | stages ms | stages/whole |", "| --- | --- | --- | --- | --- | --- |"]
+        for r in staged:
+            lines.append(f"| {r['model']} | {r['batch']} | {r['stages']} | {cell(median_ms(r['rounds'], 'whole_s'))} | "
+                         f"{cell(median_ms(r['rounds'], 'stages_s'))} | {ratio_cell(r, 'stages_over_whole')} |")
     seam_rows = [r for r in results if "seams" in r]
     if seam_rows:
         lines += ["", "| model | split by | acc/cpu submodules | predicted bytes | predicted ms | measured copies "
@@ -298,9 +375,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cleave")
     parser.add_argument("out_dir")
-    parser.add_argument("--models", default="resnet50,bert_base,vit_b_16")
+    parser.add_argument("--models", default="resnet50,bert_base,bert_base:1,vit_b_16",
+                        help="NAME or NAME:BATCH, comma-separated")
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--precisions", default="fp32,fp16", help="fp32, fp16, bf16, comma-separated")
+    parser.add_argument("--pipeline", default="bert_base:4",
+                        help="NAME:STAGES: the model cut into stages on the one device against it whole ('' for none)")
+    parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-compile", dest="compile", action="store_false",
@@ -320,12 +401,15 @@ def main():
     args.link = link_bytes_per_second(device)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models.split(","):
+        for entry in args.models.split(","):
             try:
-                results.append(compare(os.path.abspath(args.cleave), name, args, device, tmp))
+                results.extend(compare(os.path.abspath(args.cleave), entry, args, device, tmp))
             except ImportError as e:  # torchvision absent: the model is named as not run
-                print(f"{name}: not run ({e})", flush=True)
+                print(f"{entry}: not run ({e})", flush=True)
             write(args.out_dir, results, device_name, args.link)  # after each model: a time limit keeps the rest
+        if args.pipeline:
+            results.append(pipeline(os.path.abspath(args.cleave), args.pipeline, args, device, tmp))
+            write(args.out_dir, results, device_name, args.link)
     print(markdown(results, device_name, args.link))
 
 

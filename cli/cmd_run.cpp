@@ -68,7 +68,8 @@ void describe(CLI::App& app, RunFlags& flags) {
   app.add_flag("--graph-replay", flags.graphReplay,
                "record the model's device work once per input shape and replay it (CUDA graphs: one launch a run "
                "instead of one per kernel); a shape whose run the device cannot record (a step reads a device value "
-               "on the host) runs as usual, and --json says why")
+               "on the host) runs as usual, and --json says why; on aten-cpu-as-gpu the CPU records by the same "
+               "rule, to find such steps without a GPU")
       ->excludes(pipelined)
       ->excludes(distributed)
       ->excludes(profile);

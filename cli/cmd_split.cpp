@@ -69,7 +69,11 @@ void describe(CLI::App& app, SplitFlags& flags) {
       ->capture_default_str()
       ->check(kFinite);
   addJsonFlag(app, flags.json);
-  app.callback([&app, &flags] { flags.lowerAndRun = flags.preview && app.count("--backend") > 0; });
+  app.callback([&app, &flags] {
+    flags.lowerAndRun = flags.preview && app.count("--backend") > 0;
+    if (app.count("--rtol") == 0) // mixed precision: its half type's bound (runtime/model/tolerance.h)
+      flags.tolerance.rtol = runtime::cutToleranceFor(false, flags.runtime.optimizations.precision).rtol;
+  });
 }
 
 Json splitSettings(const support::Profile& profile, const split::SplitOptions& options) {

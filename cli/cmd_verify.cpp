@@ -32,7 +32,8 @@ void describe(CLI::App& app, VerifyFlags& flags) {
   app.add_option("OUT_DIR", flags.cutPath, "its cut: a directory with plan.json")->required();
   addRuntimeOptions(app, flags.runtime);
   app.add_option("--rtol", flags.tolerance.rtol,
-                 "relative tolerance (default 1e-4; 1e-2 for aten-cuda with --tf32: runtime/model/tolerance.h)")
+                 "relative tolerance (default 1e-4; 1e-2 for aten-cuda with --tf32; 2e-2 with --precision fp16, 1e-1 with "
+                 "bf16: runtime/model/tolerance.h)")
       ->each([&flags](const std::string&) { flags.rtolGiven = true; })
       ->check(kFinite)
       ->check(CLI::NonNegativeNumber);
@@ -84,10 +85,13 @@ Status verify(VerifyFlags flags, std::ostream& out, std::ostream&) {
   if (!plan::isPlanDirectory(flags.cutPath))
     return Error(ErrorCode::NotFound) << flags.cutPath << ": no plan.json (not a cut model)";
   if (!flags.rtolGiven)
-    flags.tolerance.rtol = runtime::cutToleranceFor(flags.runtime.optimizations.wing.isOn(runtime::cuda::kTf32)).rtol;
-  RuntimeOptions reference = flags.runtime;
+    flags.tolerance.rtol = runtime::cutToleranceFor(flags.runtime.optimizations.wing.isOn(runtime::cuda::kTf32),
+                                                    flags.runtime.optimizations.precision)
+                               .rtol;
+  RuntimeOptions reference = flags.runtime; // the original in float32 on the CPU
   reference.backend = runtime::kHostBackend;
   reference.optimizations.wing.set(runtime::cuda::kTf32, false);
+  reference.optimizations.precision = runtime::Precision::Fp32;
   // Every seam kept: each submodule runs from its own file's declared inputs, as on its device.
   RuntimeOptions cutOptions = flags.runtime;
   cutOptions.optimizations.joinSeams = false;

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "cli/options.h"
 #include "runtime/cpu/cpu_switches.h"
 #include "runtime/cuda/cuda_switches.h"
 
@@ -37,6 +38,11 @@ void addRuntimeOptions(CLI::App& app, RuntimeOptions& options) {
     addWingSwitch(app, options.optimizations.wing, wingSwitch);
   for (const runtime::WingSwitch& wingSwitch : runtime::cuda::kSwitches)
     addWingSwitch(app, options.optimizations.wing, wingSwitch);
+  addEnumOption(app, "--precision", options.optimizations.precision, runtime::kPrecisions,
+                "fp16 and bf16 are torch.autocast(dtype=...)'s mixed precision on the backend's device: matrix "
+                "products, convolutions and attention in the half type, the device's precision-sensitive ops "
+                "(softmax, norms, reductions on CUDA) in float32, parameters kept in float32, outputs returned "
+                "in their declared types (aten-cpu-bf16 instead computes everything in bfloat16)");
   app.add_flag("!--no-join", options.optimizations.joinSeams,
                "a cut model: run each submodule as its own module (timed one by one, no fusion across seams); by "
                "default neighbouring submodules on the same backend run as one graph");

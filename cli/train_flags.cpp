@@ -105,7 +105,7 @@ void describeTrain(CLI::App& app, TrainFlags& flags) {
       ->delimiter(',')
       ->expected(2)
       ->check(kFinite);
-  addEnumOption(app, "--precision", flags.request.options.precision, runtime::kPrecisions,
+  addEnumOption(app, "--precision", flags.request.options.precision, runtime::kTrainingPrecisions,
                 "the forward's precision: bf16 is torch.autocast(dtype=torch.bfloat16) (matrix products and "
                 "convolutions in bf16, precision-sensitive ops in float32) with float32 master weights, gradients "
                 "and optimizer");

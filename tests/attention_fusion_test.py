@@ -4,7 +4,8 @@ and additive masks, a BERT-style block with its padding mask, and the zoo's GPT-
 LLaMA-style decoders (tools/export_zoo.py), each exported with the TorchScript exporter (opset 17)
 and torch 2.x's default (dynamo) exporter. For every export: `cleave run --profile` shows the
 fused group and no Softmax left alone, its outputs equal ONNX Runtime's within 1e-4 of the
-largest, and `--no-fused-attention` computes the same within 1e-5."""
+largest, `--no-fused-attention` computes the same within 1e-5, and with host and device memory
+apart (aten-cpu-as-gpu) a second run copies nothing between them."""
 import json
 import math
 import os
@@ -143,6 +144,10 @@ class AttentionFusion(TempDirTest):
                     self.assertIn(GROUP, ops)
                     self.assertNotIn("Softmax", ops)
                     self.run_profiled(model, feeds, "--no-fused-attention", "--save-outputs", self.path("nodes.json"))
+                    # Host and device memory apart (as on a GPU): the second run copies nothing, so a
+                    # CUDA-graph recording meets no crossing.
+                    apart = self.run_profiled(model, feeds, "--backend", "aten-cpu-as-gpu", "--repeat", "2")
+                    self.assertEqual(apart["host_device_copies_by_value"], {})
                     proc = subprocess.run([*ORACLE, "run", model, feeds, self.path("ort.json")], capture_output=True,
                                           text=True, timeout=300)
                     self.assertEqual(proc.returncode, 0, proc.stderr)

@@ -87,6 +87,37 @@ class RuntimeOracle(TempDirTest):
         self.assertEqual(sum(report["host_device_copies_by_value"].values()), report["host_device_copies"])
         self.assertTrue(all("(made by " in key for key in report["host_device_copies_by_value"]))
 
+    def test_every_zoo_model_records_for_replay_but_a_data_dependent_loop(self):
+        # --graph-replay on aten-cpu-as-gpu records as a GPU would (the CPU wing's recording refuses
+        # a host-device crossing inside the recorded run, naming the value): every zoo model
+        # records, except DLRM, whose EmbeddingBag loop reads its offsets on the host every run.
+        for name in MODELS:
+            with self.subTest(model=name):
+                model, inputs = self.model(name)
+                code, stdout, err = run("run", model, "--inputs", inputs, "--backend", "aten-cpu-as-gpu",
+                                        "--graph-replay", "--repeat", "3", "--json", "--save-outputs",
+                                        self.path("replayed.json"))
+                self.assertEqual(code, 0, err)
+                replay = json.loads(stdout)["graph_replay"]
+                if name == "dlrm":
+                    self.assertEqual((replay["recorded"], replay["refused"]), (0, 1))
+                    self.assertIn("node '/embeddings.0/Loop'", replay["refusal"])
+                    self.assertIn("to the host would be copied inside the recording", replay["refusal"])
+                    continue
+                self.assertEqual((replay["recorded"], replay["refused"]), (1, 0), replay.get("refusal"))
+                code, _, err = run("run", model, "--inputs", inputs, "--save-outputs", self.path("eager.json"))
+                self.assertEqual(code, 0, err)
+                self.assertEqual(json.load(open(self.path("replayed.json"))), json.load(open(self.path("eager.json"))))
+        # A step that copies every run (no shape memo) is refused and named; aten-cpu records nothing.
+        model, inputs = self.model("transformer_encoder")
+        code, stdout, err = run("run", model, "--inputs", inputs, "--backend", "aten-cpu-as-gpu", "--graph-replay",
+                                "--no-shape-memo", "--json")
+        self.assertEqual(code, 0, err)
+        self.assertIn("(made by /encoder/layers.0/self_attn/Sqrt) to the device would be copied inside the recording",
+                      json.loads(stdout)["graph_replay"]["refusal"])
+        code, _, err = run("run", model, "--inputs", inputs, "--graph-replay")
+        self.assertOneLineError(code, err, "aten-cpu records no device work", exit_code=2)
+
     def test_cut_models_verify_against_the_original(self):
         for name in MODELS:
             model, inputs = self.model(name)

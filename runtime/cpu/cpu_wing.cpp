@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <functional>
+#include <stdexcept>
 #include <vector>
 
 #include "runtime/cpu/cpu_switches.h"
 #include "runtime/engine/executor.h"
 #include "runtime/engine/fusion.h"
+#include "runtime/engine/torch_compat.h"
 #include "runtime/model/host_backend.h"
 
 namespace cleave::runtime::cpu {
@@ -82,8 +84,9 @@ public:
       : packedWeights_(options.optimizations.wing.isOn(kPackedWeights)),
         winograd_(options.optimizations.wing.isOn(kWinograd)),
         blockedConvolutions_(options.optimizations.wing.isOn(kBlockedConvolutions)), packed_(g.numParameters()) {
-    // oneDNN holds weights in its own layouts for inference on the CPU in float32 only.
-    if (!onednn::available() || options.trainable || !options.device.is_cpu() || options.floatType) {
+    // oneDNN holds weights in its own layouts for inference on the CPU in float32 only (not under
+    // mixed precision either, where ATen's autocast casts the plain weights).
+    if (!onednn::available() || options.trainable || !options.device.is_cpu() || !options.floatsAsDeclared()) {
       rows_.assign(g.numParameters(), false);
       packs_ = convolutionOnly_ = rows_;
       return;
@@ -148,6 +151,21 @@ private:
   std::shared_ptr<onednn::ReorderedWeights> pool_ = std::make_shared<onednn::ReorderedWeights>();
 };
 
+// What the CPU "records": the call itself, kept and made again on each replay. Its recording is
+// a check, not a speed-up: aten-cpu-as-gpu (host and device memory apart) records as a GPU would,
+// so a step a CUDA graph would refuse is found without one (callWhileRecording).
+class RerunRecording final : public DeviceRecording {
+public:
+  explicit RerunRecording(std::function<Status()> work) : work_(std::move(work)) {}
+  void replay() override {
+    if (Status status = work_(); !status) // it ran as recorded once: a failure now is the caller's bug
+      throw std::runtime_error("a replay on the CPU failed: " + status.error().message());
+  }
+
+private:
+  std::function<Status()> work_;
+};
+
 class CpuWing final : public DeviceWing {
 public:
   std::string_view name() const override { return "cpu"; }
@@ -158,7 +176,7 @@ public:
   }
   // Blocked values are oneDNN's CPU float32 layouts: none in another float type.
   bool keepsPrivateLayout(const ExecutorOptions& options) const override {
-    return options.optimizations.blockedLayout && options.device.is_cpu() && !options.floatType;
+    return options.optimizations.blockedLayout && options.device.is_cpu() && options.floatsAsDeclared();
   }
   bool holdsPrivateLayout(const at::Tensor& t) const override { return t.is_mkldnn() || onednn::isBlockedActivation(t); }
   at::Tensor dense(const at::Tensor& t) const override {
@@ -166,8 +184,19 @@ public:
   }
   std::size_t heldWeightBytes() const override { return onednn::heldWeightBytes(); }
   const FastPaths* fastPaths() const override {
+    if (activeAutocast(at::kCPU)) // mixed precision: oneDNN's paths here compute in float32 only
+      return nullptr;
     const FastPaths* own = oneDnnFastPaths();
     return own ? own : atenBlockedFastPaths();
+  }
+  // A warm-up call (first-run copies of constants and parameters), then the recorded call under
+  // the recording's rule; replays run it again.
+  bool records() const override { return true; }
+  Expected<std::unique_ptr<DeviceRecording>> record(const at::Device&,
+                                                    const std::function<Status()>& work) const override {
+    CLEAVE_CHECK(work());
+    CLEAVE_CHECK(callWhileRecording(work));
+    return std::unique_ptr<DeviceRecording>(new RerunRecording(work));
   }
   std::vector<std::string> backendNames() const override { return {kHostBackend, "aten-cpu-bf16", "aten-cpu-as-gpu"}; }
   // aten-cpu-bf16: a low-precision device whose disagreements exercise verify, preview and minimize.

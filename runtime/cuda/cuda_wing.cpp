@@ -40,30 +40,26 @@ public:
 };
 
 // The second call of `work` captured into `recording.graph` on the current (side) stream. A step
-// the capture refuses fails the call (the executor names the node) and invalidates the capture;
-// ending it then throws too, and leaves the device's last error set, which is cleared so that the
-// next kernel launch does not report it.
+// the capture refuses fails the call (the executor names a crossing value itself) and invalidates
+// the capture; ending it then throws too, and leaves the device's last error set, which is cleared
+// so that the next kernel launch does not report it.
 Status capture(CudaGraphRecording& recording, const std::function<Status()>& work) {
-  std::string failure;
-  Status status;
   recording.graph.capture_begin();
-  try {
-    status = work();
-  } catch (const std::exception& e) {
-    failure = e.what();
-  }
+  Status status = callWhileRecording(work);
+  std::string endFailure;
   try {
     recording.graph.capture_end();
   } catch (const c10::Error& e) {
-    if (failure.empty() && status)
-      failure = e.what_without_backtrace();
+    if (status)
+      endFailure = e.what_without_backtrace();
   }
-  if (!status || !failure.empty())
+  if (!status || !endFailure.empty())
     (void)cudaGetLastError();
   if (!status)
-    return Error(ErrorCode::Unsupported) << "the device refused to record a run: " << status.error().message();
-  if (!failure.empty())
-    return Error(ErrorCode::Unsupported) << "the device refused to record a run: " << failure.substr(0, failure.find('\n'));
+    return status;
+  if (!endFailure.empty())
+    return Error(ErrorCode::Unsupported) << "the device refused to record a run: "
+                                         << endFailure.substr(0, endFailure.find('\n'));
   return {};
 }
 
@@ -113,6 +109,7 @@ public:
     return {};
   }
 
+  const FastPaths* fastPaths() const override { return cudaFastPaths(); }
   bool records() const override { return true; }
   Expected<std::unique_ptr<DeviceRecording>> record(const at::Device& device,
                                                     const std::function<Status()>& work) const override {

@@ -12,11 +12,23 @@
 //     shape once (its first run picks the fastest algorithm for that shape and keeps it);
 //   - peakAllocatedBytes is the caching allocator's peak of allocated bytes since the last
 //     reset, as torch.cuda.max_memory_allocated counts them; synchronize waits for the device;
+//   - fast paths: a product with its bias and ReLU or tanh-GELU runs as one cuBLASLt call with
+//     that epilogue (cuda_fast_paths.cpp); attention runs as ATen's fused kernel;
 //   - record captures a CUDA graph (at::cuda::CUDAGraph, as torch.cuda.graph does): the warm-up
 //     and the capture run on a side stream of the device, the capture's memory comes from a pool
 //     of its own that the recording keeps, and a capture the device refuses (a synchronization
 //     inside it) is ended, its error cleared, and reported as Unsupported naming the step.
 // Complexity: O(1) per hook; configure sets three process-wide flags.
-// The wing has no API: it installs itself as its library loads (a static registration in
-// cuda_wing.cpp) and is reached through the engine's hooks alone.
+// The wing has no API outside its library: it installs itself as its library loads (a static
+// registration in cuda_wing.cpp) and is reached through the engine's hooks alone.
 #pragma once
+
+namespace cleave::runtime {
+class FastPaths;
+namespace cuda {
+
+// The wing's fast paths (cuda_fast_paths.cpp), for CudaWing::fastPaths.
+const FastPaths* cudaFastPaths();
+
+} // namespace cuda
+} // namespace cleave::runtime

@@ -1,6 +1,9 @@
 #include "runtime/engine/device_wing.h"
 
+#include <c10/util/Exception.h>
+
 #include <array>
+#include <stdexcept>
 
 #include "runtime/engine/fast_paths.h"
 
@@ -139,6 +142,32 @@ Expected<std::unique_ptr<DeviceRecording>> DeviceWing::record(const at::Device& 
                                                               const std::function<Status()>&) const {
   return Error(ErrorCode::Unsupported) << "the " << name() << " wing records no device work (device "
                                        << device.str() << "): graph replay needs a CUDA device";
+}
+
+namespace {
+thread_local bool recordingOnThisThread = false;
+} // namespace
+
+RecordingScope::RecordingScope() : previous_(recordingOnThisThread) { recordingOnThisThread = true; }
+RecordingScope::~RecordingScope() { recordingOnThisThread = previous_; }
+bool insideRecording() { return recordingOnThisThread; }
+
+Status callWhileRecording(const std::function<Status()>& work) {
+  std::string failure;
+  {
+    RecordingScope recording;
+    try {
+      if (Status status = work(); !status)
+        failure = status.error().message();
+    } catch (const c10::Error& e) {
+      failure = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  if (failure.empty())
+    return {};
+  return Error(ErrorCode::Unsupported) << "the device refused to record a run: " << failure.substr(0, failure.find('\n'));
 }
 
 Expected<std::unique_ptr<DeviceRecording>> recordDeviceWork(const at::Device& device,

@@ -180,6 +180,25 @@ std::optional<int> devicesNamedBy(std::string_view base);
 // InvalidArgument for a name of `base`'s family that names no device ("aten-cuda:x").
 Error deviceIndexError(std::string_view name, std::string_view base);
 
+// While one lives, this thread is making the recorded call of DeviceWing::record: an executor
+// then refuses to copy a value between host and device memory (it throws, naming the value and
+// its producer), since a recording cannot hold the copy. A CUDA graph would refuse it too, in
+// words that name no node; aten-cpu-as-gpu checks the same rule on the CPU.
+class RecordingScope {
+public:
+  RecordingScope();
+  RecordingScope(const RecordingScope&) = delete;
+  RecordingScope& operator=(const RecordingScope&) = delete;
+  ~RecordingScope();
+
+private:
+  bool previous_;
+};
+bool insideRecording();
+// `work` called as a recorded call, inside a RecordingScope: Unsupported ("the device refused to
+// record a run: ...") where it failed or threw, with its message.
+Status callWhileRecording(const std::function<Status()>& work);
+
 // DeviceWing::record by the wing serving `device` (Unsupported where none serves it).
 Expected<std::unique_ptr<DeviceRecording>> recordDeviceWork(const at::Device& device,
                                                             const std::function<Status()>& work);

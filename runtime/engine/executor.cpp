@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <stdexcept>
 
 #include "io/onnx.h"
 #include "runtime/engine/fusion.h"
 #include "runtime/engine/forward_replay.h"
 #include "runtime/engine/running_statistics.h"
+#include "runtime/engine/torch_compat.h"
 #include "base/strings.h"
 
 namespace cleave::runtime {
@@ -296,16 +298,28 @@ std::int64_t bytesOf(const at::Tensor& tensor) {
   return tensor.defined() ? static_cast<std::int64_t>(tensor.numel() * tensor.element_size()) : 0;
 }
 
-// Counts a copy of `value` to the `to` side (on the CPU both sides are the CPU: tests and
-// aten-cpu-as-gpu place values all the same).
-void countCopy(const ir::Graph& g, ir::ValueId value, Side to, const at::Tensor& copied, RunStats* stats) {
-  if (!stats)
-    return;
-  ++stats->hostDeviceCopies;
-  stats->hostDeviceCopyBytes += bytesOf(copied);
-  const NodeId producer = g.producer(value);
-  ++stats->copiesByValue[std::string(g.valueName(value)) + " (made by " + std::string(g.name(producer)) + ") to the " +
-                         (to == Side::Host ? "host" : "device")];
+// "VALUE (made by NODE) to the host": a copy named by what it moves and which way.
+std::string crossingName(const ir::Graph& g, ir::ValueId value, Side to) {
+  return std::string(g.valueName(value)) + " (made by " + std::string(g.name(g.producer(value))) + ") to the " +
+         (to == Side::Host ? "host" : "device");
+}
+
+// `source` copied to `target`, the `to` side, and counted (on the CPU both sides are the CPU:
+// tests and aten-cpu-as-gpu place values all the same). Inside a recording (device_wing.h,
+// RecordingScope) no copy is made: it throws, naming the value.
+at::Tensor crossTo(const ir::Graph& g, ir::ValueId value, Side to, const at::Tensor& source, const at::Device& target,
+                   RunStats* stats) {
+  if (insideRecording())
+    throw std::runtime_error(crossingName(g, value, to) +
+                             " would be copied inside the recording (a step reads on one side a value the other made "
+                             "this run)");
+  at::Tensor copied = denseFromPrivateLayout(source).to(target);
+  if (stats) {
+    ++stats->hostDeviceCopies;
+    stats->hostDeviceCopyBytes += bytesOf(copied);
+    ++stats->copiesByValue[crossingName(g, value, to)];
+  }
+  return copied;
 }
 } // namespace
 
@@ -314,6 +328,11 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
   const ir::Graph& g = *graph_;
   RunState state{stats, observe, outputLayout, observe == nullptr && options_.optimizations.fusion,
                  std::vector<at::Tensor>(g.numValues()), uses_};
+  // Mixed precision: the whole run in one autocast scope (a subgraph's run finds it on already).
+  std::optional<AutocastScope> mixedPrecision;
+  if (std::optional<at::ScalarType> half = autocastTypeOf(options_.optimizations.precision);
+      half && !activeAutocast(options_.device.type()))
+    mixedPrecision.emplace(options_.device.type(), *half);
   for (std::uint32_t n = 0; n < g.numNodes(); ++n) {
     NodeId node{n};
     switch (g.kind(node)) {
@@ -445,14 +464,22 @@ TensorMap Executor::collectOutputs(NodeId node, RunState& state) const {
   const ir::Graph& g = *graph_;
   TensorMap outputs;
   for (ir::ValueId value : g.inputs(node)) {
-    at::Tensor tensor = state.values[index(value)];
-    if (options_.floatType && tensor.defined() && !isStringTensor(tensor) && tensor.scalar_type() == *options_.floatType)
-      tensor = tensor.to(at::kFloat);
-    outputs[std::string(g.valueName(value))] = tensor;
+    outputs[std::string(g.valueName(value))] = inDeclaredFloatType(value, state.values[index(value)]);
   }
   if (state.stats) // several executors (a cut model's submodels) report their largest
     state.stats->peakActivationBytes = std::max(state.stats->peakActivationBytes, state.peak);
   return outputs;
+}
+
+// A graph output computed in a lower float type than declared (floatType's, or a half type under
+// mixed precision) cast back to the declared type: float32 where the model declares none.
+at::Tensor Executor::inDeclaredFloatType(ir::ValueId value, at::Tensor tensor) const {
+  if (options_.floatsAsDeclared() || !tensor.defined() || isStringTensor(tensor) ||
+      !at::isReducedFloatingType(tensor.scalar_type()))
+    return tensor;
+  Expected<at::ScalarType> declared = scalarTypeOf(graph_->dtype(value));
+  const at::ScalarType wanted = declared && at::isFloatingType(*declared) ? *declared : at::kFloat;
+  return wanted == tensor.scalar_type() ? tensor : tensor.to(wanted);
 }
 
 // A fused group (fusion.h) runs at its last node, on the group's operands, for all its nodes.
@@ -512,9 +539,8 @@ at::Tensor Executor::crossedOperand(ir::ValueId value, ReadSide read, RunState& 
     at::Tensor& copy = invariantCopies_[index(value)];
     at::Tensor& from = invariantSources_[index(value)];
     if (!copy.defined() || (parameter && !from.is_same(source))) {
-      copy = denseFromPrivateLayout(source).to(target);
+      copy = crossTo(g, value, read == ReadSide::Host ? Side::Host : Side::Device, source, target, state.stats);
       from = source;
-      countCopy(g, value, read == ReadSide::Host ? Side::Host : Side::Device, copy, state.stats);
     }
     return copy;
   }
@@ -527,8 +553,7 @@ at::Tensor Executor::crossedOperand(ir::ValueId value, ReadSide read, RunState& 
     copy = *kept;
     return copy;
   }
-  copy = denseFromPrivateLayout(source).to(target);
-  countCopy(g, value, read == ReadSide::Host ? Side::Host : Side::Device, copy, state.stats);
+  copy = crossTo(g, value, read == ReadSide::Host ? Side::Host : Side::Device, source, target, state.stats);
   memo_.rememberCopy(value, source, copy);
   return copy;
 }
@@ -613,8 +638,8 @@ Status Executor::storeResults(NodeId node, std::vector<at::Tensor> results, RunS
     // side the placement gives the node, so that every reader finds it where it was planned.
     if (placement_ && holdsNumbers(results[i]) &&
         results[i].device() != deviceOf(placement_->nodeSide[node])) {
-      results[i] = results[i].to(deviceOf(placement_->nodeSide[node]));
-      countCopy(g, outputs[i], placement_->nodeSide[node], results[i], state.stats);
+      results[i] = crossTo(g, outputs[i], placement_->nodeSide[node], results[i],
+                           deviceOf(placement_->nodeSide[node]), state.stats);
     }
     at::Tensor& stored = state.values[index(outputs[i])];
     stored = std::move(results[i]);

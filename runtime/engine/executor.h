@@ -9,7 +9,9 @@
 // are always dense. Unobserved runs run fused node groups (fusion.h: MatMul+Add bias, GELU) as one
 // kernel each. How weights are held is the device wing's (device_wing.h, WeightPlan). On a device
 // with its own memory, shape arithmetic runs on the host and values cross only where a reader
-// needs them on the other side, once per value and run (value_placement.h).
+// needs them on the other side, once per value and run (value_placement.h). Under mixed precision
+// (Optimizations::precision) a run is one torch.autocast scope on the device, and floating graph
+// outputs come back in their declared types.
 // Complexity: O(V + E) bookkeeping per run besides the kernels.
 #pragma once
 
@@ -47,6 +49,10 @@ struct ExecutorOptions {
   // Values placed by host and device memory (value_placement.h): always where the device is not
   // the CPU; tests turn it on for the CPU, where each crossing is a no-op counted all the same.
   bool separateHostMemory = false;
+
+  // Whether floats compute in the types the model declares: no floatType and no mixed precision
+  // (optimizations.precision), which the wings' float32 layouts and fast paths need.
+  bool floatsAsDeclared() const { return !floatType && optimizations.precision == Precision::Fp32; }
 };
 
 enum class OutputLayout : std::uint8_t { Dense, AsComputed };
@@ -110,6 +116,7 @@ private:
   Status bindInput(ir::NodeId node, const TensorMap& inputs, RunState& state) const;
   void bindParameter(ir::NodeId node, RunState& state) const;
   TensorMap collectOutputs(ir::NodeId node, RunState& state) const;
+  at::Tensor inDeclaredFloatType(ir::ValueId value, at::Tensor tensor) const;
   Status runOp(ir::NodeId node, RunState& state);
   // Selective recomputation: the segment starting at `node` in a run recording autograd's graph
   // (null: none, or off); running it so that its outputs carry one replaying node; one run of

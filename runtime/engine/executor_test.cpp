@@ -20,6 +20,7 @@
 #include "runtime/kernels/helpers.h"
 #include "runtime/model/microbatch.h"
 #include "runtime/engine/tensors.h"
+#include "runtime/engine/torch_compat.h"
 #include "runtime/engine/executor_test_support.h"
 #include "testing/test_graphs.h"
 
@@ -566,6 +567,37 @@ FusedAndObserved runFusedAndObserved(ir::Graph graph, const TensorMap& inputs) {
 // x -> MatMul(x, w) + b -> GELU's tanh form as exported (GPT-2's: Pow 3, Mul 0.044715, Add x, Mul
 // sqrt(2/pi), Tanh, Add 1, and x * 0.5 times that, or x times that, times 0.5), or -> Relu: one
 // product with the activation as its post-op, equal to the nodes (observed) and to ATen's.
+// Mixed precision is torch.autocast over the whole run: the product (fused with its bias here)
+// computes in the half type exactly as ATen's own call under autocast does, oneDNN's float32 path
+// stays out, the weight stays float32, and the output comes back in its declared float32.
+TEST(Executor, MixedPrecisionRunsUnderAutocastAndReturnsDeclaredTypes) {
+  at::manual_seed(83);
+  const at::Tensor x = at::randn({4, 16}), w = at::randn({16, 8}), b = at::randn({8});
+  for (const auto& [precision, half] : {std::pair{Precision::Bf16, at::kBFloat16}, std::pair{Precision::Fp16, at::kHalf}}) {
+    SCOPED_TRACE(c10::toString(half));
+    NodeChain chain({"x"});
+    addFloatParameter(chain.builder, "w", w);
+    addFloatParameter(chain.builder, "b", b);
+    chain.add(spec("MatMul", {"x", "w"}, {}, "mm"), "mm");
+    chain.add(spec("Add", {"mm", "b"}, {}, "biased"), "h");
+    chain.add(spec("Softmax", {"h"}, {integer("axis", -1)}, "softmax"), "y");
+    Expected<ir::Graph> graph = std::move(chain).finish({"y", "h"});
+    ASSERT_TRUE(graph) << graph.error().message();
+    ExecutorOptions options;
+    options.optimizations.precision = precision;
+    auto executor = Executor::create(std::make_shared<const ir::Graph>(std::move(*graph)), options);
+    ASSERT_TRUE(executor) << executor.error().message();
+    Expected<TensorMap> out = (*executor)->run({{"x", x}});
+    ASSERT_TRUE(out) << out.error().message();
+    const at::Tensor want = at::linear(x.to(half), w.t().to(half), b.to(half));
+    EXPECT_EQ(out->at("h").scalar_type(), at::kFloat);
+    EXPECT_EQ(out->at("y").scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::equal(out->at("h"), want.to(at::kFloat)));
+    EXPECT_GT((out->at("h") - (at::matmul(x, w) + b)).abs().max().item<float>(), 0.0f); // not float32's
+    EXPECT_FALSE(activeAutocast(at::kCPU)); // the scope ended with the run
+  }
+}
+
 TEST(Fusion, ProductsTakeTanhGeluAndReluAsPostOps) {
   at::manual_seed(81);
   const TensorMap inputs{{"x", at::randn({3, 5, 8})}, {"w", at::randn({8, 6})}, {"b", at::randn({6})}};

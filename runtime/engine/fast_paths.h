@@ -7,8 +7,9 @@
 // ATen. The model is ONNX Runtime's execution providers, whose kernels override the CPU
 // provider's op by op; here the override is one level down, at the shared computation, so that
 // MatMul, Gemm, Einsum, attention and their fused groups all reach one product.
-// A wing with no fast paths (the CUDA wing: ATen's CUDA kernels are cuBLAS's and cuDNN's)
-// returns none from DeviceWing::fastPaths; nothing here names a device library.
+// A wing with no fast paths returns none from DeviceWing::fastPaths; the CUDA wing's are few
+// (ATen's CUDA kernels are cuBLAS's and cuDNN's already: a product's epilogue in cuBLASLt);
+// nothing here names a device library.
 // Complexity: fastPathsFor scans the installed wings (a handful); each hook says its own.
 #pragma once
 
@@ -115,6 +116,8 @@ public:
 };
 
 // The fast paths of the wing serving `device`, or null where it offers none (or none serves it).
+// Under autocast (mixed precision) a wing offers only paths that take autocast's types: the CPU
+// wing's float32 paths step aside, and ATen's dispatcher picks each op's type.
 const FastPaths* fastPathsFor(const at::Device& device);
 
 } // namespace cleave::runtime

@@ -4,11 +4,26 @@
 // library. O(1) but for WingSwitches, whose lookups scan the switches a run set (a handful).
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "base/enum_table.h"
+
 namespace cleave::runtime {
+
+// The precision a model computes in. Fp16 and Bf16 are PyTorch's mixed precision,
+// torch.autocast(dtype=...) on the run's device: ATen's autocast dispatch keys cast the operands
+// of matrix products, convolutions and attention to the half type and those of the ops the device's
+// autocast lists as precision-sensitive (softmax, norms, reductions on CUDA) to float32; other ops
+// run in the type their operands arrive in. Parameters stay float32 (each half copy is autocast's
+// weight cache, kept for one run) and a graph's floating outputs come back in their declared types.
+// This differs from the aten-cpu-bf16 backend, which casts every parameter and input to bfloat16
+// and computes everything in it.
+enum class Precision : std::uint8_t { Fp32, Fp16, Bf16 };
+inline constexpr auto kPrecisions =
+    enumTable<Precision>({{Precision::Fp32, "fp32"}, {Precision::Fp16, "fp16"}, {Precision::Bf16, "bf16"}});
 
 // An optimization a device wing offers and lets a run turn on or off, declared by the wing in a
 // header of constants (runtime/cpu/cpu_switches.h, runtime/cuda/cuda_switches.h) that the CLI
@@ -61,6 +76,9 @@ struct Optimizations {
   bool joinSeams = true;
   // The wings' own (the CPU wing's weight layouts and convolution kernels, the CUDA wing's TF32).
   WingSwitches wing;
+  // Not an optimization a run turns off but, like TF32, a trade of precision for speed that every
+  // executor of a run shares (cleave run/verify/split --precision): mixed precision.
+  Precision precision = Precision::Fp32;
 };
 
 } // namespace cleave::runtime

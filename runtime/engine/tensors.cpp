@@ -43,6 +43,15 @@ Expected<at::ScalarType> scalarTypeOf(ir::DType dtype) {
   }
 }
 
+std::optional<at::ScalarType> autocastTypeOf(Precision precision) {
+  switch (precision) {
+  case Precision::Fp16: return at::kHalf;
+  case Precision::Bf16: return at::kBFloat16;
+  case Precision::Fp32: break;
+  }
+  return std::nullopt;
+}
+
 ir::DType dtypeOf(at::ScalarType type) {
   switch (type) {
   case at::kFloat: return ir::DType::F32;

@@ -10,10 +10,12 @@
 #include <ATen/ATen.h>
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "base/expected.h"
 #include "ir/graph.h"
+#include "runtime/engine/optimizations.h"
 
 namespace cleave::runtime {
 
@@ -25,6 +27,8 @@ using TensorMap = std::map<std::string, at::Tensor>;
 // treats them as unsigned). They come back as int32/int64 in saved outputs.
 Expected<at::ScalarType> scalarTypeOf(ir::DType dtype);
 ir::DType dtypeOf(at::ScalarType type);
+// The half type autocast casts products to under `precision` (optimizations.h); none for Fp32.
+std::optional<at::ScalarType> autocastTypeOf(Precision precision);
 // A value's dtype: String for string tensors, else dtypeOf(its scalar type).
 ir::DType dtypeOf(const at::Tensor& tensor);
 

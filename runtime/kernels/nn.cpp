@@ -17,6 +17,7 @@
 #include "runtime/engine/fast_paths.h"
 #include "runtime/engine/forward_replay.h"
 #include "runtime/kernels/helpers.h"
+#include "runtime/engine/torch_compat.h"
 
 namespace cleave::runtime {
 
@@ -127,6 +128,22 @@ at::Tensor plainConvolutionWeight(const KernelContext& c, const at::Tensor& w) {
   return plain;
 }
 
+// at::convolution, the one entry point every convolution form reaches. torch's conv1d/2d/3d and
+// conv_transpose1d/2d/3d are on autocast's lists and at::convolution is not on the CPU's, so under
+// autocast (mixed precision) the operands are cast to its half type here, as those would be.
+at::Tensor convolutionAsTorch(at::Tensor x, at::Tensor w, at::Tensor bias, at::IntArrayRef strides,
+                              at::IntArrayRef padding, at::IntArrayRef dilations, bool transposed,
+                              at::IntArrayRef outputPadding, std::int64_t groups) {
+  if (std::optional<at::ScalarType> half = activeAutocast(x.device().type());
+      half && at::isFloatingType(x.scalar_type())) {
+    x = x.to(*half);
+    w = w.to(*half);
+    if (bias.defined())
+      bias = bias.to(*half);
+  }
+  return at::convolution(x, w, bias, strides, padding, dilations, transposed, outputPadding, groups);
+}
+
 // ConvTranspose on ATen: its own padding where the pads are symmetric, else a crop of the
 // unpadded output.
 at::Tensor atenTransposedConvolution(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
@@ -141,10 +158,10 @@ at::Tensor atenTransposedConvolution(const at::Tensor& x, const at::Tensor& w, c
     std::vector<std::int64_t> padding(n);
     for (std::size_t d = 0; d < n; ++d)
       padding[d] = pads[d].first;
-    at::Tensor y = at::convolution(x, w, bias, strides, padding, dilations, true, extra, groups);
+    at::Tensor y = convolutionAsTorch(x, w, bias, strides, padding, dilations, true, extra, groups);
     return thenRelu ? at::relu(y) : y;
   }
-  at::Tensor y = at::convolution(x, w, at::Tensor(), strides, zeros, dilations, true, extra, groups);
+  at::Tensor y = convolutionAsTorch(x, w, at::Tensor(), strides, zeros, dilations, true, extra, groups);
   std::vector<std::int64_t> crop; // constant_pad_nd order: last axis first, negative crops
   for (std::size_t d = n; d-- > 0;) {
     crop.push_back(-pads[d].first);
@@ -605,8 +622,8 @@ at::Tensor atenConvolution(at::Tensor x, const at::Tensor& w, const at::Tensor& 
     x = at::constant_pad_nd(x, pads.atenOrder(), 0.0);
     padding.assign(n, 0);
   }
-  return at::convolution(x, w, bias, window.strides, padding, window.dilations, false, std::vector<std::int64_t>(n, 0),
-                         window.groups);
+  return convolutionAsTorch(x, w, bias, window.strides, padding, window.dilations, false,
+                            std::vector<std::int64_t>(n, 0), window.groups);
 }
 
 // Whether an inference normalization of `channels` channels with these parameters (scale, shift,
@@ -792,6 +809,10 @@ void registerNnKernels(KernelTable& t) {
     std::int64_t axis = normalizeAxis(c.intAttr("axis", -1), x.dim());
     std::vector<std::int64_t> shape(x.sizes().begin() + axis, x.sizes().end());
     at::Tensor scale = c.input(1).expand(shape), bias = c.has(2) ? c.input(2).expand(shape) : at::Tensor();
+    // The statistics unread: torch's entry point, which autocast lists (float32 on CUDA).
+    if (!c.outputUsed(1) && !c.outputUsed(2))
+      return {at::layer_norm(x, shape, scale.contiguous(), bias.defined() ? bias.contiguous() : bias,
+                             c.floatAttr("epsilon", 1e-5f))};
     auto [y, mean, rstd] = at::native_layer_norm(x, shape, scale.contiguous(), bias.defined() ? bias.contiguous() : bias,
                                                  c.floatAttr("epsilon", 1e-5f));
     return {y, mean, rstd};

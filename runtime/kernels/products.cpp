@@ -3,6 +3,7 @@
 // derives from the weight kept in the node's state; else on ATen.
 #include "runtime/engine/fast_paths.h"
 #include "runtime/kernels/helpers.h"
+#include "runtime/engine/torch_compat.h"
 
 namespace cleave::runtime {
 
@@ -11,13 +12,17 @@ at::Tensor linear(KernelContext& c, const at::Tensor& x, const at::Tensor& weigh
   if (const FastPaths* fast = fastPathsFor(x.device()))
     if (at::Tensor out = fast->linear(c, x, weight, weightIsNK, bias, activation); out.defined())
       return out;
-  // at::linear, as torch.nn.Linear calls it: the same kernel (addmm) and, under autocast
-  // (mixed-precision training), the same casts: bias included in the low-precision product.
-  const bool biasInProduct = bias.defined() && bias.dim() == 1 && bias.scalar_type() == x.scalar_type();
-  at::Tensor product = weightIsNK && (!bias.defined() || biasInProduct)
-                           ? at::linear(x, weight, biasInProduct ? c10::optional<at::Tensor>(bias) : c10::nullopt)
-                           : at::matmul(x, weightIsNK ? weight.t() : weight);
-  if (bias.defined() && !(weightIsNK && biasInProduct))
+  // at::linear, as torch.nn.Linear calls it: the same kernel (addmm) and, under autocast (mixed
+  // precision), the same casts: bias included in the low-precision product, the output in the
+  // half type (a [K, N] weight goes in as its transposed view).
+  const bool autocast = activeAutocast(x.device().type()).has_value(); // which casts every operand itself
+  const bool biasInProduct = bias.defined() && bias.dim() == 1 &&
+                             (autocast ? at::isFloatingType(bias.scalar_type()) : bias.scalar_type() == x.scalar_type());
+  const bool asLinear = (weightIsNK || autocast) && (!bias.defined() || biasInProduct);
+  const at::Tensor rows = weightIsNK ? weight : weight.t();
+  at::Tensor product = asLinear ? at::linear(x, rows, biasInProduct ? c10::optional<at::Tensor>(bias) : c10::nullopt)
+                                : at::matmul(x, rows.t());
+  if (bias.defined() && !asLinear)
     product = product + bias;
   return activation == ProductActivation::None ? product : activateInPlace(product, activation);
 }

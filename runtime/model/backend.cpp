@@ -30,6 +30,7 @@ public:
         floatType_(named.floatType), separateHostMemory_(named.separateHostMemory) {}
   const std::string& name() const override { return name_; }
   at::Device device() const override { return device_; }
+  bool keepsHostMemoryApart() const override { return separateHostMemory_ || !device_.is_cpu(); }
   Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const override {
     CLEAVE_TRY(std::unique_ptr<Executor> executor, makeExecutor(std::move(graph), false));
     return std::unique_ptr<LoweredModule>(new ExecutorModule(std::move(executor), device_));
@@ -137,6 +138,10 @@ Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec, const Op
     return std::unique_ptr<Backend>(new ProfileBackend(spec, std::move(profile), optimizations));
   }
   CLEAVE_TRY(BackendDevice named, backendDevice(spec));
+  if (named.floatType && optimizations.precision != Precision::Fp32)
+    return Error(ErrorCode::Usage) << "--precision " << kPrecisions.name(optimizations.precision) << " on backend "
+                                   << spec << ", which computes everything in " << c10::toString(*named.floatType)
+                                   << " already (mixed precision runs on aten-cpu and aten-cuda)";
   return std::unique_ptr<Backend>(new AtenBackend(spec, named, optimizations));
 }
 

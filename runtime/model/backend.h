@@ -46,6 +46,9 @@ public:
   virtual const std::string& name() const = 0;
   // The device its modules run on.
   virtual at::Device device() const = 0;
+  // Whether its modules keep host and device memory apart (a GPU; aten-cpu-as-gpu on the CPU):
+  // values cross between them, and a recording of its device work checks that none does.
+  virtual bool keepsHostMemoryApart() const { return !device().is_cpu(); }
   // Fails: Unsupported (an op this backend cannot run, named with its node).
   virtual Expected<std::unique_ptr<LoweredModule>> lower(std::shared_ptr<const ir::Graph> graph) const = 0;
   // The graph as a trainable executor on this backend's device (ExecutorOptions::trainable: its
@@ -62,7 +65,8 @@ public:
 // wing library is not in this build or does not load).
 Expected<BackendDevice> backendDevice(const std::string& spec);
 
-// Fails: what backendDevice fails with, what loading the profile fails with.
+// Fails: what backendDevice fails with, what loading the profile fails with; Usage for mixed
+// precision (optimizations.precision) on a backend with a float type of its own (aten-cpu-bf16).
 Expected<std::unique_ptr<Backend>> makeBackend(const std::string& spec, const Optimizations& optimizations = {});
 
 } // namespace cleave::runtime

@@ -35,11 +35,12 @@ Expected<ReplayedRuns::Recording> ReplayedRuns::record(const TensorMap& inputs, 
       refusal_ = why;
     return recording;
   }
+  auto buffers = std::make_shared<Buffers>();
   for (const auto& [name, tensor] : inputs)
-    recording.inputs[name] = at::empty_like(tensor, tensor.options().device(device_)).copy_(tensor);
-  // The recording's run keeps its outputs: the buffers each replay writes.
-  auto work = [&]() -> Status {
-    CLEAVE_TRY(recording.outputs, eager(recording.inputs));
+    buffers->inputs[name] = at::empty_like(tensor, tensor.options().device(device_)).copy_(tensor);
+  // The recorded run keeps its outputs: the buffers each replay writes (or, rerun, replaces).
+  auto work = [buffers, eager]() -> Status {
+    CLEAVE_TRY(buffers->outputs, eager(buffers->inputs));
     return {};
   };
   Expected<std::unique_ptr<DeviceRecording>> replayer = recordDeviceWork(device_, work);
@@ -48,10 +49,9 @@ Expected<ReplayedRuns::Recording> ReplayedRuns::record(const TensorMap& inputs, 
       return std::move(replayer).error();
     if (refusal_.empty())
       refusal_ = replayer.error().message();
-    recording.inputs.clear();
-    recording.outputs.clear();
     return recording;
   }
+  recording.buffers = std::move(buffers);
   recording.replayer = std::move(*replayer);
   return recording;
 }
@@ -63,14 +63,14 @@ Expected<TensorMap> ReplayedRuns::run(const TensorMap& inputs, const EagerRun& e
     CLEAVE_TRY(Recording recording, record(inputs, eager));
     found = bySignature_.emplace(signature, std::move(recording)).first;
   } else if (found->second.replayer) {
-    for (auto& [name, buffer] : found->second.inputs)
+    for (auto& [name, buffer] : found->second.buffers->inputs)
       buffer.copy_(inputs.at(name));
   }
   Recording& recording = found->second;
   if (!recording.replayer)
     return eager(inputs);
   recording.replayer->replay();
-  return recording.outputs;
+  return recording.buffers->outputs;
 }
 
 std::size_t ReplayedRuns::recorded() const {

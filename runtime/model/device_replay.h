@@ -33,7 +33,8 @@ public:
   explicit ReplayedRuns(at::Device device) : device_(device) {}
 
   // Runs `inputs` by replaying their signature's recording, recording it first on a new signature;
-  // `eager` is the model's own run (what is recorded, and what runs where recording was refused).
+  // `eager` is the model's own run (what is recorded, and what runs where recording was refused);
+  // a recording keeps a copy of it, so what it refers to must outlive this object.
   // Fails: what `eager` fails with.
   Expected<TensorMap> run(const TensorMap& inputs, const EagerRun& eager);
 
@@ -42,8 +43,13 @@ public:
   const std::string& refusal() const { return refusal_; } // the first refusal's reason, or empty
 
 private:
+  // On the device: what the recording reads, and what it wrote (each call of the recorded work
+  // replaces them: a wing that replays by calling it again, the CPU's, leaves its results here).
+  struct Buffers {
+    TensorMap inputs, outputs;
+  };
   struct Recording {
-    TensorMap inputs, outputs;                 // on the device: what the recording reads and writes
+    std::shared_ptr<Buffers> buffers;          // shared with the recorded work
     std::unique_ptr<DeviceRecording> replayer; // null: refused, run eagerly
   };
   Expected<Recording> record(const TensorMap& inputs, const EagerRun& eager);

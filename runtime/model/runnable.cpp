@@ -14,6 +14,7 @@ Expected<Runnable> Runnable::open(const std::string& path, const Backend& acc, c
   Runnable runnable;
   runnable.device_ = acc.device();
   runnable.backend_ = acc.name();
+  runnable.hostMemoryApart_ = acc.keepsHostMemoryApart();
   if (plan::isPlanDirectory(path)) {
     CutModelOptions options;
     options.joinSeams = joinSeams;
@@ -30,9 +31,10 @@ Expected<Runnable> Runnable::open(const std::string& path, const Backend& acc, c
 
 Status Runnable::replayDeviceWork() {
   const DeviceWing* wing = wingServing(device_);
-  if (!wing || !wing->records())
+  if (!wing || !wing->records() || !hostMemoryApart_)
     return Error(ErrorCode::Unsupported) << backend_
-                                         << " records no device work to replay (graph replay needs aten-cuda)";
+                                         << " records no device work to replay (graph replay needs aten-cuda, or "
+                                            "aten-cpu-as-gpu to check a recording on the CPU)";
   replay_ = std::make_unique<ReplayedRuns>(device_);
   return {};
 }
@@ -41,7 +43,7 @@ Expected<TensorMap> Runnable::run(const TensorMap& inputs, std::vector<Submodule
   if (!replay_)
     return runEagerly(inputs, timings, stats);
   auto start = std::chrono::steady_clock::now();
-  CLEAVE_TRY(TensorMap outputs, replay_->run(inputs, [&](const TensorMap& in) { return runEagerly(in, nullptr, nullptr); }));
+  CLEAVE_TRY(TensorMap outputs, replay_->run(inputs, [this](const TensorMap& in) { return runEagerly(in, nullptr, nullptr); }));
   if (timings)
     timings->push_back({"replay", backend_,
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});

@@ -23,7 +23,10 @@ public:
 
   // From now on, runs record their device work once per input signature and replay it
   // (ReplayedRuns on `acc`'s device): a replayed run reports one timing, "replay", and no
-  // per-op statistics. Fails: Unsupported where that device's wing records nothing (the CPU).
+  // per-op statistics. On aten-cpu-as-gpu the CPU wing's recording checks what a GPU's would
+  // refuse (a value crossing between host and device inside the recorded run) and replays by
+  // running again. Fails: Unsupported where `acc` shares host memory (aten-cpu) or its wing
+  // records nothing.
   Status replayDeviceWork();
   const ReplayedRuns* replayed() const { return replay_.get(); }
 
@@ -49,6 +52,7 @@ private:
   std::string backend_; // acc's name
   std::optional<CutModel> cut_;
   at::Device device_{at::kCPU}; // acc's
+  bool hostMemoryApart_ = false; // acc's (Backend::keepsHostMemoryApart)
   std::unique_ptr<ReplayedRuns> replay_;
 
   Expected<TensorMap> runEagerly(const TensorMap& inputs, std::vector<SubmoduleTiming>* timings, RunStats* stats);

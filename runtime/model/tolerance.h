@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "runtime/engine/optimizations.h"
+
 namespace cleave::runtime {
 
 enum class ToleranceScale : std::uint8_t { Element, Output };
@@ -20,10 +22,25 @@ inline constexpr AllClose kCutTolerance{1e-4, 1e-5, ToleranceScale::Output};
 // 10 of float32's 23 mantissa bits, so a product errs by about 1e-3 of its magnitude.
 inline constexpr AllClose kTf32CutTolerance{1e-2, 1e-5, ToleranceScale::Output};
 
+// Mixed precision (optimizations.h's Precision): products whose operands are rounded to float16
+// (11 significant bits, as TF32's) or bfloat16 (8 bits: each rounding errs by up to 2^-9, about
+// 2e-3), and activations carried between them in the half type, through every layer of a model.
+// The bounds are what a dozen-layer transformer's outputs stay within against float32
+// (bench/RESULTS.md, "mixed precision"), with room for other seeds.
+inline constexpr AllClose kFp16CutTolerance{2e-2, 1e-5, ToleranceScale::Output};
+inline constexpr AllClose kBf16CutTolerance{1e-1, 1e-5, ToleranceScale::Output};
+
 // What verify holds a cut to against the CPU's float32 run, unless told otherwise: float32 on any
 // device at kCutTolerance (a GPU's float32 kernels reassociate sums as the CPU's do, within it);
 // TF32 products (`tf32`, which only a CUDA backend accepts: cli/runtime_inputs.cpp) at
-// kTf32CutTolerance.
-constexpr AllClose cutToleranceFor(bool tf32) { return tf32 ? kTf32CutTolerance : kCutTolerance; }
+// kTf32CutTolerance; mixed precision at its half type's bound.
+constexpr AllClose cutToleranceFor(bool tf32, Precision precision) {
+  switch (precision) {
+  case Precision::Fp16: return kFp16CutTolerance;
+  case Precision::Bf16: return kBf16CutTolerance;
+  case Precision::Fp32: break;
+  }
+  return tf32 ? kTf32CutTolerance : kCutTolerance;
+}
 
 } // namespace cleave::runtime

@@ -47,8 +47,9 @@ struct OptimizerOptions {
 // the forward runs under autocast (matrix products and convolutions in bf16, precision-sensitive
 // ops in float32, by the same dispatcher lists torch uses), while parameters, gradients and the
 // optimizer stay float32 (master weights); the backward follows the forward's casts.
-enum class Precision : std::uint8_t { Fp32, Bf16 };
-inline constexpr auto kPrecisions = enumTable<Precision>({{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}});
+// (Precision is runtime/engine/optimizations.h's; training takes no fp16, which wants loss scaling.)
+inline constexpr auto kTrainingPrecisions =
+    enumTable<Precision>({{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}});
 
 // Activation recomputation (PyTorch's activation checkpointing). `Stage` (plans) runs a stage's
 // forward, keeping only its inputs (and the generator's state), and runs it again just before
