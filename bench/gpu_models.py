@@ -9,8 +9,9 @@ peak device memory, and a split's predicted host-device copy time against the me
 For each model (NAME or NAME:BATCH, the batch overriding --batch): the PyTorch module
 (tools/export_zoo.py's, random weights) is exported to ONNX (TorchScript exporter, static shapes),
 then, per precision and round by round, alternately:
-  - PyTorch eager: --runs forwards under no_grad, synchronized, the median; fp16 under
-    torch.autocast(device, dtype=torch.float16), cleave with `--precision fp16`;
+  - PyTorch eager: --runs forwards under no_grad, synchronized, the median; fp16: each forward
+    under torch.autocast(device, dtype=torch.float16), cleave with `--precision fp16` (both cast
+    the weights per forward);
   - PyTorch eager replayed as one CUDA graph (torch.cuda.graphs), the median;
   - torch.compile(mode="reduce-overhead") (Inductor's kernels replayed as CUDA graphs), compiled
     once before the first round, the median, in fp32 only (--no-compile leaves it out);
@@ -150,22 +151,27 @@ class Precision:
 
 
 def torch_side(model, inputs, runs, device, precision):
-    """Median seconds of eager and of CUDA-graph replay (None off CUDA), under `precision`."""
-    with torch.no_grad(), precision():
+    """Median seconds of eager and of CUDA-graph replay (None off CUDA), each forward in its own
+    `precision` scope, as an inference loop calls a model under autocast (its weight casts made per
+    forward, as cleave's are; a scope around many forwards would cast each weight once)."""
+    def forward():
+        with precision():
+            return model(*inputs)
+    with torch.no_grad():
         for _ in range(3):
-            model(*inputs)
+            forward()
         synchronize(device)
-        eager = time_calls(lambda: model(*inputs), runs, device)
+        eager = time_calls(forward, runs, device)
         graph_time = None
         if device.type == "cuda":
             graph = torch.cuda.CUDAGraph()
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
-                model(*inputs)
+                forward()
             torch.cuda.current_stream().wait_stream(stream)
             with torch.cuda.graph(graph):
-                model(*inputs)
+                forward()
             graph_time = time_calls(graph.replay, runs, device)
             del graph
             torch.cuda.empty_cache()

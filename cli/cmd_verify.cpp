@@ -32,7 +32,7 @@ void describe(CLI::App& app, VerifyFlags& flags) {
   app.add_option("OUT_DIR", flags.cutPath, "its cut: a directory with plan.json")->required();
   addRuntimeOptions(app, flags.runtime);
   app.add_option("--rtol", flags.tolerance.rtol,
-                 "relative tolerance (default 1e-4; 1e-2 for aten-cuda with --tf32; 2e-2 with --precision fp16, 1e-1 with "
+                 "relative tolerance (default 1e-4; 1e-2 for aten-cuda with --tf32; 1e-2 with --precision fp16, 5e-2 with "
                  "bf16: runtime/model/tolerance.h)")
       ->each([&flags](const std::string&) { flags.rtolGiven = true; })
       ->check(kFinite)

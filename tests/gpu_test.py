@@ -167,6 +167,38 @@ class Cuts(TempDirTest):
         self.assertGreater(summary["seam_copy_s"], 0, summary)
         self.assertLess(summary["seam_copy_s"], summary["last_run_s"])
 
+    def test_fp16_verifies_at_its_own_tolerance_and_follows_torch_autocast(self):
+        # --precision fp16 on aten-cuda: torch.autocast("cuda", float16) over each run. A split
+        # verifies at fp16's tolerance against the CPU's float32; the whole model's outputs are
+        # nearer to torch's own autocast forward on CUDA than that is to float32's.
+        model, cut = os.path.join(EXAMPLES, "transformer.onnx"), self.path("split")
+        run("split", model, "--profile", os.path.join(EXAMPLES, "profiles", "gpu.json"), "-o", cut, check=True)
+        _, out, _ = run("verify", model, cut, "--backend", "aten-cuda", "--precision", "fp16", "--json", check=True)
+        summary = json.loads(out)
+        self.assertTrue(summary["ok"])
+        self.assertEqual(summary["rtol"], 1e-2)
+        import torch
+        from mixed_precision_test import MODELS  # puts tools/ on the path
+        from attention_fusion_test import export, write_inputs
+        from export_zoo import randomize
+        make, make_inputs = MODELS["gpt2"]
+        torch.manual_seed(0)
+        module, inputs = randomize(make()).eval(), make_inputs()
+        path, feeds = self.path("gpt2.onnx"), self.path("gpt2.json")
+        export(module, inputs, path, False)
+        write_inputs(inputs, feeds)
+        module = module.cuda()
+        with torch.no_grad():
+            full = module(*(t.cuda() for t in inputs.values())).float().cpu().flatten()
+            with torch.autocast("cuda", dtype=torch.float16):
+                theirs = module(*(t.cuda() for t in inputs.values())).float().cpu().flatten()
+        run("run", path, "--inputs", feeds, "--backend", "aten-cuda", "--precision", "fp16", "--save-outputs",
+            self.path("out.json"), check=True)
+        with open(self.path("out.json")) as f:
+            ours = torch.tensor(next(iter(json.load(f).values()))["data"])
+        self.assertGreater((ours - full).abs().max().item(), 0.0)
+        self.assertLess((ours - theirs).abs().mean().item(), 0.8 * (theirs - full).abs().mean().item())
+
     def test_tf32_verifies_at_its_own_tolerance(self):
         model, cut = os.path.join(EXAMPLES, "transformer.onnx"), self.path("split")
         run("split", model, "--profile", os.path.join(EXAMPLES, "profiles", "gpu.json"), "-o", cut, check=True)

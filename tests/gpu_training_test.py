@@ -6,7 +6,8 @@ with MSE, 3 steps of SGD with momentum on a batch of 10 rows in 4 uneven microba
   - as that plan on 2 ranks sharing the GPU, Gloo between them (NCCL refuses two ranks on one
     GPU), which must give the one process's losses;
   - as a 2-stage plan on a world of one rank over `--transport nccl` (the NCCL code path: its
-    rendezvous, reductions and the loss's all-reduce; one GPU cannot run NCCL between ranks).
+    rendezvous, reductions and the loss's all-reduce; one GPU cannot run NCCL between ranks);
+  - whole with `--precision bf16`, against torch.autocast("cuda", bfloat16) training.
 Where torch, CUDA or this build's CUDA wing is missing, every case is skipped with the reason and
 the script exits 77 (ctest's SKIP_RETURN_CODE): CI machines have no GPU."""
 import json
@@ -53,7 +54,8 @@ class TrainingOnTheGpu(TempDirTest):
                           output_names=["loss"], opset_version=13, do_constant_folding=False,
                           dynamic_axes={"x": {0: "n"}, "target": {0: "n"}}, dynamo=False)
 
-    def torch_cuda_losses(self):
+    def torch_cuda_losses(self, autocast=None):
+        """torch's CUDA training losses; `autocast` (a dtype): each forward under torch.autocast."""
         module = MlpMse().cuda()
         module.load_state_dict(self.initial)
         optimizer = torch.optim.SGD(module.parameters(), lr=0.05, momentum=0.9)
@@ -61,7 +63,8 @@ class TrainingOnTheGpu(TempDirTest):
         for step in range(STEPS):
             rows = slice(step * BATCH, (step + 1) * BATCH)
             optimizer.zero_grad()
-            loss = module(self.x[rows].cuda(), self.target[rows].cuda())
+            with torch.autocast("cuda", dtype=autocast or torch.float16, enabled=autocast is not None):
+                loss = module(self.x[rows].cuda(), self.target[rows].cuda())
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
@@ -92,6 +95,14 @@ class TrainingOnTheGpu(TempDirTest):
             with self.subTest(schedule=schedule):
                 shared = self.losses(plan, "--transport", "gloo", *schedule, ranks=2)
                 self.assertEqual(shared, one_process)
+
+    def test_bf16_trains_as_torch_autocast_on_cuda(self):
+        # --precision bf16 on aten-cuda: the forward under torch.autocast("cuda", bfloat16), float32
+        # master weights, as torch's own mixed-precision step (train_test.py's CPU case, here on CUDA).
+        want = self.torch_cuda_losses(autocast=torch.bfloat16)
+        got = self.losses(self.model, "--precision", "bf16")  # in 4 microbatches: each rounds alike
+        np.testing.assert_allclose(got, want, rtol=2e-3)
+        self.assertGreater(max(abs(a - b) for a, b in zip(got, self.losses(self.model))), 1e-6)
 
     def test_a_world_of_one_rank_runs_the_nccl_transport(self):
         plan = self.plan(2)

@@ -103,7 +103,7 @@ class MixedPrecision(TempDirTest):
                         scale = full.abs().max().item()
                         # The half type ran: not float32's result, though within the precision's reach.
                         self.assertGreater(largest_error(flat(full), got["data"]), 1e-6)
-                        self.assertLess(largest_error(flat(full), got["data"]), 0.1)
+                        self.assertLess(largest_error(flat(full), got["data"]), 0.05)
                         # As torch's autocast forward: most outputs equal to it bit for bit, and on average
                         # nearer to it than it is to float32 (a float32 run would be exactly as far, one
                         # all in the half type farther). They part where cleave computes in one call what
@@ -120,7 +120,7 @@ class MixedPrecision(TempDirTest):
         model, feeds, _, _ = self.exported("gpt2", False)
         code, _, err = run("pipeline", model, "--stages", 2, "-o", self.path("cut"))
         self.assertEqual(code, 0, err)
-        for precision, rtol in (("bf16", 0.1), ("fp16", 0.02)):
+        for precision, rtol in (("bf16", 0.05), ("fp16", 0.01)):
             with self.subTest(precision=precision):
                 code, out, err = run("verify", model, self.path("cut"), "--inputs", feeds, "--precision", precision,
                                      "--json")

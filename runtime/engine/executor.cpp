@@ -10,6 +10,7 @@
 
 #include "io/onnx.h"
 #include "runtime/engine/fusion.h"
+#include "runtime/engine/parameter_readers.h"
 #include "runtime/engine/forward_replay.h"
 #include "runtime/engine/running_statistics.h"
 #include "runtime/engine/torch_compat.h"
@@ -50,6 +51,8 @@ Expected<std::unique_ptr<Executor>> Executor::create(std::shared_ptr<const ir::G
     wing->configure(executor->options_);
   if (wing)
     executor->weightPlan_ = wing->planWeights(g, executor->fusion_, executor->options_);
+  if (!options.trainable && !options.floatType && options.optimizations.precision != Precision::Fp32)
+    executor->halfWeights_ = productWeightsOnly(g, executor->fusion_);
   CLEAVE_CHECK(executor->resolveKernels());
   if (options.separateHostMemory || !options.device.is_cpu()) {
     executor->placement_ = placeValues(g, executor->kernels_);
@@ -195,6 +198,10 @@ Expected<at::Tensor> Executor::parameterTensor(ir::ParamId param, Side side) {
     g.modelFile()->releaseResidentPages(data.offset, data.length);
   if (options_.floatType && at::isFloatingType(tensor.scalar_type()))
     tensor = tensor.to(*options_.floatType);
+  // Mixed precision: a weight only products read is held in the half type autocast would cast it
+  // to in every run (once here instead; its layout kept).
+  if (!halfWeights_.empty() && halfWeights_[index(owner)])
+    tensor = tensor.to(*autocastTypeOf(options_.optimizations.precision));
   tensor = tensor.to(deviceOf(side));
   storageSide_[index(owner)] = side;
   if (options_.trainable && at::isFloatingType(tensor.scalar_type()) && !g.parameter(owner).isBuffer())

@@ -143,6 +143,8 @@ private:
 
   std::shared_ptr<const ir::Graph> graph_;
   ExecutorOptions options_;
+  // Per storage owner: held in mixed precision's half type (productWeightsOnly); empty otherwise.
+  std::vector<bool> halfWeights_;
   std::int64_t opset_ = 0;
   IdVector<ir::NodeId, KernelEntry> kernels_;
   IdVector<ir::NodeId, at::Tensor> parameters_; // Parameter nodes' tensors

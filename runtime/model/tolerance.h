@@ -25,10 +25,11 @@ inline constexpr AllClose kTf32CutTolerance{1e-2, 1e-5, ToleranceScale::Output};
 // Mixed precision (optimizations.h's Precision): products whose operands are rounded to float16
 // (11 significant bits, as TF32's) or bfloat16 (8 bits: each rounding errs by up to 2^-9, about
 // 2e-3), and activations carried between them in the half type, through every layer of a model.
-// The bounds are what a dozen-layer transformer's outputs stay within against float32
-// (bench/RESULTS.md, "mixed precision"), with room for other seeds.
-inline constexpr AllClose kFp16CutTolerance{2e-2, 1e-5, ToleranceScale::Output};
-inline constexpr AllClose kBf16CutTolerance{1e-1, 1e-5, ToleranceScale::Output};
+// Measured on the CPU against float32 (bench/RESULTS.md, session 51): BERT-base's 12 layers err
+// by 4.5e-4 (fp16) and 3.7e-3 (bf16) of the output's scale, the 16 zoo models by at most 1.5e-3
+// and 1.3e-2; the bounds leave 4-6x room above the worst.
+inline constexpr AllClose kFp16CutTolerance{1e-2, 1e-5, ToleranceScale::Output};
+inline constexpr AllClose kBf16CutTolerance{5e-2, 1e-5, ToleranceScale::Output};
 
 // What verify holds a cut to against the CPU's float32 run, unless told otherwise: float32 on any
 // device at kCutTolerance (a GPU's float32 kernels reassociate sums as the CPU's do, within it);

@@ -679,7 +679,11 @@ CASES = [
     Case("usage", "cuda-backend-index-not-a-number", example("cnn.onnx"), ["run", CNN, "--backend", "aten-cuda:one"],
          r"backend 'aten-cuda:one': expected aten-cuda or aten-cuda:N, N a device's index"),
     Case("usage", "graph-replay-on-the-cpu", example("cnn.onnx"), ["run", CNN, "--graph-replay"],
-         r"--graph-replay: aten-cpu records no device work to replay \(graph replay needs aten-cuda\)", exit=2),
+         r"--graph-replay: aten-cpu records no device work to replay \(graph replay needs aten-cuda, or "
+         r"aten-cpu-as-gpu to check a recording on the CPU\)", exit=2),
+    Case("usage", "precision-on-a-bfloat16-backend", example("cnn.onnx"),
+         ["run", CNN, "--backend", "aten-cpu-bf16", "--precision", "fp16"],
+         r"--precision fp16 on backend aten-cpu-bf16, which computes everything in BFloat16 already", exit=2),
     Case("usage", "graph-replay-of-a-pipeline", split_plan(lambda plan, s: None),
          ["run", "{models}/plan", "--pipeline", "--graph-replay"], r"--pipeline excludes --graph-replay", exit=2),
     Case("usage", "unknown-transport", split_plan(lambda plan, s: None),
