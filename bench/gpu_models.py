@@ -2,7 +2,7 @@
 peak device memory, and a split's predicted host-device copy time against the measured.
 
     python3 bench/gpu_models.py CLEAVE OUT_DIR [--models resnet50,bert_base,bert_base:1,vit_b_16] [--batch 8]
-                                [--precisions fp32,fp16] [--runs 30] [--rounds 3] [--device cuda]
+                                [--precisions fp32,fp16] [--runs 20] [--rounds 2] [--device cuda]
                                 [--no-compile] [--seam-profile examples/profiles/gpu.json]
                                 [--pipeline bert_base:4]
 
@@ -14,7 +14,8 @@ then, per precision and round by round, alternately:
     the weights per forward);
   - PyTorch eager replayed as one CUDA graph (torch.cuda.graphs), the median;
   - torch.compile(mode="reduce-overhead") (Inductor's kernels replayed as CUDA graphs), compiled
-    once before the first round, the median, in fp32 only (--no-compile leaves it out);
+    once before the first round, the median, in fp32 and at a model's first batch only (about a
+    minute each: the whole call fits scripts/gpu-check's four minutes; --no-compile leaves it out);
   - `cleave run MODEL --backend aten-cuda --repeat RUNS --profile --inputs-on-device --json`: its
     median, its peak device bytes and host-device copies;
   - `cleave run MODEL --backend aten-cuda --repeat RUNS --graph-replay --inputs-on-device --json`: its
@@ -238,35 +239,41 @@ def spread(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def exported(entry, args, device, tmp):
-    """(name, batch, module on `device`, inputs on `device`, ONNX path) for a --models entry."""
-    name, batch = model_spec(entry, args.batch)
+def exported(name, batch, tmp):
+    """(module, inputs, ONNX path) of `name` at `batch`, exported once per run (the pipeline row
+    reuses the model rows' export)."""
     model, inputs = make_model(name, batch)
     path = os.path.join(tmp, f"{name}_{batch}.onnx")
-    export_zoo.export_onnx(model, inputs, path, 17, ["x"])
-    return name, batch, model.to(device), tuple(t.to(device) for t in inputs), path
+    if not os.path.exists(path):
+        export_zoo.export_onnx(model, inputs, path, 17, ["x"])
+    return model, inputs, path
 
 
 def compare(cleave, entry, args, device, tmp):
     """One result per precision in --precisions for the --models entry."""
-    name, batch, model, inputs, path = exported(entry, args, device, tmp)
+    name, batch = model_spec(entry, args.batch)
+    model, inputs, path = exported(name, batch, tmp)
+    model, inputs = model.to(device), tuple(t.to(device) for t in inputs)
+    # torch.compile takes about a minute a model: once per model, at the first batch it is asked at.
+    compile_here = args.compile and name not in args.compiled
+    args.compiled.add(name)
     results = []
     for precision in args.precisions.split(","):
-        results.append(compare_at(cleave, name, batch, model, inputs, path, precision, args, device, tmp))
+        results.append(compare_at(cleave, name, batch, model, inputs, path, precision, args, device, compile_here))
     del model
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return results
 
 
-def compare_at(cleave, name, batch, model, inputs, path, precision, args, device, tmp):
+def compare_at(cleave, name, batch, model, inputs, path, precision, args, device, compile_here):
     backend = "aten-cuda" if device.type == "cuda" else "aten-cpu"
     autocast = Precision(precision, device)
     with autocast():
         torch_peak_bytes = torch_peak(model, inputs, device)
     # torch.compile in fp32 only: its autocast graphs are a study of their own.
-    compiled, compile_error = compiled_side(model, inputs, device) if args.compile and precision == "fp32" else \
-        (None, "not asked" if precision == "fp32" else None)
+    compiled, compile_error = compiled_side(model, inputs, device) if compile_here and precision == "fp32" else \
+        (None, "not asked" if precision == "fp32" and not args.compile else None)
     rounds, refusal = [], None
     for _ in range(args.rounds):
         eager, graph_time = torch_side(model, inputs, args.runs, device, autocast)
@@ -296,7 +303,7 @@ def compare_at(cleave, name, batch, model, inputs, path, precision, args, device
         result["peak_ratio"] = rounds[-1]["cleave_peak_bytes"] / rounds[-1]["torch_peak_bytes"]
     if args.seam_profile and precision == "fp32":
         try:
-            result["seams"] = seams(cleave, path, args.seam_profile, backend, args.link, tmp)
+            result["seams"] = seams(cleave, path, args.seam_profile, backend, args.link, os.path.dirname(path))
         except RuntimeError as e:
             result["seams"] = {"error": str(e)}
     return result
@@ -307,10 +314,7 @@ def pipeline(cleave, entry, args, device, tmp):
     against the uncut model, round by round: medians and the ratio's spread."""
     name, stages = entry.split(":")
     backend = "aten-cuda" if device.type == "cuda" else "aten-cpu"
-    model, inputs = make_model(name, args.batch)
-    path = os.path.join(tmp, f"{name}_pipeline.onnx")
-    export_zoo.export_onnx(model, inputs, path, 17, ["x"])
-    del model
+    path = exported(name, args.batch, tmp)[2]
     cut = os.path.join(tmp, f"{name}_pipeline")
     cleave_json(cleave, "pipeline", path, "--stages", stages, "-o", cut)
     rounds = []
@@ -387,8 +391,8 @@ def main():
     parser.add_argument("--precisions", default="fp32,fp16", help="fp32, fp16, bf16, comma-separated")
     parser.add_argument("--pipeline", default="bert_base:4",
                         help="NAME:STAGES: the model cut into stages on the one device against it whole ('' for none)")
-    parser.add_argument("--runs", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-compile", dest="compile", action="store_false",
                         help="leave torch.compile's column out (its compilation takes a minute a model)")
@@ -405,6 +409,7 @@ def main():
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     os.makedirs(args.out_dir, exist_ok=True)
     args.link = link_bytes_per_second(device)
+    args.compiled = set()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for entry in args.models.split(","):
