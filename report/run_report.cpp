@@ -68,6 +68,7 @@ void addProfileJson(const runtime::TimedRuns& times, Json& summary) {
     summary["peak_device_bytes"] = times.peakDeviceBytes;
   summary["host_device_copies"] = stats.hostDeviceCopies;
   summary["host_device_copy_bytes"] = stats.hostDeviceCopyBytes;
+  summary["host_device_copies_in_bodies"] = stats.hostDeviceCopiesInBodies; // of host_device_copies
   summary["host_device_copies_by_value"] = Json::object();
   for (const auto& [crossing, count] : stats.copiesByValue)
     summary["host_device_copies_by_value"][crossing] = count;

@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <stdexcept>
+#include <utility>
 
 #include "io/onnx.h"
 #include "runtime/engine/fusion.h"
@@ -274,6 +275,8 @@ bool KernelContext::mayUpdateStatistic(std::size_t i) const {
   return owner_ && has(i) && owner_->updatesStatisticInPlace(graph_.inputs(node_)[i], inputs_[i]);
 }
 
+RunStats* KernelContext::runStats() const { return owner_ ? owner_->runningStats_ : nullptr; }
+
 Executor& KernelContext::subgraph(std::string_view attribute) const {
   if (!owner_)
     throw KernelError("no executor to build the subgraph '" + std::string(attribute) + "'");
@@ -335,6 +338,13 @@ Expected<TensorMap> Executor::run(const TensorMap& inputs, RunStats* stats, cons
   const ir::Graph& g = *graph_;
   RunState state{stats, observe, outputLayout, observe == nullptr && options_.optimizations.fusion,
                  std::vector<at::Tensor>(g.numValues()), uses_};
+  // Kernels running subgraphs count their copies in `stats` (KernelContext::runStats).
+  RunStats* const outerStats = std::exchange(runningStats_, stats);
+  struct RestoreStats {
+    RunStats*& slot;
+    RunStats* previous;
+    ~RestoreStats() { slot = previous; }
+  } restoreStats{runningStats_, outerStats};
   // Mixed precision: the whole run in one autocast scope (a subgraph's run finds it on already).
   std::optional<AutocastScope> mixedPrecision;
   if (std::optional<at::ScalarType> half = autocastTypeOf(options_.optimizations.precision);

@@ -143,6 +143,7 @@ private:
 
   std::shared_ptr<const ir::Graph> graph_;
   ExecutorOptions options_;
+  RunStats* runningStats_ = nullptr; // the run in progress's (KernelContext::runStats)
   // Per storage owner: held in mixed precision's half type (productWeightsOnly); empty otherwise.
   std::vector<bool> halfWeights_;
   std::int64_t opset_ = 0;

@@ -21,6 +21,7 @@
 namespace cleave::runtime {
 
 class Executor;
+struct RunStats;
 
 // What a kernel keeps between runs of its node: a derived form of an operand (a prepacked
 // weight) and the operand it was derived from, to know when it still applies; and what the device
@@ -98,6 +99,9 @@ public:
   std::vector<std::int64_t> ints(std::size_t i) const;
   // The executor for a subgraph attribute ("body", "then_branch"), built once per node.
   Executor& subgraph(std::string_view attribute) const;
+  // The statistics the owning executor's run in progress gathers (null: none), for a subgraph's
+  // copies between host and device to count in them.
+  RunStats* runStats() const;
 
 private:
   const ir::Graph& graph_;

@@ -24,6 +24,8 @@ struct RunStats {
   // The same copies by what crossed: "VALUE (made by NODE) to the device" (or "to the host") ->
   // how many times, so that a copy a run should not make is named.
   std::map<std::string, std::int64_t> copiesByValue;
+  // Of hostDeviceCopies, those control-flow bodies (Loop, Scan, If) made, every iteration's.
+  std::int64_t hostDeviceCopiesInBodies = 0;
   // out with profileOps: a cut model's moves of values between submodules on different devices
   // (its seams, what split --preview predicts), their bytes and their time (each device waited
   // for before and after, so that the time is the copies' own).

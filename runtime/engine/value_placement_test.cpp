@@ -227,21 +227,27 @@ TEST(ValuePlacement, ExampleModelsComputeTheSameWithValuesPlaced) {
       EXPECT_FALSE(apart->kernels()[crossing.reader].readsOnHost(crossing.operand))
           << graph->name(crossing.reader) << " reads operand " << crossing.operand << " back from the device";
     }
+    // Copies a control-flow body makes count in the run's statistics too (DLRM's EmbeddingBag loop
+    // reads its offsets on the host every run), and apart.
     for (int run = 0; run < 2; ++run) {
       RunStats stats, fused;
       Expected<TensorMap> a = apart->run(*inputs, &fused), b = together->run(*inputs), c = unfused->run(*inputs, &stats);
       ASSERT_TRUE(a && b && c);
       for (const auto& [output, tensor] : *b)
         EXPECT_TRUE(at::equal(a->at(output), tensor)) << output;
+      const std::int64_t bodyCopies = stats.hostDeviceCopiesInBodies, fusedBodyCopies = fused.hostDeviceCopiesInBodies;
+      if (name == "dlrm.onnx")
+        EXPECT_GT(bodyCopies, 0);
       if (run == 1) { // the first run also copies each crossing parameter or constant once
-        EXPECT_EQ(stats.hostDeviceCopies, madeEachRun);
+        EXPECT_EQ(stats.hostDeviceCopies - bodyCopies, madeEachRun);
         std::cout << name << ": " << hostOps << " op nodes on the host, " << madeEachRun << " copies a run ("
-                  << fused.hostDeviceCopies << " fused)\n";
+                  << fused.hostDeviceCopies - fusedBodyCopies << " fused), " << bodyCopies << " in bodies\n";
       }
       if (run == 1) { // small crossings remembered
-        EXPECT_EQ(fused.hostDeviceCopies, 0);
-        for (const auto& [crossing, count] : fused.copiesByValue)
-          ADD_FAILURE() << "copied again: " << crossing;
+        EXPECT_EQ(fused.hostDeviceCopies, fusedBodyCopies);
+        if (fusedBodyCopies == 0)
+          for (const auto& [crossing, count] : fused.copiesByValue)
+            ADD_FAILURE() << "copied again: " << crossing;
       } else {
         std::int64_t named = 0;
         for (const auto& [crossing, count] : fused.copiesByValue)

@@ -40,7 +40,7 @@ Outputs loop(KernelContext& c) {
     feeds[names[1]] = at::scalar_tensor(condition, at::TensorOptions().dtype(at::kBool));
     for (std::size_t k = 0; k < carriedCount; ++k)
       feeds[names[2 + k]] = carried[k];
-    Outputs out = runSubgraph(body, feeds);
+    Outputs out = runSubgraph(c, body, feeds);
     if (out.size() < 1 + carriedCount)
       throw KernelError("the body returns too few values");
     condition = out[0].item<bool>();
@@ -65,9 +65,9 @@ struct ScanSteps {
   std::vector<Outputs> scanned;
 };
 
-ScanSteps runScanSteps(Executor& body, const std::vector<std::string>& names, TensorMap feeds, Outputs states,
-                       const std::vector<at::Tensor>& sequences, const std::vector<std::int64_t>& reverse,
-                       std::int64_t steps, std::size_t bodyOutputs) {
+ScanSteps runScanSteps(const KernelContext& c, Executor& body, const std::vector<std::string>& names,
+                       TensorMap feeds, Outputs states, const std::vector<at::Tensor>& sequences,
+                       const std::vector<std::int64_t>& reverse, std::int64_t steps, std::size_t bodyOutputs) {
   ScanSteps run{std::move(states), {}};
   const std::size_t stateCount = run.states.size();
   for (std::int64_t t = 0; t < steps; ++t) {
@@ -75,7 +75,7 @@ ScanSteps runScanSteps(Executor& body, const std::vector<std::string>& names, Te
       feeds[names[k]] = run.states[k];
     for (std::size_t m = 0; m < sequences.size(); ++m)
       feeds[names[stateCount + m]] = sequences[m][reverse[m] ? steps - 1 - t : t];
-    Outputs out = runSubgraph(body, feeds);
+    Outputs out = runSubgraph(c, body, feeds);
     if (out.size() != bodyOutputs)
       throw KernelError("the body returns " + std::to_string(out.size()) + " values for " +
                         std::to_string(bodyOutputs) + " outputs");
@@ -126,7 +126,7 @@ Outputs scan(KernelContext& c) {
   Outputs states;
   for (std::size_t k = 0; k < stateCount; ++k)
     states.push_back(c.input(k));
-  ScanSteps run = runScanSteps(body, names, outerValues(c), std::move(states), sequences, inReverse, steps,
+  ScanSteps run = runScanSteps(c, body, names, outerValues(c), std::move(states), sequences, inReverse, steps,
                                c.numOutputs());
   const std::size_t outCount = c.numOutputs() - stateCount;
   std::vector<std::int64_t> outAxes = c.intsAttr("scan_output_axes", std::vector<std::int64_t>(outCount, 0));
@@ -186,7 +186,7 @@ Outputs scan8(KernelContext& c) {
     std::vector<at::Tensor> sequences;
     for (std::size_t m = 0; m < scanCount; ++m)
       sequences.push_back(c.input(1 + stateCount + m)[b].narrow(0, 0, steps));
-    ScanSteps run = runScanSteps(body, names, feeds, std::move(states), sequences, reverse, steps, c.numOutputs());
+    ScanSteps run = runScanSteps(c, body, names, feeds, std::move(states), sequences, reverse, steps, c.numOutputs());
     for (std::size_t k = 0; k < stateCount; ++k)
       finalStates[k].push_back(run.states[k]);
     for (std::size_t s = 0; s < outCount; ++s) {
@@ -206,12 +206,23 @@ Outputs scan8(KernelContext& c) {
 
 Outputs branch(KernelContext& c) {
   bool condition = c.input(0).item<bool>();
-  return runSubgraph(c.subgraph(condition ? "then_branch" : "else_branch"), outerValues(c));
+  return runSubgraph(c, c.subgraph(condition ? "then_branch" : "else_branch"), outerValues(c));
 }
 } // namespace
 
-std::vector<at::Tensor> runSubgraph(Executor& body, const TensorMap& feeds) {
-  Expected<TensorMap> results = body.run(feeds);
+std::vector<at::Tensor> runSubgraph(const KernelContext& c, Executor& body, const TensorMap& feeds) {
+  // The body's copies between host and device count in the run's statistics (per-op times and
+  // peaks stay the node's own).
+  RunStats* stats = c.runStats();
+  RunStats copies;
+  Expected<TensorMap> results = body.run(feeds, stats ? &copies : nullptr);
+  if (stats) {
+    stats->hostDeviceCopies += copies.hostDeviceCopies;
+    stats->hostDeviceCopiesInBodies += copies.hostDeviceCopies;
+    stats->hostDeviceCopyBytes += copies.hostDeviceCopyBytes;
+    for (const auto& [value, count] : copies.copiesByValue)
+      stats->copiesByValue[value] += count;
+  }
   if (!results)
     throw KernelError(results.error().message());
   std::vector<at::Tensor> ordered;

@@ -38,8 +38,9 @@ void registerRandomKernels(KernelTable& table);
 
 // Helpers shared by kernel files.
 // Runs a subgraph executor (KernelContext::subgraph) on `feeds` and returns its graph outputs in
-// order; throws KernelError with its message when it fails (Loop, Scan, If, SequenceMap).
-std::vector<at::Tensor> runSubgraph(Executor& body, const TensorMap& feeds);
+// order, its copies between host and device counted in c's run statistics; throws KernelError
+// with its message when it fails (Loop, Scan, If, SequenceMap).
+std::vector<at::Tensor> runSubgraph(const KernelContext& c, Executor& body, const TensorMap& feeds);
 // x[..., K] times a 2-D weight, with `weightIsNK` telling whether it is laid out [N, K] (Gemm's
 // transB, torch's Linear) or [K, N]; plus an optional bias [N]. On the wing's fast path where it
 // takes them (the CPU wing's: oneDNN in float32, the reordered weight kept in the node's state

@@ -110,7 +110,7 @@ Outputs sequenceMap(KernelContext& c) {
         throw KernelError("input sequences differ in length");
       feeds[names[k]] = isSequence(c.input(k)) ? sequences[k][i] : c.input(k);
     }
-    Outputs results = runSubgraph(body, feeds);
+    Outputs results = runSubgraph(c, body, feeds);
     for (std::size_t o = 0; o < results.size(); ++o)
       mapped[o].push_back(results[o]);
   }
