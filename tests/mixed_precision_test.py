@@ -135,6 +135,19 @@ class MixedPrecision(TempDirTest):
         self.assertEqual(code, 0, err)
         self.assertEqual(json.loads(out)["rtol"], 1e-4)
 
+    def test_host_and_device_apart_copy_nothing_and_record(self):
+        # Mixed precision as a GPU runs it (aten-cpu-as-gpu): half weights held on the device from the
+        # load, autocast's casts made there, so a second run copies nothing and the run records.
+        model, feeds, _, _ = self.exported("gpt2", True)
+        code, out, err = run("run", model, "--inputs", feeds, "--backend", "aten-cpu-as-gpu", "--precision", "fp16",
+                             "--repeat", 2, "--profile", "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(out)["host_device_copies_by_value"], {})
+        code, out, err = run("run", model, "--inputs", feeds, "--backend", "aten-cpu-as-gpu", "--precision", "fp16",
+                             "--graph-replay", "--repeat", 2, "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads(out)["graph_replay"], {"recorded": 1, "refused": 0})
+
     def test_misuse_is_a_one_line_usage_error(self):
         model, feeds, _, _ = self.exported("convnet", False)
         code, _, err = run("run", model, "--inputs", feeds, "--precision", "bf16", "--backend", "aten-cpu-bf16")
