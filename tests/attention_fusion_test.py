@@ -111,6 +111,19 @@ def export(module, inputs, path, dynamo):
                               dynamo=False)
 
 
+def exported(make, make_inputs, directory, name, dynamo):
+    """(module, its inputs, model path, inputs path): `make()` with random weights (seed 0), in eval
+    mode, exported to DIRECTORY/NAME_DYNAMO.onnx and its inputs written beside it."""
+    torch.manual_seed(0)
+    module = randomize(make()).eval()
+    inputs = make_inputs()
+    model = os.path.join(directory, f"{name}_{dynamo}.onnx")
+    feeds = os.path.join(directory, f"{name}.inputs.json")
+    export(module, inputs, model, dynamo)
+    write_inputs(inputs, feeds)
+    return module, inputs, model, feeds
+
+
 def write_inputs(inputs, path):
     with open(path, "w") as f:
         json.dump({name: {"dtype": str(t.dtype).replace("torch.", ""), "dims": list(t.shape),
@@ -132,13 +145,7 @@ class AttentionFusion(TempDirTest):
         for name, (make, make_inputs) in MODELS.items():
             for dynamo in (False, True):
                 with self.subTest(model=name, exporter="dynamo" if dynamo else "torchscript"):
-                    torch.manual_seed(0)
-                    module = randomize(make()).eval()
-                    inputs = make_inputs()
-                    model = self.path(f"{name}_{dynamo}.onnx")
-                    feeds = self.path(f"{name}.inputs.json")
-                    export(module, inputs, model, dynamo)
-                    write_inputs(inputs, feeds)
+                    _, _, model, feeds = exported(make, make_inputs, self.tmp, name, dynamo)
                     profiled = self.run_profiled(model, feeds, "--save-outputs", self.path("fused.json"))
                     ops = {entry["op"] for entry in profiled["profile"]}
                     self.assertIn(GROUP, ops)

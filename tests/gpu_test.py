@@ -179,14 +179,8 @@ class Cuts(TempDirTest):
         self.assertEqual(summary["rtol"], 1e-2)
         import torch
         from mixed_precision_test import MODELS  # puts tools/ on the path
-        from attention_fusion_test import export, write_inputs
-        from export_zoo import randomize
-        make, make_inputs = MODELS["gpt2"]
-        torch.manual_seed(0)
-        module, inputs = randomize(make()).eval(), make_inputs()
-        path, feeds = self.path("gpt2.onnx"), self.path("gpt2.json")
-        export(module, inputs, path, False)
-        write_inputs(inputs, feeds)
+        from attention_fusion_test import exported
+        module, inputs, path, feeds = exported(*MODELS["gpt2"], self.tmp, "gpt2", False)
         module = module.cuda()
         with torch.no_grad():
             full = module(*(t.cuda() for t in inputs.values())).float().cpu().flatten()

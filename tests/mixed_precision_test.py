@@ -17,10 +17,10 @@ from torch import nn
 from testlib import SOURCE_DIR, TempDirTest, main, run
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
-from export_zoo import Gpt2, LlamaDecoder, randomize  # noqa: E402
+from export_zoo import Gpt2, LlamaDecoder  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from attention_fusion_test import export, largest_error, token_inputs, write_inputs  # noqa: E402
+from attention_fusion_test import exported, largest_error, token_inputs  # noqa: E402
 
 HALF_TYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -63,14 +63,7 @@ def flat(tensor):
 class MixedPrecision(TempDirTest):
     def exported(self, name, dynamo):
         """(model path, inputs path, float32 outputs, {precision: torch.autocast's outputs})."""
-        make, make_inputs = MODELS[name]
-        torch.manual_seed(0)
-        module = randomize(make()).eval()
-        inputs = make_inputs()
-        model = self.path(f"{name}_{dynamo}.onnx")
-        feeds = self.path(f"{name}.inputs.json")
-        export(module, inputs, model, dynamo)
-        write_inputs(inputs, feeds)
+        module, inputs, model, feeds = exported(*MODELS[name], self.tmp, name, dynamo)
         # What cleave computes: the module as loaded (a convolution's BatchNorm folded into it).
         computed = module.folded() if hasattr(module, "folded") else module
         with torch.no_grad():
