@@ -2,9 +2,9 @@
 added: RMSNormalization, RotaryEmbedding, Attention (grouped-query, causal) and Swish, each a
 cleave kernel (before session 46, Attention ran as its ONNX function body). ONNX Runtime runs all
 of them as its own kernels. Random weights; batch 1, sequence 64, width 256, 8 query and 2
-key/value heads.
+key/value heads (--batch: more sequences of 64).
 
-usage: bench/new_opsets.py CLEAVE [--layers N] [--rounds R] [--repeat K]
+usage: bench/new_opsets.py CLEAVE [--layers N] [--batch B] [--rounds R] [--repeat K]
 
 Per round, both sides time one block of K runs each (median), in alternating order; printed: each
 side's median over the rounds and cleave / ORT per round with its [min, max]; the largest
@@ -23,11 +23,11 @@ from onnx import TensorProto, helper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORACLE = [sys.executable, os.path.join(ROOT, "tests", "oracle", "onnxruntime_oracle.py"), "run"]
-BATCH, SEQ, HEADS, KV_HEADS, HEAD = 1, 64, 8, 2, 32
+SEQ, HEADS, KV_HEADS, HEAD = 64, 8, 2, 32
 WIDTH = HEADS * HEAD
 
 
-def decoder(layers):
+def decoder(layers, batch):
     rng = np.random.default_rng(0)
     inits, nodes = [], []
 
@@ -38,7 +38,7 @@ def decoder(layers):
     angles = np.outer(np.arange(SEQ), 1.0 / 10000 ** (np.arange(HEAD // 2) * 2 / HEAD)).astype(np.float32)
     inits += [helper.make_tensor("cos", TensorProto.FLOAT, [SEQ, HEAD // 2], np.cos(angles).ravel()),
               helper.make_tensor("sin", TensorProto.FLOAT, [SEQ, HEAD // 2], np.sin(angles).ravel()),
-              helper.make_tensor("ids", TensorProto.INT64, [BATCH, SEQ], np.tile(np.arange(SEQ), BATCH))]
+              helper.make_tensor("ids", TensorProto.INT64, [batch, SEQ], np.tile(np.arange(SEQ), batch))]
     x = "x"
     for layer in range(layers):
         p = f"layer{layer}."
@@ -66,8 +66,8 @@ def decoder(layers):
         n("Add", [p + "r", p + "d"], "y")
         x = p + "y"
     nodes.append(helper.make_node("Identity", [x], ["y"]))
-    graph = helper.make_graph(nodes, "decoder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [BATCH, SEQ, WIDTH])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [BATCH, SEQ, WIDTH])], initializer=inits)
+    graph = helper.make_graph(nodes, "decoder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, SEQ, WIDTH])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, SEQ, WIDTH])], initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)], ir_version=10)
 
 
@@ -75,13 +75,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("cleave")
     parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "decoder.onnx")
-        onnx.save(decoder(args.layers), model)
-        x = np.random.default_rng(1).standard_normal((BATCH, SEQ, WIDTH)).astype(np.float32)
+        onnx.save(decoder(args.layers, args.batch), model)
+        x = np.random.default_rng(1).standard_normal((args.batch, SEQ, WIDTH)).astype(np.float32)
         inputs = os.path.join(tmp, "inputs.json")
         with open(inputs, "w") as f:
             json.dump({"x": {"dtype": "float32", "dims": list(x.shape), "data": x.ravel().tolist()}}, f)
@@ -103,7 +104,7 @@ def main():
         with open(os.path.join(tmp, "cleave.json")) as f:
             got = np.array(json.load(f)["y"]["data"])
         error = float(np.abs(want - got).max() / np.abs(want).max())
-        print(f"layers {args.layers}: ORT {np.median(times['ort']) * 1e3:.2f} ms, cleave {np.median(times['cleave']) * 1e3:.2f} ms, "
+        print(f"layers {args.layers}, batch {args.batch}: ORT {np.median(times['ort']) * 1e3:.2f} ms, cleave {np.median(times['cleave']) * 1e3:.2f} ms, "
               f"cleave/ORT {np.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}] over {args.rounds} rounds; "
               f"largest difference {error:.1e} of the output's scale")
 

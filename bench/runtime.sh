@@ -24,12 +24,18 @@
 # rounds, and for cleave / ORT and the cut's overhead the median of the per-round ratios with
 # their [min, max] over the rounds: a range that straddles the goal is noise, not a result.
 # Goals (issue 16): cleave <= 1.0x ORT on every model; cut overhead <= 3%.
+# SIDES picks the sides after ORT and the whole model (e.g. SIDES="cut seams"; unset: all);
+# IMAGE=64 times the image models at 64x64 (bench/zoo_models.sh).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/zoo_models.sh" # root, zoo
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 cleave="$root/build/release/cleave"
 repeat="${REPEAT:-20}" rounds="${ROUNDS:-5}"
+# SIDES: which sides to time besides ORT and the whole model (unset: all; SIDES= times the
+# latency alone; a side left out prints "-").
+sides_wanted="ort whole ${SIDES-cut seams nofusion dense unpacked channelslast}"
+sides_wanted="$(tr ' ' '\n' <<<"$sides_wanted" | awk 'NF && !seen[$0]++' | tr '\n' ' ')"
 printf '%-18s %9s %9s %20s %9s %20s %9s %20s %10s %18s %18s %18s %18s\n' model ort_ms cleave_ms "cleave/ORT [range]" \
   cut_ms "overhead [range]" seams_ms "overhead [range]" submodels "/ no-fusion" "/ dense" "/ unpacked" \
   "/ channels-last"
@@ -66,9 +72,12 @@ PY
   }
   # Interleaved: every round times each side once, in forward order on even rounds and reverse
   # order on odd ones, so a drift in the machine's speed falls on both sides of each comparison.
+  read -r -a forward <<<"$sides_wanted"
+  reverse=()
+  for ((i = ${#forward[@]} - 1; i >= 0; --i)); do reverse+=("${forward[i]}"); done
   for ((round = 0; round < rounds; ++round)); do
-    sides=(ort whole cut seams nofusion dense unpacked channelslast)
-    ((round % 2)) && sides=(channelslast unpacked dense nofusion seams cut whole ort)
+    sides=("${forward[@]}")
+    ((round % 2)) && sides=("${reverse[@]}")
     for side in "${sides[@]}"; do time_side "$side" "$round"; done
   done
   "$root/.venv/bin/python3" - "$model" "$tmp/times" <<'PY'
@@ -89,11 +98,17 @@ med = {side: statistics.median(values.values()) for side, values in per_round.it
 ratios = [per_round["whole"][r] / per_round["ort"][r] for r in rounds]
 ratio = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f},{max(ratios):.2f}]"
 def gain(side):
+    if side not in paired:
+        return "-"
     ratios = [paired[side][r] for r in rounds]
     return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f},{max(ratios):.2f}]"
 def overhead(side):
+    if side not in paired:
+        return "-"
     over = [100 * (paired[side][r] - 1) for r in rounds]
     return f"{statistics.median(over):+.1f}% [{min(over):+.1f},{max(over):+.1f}]"
+for side in ("cut", "seams"):
+    med.setdefault(side, float("nan"))
 print(f"{model:<18} {med['ort']:9.2f} {med['whole']:9.2f} {ratio:>20} {med['cut']:9.2f} {overhead('cut'):>20}"
       f" {med['seams']:9.2f} {overhead('seams'):>20} {submodules:10d} {gain('nofusion'):>18} {gain('dense'):>18}"
       f" {gain('unpacked'):>18} {gain('channelslast'):>18}")

@@ -139,7 +139,10 @@ class RuntimeCli(TempDirTest):
             self.assertEqual(code, 0, err)
             outputs[flags] = json.load(open(self.path("o.json")))["logits"]["data"]
         base = outputs[()]
-        self.assertEqual(outputs[("--no-packed-weights",)], base)  # the same primitives on the same values
+        # The same convolution primitives on the same values; the classifier's product may run on
+        # another kernel (AVX2's packed panels against oneDNN's on the rows), so a float's rounding.
+        scale = max(map(abs, base))
+        self.assertLessEqual(max(abs(a - b) for a, b in zip(outputs[("--no-packed-weights",)], base)), 1e-6 * scale)
         for flags, data in outputs.items():
             self.assertEqual(len(data), len(base))
             self.assertLessEqual(max(abs(a - b) for a, b in zip(data, base)), 1e-4 * max(map(abs, base)), flags)

@@ -2,8 +2,8 @@
 torchvision resnet50, mobilenet_v3_large and a ViT (torchvision's VisionTransformer), a
 torch.nn.TransformerEncoder, a GPT-2-style decoder, a DLRM-like model with EmbeddingBag and
 2-layer bidirectional LSTM and GRU taggers, torchvision's segmentation models (deeplabv3, lraspp,
-fcn), swin_t, MaxViT (Einsum attention), DCGAN's generator (ConvTranspose), a small 3-D ResNet (Conv3d, MaxPool3d) and a wav2letter-like
-stack of 1-D convolutions (exported by tools/export_zoo.py --small with PyTorch's TorchScript exporter, opsets 11 to 17). Outputs must agree within 1e-4 relative error (max |cleave - ORT| / max |ORT|). Cut models (split with the GPU and NPU
+fcn), swin_t, MaxViT (Einsum attention), DCGAN's generator (ConvTranspose), a small 3-D ResNet (Conv3d, MaxPool3d), a wav2letter-like
+stack of 1-D convolutions, ConvNeXt (depthwise 7x7, LayerNorm over channels, GELU, layer scale) and ResNeXt (grouped 3x3) (exported by tools/export_zoo.py --small with PyTorch's TorchScript exporter, opsets 11 to 17). Outputs must agree within 1e-4 relative error (max |cleave - ORT| / max |ORT|). Cut models (split with the GPU and NPU
 profiles) must verify against the original with `cleave verify`, and unsupported input must be
 refused with one-line errors."""
 import json
@@ -19,7 +19,8 @@ from testlib import CLEAVE, EXAMPLES, ORACLE, SOURCE_DIR, TempDirTest, main, run
 
 ZOO = os.path.join(os.path.dirname(os.path.abspath(CLEAVE)), "zoo_small")
 MODELS = ("resnet50", "mobilenet_v3_large", "vit_b_16", "transformer_encoder", "gpt2", "dlrm", "lstm", "gru",
-          "deeplabv3", "lraspp", "fcn", "swin_t", "maxvit_t", "dcgan", "r3d_18", "wav2letter")
+          "deeplabv3", "lraspp", "fcn", "swin_t", "maxvit_t", "dcgan", "r3d_18", "wav2letter", "convnext_tiny",
+          "resnext50_32x4d")
 GPU = os.path.join(EXAMPLES, "profiles", "gpu.json")
 NPU = os.path.join(EXAMPLES, "profiles", "npu.json")
 

@@ -1,6 +1,6 @@
 """Export the runtime's model zoo with PyTorch's TorchScript exporter (random weights, fixed seeds).
 
-    .venv/bin/python3 tools/export_zoo.py OUT_DIR [NAME ...] [--small] [--dynamo]
+    .venv/bin/python3 tools/export_zoo.py OUT_DIR [NAME ...] [--small] [--dynamo] [--image=SIZE]
 
 Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
   resnet50           torchvision, opset 13          mobilenet_v3_large  torchvision, opset 14
@@ -25,9 +25,13 @@ Writes NAME.onnx and NAME.inputs.json (a sample input, tests/oracle format) for:
   ssd300             torchvision ssd300_vgg16 (300x300; 50 detections), opset 16
   wav2letter         1-D convolutions after wav2letter (80 mel features, 1000 steps; BatchNorm1d), opset 14
   bert_base          a BERT-base-sized encoder (12 x 768, 12 heads), opset 17 (benchmarks)
+  convnext_tiny      torchvision convnext_tiny (depthwise 7x7, LayerNorm over channels, GELU, layer scale), opset 17
+  resnext50_32x4d    torchvision resnext50_32x4d (grouped 3x3 convolutions), opset 13
 --small shrinks the encoder/decoder sizes and image sizes for fast tests (same op sets; r3d_18's
 small form is TinyVideoNet below, 3-D like it, with a MaxPool3d added; the detectors resize every
 image to 320x320 themselves, so --small does not shrink them).
+--image=SIZE exports the image models (classifiers, segmentation, ConvNeXt, ResNeXt) at SIZE x SIZE
+instead (bench/runtime.sh's IMAGE: full-size models at 64x64, where fixed costs show).
 --dynamo exports with torch 2.x's default exporter (torch.export-based, its default opset) instead;
 a model it fails on is named with the exporter's error and skipped.
 Existing files are kept (delete them to re-export).
@@ -318,13 +322,13 @@ class MissingModule:
         raise ModuleNotFoundError(f"No module named '{self.name}'")
 
 
-def zoo(small):
+def zoo(small, image_size=None):
     try:
         import torchvision
     except ImportError:
         torchvision = MissingModule("torchvision")
     import export_examples
-    image = 64 if small else 224
+    image = image_size or (64 if small else 224)
     g = torch.Generator().manual_seed(3)
     yield ("resnet50", 13, lambda: torchvision.models.resnet50(weights=None),
            (torch.randn(1, 3, image, image, generator=g),), ["x"])
@@ -387,6 +391,18 @@ def zoo(small):
     yield ("ssd300", 16, lambda: Detector(detection.ssd300_vgg16(weights=None, weights_backbone=None, score_thresh=0.0,
                                                                  detections_per_img=50)),
            (torch.rand(3, 300, 300, generator=g),), ["image"])
+    # ConvNeXt's blocks (depthwise 7x7 convolution, LayerNorm over channels after a permute, GELU,
+    # layer scale) and ResNeXt's grouped 3x3 convolutions (32 groups). --small: the same classes,
+    # two stages of one block each.
+    convnext = torchvision.models.convnext
+    convnext_tiny = (lambda: convnext.ConvNeXt([convnext.CNBlockConfig(16, 32, 1), convnext.CNBlockConfig(32, None, 1)],
+                                               num_classes=10)) if small else \
+        (lambda: torchvision.models.convnext_tiny(weights=None))
+    yield ("convnext_tiny", 17, convnext_tiny, (torch.randn(1, 3, image, image, generator=g),), ["x"])
+    resnext = (lambda: torchvision.models.resnet.ResNet(torchvision.models.resnet.Bottleneck, [1, 1, 1, 1], groups=32,
+                                                         width_per_group=4, num_classes=10)) if small else \
+        (lambda: torchvision.models.resnext50_32x4d(weights=None))
+    yield ("resnext50_32x4d", 13, resnext, (torch.randn(1, 3, image, image, generator=g),), ["x"])
 
 
 def export_onnx(model, inputs, path, opset, input_names, dynamo=False):
@@ -418,8 +434,9 @@ def main():
     out_dir, names = args[0], set(args[1:])
     small = "--small" in sys.argv
     dynamo = "--dynamo" in sys.argv
+    image = next((int(a.split("=", 1)[1]) for a in sys.argv[1:] if a.startswith("--image=")), None)
     os.makedirs(out_dir, exist_ok=True)
-    for name, opset, make, inputs, input_names in zoo(small):
+    for name, opset, make, inputs, input_names in zoo(small, image):
         if names and name not in names:
             continue
         path = os.path.join(out_dir, f"{name}.onnx")

@@ -35,6 +35,44 @@ std::vector<bool> productOnlyWeights(const ir::Graph& g) {
   return storeAsRows;
 }
 
+// Whether a Gemm computes torch.nn.Linear's form on its weight (operand 1): Y = A B^T + C with
+// unit scales, A untransposed and C absent or a 1-D parameter, the only Gemm the kernel runs as
+// linear() and so the only one that can read a weight the wing alone holds.
+bool gemmIsLinear(const ir::Graph& g, NodeId gemm) {
+  auto intAttr = [&](std::string_view name, std::int64_t fallback) {
+    const ir::Attribute* a = g.findAttribute(gemm, name);
+    return a ? a->intValue : fallback;
+  };
+  auto floatAttr = [&](std::string_view name) {
+    const ir::Attribute* a = g.findAttribute(gemm, name);
+    return a ? a->floatValue : 1.0;
+  };
+  auto operands = g.inputs(gemm);
+  if (intAttr("transA", 0) != 0 || intAttr("transB", 0) != 1 || floatAttr("alpha") != 1.0 || floatAttr("beta") != 1.0)
+    return false;
+  if (operands.size() < 3 || operands[2] == ir::kNoValue)
+    return true;
+  const NodeId biasProducer = g.producer(operands[2]);
+  return g.kind(biasProducer) == ir::NodeKind::Parameter &&
+         g.parameter(g.parameters(biasProducer)[0]).dims.size() == 1;
+}
+
+// A float32 [N, K] parameter (both dims above 1) that only linear-form Gemms read, as their weight:
+// held packed as a product weight is, its [K, N] view packed.
+std::vector<bool> linearGemmOnlyWeights(const ir::Graph& g) {
+  std::vector<bool> only = parametersReadOnlyBy(g, [&](NodeId user, ir::ValueId value) {
+    auto operands = g.inputs(user);
+    return g.opType(user) == "Gemm" && g.opDomain(user).empty() && operands.size() >= 2 && operands[1] == value &&
+           operands[0] != value && (operands.size() < 3 || operands[2] != value) && gemmIsLinear(g, user);
+  });
+  for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
+    const ir::Parameter& parameter = g.parameter(ir::ParamId{p});
+    only[p] = only[p] && parameter.dtype == ir::DType::F32 && parameter.dims.size() == 2 && parameter.dims[0] > 1 &&
+              parameter.dims[1] > 1;
+  }
+  return only;
+}
+
 // A float32 parameter that only convolutions read, as their weight, where they run on oneDNN
 // (Conv of rank 4 or 5, ConvTranspose of rank 4), and not through a fused normalization (whose
 // kernel reads it to fold the normalization in).
@@ -64,20 +102,26 @@ public:
     const bool mixedPrecision = !options.floatType && options.optimizations.precision != Precision::Fp32;
     if (!options.trainable && options.device.is_cpu() && mixedPrecision) {
       rows_ = productOnlyWeights(g);
-      packs_ = convolutionOnly_ = std::vector<bool>(g.numParameters(), false);
+      packs_ = convolutionOnly_ = transposed_ = std::vector<bool>(g.numParameters(), false);
       return;
     }
     if (!onednn::available() || options.trainable || !options.device.is_cpu() || !options.floatsAsDeclared()) {
       rows_.assign(g.numParameters(), false);
-      packs_ = convolutionOnly_ = rows_;
+      packs_ = convolutionOnly_ = transposed_ = rows_;
       return;
     }
     rows_ = productOnlyWeights(g);
     packs_.assign(g.numParameters(), false);
+    transposed_ = linearGemmOnlyWeights(g);
     for (std::uint32_t p = 0; p < g.numParameters(); ++p) {
       const std::vector<std::int64_t>& dims = g.parameter(ir::ParamId{p}).dims;
-      // Packed only where oneDNN's layout for it is blocked; else stored as rows (onednn.h).
-      packs_[p] = rows_[p] && packedWeights_ && onednn::packsProductWeight(dims[0], dims[1]);
+      // Packed only where the wing's layout for it is blocked (oneDNN's, or its own panels on AVX2);
+      // else stored as rows (onednn.h). A Gemm's [N, K] weight is packed as its [K, N] view.
+      if (transposed_[p])
+        packs_[p] = packedWeights_ && onednn::packsProductWeight(dims[1], dims[0]);
+      else
+        packs_[p] = rows_[p] && packedWeights_ && onednn::packsProductWeight(dims[0], dims[1]);
+      transposed_[p] = transposed_[p] && packs_[p];
       rows_[p] = rows_[p] && !packs_[p];
     }
     convolutionOnly_ = packedWeights_ ? convolutionOnlyWeights(g, fusion)
@@ -90,7 +134,7 @@ public:
 
   at::Tensor adopt(ir::ParamId owner, at::Tensor loaded) override {
     if (packs_[index(owner)]) { // the packed copy is the only one (the loaded tensor is freed here)
-      packed_[index(owner)] = onednn::packWeight(loaded);
+      packed_[index(owner)] = onednn::packWeight(transposed_[index(owner)] ? loaded.t() : loaded);
       if (packed_[index(owner)])
         return at::Tensor();
     }
@@ -101,8 +145,10 @@ public:
   }
 
   at::Tensor observable(ir::ParamId owner, const at::Tensor& bound) const override {
-    if (!bound.defined() && packed_[index(owner)])
-      return onednn::unpackWeight(*packed_[index(owner)]);
+    if (!bound.defined() && packed_[index(owner)]) {
+      at::Tensor kn = onednn::unpackWeight(*packed_[index(owner)]);
+      return transposed_[index(owner)] ? kn.t().contiguous() : kn;
+    }
     if (bound.defined() && bound.is_meta())
       return onednn::plainWeight(*pool_, bound);
     return bound;
@@ -127,6 +173,7 @@ public:
 private:
   bool packedWeights_, winograd_, blockedConvolutions_; // cpu_switches.h
   std::vector<bool> rows_, packs_, convolutionOnly_; // per storage owner
+  std::vector<bool> transposed_; // packed from a linear-form Gemm's [N, K] weight (its [K, N] view)
   std::vector<std::shared_ptr<const onednn::PackedWeight>> packed_;
   // Every convolution's reordered weights (prepareCache), and the weights held only so.
   std::shared_ptr<onednn::ReorderedWeights> pool_ = std::make_shared<onednn::ReorderedWeights>();

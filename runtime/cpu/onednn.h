@@ -183,7 +183,9 @@ std::shared_ptr<PackedConvolution>& cacheEntryFor(ConvolutionCache& cache, at::I
 // keeps the primitive and its reordered weight; it is rebuilt when the weight (by identity), the
 // input's dims, the bias's presence or the post-ops change (`cache`, the cache it belongs to: the
 // reordered weight comes from its pool, made there only when no copy in that layout exists; w may
-// be a stand-in of that pool's, holdOnlyReordered). The residual is added by accumulating onto
+// be a stand-in of that pool's, holdOnlyReordered). Undefined where it does not take the operands,
+// and for a depthwise convolution oneDNN would run on its gemm fallback (ATen's depthwise kernel
+// is 4x faster there; `packed` keeps that decision for the shape). The residual is added by accumulating onto
 // it: into a copy of it, or, when `residualIsScratch` (the caller's to overwrite) and it is
 // channels-last already, into the residual itself, which is then the result.
 // Blocked values (isBlockedActivation): x and the residual may be ones. A convolution that runs

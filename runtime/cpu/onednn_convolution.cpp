@@ -22,7 +22,10 @@ struct OnlyReorderedWeight {
 };
 
 struct PackedConvolution {
-  std::shared_ptr<const ReorderedWeight> weight;
+  std::shared_ptr<const ReorderedWeight> weight; // for a declined one, its source alone
+  // oneDNN would run it on a kernel slower than ATen's (declinesToAten): the caller runs ATen's,
+  // and this entry keeps the decision for the shape, so the primitive is not made again each run.
+  bool declined = false;
   std::vector<std::int64_t> inputDims;
   bool withBias = false;
   bool transposed = false; // a deconvolution (ConvTranspose)
@@ -337,8 +340,16 @@ directInPreferredLayout(const Describe& describeConvolution, const dnnl::primiti
   }
 }
 
+// Whether a depthwise convolution (one input channel per group) would run on oneDNN 2.6's gemm
+// kernel, its fallback where no depthwise kernel takes the shape (ConvNeXt's last stage at 64x64:
+// a 7x7 window over a 2x2 image, padded by 3): 0.41 ms a call there, where ATen's channels-last
+// depthwise kernel takes about 0.1 (bench/RESULTS.md, session 52).
+bool declinesToAten(const dnnl::convolution_forward::primitive_desc& pd, const at::Tensor& w, std::int64_t groups) {
+  return groups > 1 && w.size(1) == 1 && std::string_view(pd.impl_info_str()).find("gemm") != std::string_view::npos;
+}
+
 // The convolution for x's dims: the primitive (oneDNN picks the weight layout), the weight
-// reordered into it once.
+// reordered into it once; or, where it declines (declinesToAten), the decision alone.
 std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at::Tensor& w, bool withBias,
                                                    const std::vector<std::int64_t>& strides,
                                                    const std::vector<std::int64_t>& padBegin,
@@ -401,6 +412,16 @@ std::shared_ptr<PackedConvolution> packConvolution(const at::Tensor& x, const at
   }
   const dnnl::convolution_forward::primitive_desc& pd =
       winograd ? *winograd : blockedDirect ? *blockedDirect : *channelsLast;
+  if (declinesToAten(pd, w, groups)) {
+    auto source = std::make_shared<ReorderedWeight>();
+    source->source = w;
+    packed->weight = std::move(source);
+    packed->declined = true;
+    packed->inputDims = x.sizes().vec();
+    packed->withBias = withBias;
+    packed->post = post;
+    return packed;
+  }
   packed->scratchpad = pd.scratchpad_desc();
   if (winograd || blockedDirect) {
     packed->blocked = true;
@@ -443,6 +464,8 @@ at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     if (!packed || packed->transposed || !packed->weight->source.is_same(w) || packed->inputDims != x.sizes().vec() ||
         packed->withBias != bias.defined() || !(packed->post == post))
       packed = packConvolution(x, w, bias.defined(), strides, padBegin, padEnd, dilations, groups, post, cache);
+    if (packed->declined)
+      return {};
     return runConvolution(*packed, x, bias, residual, residualIsScratch, mayReturnBlocked);
   } catch (const dnnl::error&) {
     packed.reset();

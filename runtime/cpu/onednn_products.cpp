@@ -1,14 +1,20 @@
 // runtime/cpu/onednn_products.cpp - matrix products on oneDNN, called directly: weights packed
 // once in the layout the primitive picks, few-row products on sgemm, batched products
-// (onednn.h; onednn_support.h).
+// (onednn.h; onednn_support.h); on CPUs with AVX2 but not AVX-512, packed weights run on cleave's
+// own kernel instead (panel_products.h), which is faster there than oneDNN 2.6's.
 #include "runtime/cpu/onednn_support.h"
+
+#include <ATen/Parallel.h>
+
+#include "runtime/cpu/panel_products.h"
 
 namespace cleave::runtime::onednn {
 
 struct PackedWeight {
   std::int64_t k = 0, n = 0;
   std::shared_ptr<void> owner; // memory's buffer
-  dnnl::memory memory;         // [K, N] in the layout the matmul primitive picks for this CPU
+  dnnl::memory memory;         // [K, N] in the layout the matmul primitive picks for this CPU,
+  const float* panels = nullptr; // or, where panels::runsHere(), memory's bytes as panel_products.h's panels
 };
 
 struct PackedProduct {
@@ -156,9 +162,57 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, bool weightIsNK
   }
 }
 
+namespace {
+// The panels of a [K, N] view (any strides), in a held buffer (counted as oneDNN's copies are).
+std::shared_ptr<PackedWeight> packPanels(const at::Tensor& kn) {
+  const std::int64_t k = kn.size(0), n = kn.size(1);
+  auto packed = std::make_shared<PackedWeight>();
+  packed->k = k;
+  packed->n = n;
+  HeldWeight copy = holdWeight(dnnl::memory::desc({cpu::panels::packedFloats(k, n)}, DataType::f32, Tag::a));
+  packed->owner = std::move(copy.owner);
+  packed->memory = copy.memory;
+  auto* panels = static_cast<float*>(packed->memory.get_data_handle());
+  cpu::panels::pack(kn.data_ptr<float>(), kn.stride(0), kn.stride(1), k, n, panels);
+  packed->panels = panels;
+  return packed;
+}
+
+// The panels' name for a product's activation.
+cpu::panels::Activation panelActivation(ProductActivation activation) {
+  switch (activation) {
+  case ProductActivation::None: break;
+  case ProductActivation::Gelu: return cpu::panels::Activation::Gelu;
+  case ProductActivation::GeluTanh: return cpu::panels::Activation::GeluTanh;
+  case ProductActivation::Relu: return cpu::panels::Activation::Relu;
+  }
+  return cpu::panels::Activation::None;
+}
+
+// rows [M, K] (contiguous) times the paneled weight, plus bias, then `activation`, in parts the
+// threads take in turn.
+at::Tensor panelProduct(const at::Tensor& rows, const PackedWeight& weight, const at::Tensor& bias,
+                        ProductActivation activation) {
+  at::Tensor out = at::empty({rows.size(0), weight.n}, rows.options());
+  at::Tensor denseBias = bias.defined() ? bias.contiguous() : at::Tensor();
+  const cpu::panels::Product product{rows.data_ptr<float>(), rows.size(0), weight.k, weight.n, weight.k,
+                                     weight.panels, denseBias.defined() ? denseBias.data_ptr<float>() : nullptr,
+                                     out.data_ptr<float>(), panelActivation(activation)};
+  const int threads = at::get_num_threads(), parts = cpu::panels::partsFor(product, threads);
+  std::atomic<int> nextPart{0}; // each thread takes the next part when it is free
+  at::parallel_for(0, std::min(threads, parts), 1, [&](std::int64_t, std::int64_t) {
+    for (int part = nextPart++; part < parts; part = nextPart++)
+      cpu::panels::multiply(product, part, parts);
+  });
+  return out;
+}
+} // namespace
+
 bool packsProductWeight(std::int64_t k, std::int64_t n) {
   if (!available() || k <= 0 || n <= 0)
     return false;
+  if (cpu::panels::runsHere())
+    return true;
   try {
     return hasInnerBlocks(
         productDesc(128, k, n, false, ProductActivation::None, dnnl::memory::desc({k, n}, DataType::f32, Tag::any)).weights_desc());
@@ -171,6 +225,8 @@ std::shared_ptr<PackedWeight> packWeight(const at::Tensor& kn) {
   if (!eligible(kn) || kn.dim() != 2 || kn.numel() == 0)
     return nullptr;
   const std::int64_t k = kn.size(0), n = kn.size(1);
+  if (cpu::panels::runsHere())
+    return packPanels(kn);
   try {
     // The layout does not depend on the row count, the bias or GELU (checked on this oneDNN for
     // 1 to 4096 rows and transformer and classifier shapes); a product whose primitive wants
@@ -193,6 +249,10 @@ std::shared_ptr<PackedWeight> packWeight(const at::Tensor& kn) {
 
 at::Tensor unpackWeight(const PackedWeight& weight) {
   at::Tensor kn = at::empty({weight.k, weight.n}, at::kFloat);
+  if (weight.panels) {
+    cpu::panels::unpack(weight.panels, weight.k, weight.n, kn.data_ptr<float>());
+    return kn;
+  }
   dnnl::memory plain = view(describe(kn), kn);
   dnnl::memory source = weight.memory; // a handle: reorder takes non-const memories
   execute(dnnl::reorder(source, plain), {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, plain}});
@@ -211,6 +271,8 @@ at::Tensor linearPacked(const at::Tensor& x, const std::shared_ptr<const PackedW
   const std::int64_t m = rows.size(0);
   std::vector<std::int64_t> shape = x.sizes().vec();
   shape.back() = n;
+  if (weight->panels)
+    return panelProduct(rows, *weight, bias, activation).view(shape);
   try {
     if (!packed || packed->packedSource != weight || !fits(*packed, m, bias.defined(), activation)) {
       // The packed weight is the one copy, shared; a primitive wanting another layout (none seen)

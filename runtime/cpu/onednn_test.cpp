@@ -612,6 +612,34 @@ TEST(OneDnn, ConvolutionWeightsHeldOnlyReorderedEqualTheirPlainOnes) {
   }
 }
 
+// A depthwise convolution oneDNN would run on its gemm fallback (ConvNeXt's 7x7 window over a 2x2
+// image) is declined, so ATen's depthwise kernel runs it; the decision is kept per shape (the same
+// cache entry, no primitive made again), and a depthwise shape oneDNN's own kernel takes runs.
+TEST(OneDnn, DepthwiseConvolutionsOnGemmAreLeftToAten) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  at::manual_seed(31);
+  const std::int64_t channels = 64;
+  const at::Tensor w = at::randn({channels, 1, 7, 7}), bias = at::randn({channels});
+  auto run = [&](const at::Tensor& x, std::shared_ptr<onednn::PackedConvolution>& packed) {
+    return onednn::convolution(x.contiguous(at::MemoryFormat::ChannelsLast), w, bias, {1, 1}, {3, 3}, {3, 3}, {1, 1},
+                               channels, {}, {}, false, packed);
+  };
+  std::shared_ptr<onednn::PackedConvolution> tiny, large;
+  const at::Tensor small = at::randn({1, channels, 2, 2}), big = at::randn({1, channels, 16, 16});
+  const at::Tensor first = run(small, tiny);
+  const onednn::PackedConvolution* entry = tiny.get();
+  ASSERT_NE(entry, nullptr);
+  const at::Tensor second = run(small, tiny);
+  EXPECT_EQ(tiny.get(), entry); // the decision (or the primitive) kept for the shape
+  EXPECT_EQ(first.defined(), second.defined());
+  if (first.defined()) // oneDNN had a depthwise kernel for it after all: it must be right
+    EXPECT_TRUE(at::allclose(first, at::conv2d(small, w, bias, 1, 3, 1, channels), 1e-4, 1e-4));
+  const at::Tensor got = run(big, large);
+  ASSERT_TRUE(got.defined()); // jit_dw's shape: oneDNN runs it
+  EXPECT_TRUE(at::allclose(got, at::conv2d(big, w, bias, 1, 3, 1, channels), 1e-4, 1e-4));
+}
+
 // A packed weight (oneDNN's own product layout) computes what the plain weight does at every row
 // count, with and without bias and GELU; it unpacks to the same values; the second call reuses
 // the primitive; operands it does not take it refuses.
@@ -648,6 +676,66 @@ TEST(OneDnn, PackedWeightProductsEqualAten) {
   EXPECT_FALSE(onednn::linearPacked(at::randn({0, 48}), weight, {}, ProductActivation::None, packed).defined()); // no rows
   EXPECT_FALSE(onednn::linearPacked(at::randn({2, 48}).to(at::kDouble), weight, {}, ProductActivation::None, packed).defined());
   EXPECT_FALSE(onednn::packWeight(kn.to(at::kDouble)));
+}
+
+// torch.nn.Linear's Gemm (transB, a 1-D bias) holds its [N, K] weight packed where the wing packs
+// products (AVX2's panels, AVX-512's blocked layout), and a MatMul whose fused Add is a residual
+// (not a bias) reads its packed weight without unpacking it: results equal --no-packed-weights,
+// and an observer sees the Gemm's weight as stored, [N, K].
+TEST(Executor, LinearGemmWeightsArePackedAndResidualsAddedAfter) {
+  if (!onednn::available())
+    GTEST_SKIP() << "built without oneDNN";
+  at::manual_seed(29);
+  const at::Tensor w = at::randn({24, 16}), b = at::randn({24}), v = at::randn({24, 24});
+  auto build = [&] {
+    ir::GraphBuilder builder(ir::SourceFormat::Onnx);
+    builder.modelInfo().opsetImports = {{"", 17}};
+    builder.addInput("x", ir::ValueType::tensor(ir::DType::F32, {8, 16}));
+    addFloatParameter(builder, "w", w);
+    addFloatParameter(builder, "b", b);
+    addFloatParameter(builder, "v", v);
+    auto node = [&](std::string op, std::vector<std::string> inputs, std::string out,
+                    std::vector<ir::Attribute> attributes = {}) {
+      ir::NodeSpec spec;
+      spec.opType = std::move(op);
+      spec.name = out;
+      spec.inputs = std::move(inputs);
+      spec.outputs.push_back({std::move(out), ir::ValueType()});
+      spec.attributes = std::move(attributes);
+      builder.addNode(spec);
+    };
+    node("Gemm", {"x", "w", "b"}, "h", {integer("transB", 1)});
+    node("Relu", {"h"}, "r");
+    node("MatMul", {"r", "v"}, "m");
+    node("Add", {"m", "h"}, "y"); // fused with its MatMul: a residual of the output's shape
+    builder.setOutputs({"y"});
+    Expected<ir::Graph> graph = std::move(builder).finish();
+    EXPECT_TRUE(graph) << (graph ? "" : graph.error().message());
+    return std::make_shared<const ir::Graph>(std::move(*graph));
+  };
+  const at::Tensor x = at::randn({8, 16});
+  const at::Tensor h = at::addmm(b, x, w.t()), want = at::matmul(at::relu(h), v) + h;
+  ExecutorOptions plainOptions;
+  plainOptions.optimizations.wing.set(cpu::kPackedWeights, false);
+  auto packed = Executor::create(build());
+  auto plain = Executor::create(build(), plainOptions);
+  ASSERT_TRUE(packed && plain);
+  const std::size_t packs = (onednn::packsProductWeight(16, 24) ? 1u : 0u) + (onednn::packsProductWeight(24, 24) ? 1u : 0u);
+  EXPECT_EQ((*packed)->packedWeightCount(), packs);
+  for (int run = 0; run < 2; ++run) {
+    Expected<TensorMap> a = (*packed)->run({{"x", x}}), c = (*plain)->run({{"x", x}});
+    ASSERT_TRUE(a && c) << (a ? c.error().message() : a.error().message());
+    EXPECT_TRUE(at::allclose(a->at("y"), want, 1e-4, 1e-4));
+    EXPECT_TRUE(at::allclose(a->at("y"), c->at("y"), 1e-5, 1e-5));
+  }
+  std::map<std::string, at::Tensor> seen;
+  Executor::Observer observe = [&](ir::ValueId value, const at::Tensor& t) {
+    seen[std::string((*packed)->graph().valueName(value))] = t;
+  };
+  ASSERT_TRUE((*packed)->run({{"x", x}}, nullptr, &observe));
+  ASSERT_TRUE(seen.count("w") && seen.count("v"));
+  EXPECT_TRUE(at::equal(seen.at("w"), w));
+  EXPECT_TRUE(at::equal(seen.at("v"), v));
 }
 
 // The executor holds a weight that only MatMuls read packed, as its only copy (its Parameter binds

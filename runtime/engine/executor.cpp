@@ -158,8 +158,11 @@ void Executor::shareWeightCaches() {
     if (group >= 0 && fusion_.groups[group].nodes.back() == node && fusion_.groups[group].operands.size() > 1) {
       kind = fusedName(fusion_.groups[group].kind);
       weight = fusion_.groups[group].operands[1];
-    } else if (g.opType(node) == "MatMul" && g.opDomain(node).empty() && g.inputs(node).size() == 2) {
-      kind = "MatMul";
+    } else if (g.opDomain(node).empty() && ((g.opType(node) == "MatMul" && g.inputs(node).size() == 2) ||
+                                            (g.opType(node) == "Gemm" && g.inputs(node).size() >= 2))) {
+      // Gemms share a cache only with Gemms that read the weight the same way round.
+      const ir::Attribute* transB = g.findAttribute(node, "transB");
+      kind = g.opType(node) == "MatMul" ? "MatMul" : transB && transB->intValue ? "Gemm B^T" : "Gemm";
       weight = g.inputs(node)[1];
     }
     if (weight == ir::kNoValue || g.kind(g.producer(weight)) != ir::NodeKind::Parameter)

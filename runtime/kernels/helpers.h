@@ -93,6 +93,19 @@ at::Tensor batchNormInference(KernelContext& c, const std::vector<at::Tensor>& p
 // AVX-512, AVX2 and the base ISA on x86-64; O(output) work, parallel over rows or planes.
 at::Tensor scaleShiftConcatenation(const std::vector<at::Tensor>& pieces, const at::Tensor& multiplier,
                                    const at::Tensor& shift, bool relu);
+// RMSNormalization of dense float32 x over rows of scale.numel() (its last dims), scale (dense
+// float32, the normalized dims' shape) multiplied in: x / sqrt(mean(x^2) + epsilon) * scale, in one
+// pass per row, float32 throughout (ONNX's default stash_type). Undefined for anything else.
+// O(x) work, parallel over rows (decoder_rows.cpp).
+at::Tensor rmsNormalizeRows(const at::Tensor& x, const at::Tensor& scale, float epsilon);
+// RotaryEmbedding of dense float32 x [batch, sequence, heads, head] (sequenceSecond) or [batch,
+// heads, sequence, head], into a dense tensor of x's shape: each head's first `dim` values rotated
+// in pairs (halves, or neighbours when `interleaved`) by cos and sin (dense float32, dim / 2 last),
+// [positions, dim / 2] looked up by `positions` ([batch, sequence] int64) when it is defined, else
+// [batch, sequence, dim / 2]; the rest copied. A position outside the caches is a KernelError.
+// Undefined for other dtypes or shapes. O(x) work, parallel over rows (decoder_rows.cpp).
+at::Tensor rotateRows(const at::Tensor& x, bool sequenceSecond, const at::Tensor& cos, const at::Tensor& sin,
+                      const at::Tensor& positions, std::int64_t dim, bool interleaved);
 // Whether `cache` holds the fold of exactly these tensors (by identity; undefined matches undefined).
 bool holdsFoldOf(const KernelCache& cache, const std::vector<at::Tensor>& from);
 // A two-operand Einsum equation that is a batched matrix product (attention's "bhid,bhjd->bhij"

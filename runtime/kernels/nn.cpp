@@ -366,16 +366,24 @@ Outputs rotaryEmbedding(KernelContext& c) {
   if (dim > head || dim % 2 != 0)
     throw KernelError("rotary_embedding_dim " + std::to_string(dim) + " does not fit a head of " + std::to_string(head));
   at::Tensor cos = c.input(1), sin = c.input(2);
+  const bool interleaved = c.intAttr("interleaved", 0) != 0;
+  if (cos.size(-1) != dim / 2 || sin.size(-1) != dim / 2)
+    throw KernelError("the cos and sin caches' last dim is not rotary_embedding_dim / 2");
+  if (x.scalar_type() == at::kFloat) { // one pass over the input's own layout
+    const at::Tensor positions = c.has(3) ? c.input(3).to(at::kLong).contiguous() : at::Tensor();
+    const at::Tensor rows = input.dim() == 4 ? input.contiguous() : x.contiguous();
+    at::Tensor out = rotateRows(rows, input.dim() != 4, cos.to(at::kFloat).contiguous(), sin.to(at::kFloat).contiguous(),
+                                positions, dim, interleaved);
+    if (out.defined())
+      return {input.dim() == 4 ? out : out.reshape(input.sizes())};
+  }
   if (c.has(3)) {
     const at::Tensor ids = c.input(3).to(at::kLong);
     cos = cos.index_select(0, ids.reshape({-1})).reshape({ids.size(0), ids.size(1), -1});
     sin = sin.index_select(0, ids.reshape({-1})).reshape({ids.size(0), ids.size(1), -1});
   }
-  if (cos.size(-1) != dim / 2 || sin.size(-1) != dim / 2)
-    throw KernelError("the cos and sin caches' last dim is not rotary_embedding_dim / 2");
   cos = cos.unsqueeze(2).to(x.scalar_type());
   sin = sin.unsqueeze(2).to(x.scalar_type());
-  const bool interleaved = c.intAttr("interleaved", 0) != 0;
   at::Tensor rotary = x.narrow(3, 0, dim);
   at::Tensor first = interleaved ? rotary.slice(3, 0, dim, 2) : rotary.narrow(3, 0, dim / 2);
   at::Tensor second = interleaved ? rotary.slice(3, 1, dim, 2) : rotary.narrow(3, dim / 2, dim / 2);
@@ -829,9 +837,15 @@ void registerNnKernels(KernelTable& t) {
     Expected<at::ScalarType> stashType = scalarTypeOf(stash.value_or(ir::DType::Undefined));
     if (!stashType)
       throw KernelError("unsupported stash_type " + std::to_string(c.intAttr("stash_type", 1)));
+    const float epsilon = c.floatAttr("epsilon", 1e-5f);
+    if (x.scalar_type() == at::kFloat && *stashType == at::kFloat) { // one pass per row
+      std::vector<std::int64_t> shape(x.sizes().begin() + axis, x.sizes().end());
+      if (at::Tensor y = rmsNormalizeRows(x.contiguous(), c.input(1).expand(shape).contiguous(), epsilon); y.defined())
+        return {y};
+    }
     at::Tensor wide = x.to(*stashType);
     at::Tensor meanSquare = wide.square().mean(axes, /*keepdim=*/true);
-    at::Tensor normalized = (wide * at::rsqrt(meanSquare + c.floatAttr("epsilon", 1e-5f))).to(x.scalar_type());
+    at::Tensor normalized = (wide * at::rsqrt(meanSquare + epsilon)).to(x.scalar_type());
     return {normalized * c.input(1)};
   });
   t.add("RotaryEmbedding", rotaryEmbedding); // opset 23
@@ -841,9 +855,12 @@ void registerNnKernels(KernelTable& t) {
       a = a.t();
     double alpha = c.floatAttr("alpha", 1.0f), beta = c.floatAttr("beta", 1.0f);
     at::Tensor bias = c.has(2) && beta != 0.0 ? c.input(2) : at::Tensor();
-    // torch.nn.Linear's export: Gemm(x, W, b, transB=1) with a 1-D bias and unit scales.
-    if (alpha == 1.0 && (!bias.defined() || (beta == 1.0 && bias.dim() == 1)))
-      return {linear(c, a, c.input(1), c.intAttr("transB", 0) != 0, bias)};
+    // torch.nn.Linear's export: Gemm(x, W, b, transB=1) with a 1-D bias and unit scales, the
+    // only form whose weight the device wing may hold alone (productWeight() is then undefined).
+    if (alpha == 1.0 && (!bias.defined() || (beta == 1.0 && bias.dim() == 1))) {
+      at::Tensor weight = productWeight(c, 1);
+      return {weight.defined() ? linear(c, a, weight, c.intAttr("transB", 0) != 0, bias) : matmul(c, a, weight, bias)};
+    }
     at::Tensor b = c.intAttr("transB", 0) ? c.input(1).t() : c.input(1);
     if (bias.defined())
       return {at::addmm(bias, a, b, beta, alpha)};

@@ -50,6 +50,13 @@ at::Tensor matmul(KernelContext& c, const at::Tensor& a, const at::Tensor& packe
     const FastPaths& fast = *fastPathsFor(c.device());
     if (at::Tensor out = fast.linearOnHeldWeight(c, a, bias, activation); out.defined())
       return out;
+    // A term the product does not take (a residual of the output's shape): the product on the held
+    // weight, then the sum, never the weight unpacked every run (a decoder's every MatMul+Add).
+    if (bias.defined())
+      if (at::Tensor product = fast.linearOnHeldWeight(c, a, at::Tensor(), ProductActivation::None); product.defined()) {
+        at::Tensor sum = at::add(product, bias);
+        return activation == ProductActivation::None ? sum : activateInPlace(sum, activation);
+      }
     b = fast.heldProductWeight(c);
   }
   const bool byWeight = b.dim() == 2 && a.dim() >= 2; // activations times a 2-D weight
