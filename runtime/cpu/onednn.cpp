@@ -3,6 +3,8 @@
 // are onednn_products.cpp's, convolutions onednn_convolution.cpp's.
 #include "runtime/cpu/onednn_support.h"
 
+#include <sys/mman.h>
+
 namespace cleave::runtime::onednn {
 
 const dnnl::engine& cpuEngine() {
@@ -36,11 +38,19 @@ std::atomic<std::size_t> heldBytes{0};
 } // namespace
 
 HeldWeight holdWeight(const dnnl::memory::desc& desc) {
-  constexpr std::size_t kAlignment = 64;
+  constexpr std::size_t kAlignment = 64, kHugePage = std::size_t{2} << 20;
   const std::size_t bytes = std::max(kAlignment, (desc.get_size() + kAlignment - 1) / kAlignment * kAlignment);
-  void* data = std::aligned_alloc(kAlignment, bytes);
-  if (!data)
+  // A copy of 2 MiB or more starts on a huge page and asks for huge pages over its whole ones (the
+  // tail stays in small pages, so no memory is added): a few-row product streams its weight once a
+  // run, and the hardware prefetcher stops at each 4 KiB page (ViT-B/16 at 64x64, 5 rows: 27.5
+  // against 28.7 ms, 8 interleaved rounds on an AVX2 EPYC). Where transparent huge pages are
+  // off, the advice does nothing.
+  const bool huge = bytes >= kHugePage;
+  void* data = nullptr; // posix_memalign: the size need not be a multiple of the alignment
+  if (posix_memalign(&data, huge ? kHugePage : kAlignment, bytes) != 0 || !data)
     throw std::bad_alloc();
+  if (huge)
+    madvise(data, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
   heldBytes += bytes;
   std::shared_ptr<void> owner(data, [bytes](void* freed) {
     heldBytes -= bytes;

@@ -678,6 +678,30 @@ TEST(OneDnn, PackedWeightProductsEqualAten) {
   EXPECT_FALSE(onednn::packWeight(kn.to(at::kDouble)));
 }
 
+// Runs `packed` (weights held packed) and `plain` (--no-packed-weights) twice on input x (the
+// second run reuses the primitives): output y equals `want` and each other; then an observed run
+// sees each named parameter with its stored values.
+void expectPackedEqualsPlain(Executor& packed, Executor& plain, const at::Tensor& x, const at::Tensor& want,
+                             const std::map<std::string, at::Tensor>& parameters) {
+  for (int run = 0; run < 2; ++run) {
+    Expected<TensorMap> a = packed.run({{"x", x}}), c = plain.run({{"x", x}});
+    ASSERT_TRUE(a && c) << (a ? c.error().message() : a.error().message());
+    EXPECT_TRUE(at::allclose(a->at("y"), want, 1e-4, 1e-4));
+    EXPECT_TRUE(at::allclose(a->at("y"), c->at("y"), 1e-5, 1e-5));
+  }
+  std::map<std::string, at::Tensor> seen;
+  Executor::Observer observe = [&](ir::ValueId value, const at::Tensor& t) {
+    seen[std::string(packed.graph().valueName(value))] = t;
+  };
+  Expected<TensorMap> observed = packed.run({{"x", x}}, nullptr, &observe);
+  ASSERT_TRUE(observed) << observed.error().message();
+  EXPECT_TRUE(at::allclose(observed->at("y"), want, 1e-4, 1e-4));
+  for (const auto& [name, values] : parameters) {
+    ASSERT_TRUE(seen.count(name)) << name;
+    EXPECT_TRUE(at::equal(seen.at(name), values)) << name;
+  }
+}
+
 // torch.nn.Linear's Gemm (transB, a 1-D bias) holds its [N, K] weight packed where the wing packs
 // products (AVX2's panels, AVX-512's blocked layout), and a MatMul whose fused Add is a residual
 // (not a bias) reads its packed weight without unpacking it: results equal --no-packed-weights,
@@ -688,28 +712,15 @@ TEST(Executor, LinearGemmWeightsArePackedAndResidualsAddedAfter) {
   at::manual_seed(29);
   const at::Tensor w = at::randn({24, 16}), b = at::randn({24}), v = at::randn({24, 24});
   auto build = [&] {
-    ir::GraphBuilder builder(ir::SourceFormat::Onnx);
-    builder.modelInfo().opsetImports = {{"", 17}};
-    builder.addInput("x", ir::ValueType::tensor(ir::DType::F32, {8, 16}));
-    addFloatParameter(builder, "w", w);
-    addFloatParameter(builder, "b", b);
-    addFloatParameter(builder, "v", v);
-    auto node = [&](std::string op, std::vector<std::string> inputs, std::string out,
-                    std::vector<ir::Attribute> attributes = {}) {
-      ir::NodeSpec spec;
-      spec.opType = std::move(op);
-      spec.name = out;
-      spec.inputs = std::move(inputs);
-      spec.outputs.push_back({std::move(out), ir::ValueType()});
-      spec.attributes = std::move(attributes);
-      builder.addNode(spec);
-    };
-    node("Gemm", {"x", "w", "b"}, "h", {integer("transB", 1)});
-    node("Relu", {"h"}, "r");
-    node("MatMul", {"r", "v"}, "m");
-    node("Add", {"m", "h"}, "y"); // fused with its MatMul: a residual of the output's shape
-    builder.setOutputs({"y"});
-    Expected<ir::Graph> graph = std::move(builder).finish();
+    NodeChain chain({"x"});
+    addFloatParameter(chain.builder, "w", w);
+    addFloatParameter(chain.builder, "b", b);
+    addFloatParameter(chain.builder, "v", v);
+    chain.add(spec("Gemm", {"x", "w", "b"}, {integer("transB", 1)}, "gemm"), "h");
+    chain.add(spec("Relu", {"h"}, {}, "relu"), "r");
+    chain.add(spec("MatMul", {"r", "v"}, {}, "matmul"), "m");
+    chain.add(spec("Add", {"m", "h"}, {}, "add"), "y"); // fused with its MatMul: a residual of the output's shape
+    Expected<ir::Graph> graph = std::move(chain).finish({"y"});
     EXPECT_TRUE(graph) << (graph ? "" : graph.error().message());
     return std::make_shared<const ir::Graph>(std::move(*graph));
   };
@@ -722,20 +733,7 @@ TEST(Executor, LinearGemmWeightsArePackedAndResidualsAddedAfter) {
   ASSERT_TRUE(packed && plain);
   const std::size_t packs = (onednn::packsProductWeight(16, 24) ? 1u : 0u) + (onednn::packsProductWeight(24, 24) ? 1u : 0u);
   EXPECT_EQ((*packed)->packedWeightCount(), packs);
-  for (int run = 0; run < 2; ++run) {
-    Expected<TensorMap> a = (*packed)->run({{"x", x}}), c = (*plain)->run({{"x", x}});
-    ASSERT_TRUE(a && c) << (a ? c.error().message() : a.error().message());
-    EXPECT_TRUE(at::allclose(a->at("y"), want, 1e-4, 1e-4));
-    EXPECT_TRUE(at::allclose(a->at("y"), c->at("y"), 1e-5, 1e-5));
-  }
-  std::map<std::string, at::Tensor> seen;
-  Executor::Observer observe = [&](ir::ValueId value, const at::Tensor& t) {
-    seen[std::string((*packed)->graph().valueName(value))] = t;
-  };
-  ASSERT_TRUE((*packed)->run({{"x", x}}, nullptr, &observe));
-  ASSERT_TRUE(seen.count("w") && seen.count("v"));
-  EXPECT_TRUE(at::equal(seen.at("w"), w));
-  EXPECT_TRUE(at::equal(seen.at("v"), v));
+  expectPackedEqualsPlain(**packed, **plain, x, want, {{"w", w}, {"v", v}});
 }
 
 // The executor holds a weight that only MatMuls read packed, as its only copy (its Parameter binds
@@ -784,23 +782,8 @@ TEST(Executor, ProductOnlyWeightsArePackedOnce) {
   // never v, which an Add reads too.
   EXPECT_EQ((*packed)->packedWeightCount(), onednn::packsProductWeight(16, 24) ? 1u : 0u);
   EXPECT_EQ((*plain)->packedWeightCount(), 0u);
-  for (int run = 0; run < 2; ++run) { // the second run reuses the primitives
-    Expected<TensorMap> a = (*packed)->run({{"x", x}}), c = (*plain)->run({{"x", x}});
-    ASSERT_TRUE(a && c) << (a ? c.error().message() : a.error().message());
-    EXPECT_TRUE(at::allclose(a->at("y"), want, 1e-4, 1e-4));
-    EXPECT_TRUE(at::allclose(a->at("y"), c->at("y"), 1e-5, 1e-5));
-  }
-  std::map<std::string, at::Tensor> seen;
-  Executor::Observer observe = [&](ir::ValueId value, const at::Tensor& t) {
-    seen[std::string((*packed)->graph().valueName(value))] = t;
-  };
-  Expected<TensorMap> observed = (*packed)->run({{"x", x}}, nullptr, &observe);
-  ASSERT_TRUE(observed) << observed.error().message();
-  EXPECT_TRUE(at::allclose(observed->at("y"), want, 1e-4, 1e-4));
-  ASSERT_TRUE(seen.count("w") && seen.count("w_alias") && seen.count("v"));
-  EXPECT_TRUE(at::equal(seen.at("w"), w)); // the observer sees the values, unpacked
-  EXPECT_TRUE(at::equal(seen.at("w_alias"), w));
-  EXPECT_TRUE(at::equal(seen.at("v"), v));
+  // The observer sees the values, unpacked, under every name.
+  expectPackedEqualsPlain(**packed, **plain, x, want, {{"w", w}, {"w_alias", w}, {"v", v}});
 }
 
 // The executor holds a weight that only convolutions read (w and its alias by Convs, u by a

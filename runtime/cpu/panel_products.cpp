@@ -197,20 +197,33 @@ struct Range {
   std::int64_t begin, end;
 };
 
-// The part's panels and rows: panels split where there are enough of them, else rows (in whole
-// tiles).
+// The part's panels and rows: the parts form a grid of panel chunks by row chunks (row chunks in
+// whole tiles), shaped so that the rows and the weight read again across chunks are fewest: each
+// panel chunk reads every row of its row chunk and each row chunk every panel of its panel chunk,
+// so the grid minimizes M x (panel chunks) + N x (row chunks). ViT's 197 x 768 x 3072 splits by
+// panels alone; a decoder's 512 x 256 x 256 into 2 panel chunks by 4 row chunks, where splitting
+// by panels alone read its 512 KiB of rows eight times.
 void partOf(const Product& p, int part, int parts, Range& panels, Range& rows) {
   const std::int64_t panelCount = (p.n + kPanelColumns - 1) / kPanelColumns;
-  panels = {0, panelCount};
-  rows = {0, p.m};
-  if (parts <= 1)
-    return;
-  if (panelCount >= 2 * parts) {
-    panels = {panelCount * part / parts, panelCount * (part + 1) / parts};
-    return;
-  }
   const std::int64_t tiles = (p.m + kTileRows - 1) / kTileRows;
-  rows = {std::min(p.m, tiles * part / parts * kTileRows), std::min(p.m, tiles * (part + 1) / parts * kTileRows)};
+  std::int64_t panelChunks = 1, best = -1;
+  for (std::int64_t chunks = 1; chunks <= parts; ++chunks) {
+    const std::int64_t rowChunks = parts / chunks;
+    if (parts % chunks != 0 || chunks > panelCount || rowChunks > tiles)
+      continue;
+    const std::int64_t reread = p.m * chunks + p.n * rowChunks;
+    if (best < 0 || reread < best) {
+      best = reread;
+      panelChunks = chunks;
+    }
+  }
+  if (best < 0) // more parts than tiles and panels allow: the panels split, the parts past them idle
+    panelChunks = parts;
+  const std::int64_t rowChunks = parts / panelChunks;
+  const std::int64_t panelChunk = part % panelChunks, rowChunk = part / panelChunks;
+  panels = {panelCount * panelChunk / panelChunks, panelCount * (panelChunk + 1) / panelChunks};
+  rows = {std::min(p.m, tiles * rowChunk / rowChunks * kTileRows),
+          std::min(p.m, tiles * (rowChunk + 1) / rowChunks * kTileRows)};
 }
 
 // One K block of the part: every row block against every panel of one group.

@@ -55,7 +55,8 @@ struct Product {
 // threads to take in turn (fewer where a part would be too small to pay for itself; one for one
 // thread).
 int partsFor(const Product& product, int threads);
-// Computes part `part` of `parts` (a range of panels, or of rows where the panels are too few).
+// Computes part `part` of `parts` (a block of panels by a block of rows: the grid that reads the
+// rows and the weight again least).
 void multiply(const Product& product, int part, int parts);
 
 } // namespace cleave::runtime::cpu::panels
