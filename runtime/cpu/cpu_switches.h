@@ -8,13 +8,15 @@
 
 namespace cleave::runtime::cpu {
 
-// Hold a float32 weight that only MatMuls read (as their right operand) in oneDNN's own product
-// layout, as the only copy (onednn::PackedWeight), and one that only convolutions read in the
+// Hold a float32 weight that only MatMuls (as their right operand) or Linear-form Gemms read packed,
+// as the only copy (onednn::PackedWeight: oneDNN's product layout on AVX-512, cleave's panels on
+// AVX2), and one that only convolutions read in the
 // layouts their primitives want, without the plain one once a copy converts back
 // (onednn::holdOnlyReordered).
 inline constexpr WingSwitch kPackedWeights{
     "packed-weights", true,
-    "keep a weight that only MatMuls read as [N, K] rows read in place, not in oneDNN's own product layout, and a "
+    "keep a weight that only MatMuls or Linear-form Gemms read as [N, K] rows read in place by oneDNN, not packed "
+    "(oneDNN's product layout on AVX-512, cleave's own AVX2 kernel's panels elsewhere), and a "
     "weight that only Convs read plain beside its reordered copies (by default the packed or reordered copies are "
     "the only ones)"};
 // Let 3x3 convolutions run as Winograd's where it pays (onednn::usesWinograd): faster, but its
