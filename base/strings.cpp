@@ -150,6 +150,15 @@ std::string joinStrings(const std::vector<std::string>& parts, std::string_view 
 
 std::string_view firstLine(std::string_view text) { return text.substr(0, text.find('\n')); }
 
+std::string hexDigest(std::string_view text) {
+  std::uint64_t digest = 0xcbf29ce484222325ULL; // FNV-1a's offset basis and prime
+  for (unsigned char c : text)
+    digest = (digest ^ c) * 0x100000001b3ULL;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return hex;
+}
+
 std::vector<std::string_view> splitString(std::string_view text, char separator) {
   std::vector<std::string_view> parts;
   std::size_t start = 0;

@@ -58,6 +58,10 @@ std::string joinStrings(const std::vector<std::string>& parts, std::string_view 
 // Splits on a single character; keeps empty fields.
 std::vector<std::string_view> splitString(std::string_view text, char separator);
 
+// A 64-bit FNV-1a digest of `text` as 16 hex digits: equal texts, equal digests (a fingerprint
+// to compare across processes, not a cryptographic hash). O(text).
+std::string hexDigest(std::string_view text);
+
 // Shell-style glob with '*' (any run, including '.') and '?' (one character).
 bool matchGlob(std::string_view pattern, std::string_view text);
 

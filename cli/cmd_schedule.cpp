@@ -26,6 +26,7 @@ struct ScheduleFlags {
   double replay = 0.0;
   pipeline::Recompute recompute = pipeline::Recompute::None;
   bool simulate = false, comm = false, json = false;
+  std::string messageBytesText; // --message-bytes
 };
 
 // A time for --simulate: finite and non-negative, its default shown.
@@ -77,6 +78,11 @@ void describe(CLI::App& app, ScheduleFlags& flags) {
                  "for --simulate: the receiving rank's own time per cross-rank message, before the action reading it "
                  "(a transport whose own thread reads the socket, on a core the rank computes on); not counted as "
                  "compute in the bubble");
+  app.add_option("--message-bytes", flags.messageBytesText,
+                 "for --simulate, each rank's peak of receive-buffer bytes as cleave train holds them (reused once "
+                 "read; posted two compute actions ahead, in each sender's order): the plan's messages as "
+                 "FROM>TO:BYTES per microbatch, e.g. 0>1:4096,1>2:4096,0>3:24 (a gradient goes back with the same "
+                 "bytes; stages on one rank send none)");
   addEnumOption(app, "--recompute", flags.recompute, pipeline::kRecomputeKinds,
                 "for --simulate, activation recomputation as cleave train runs it: none (a forward holds "
                 "--activation-bytes until its backward), stage (it holds --input-bytes; the backward first runs the "
@@ -218,6 +224,9 @@ Expected<pipeline::SimulationResult> simulate(const ScheduleFlags& flags, const 
   }
   options.costSpread = flags.costSpread;
   options.pairCost = flags.pairCost;
+  if (!flags.messageBytesText.empty()) {
+    CLEAVE_TRY(options.messages, pipeline::parseStageEdges(flags.messageBytesText, schedule.stages));
+  }
   Expected<pipeline::SimulationResult> result = flags.costSpread > 0
                                                     ? pipeline::simulateWithSpread(schedule, options, flags.samples)
                                                     : pipeline::simulateSchedule(schedule, options);

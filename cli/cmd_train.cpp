@@ -17,9 +17,13 @@ namespace {
 
 // Token flags without token data, and a --log that would overwrite an input or land in -o.
 Status checkCommandLine(const TrainFlags& flags) {
-  if (flags.tokens.empty() && (!flags.tokenInputs.empty() || flags.seqLen || flags.sampling != "random"))
-    return usageError() << (flags.seqLen ? "--seq-len" : !flags.tokenInputs.empty() ? "--token-inputs" : "--sampling")
+  if (flags.tokens.empty() && (!flags.tokenInputs.empty() || flags.seqLen || !flags.seqLens.empty() || flags.sampling != "random"))
+    return usageError() << (flags.seqLen ? "--seq-len" : !flags.seqLens.empty() ? "--seq-lens" : !flags.tokenInputs.empty() ? "--token-inputs" : "--sampling")
                         << " is for token data: give --tokens uint16|uint32|npy";
+  if (flags.seqLen && !flags.seqLens.empty())
+    return usageError() << "--seq-len and --seq-lens: give one length or lengths that change, not both";
+  if (flags.seqLenPer != "step" && flags.seqLens.empty())
+    return usageError() << "--seq-len-per goes with --seq-lens";
   if (flags.logPath.empty())
     return {};
   for (const std::string* input : {&flags.request.model, &flags.request.data, &flags.request.evalData, &flags.request.wholeModel})
@@ -83,6 +87,8 @@ private:
     const std::int64_t batch = flags_.request.options.batch;
     if (std::vector<std::int64_t> starts = data_->windowStarts(record.step * batch, batch); !starts.empty())
       json["window_starts"] = std::move(starts);
+    if (std::vector<std::int64_t> lengths = data_->windowLengths(record.step * batch, batch); !lengths.empty())
+      json["window_lengths"] = std::move(lengths);
     if (record.evalLoss && evalData_)
       if (std::vector<std::int64_t> held = evalData_->windowStarts(0, flags_.request.evalBatches * batch); !held.empty())
         json["eval_window_starts"] = std::move(held);
@@ -106,7 +112,7 @@ Status train(TrainFlags& flags, std::ostream& out, std::ostream& err) {
   // Each step frees what the next allocates again: keep it resident rather than fault it back in
   // (the process's choice, so the CLI's, not the runtime API's).
   runtime::keepFreedHostMemory();
-  runtime::distributed::TrainingRequest request = trainingRequest(flags);
+  CLEAVE_TRY(runtime::distributed::TrainingRequest request, trainingRequest(flags));
   std::optional<OutputDirectory> output;
   request.openOutput = [&]() -> Expected<std::string> {
     const runtime::distributed::TrainingRequest& given = flags.request;

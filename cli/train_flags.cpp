@@ -1,5 +1,6 @@
 #include "cli/train_flags.h"
 
+#include "cli/commands.h"
 #include "cli/planning_model.h"
 #include "cli/runtime_options.h"
 
@@ -20,6 +21,16 @@ void describeData(CLI::App& app, TrainFlags& flags) {
       ->delimiter(',');
   app.add_option("--seq-len", flags.seqLen, "with --tokens: ids per row (default: the token input's static dim 1)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  app.add_option("--seq-lens", flags.seqLens,
+                 "with --tokens: rows whose length changes, as packed or bucketed batches change it: lengths taken in "
+                 "turn (64,128,96) or a bucketing rule MIN-MAX/STEP (32-128/32: one of 32, 64, 96, 128 drawn by "
+                 "--seed), one per step or per microbatch (--seq-len-per); windows are drawn at the longest and a row "
+                 "reads its first ids. The model needs a dynamic sequence length");
+  app.add_option("--seq-len-per", flags.seqLenPer,
+                 "with --seq-lens: step (every row of a step one length) or microbatch (each microbatch its own; "
+                 "--batch must split into equal microbatches on every replica)")
+      ->check(CLI::IsMember(runtime::kLengthChanges.names()))
+      ->capture_default_str();
   app.add_option("--sampling", flags.sampling,
                  "with --tokens: random, a window at a random offset per row (nanoGPT's get_batch), or epochs, every "
                  "window of the stream once per epoch in an order shuffled by --seed; a row's window depends on its "
@@ -169,7 +180,7 @@ void describeTrain(CLI::App& app, TrainFlags& flags) {
                "end, receive wait and compute seconds per rank");
 }
 
-runtime::distributed::TrainingRequest trainingRequest(const TrainFlags& flags) {
+Expected<runtime::distributed::TrainingRequest> trainingRequest(const TrainFlags& flags) {
   runtime::distributed::TrainingRequest request = flags.request;
   if (!flags.betas.empty()) {
     request.options.optimizer.beta1 = flags.betas[0];
@@ -180,6 +191,13 @@ runtime::distributed::TrainingRequest trainingRequest(const TrainFlags& flags) {
     request.tokens = runtime::TokenDataOptions{*runtime::kTokenFormats.parse(flags.tokens),
                                                *runtime::kSamplings.parse(flags.sampling), request.options.seed,
                                                flags.tokenInputs, flags.seqLen};
+  if (!flags.seqLens.empty()) {
+    Expected<runtime::SequenceLengths> lengths = runtime::SequenceLengths::parse(flags.seqLens, request.options.seed);
+    if (!lengths)
+      return usageError() << lengths.error().message();
+    request.tokens->lengths = std::move(*lengths);
+    request.tokens->lengthChange = *runtime::kLengthChanges.parse(flags.seqLenPer);
+  }
   request.outputPath = flags.output.path;
   return request;
 }

@@ -28,6 +28,7 @@ struct TrainFlags {
   std::string tokens, sampling = "random";
   std::vector<std::string> tokenInputs;
   std::optional<std::int64_t> seqLen;
+  std::string seqLens, seqLenPer = "step"; // --seq-lens, --seq-len-per
   // The JSONL log and how often a step prints.
   std::string logPath;
   std::optional<std::int64_t> printEvery;
@@ -40,7 +41,8 @@ struct TrainFlags {
 
 void describeTrain(CLI::App& app, TrainFlags& flags);
 // The request the flags make: the bound one with the betas, the non-finite policy, token data and
-// the output's place filled in; its output is opened by the caller (openOutput).
-runtime::distributed::TrainingRequest trainingRequest(const TrainFlags& flags);
+// the output's place filled in; its output is opened by the caller (openOutput). Fails: Usage
+// (--seq-lens that is not a list of lengths nor a bucketing rule).
+Expected<runtime::distributed::TrainingRequest> trainingRequest(const TrainFlags& flags);
 
 } // namespace cleave::cli

@@ -476,7 +476,11 @@ Expected<SimulationResult> simulateSchedule(const Schedule& schedule, const Simu
                                              << ", not a non-negative number";
   if (!std::isfinite(options.pairCost) || options.pairCost < 0)
     return Error(ErrorCode::InvalidArgument) << "an F&B cost of " << options.pairCost << ", not a non-negative number";
-  return play(schedule, &options);
+  CLEAVE_TRY(SimulationResult result, play(schedule, &options));
+  if (!options.messages.empty()) {
+    CLEAVE_TRY(result.peakReceiveBytes, receiveBufferPeaks(schedule, options.messages, options.receiveLookahead));
+  }
+  return result;
 }
 
 Expected<SimulationResult> simulateWithSpread(const Schedule& schedule, SimulationOptions options,

@@ -39,6 +39,7 @@
 
 #include <optional>
 
+#include "pipeline/receive_buffer_model.h"
 #include "pipeline/schedule.h"
 
 namespace cleave::pipeline {
@@ -104,6 +105,10 @@ struct SimulationOptions {
   // plays as one block of this length (a forward and a backward overlapped, so each hides the
   // other's communication): it starts once both have their inputs, and both finish at its end.
   double pairCost = 0.0;
+  // The plan's messages between stages (receive_buffer_model.h): with them, each rank's peak of
+  // receive-buffer bytes is counted, posting `receiveLookahead` compute actions ahead.
+  std::vector<StageEdge> messages;
+  std::uint32_t receiveLookahead = 2; // nccl_streams.h's kReceiveLookahead, cleave train's
 };
 
 // simulateWithSpread's plays: their number, mean makespan and bubble, and the bubble's range.
@@ -123,6 +128,7 @@ struct SimulationResult {
   double bubbleFraction = 0.0;
   std::vector<double> busy;                   // compute time per rank (not sends)
   std::vector<std::int64_t> peakActivationBytes; // per rank
+  std::vector<std::int64_t> peakReceiveBytes;    // per rank, with options.messages (else empty)
   std::vector<TimedAction> timeline;          // in execution order
   std::optional<SpreadSummary> spread;        // simulateWithSpread only
 };

@@ -39,6 +39,8 @@ Json scheduleReportJson(const pipeline::Schedule& schedule, const std::optional<
                              {"bubble_fraction", simulation->bubbleFraction},
                              {"busy", simulation->busy},
                              {"peak_activation_bytes", simulation->peakActivationBytes}};
+  if (simulation && !simulation->peakReceiveBytes.empty())
+    summary["simulation"]["peak_receive_bytes"] = simulation->peakReceiveBytes;
   if (simulation && simulation->spread) { // the plays with varying action times
     const pipeline::SpreadSummary& spread = *simulation->spread;
     summary["simulation"]["spread"] = {{"samples", spread.samples},
@@ -88,7 +90,10 @@ std::string scheduleReportText(const pipeline::Schedule& schedule,
          << "]\n";
   for (std::uint32_t r = 0; r < schedule.ranks; ++r)
     text << "  rank " << r << ": busy " << simulation->busy[r] << ", peak activations "
-         << simulation->peakActivationBytes[r] << " bytes\n";
+         << simulation->peakActivationBytes[r] << " bytes"
+         << (simulation->peakReceiveBytes.empty() ? std::string()
+                                                   : ", peak receive buffers " + std::to_string(simulation->peakReceiveBytes[r]) + " bytes")
+         << "\n";
   return text.str();
 }
 

@@ -124,6 +124,8 @@ Json planTimingJson(const runtime::StepTiming& timing, int ranks) {
               {"rank_receives", counts(timing.rankReceives)},
               {"rank_transport_cpu_s", timing.rankTransportSeconds},
               {"rank_peak_step_bytes", counts(timing.rankPeakStepBytes)},
+              {"rank_receive_buffer_peak_bytes", counts(timing.rankReceiveBufferPeakBytes)},
+              {"rank_receive_buffer_held_bytes", counts(timing.rankReceiveBufferHeldBytes)},
               {"rank_replica_wait_s", timing.rankReplicaWaitSeconds},
               {"stage_forward_bytes", counts(timing.stageForwardBytes)},
               {"stage_backward_bytes", counts(timing.stageBackwardBytes)},

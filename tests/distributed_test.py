@@ -336,7 +336,10 @@ class Distributed(TempDirTest):
             self.assertEqual([n.returncode for n in nodes], [1, 1], results)
             self.assertEqual(results[1][1].splitlines()[-1], "cleave launch: error: rank 3 died of signal Killed")
             last = results[0][1].splitlines()[-1]
+            # A receive names where it waited (stage, action, microbatch, value, peer); a collective its step.
             self.assertRegex(last, r"^cleave launch: error: rank [01] exited with status 1: cleave train: error: "
+                                   r"(stage '\w+', action \d+[FBIW]\d+ \(microbatch \d+\), receiving .* from rank \d: |"
+                                   r"step \d+'s [^:]*: )?"
                                    r"rank [01]: .* failed after rank 3 died of signal Killed \(the run's first failure")
             self.assertNotIn("timed out", results[0][1])
             for node in (0, 1):  # no rank's log but its own lines and the launcher's
@@ -355,7 +358,9 @@ class Distributed(TempDirTest):
             for node, (out, err) in zip(nodes, results):
                 self.assertEqual(node.returncode, 1, err)
                 self.assertRegex(err.splitlines()[-1], r"^cleave launch: error: rank \d exited with status 1: "
-                                                       r"cleave train: error: rank \d: .* failed: .*[Tt]imed out.* \(timeout 5 s\)$")
+                                                       r"cleave train: error: (stage '\w+', action \d+[FBIW]\d+ "
+                                                       r"\(microbatch \d+\), receiving .* from rank \d: |step \d+'s [^:]*: )?"
+                                                       r"rank \d: .* failed: .*[Tt]imed out.* \(timeout 5 s\)$")
 
     def test_a_split_plan_runs_across_ranks(self):
         plan = self.path("split")

@@ -176,6 +176,8 @@ public:
   }
 
   std::size_t headersSent() const override { return headersSent_; }
+  ReceiveBufferStats receiveBuffers() const override { return buffers_.stats(); }
+  void resetReceiveBufferPeak() override { buffers_.resetPeak(); }
 
   double transportCpuSeconds() const override {
     double seconds = 0.0;
@@ -186,6 +188,25 @@ public:
 
   Status barrier() override {
     return guarded("barrier", [&] { transport_->barrier()->wait(env_.timeout); });
+  }
+
+  Expected<std::vector<std::string>> exchangeText(const std::string& name, const std::string& text) override {
+    const std::string prefix = "cleave/exchange/" + name + "/";
+    std::vector<std::string> texts(members_.size());
+    int waitingFor = env_.rank;
+    Status exchanged = guarded("exchanging " + name, [&] {
+      store_->set(prefix + std::to_string(env_.rank), std::vector<std::uint8_t>(text.begin(), text.end()));
+      for (std::size_t r = 0; r < members_.size(); ++r) {
+        waitingFor = members_[r];
+        const std::string key = prefix + std::to_string(members_[r]);
+        store_->wait({key}, env_.timeout);
+        std::vector<std::uint8_t> bytes = store_->get(key);
+        texts[r].assign(bytes.begin(), bytes.end());
+      }
+    });
+    if (!exchanged)
+      return Error(exchanged.error().code()) << exchanged.error().message() << " (waiting for rank " << waitingFor << ")";
+    return texts;
   }
 
   // A tensor elsewhere than the transport's device is summed in a copy there, copied back.
@@ -301,7 +322,7 @@ private:
   Status postData(int src, std::uint32_t tag, PostedRecv& posted, at::ScalarType type,
                   const std::vector<std::int64_t>& dims) {
     return guarded(receiveName(src, tag), [&] {
-      posted.data = at::empty(dims, at::TensorOptions().dtype(type).device(transport_->device()));
+      posted.data = buffers_.take(type, dims, transport_->device());
       posted.dataWork = transport_->recv(posted.data, src, 2 * posted.wireTag + 1);
     });
   }
@@ -332,6 +353,7 @@ private:
   std::map<std::pair<int, std::uint64_t>, std::pair<at::ScalarType, std::vector<std::int64_t>>> sentShapes_,
       receivedShapes_;
   std::size_t headersSent_ = 0;
+  ReceiveBuffers buffers_; // what receives land in, reused
   ChannelMatching matching_ = ChannelMatching::ByTag;
   // In-order matching: messages sent to / receives posted from each peer so far.
   std::map<int, std::uint64_t> sentOnChannel_, receivedOnChannel_;
@@ -359,8 +381,13 @@ public:
   Status finish() override { return {}; }
   void setMatching(ChannelMatching) override {}
   std::size_t headersSent() const override { return 0; }
+  ReceiveBufferStats receiveBuffers() const override { return {}; }
+  void resetReceiveBufferPeak() override {}
   double transportCpuSeconds() const override { return 0.0; }
   Status barrier() override { return {}; }
+  Expected<std::vector<std::string>> exchangeText(const std::string&, const std::string& text) override {
+    return std::vector<std::string>{text};
+  }
   Status allReduceSum(at::Tensor&) override { return {}; }
   Status postAllReduceSum(const at::Tensor&) override { return {}; }
   Expected<std::unique_ptr<Communicator>> subgroup(const std::string&, const std::vector<int>& members) override {

@@ -35,6 +35,8 @@
 // it. A Gloo communicator told to match in order does exactly that (the tag only names the
 // message in errors), so CPU runs hold a caller to NCCL's rule; checked, every message also
 // carries its tag in a header, and a receive that meets another message fails naming both.
+// Receive buffers: a receive's data lands in a buffer of the communicator's pool
+// (receive_buffers.h), so a rank holds the buffers its schedule has in flight, not one per message.
 // Complexity: per tensor, its bytes, plus one header of 18 int64 the first time of its key.
 #pragma once
 
@@ -46,6 +48,7 @@
 
 #include "base/expected.h"
 #include "runtime/distributed/environment.h"
+#include "runtime/distributed/receive_buffers.h"
 
 namespace cleave::runtime::distributed {
 
@@ -76,9 +79,18 @@ public:
   // A communicator without tags (NCCL) matches in order whatever it is told.
   virtual void setMatching(ChannelMatching matching) = 0;
   virtual std::size_t headersSent() const = 0; // shape headers sent so far
+  // The buffers receives are made in (receive_buffers.h: reused once their readers let go), and
+  // a new peak of what is taken at once (a step's).
+  virtual ReceiveBufferStats receiveBuffers() const = 0;
+  virtual void resetReceiveBufferPeak() = 0;
   // CPU seconds the transport's own threads have run so far (0 for a single process).
   virtual double transportCpuSeconds() const = 0;
   virtual Status barrier() = 0;
+  // Collective over the world's ranks: every rank's `text` under `name`, by rank, through the
+  // rendezvous store rather than the transport, so ranks meet here whatever plans they hold (a
+  // transport message would wait on a peer that expects another). Each `name` once per run.
+  // Fails after the timeout naming a rank that never published.
+  virtual Expected<std::vector<std::string>> exchangeText(const std::string& name, const std::string& text) = 0;
   // Sums `tensor` (dense, contiguous, on the CPU) over every rank, in place.
   virtual Status allReduceSum(at::Tensor& tensor) = 0;
   // Starts that sum and returns at once: it runs on the transport's threads while this rank

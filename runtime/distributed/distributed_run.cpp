@@ -128,14 +128,22 @@ private:
     if (values.count(name) || producer < 0 || producer == me_)
       return {};
     CLEAVE_TRY(std::uint32_t tag, messageTag(space(), messageOf(routes_, name, microbatch)));
-    CLEAVE_TRY(at::Tensor tensor, comm_.recv(producer, tag, declaredKey(name, microbatch)));
-    values[name] = std::move(tensor);
+    Expected<at::Tensor> tensor = comm_.recv(producer, tag, declaredKey(name, microbatch));
+    if (!tensor)
+      return Error(tensor.error().code()) << "microbatch " << microbatch << ", receiving '" << name << "' from rank "
+                                          << producer << ": " << tensor.error().message();
+    values[name] = std::move(*tensor);
     return {};
   }
 
   Status receiveInputs(std::size_t step, TensorMap& values, std::size_t microbatch) {
     for (const std::string& name : model_.stepInputs(step))
-      CLEAVE_CHECK(receive(name, values, microbatch));
+      if (Status received = receive(name, values, microbatch); !received) {
+        const pipeline::Action forward{static_cast<std::uint32_t>(step), pipeline::ActionType::Forward,
+                                       static_cast<std::uint32_t>(microbatch)};
+        return std::move(received.error().withContext("submodule '" + model_.plan().file().submodules.at(step).name +
+                                                      "', action " + pipeline::formatAction(forward)));
+      }
     return {};
   }
 

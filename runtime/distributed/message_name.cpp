@@ -4,7 +4,7 @@ namespace cleave::runtime {
 
 namespace {
 // The position of (place, value, reader, direction) in the space, for place a microbatch or a
-// row count.
+// shape class.
 // UINT64_MAX where that overflows (no tag then; an unsigned wrap would alias another name).
 std::uint64_t positionOf(const MessageSpace& space, const MessageName& name, std::uint64_t place) {
   std::uint64_t p = 0;
@@ -24,8 +24,8 @@ Expected<std::uint32_t> messageTag(const MessageSpace& space, const MessageName&
   return static_cast<std::uint32_t>(tag);
 }
 
-std::uint64_t messageShapeKey(const MessageSpace& space, const MessageName& name, std::int64_t rows) {
-  const std::uint64_t position = positionOf(space, name, static_cast<std::uint64_t>(rows));
+std::uint64_t messageShapeKey(const MessageSpace& space, const MessageName& name, std::int64_t shapeClass) {
+  const std::uint64_t position = positionOf(space, name, static_cast<std::uint64_t>(shapeClass));
   return position == UINT64_MAX ? 0 : 1 + position; // 0: no key (a header with every message)
 }
 

@@ -31,8 +31,10 @@ inline constexpr std::uint64_t kMessageTagLimit = std::uint64_t(1) << 29;
 // Fails: Unsupported (more microbatches x values x readers than tags).
 Expected<std::uint32_t> messageTag(const MessageSpace& space, const MessageName& name);
 
-// The shape key of a message whose microbatch has `rows` rows: the same for every microbatch of
-// those rows, as the value's shape follows them; 0 (no key) for a name past the space's range.
-std::uint64_t messageShapeKey(const MessageSpace& space, const MessageName& name, std::int64_t rows);
+// The shape key of a message whose microbatch is of shape class `shapeClass` (a number both ranks
+// give microbatches whose inputs have the same shapes: their row count where only rows vary, or
+// plan_shapes.h's ShapeClasses): the same for every microbatch of that class, as the value's shape
+// follows it; 0 (no key) for a name past the space's range.
+std::uint64_t messageShapeKey(const MessageSpace& space, const MessageName& name, std::int64_t shapeClass);
 
 } // namespace cleave::runtime

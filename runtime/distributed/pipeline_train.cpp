@@ -48,12 +48,13 @@ Status PipelineTrainer::State::loadPlan(const std::string& dir, pipeline::Placem
   return {};
 }
 
-Expected<TensorMap> PipelineTrainer::State::replicaRows(const TrainingData& data, std::int64_t stepIndex) const {
+Expected<std::vector<TensorMap>> PipelineTrainer::State::replicaMicrobatches(const TrainingData& data,
+                                                                            std::int64_t stepIndex) const {
   if (options.batch % replicaCount != 0)
     return Error(ErrorCode::InvalidArgument) << "--batch " << options.batch << " does not split into " << replicaCount
                                              << " equal replica shares";
   const std::int64_t share = options.batch / replicaCount;
-  return data.rows(stepIndex * options.batch + replica * share, share);
+  return data.microbatches(stepIndex * options.batch + replica * share, share, options.microbatches);
 }
 
 PipelineTrainer::~PipelineTrainer() = default;
@@ -223,6 +224,8 @@ std::vector<const ir::Graph*> PipelineTrainer::stageGraphs() const {
   return graphs;
 }
 
+int PipelineTrainer::stageRank(std::size_t stage) const { return state_->stages.at(stage).rank; }
+
 const std::vector<std::string>& PipelineTrainer::graphInputs() const { return state_->plan->graphInputs(); }
 
 std::vector<std::string> PipelineTrainer::ownStages() const {
@@ -240,9 +243,9 @@ Expected<StepResult> PipelineTrainer::step(const TrainingData& data, std::int64_
     return Error(ErrorCode::InvalidArgument) << "the trainer is not connected";
   auto started = std::chrono::steady_clock::now();
   const std::size_t headersBefore = s.comm->headersSent();
+  s.comm->resetReceiveBufferPeak();
   const double transportBefore = s.comm->transportCpuSeconds();
-  CLEAVE_TRY(TensorMap batch, s.replicaRows(data, stepIndex));
-  CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
+  CLEAVE_TRY(std::vector<TensorMap> chunks, s.replicaMicrobatches(data, stepIndex));
   s.stepIndex = stepIndex;
   if (schedule && schedule->microbatches != chunks.size())
     return Error(ErrorCode::InvalidArgument) << "the schedule is for " << schedule->microbatches << " microbatches; "
@@ -276,6 +279,9 @@ Expected<StepResult> PipelineTrainer::step(const TrainingData& data, std::int64_
   s.timing.rankScheduleSeconds[static_cast<std::size_t>(s.rank)] = s.timing.scheduleSeconds;
   s.timing.rankTransportSeconds[static_cast<std::size_t>(s.rank)] = s.comm->transportCpuSeconds() - transportBefore;
   s.timing.headersSent = static_cast<double>(s.comm->headersSent() - headersBefore);
+  const ReceiveBufferStats buffers = s.comm->receiveBuffers();
+  s.timing.rankReceiveBufferPeakBytes[static_cast<std::size_t>(s.rank)] = static_cast<double>(buffers.peakTakenBytes);
+  s.timing.rankReceiveBufferHeldBytes[static_cast<std::size_t>(s.rank)] = static_cast<double>(buffers.heldBytes);
   runs.clear(); // the step's activations, freed before the optimizer allocates its state
   s.timing.rankPeakStepBytes[static_cast<std::size_t>(s.rank)] =
       static_cast<double>(std::max(s.stepPeakBytes, hostMemoryStats().peakBytesInUse) - bytesAtStart);
@@ -300,8 +306,7 @@ Expected<double> PipelineTrainer::evaluate(const TrainingData& data, std::int64_
   };
   double lossSum = 0.0;
   for (std::int64_t b = 0; b < batches; ++b) {
-    CLEAVE_TRY(TensorMap batch, s.replicaRows(data, b));
-    CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
+    CLEAVE_TRY(std::vector<TensorMap> chunks, s.replicaMicrobatches(data, b));
     const std::vector<double> shares = s.startMicrobatches(chunks);
     const std::vector<pipeline::Action> actions = pipeline::rankComputeActions(
         nullptr, static_cast<std::uint32_t>(s.stages.size()), static_cast<std::uint32_t>(chunks.size()),

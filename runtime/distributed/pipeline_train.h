@@ -84,6 +84,7 @@ public:
   Status gatherStepTiming(StepTiming& timing) const;
   std::size_t stages() const;
   const std::string& stageName(std::size_t stage) const;
+  int stageRank(std::size_t stage) const; // the pipeline rank holding it
   // Every stage's graph (all ranks hold them all), in stage order.
   std::vector<const ir::Graph*> stageGraphs() const;
   // The plan as read (its plan.json), once.

@@ -50,7 +50,9 @@ Status PipelineTrainer::State::reduceTiedGradients() {
       for (const at::Tensor& copy : copies->second)
         if (copy.grad().defined())
           sum += copy.grad();
-    CLEAVE_CHECK(comm->allReduceSum(sum));
+    if (Status reduced = comm->allReduceSum(sum); !reduced)
+      return std::move(reduced.error().withContext("step " + std::to_string(stepIndex + 1) + "'s sum of the tied '" +
+                                                   name + "' gradients"));
     if (copies != ownCopies.end())
       for (const at::Tensor& copy : copies->second)
         copy.mutable_grad() = sum.clone();
@@ -90,7 +92,9 @@ Expected<double> PipelineTrainer::State::reduceLossAndGradientNorm(double lossSu
         counted.push_back(tensor);
     perStage[i] = squaredGradientNorm(counted);
   }
-  CLEAVE_CHECK(comm->allReduceSum(perStage));
+  if (Status reduced = comm->allReduceSum(perStage); !reduced) // after the schedule: say which step's
+    return std::move(reduced.error().withContext("step " + std::to_string(stepIndex + 1) +
+                                                 "'s loss and gradient norm, after its schedule"));
   double sum = 0.0;
   const double* squares = perStage.data_ptr<double>();
   at::Tensor replicaLoss = at::full({1}, squares[stages.size()], at::kDouble);

@@ -23,7 +23,8 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
         value = denseFromPrivateLayout(runs[m].at(made).outputs.at(name).detach()).contiguous();
       } else {
         CLEAVE_TRY(std::uint32_t t, tag(m, name, i, false));
-        CLEAVE_TRY(value, receive(stages[made].rank, t, shapeKey(m, name, i, false)));
+        const pipeline::Action forward{static_cast<std::uint32_t>(i), pipeline::ActionType::Forward, static_cast<std::uint32_t>(m)};
+        CLEAVE_TRY(value, receive(stages[made].rank, t, shapeKey(m, name, i, false), forward, name));
       }
       if (made != kGraphInput && at::isFloatingType(value.scalar_type()))
         value.requires_grad_(true);
@@ -61,9 +62,11 @@ Status PipelineTrainer::State::forwardStage(std::size_t m, int i, const TensorMa
 // The gradients arriving at a stage's outputs for microbatch m: from the stages reading each
 // output (received, or taken from a local reader's leaf gradients) plus the loss's share.
 // Returns the outputs that get one (roots) and their gradients.
-Status PipelineTrainer::State::outputGradients(std::size_t m, int i, std::vector<std::map<int, StageRun>>& runs,
+Status PipelineTrainer::State::outputGradients(const pipeline::Action& action, std::vector<std::map<int, StageRun>>& runs,
                                                double share, std::vector<at::Tensor>& roots,
                                                std::vector<at::Tensor>& grads) {
+  const std::size_t m = action.microbatch;
+  const int i = static_cast<int>(action.stage);
   StageRun& run = runs[m].at(i);
   for (const std::string& name : stages[i].outputs) {
     const at::Tensor& output = run.outputs.at(name);
@@ -78,7 +81,7 @@ Status PipelineTrainer::State::outputGradients(std::size_t m, int i, std::vector
         }
       } else {
         CLEAVE_TRY(std::uint32_t t, tag(m, name, reader, true));
-        CLEAVE_TRY(part, receive(stages[reader].rank, t, shapeKey(m, name, reader, true)));
+        CLEAVE_TRY(part, receive(stages[reader].rank, t, shapeKey(m, name, reader, true), action, name));
         part = part.to(output.device()); // Gloo's arrive on the CPU, a stage may train on a GPU
       }
       if (part.defined())
@@ -104,7 +107,10 @@ Status PipelineTrainer::State::backwardStage(std::size_t m, int i, std::vector<s
     timing.backwardSeconds[i] += secondsSince(started);
   }
   std::vector<at::Tensor> roots, grads;
-  CLEAVE_CHECK(outputGradients(m, i, runs, share, roots, grads));
+  const pipeline::Action action{static_cast<std::uint32_t>(i),
+                                inputsOnly ? pipeline::ActionType::BackwardInput : pipeline::ActionType::Backward,
+                                static_cast<std::uint32_t>(m)};
+  CLEAVE_CHECK(outputGradients(action, runs, share, roots, grads));
   std::vector<std::string> leafNames;
   std::vector<at::Tensor> leaves, leafGrads;
   for (const auto& [name, leaf] : run.leaves) {

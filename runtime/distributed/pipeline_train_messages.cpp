@@ -18,7 +18,7 @@ void PipelineTrainer::State::declareMessageShapes(const TensorMap& chunk, std::s
       if (from == to || (from != rank && to != rank))
         continue;
       if (std::optional<MessageShape> shape = planShapes->shapeOf(name, symbols)) {
-        planGivesShape.insert({microbatchRows[m], v});
+        planGivesShape.insert({microbatchShapes[m], v});
         if (!shape->declared) // keyed all the same: the key's first message carries its shape
           continue;
         int peer = from == rank ? to : from;
@@ -76,13 +76,13 @@ Expected<ReceiveOrder> PipelineTrainer::State::planReceives(const pipeline::Sche
 
 std::vector<double> PipelineTrainer::State::startMicrobatches(const std::vector<TensorMap>& chunks) {
   std::vector<double> shares;
-  microbatchRows.clear();
+  microbatchShapes.clear();
   for (const TensorMap& chunk : chunks) {
-    microbatchRows.push_back(chunk.begin()->second.size(0));
+    microbatchShapes.push_back(shapeClasses.classOf(chunk));
     shares.push_back(static_cast<double>(chunk.begin()->second.size(0)) / static_cast<double>(options.batch));
   }
   for (std::size_t m = 0; m < chunks.size(); ++m)
-    if (declaredRows.insert(microbatchRows[m]).second)
+    if (declaredClasses.insert(microbatchShapes[m]).second)
       declareMessageShapes(chunks[m], m);
   return shares;
 }
@@ -91,10 +91,10 @@ Expected<ReceiveOrder*> PipelineTrainer::State::restartReceives(const pipeline::
                                                                 std::size_t microbatches,
                                                                 const std::vector<pipeline::Action>& actions,
                                                                 bool backward) {
-  if (!receiveOrder || receiveOrder->schedule != schedule || receiveOrder->rows != microbatchRows ||
+  if (!receiveOrder || receiveOrder->schedule != schedule || receiveOrder->shapes != microbatchShapes ||
       receiveOrder->backward != backward) {
     CLEAVE_TRY(ReceiveOrder planned, planReceives(schedule, microbatches, actions, backward));
-    receiveOrder = PlannedReceives{schedule, microbatchRows, backward, std::move(planned)};
+    receiveOrder = PlannedReceives{schedule, microbatchShapes, backward, std::move(planned)};
   }
   receiveOrder->order.restart();
   return &receiveOrder->order;

@@ -113,15 +113,16 @@ struct PipelineTrainer::State {
   StepTiming timing; // the last step's
   std::int64_t stepPeakBytes = 0; // the allocator's peak in the step before the running action's
   std::int64_t actionReceivedBytes = 0; // what the running action received
-  std::vector<std::int64_t> microbatchRows; // this step's, per microbatch
-  std::set<std::pair<std::int64_t, std::uint32_t>> planGivesShape; // (rows, value id) keyed (declared or learned)
+  std::vector<std::int64_t> microbatchShapes; // this step's shape class per microbatch (ShapeClasses)
+  ShapeClasses shapeClasses;
+  std::set<std::pair<std::int64_t, std::uint32_t>> planGivesShape; // (shape class, value id) keyed (declared or learned)
   std::optional<PlanShapes> planShapes; // the plan's value types
-  std::set<std::int64_t> declaredRows; // microbatch row counts whose message shapes are declared
-  // The receive order of steps under this schedule whose microbatches had these rows (its shape
-  // keys follow them): planned once, posted anew each step.
+  std::set<std::int64_t> declaredClasses; // shape classes whose message shapes are declared
+  // The receive order of steps under this schedule whose microbatches had these shape classes
+  // (its shape keys follow them): planned once, posted anew each step.
   struct PlannedReceives {
     const pipeline::Schedule* schedule = nullptr;
-    std::vector<std::int64_t> rows;
+    std::vector<std::int64_t> shapes;
     bool backward = true; // false: held-out evaluation's forwards alone
     ReceiveOrder order;
   };
@@ -143,21 +144,22 @@ struct PipelineTrainer::State {
   }
   MessageSpace messageSpace() const { return {plan->values(), stages.size()}; }
   // The communicator's shape key of a message: its value, reading stage and direction, and the
-  // rows of its microbatch (a value's shape follows them), declared on both ranks from the plan
-  // (or learned from the key's first message: plan_shapes.h's static-batch exports).
+  // shape class of its microbatch's inputs (a value's shape follows them: their rows, a sequence
+  // length that changes every step), declared on both ranks from the plan (or learned from the
+  // key's first message: plan_shapes.h's static-batch exports).
   // 0 (no key: a header with every message, as inference sends them) when the plan leaves the
   // value's shape open, so a shape that changes from one message to the next still travels.
   std::uint64_t shapeKey(std::size_t m, const std::string& value, int reader, bool backward) const {
     const std::uint32_t id = idOf(value);
-    if (!planGivesShape.count({microbatchRows[m], id}))
+    if (!planGivesShape.count({microbatchShapes[m], id}))
       return 0;
-    return messageShapeKey(messageSpace(), {m, id, static_cast<std::uint64_t>(reader), backward}, microbatchRows[m]);
+    return messageShapeKey(messageSpace(), {m, id, static_cast<std::uint64_t>(reader), backward}, microbatchShapes[m]);
   }
 
   Status loadPlan(const std::string& dir, pipeline::Placement placement);
   Status forwardStage(std::size_t m, int stage, const TensorMap& chunk, std::vector<std::map<int, StageRun>>& runs,
                       double& loss, double share);
-  Status outputGradients(std::size_t m, int stage, std::vector<std::map<int, StageRun>>& runs, double share,
+  Status outputGradients(const pipeline::Action& action, std::vector<std::map<int, StageRun>>& runs, double share,
                          std::vector<at::Tensor>& roots, std::vector<at::Tensor>& grads);
   Status backwardStage(std::size_t m, int stage, std::vector<std::map<int, StageRun>>& runs, double share,
                        bool inputsOnly);
@@ -177,22 +179,29 @@ struct PipelineTrainer::State {
   // (`backward` false: forwards alone, as held-out evaluation runs them).
   Expected<ReceiveOrder> planReceives(const pipeline::Schedule* schedule, std::size_t microbatches,
                                       const std::vector<pipeline::Action>& actions, bool backward) const;
-  // The receive order for `actions`, planned once per schedule, microbatch rows and direction and
-  // restarted: posted anew.
+  // The receive order for `actions`, planned once per schedule, microbatch shape classes and
+  // direction and restarted: posted anew.
   Expected<ReceiveOrder*> restartReceives(const pipeline::Schedule* schedule, std::size_t microbatches,
                                           const std::vector<pipeline::Action>& actions, bool backward);
-  // Records the microbatches' rows (declaring the message shapes of rows not seen before) and
-  // returns each one's share of the batch's rows (its loss's weight).
+  // Records the microbatches' shape classes (declaring the message shapes of classes not seen
+  // before) and returns each one's share of the batch's rows (its loss's weight).
   std::vector<double> startMicrobatches(const std::vector<TensorMap>& chunks);
-  // comm->recv, its wait counted in the step's timing, its bytes in the action's (allocated when
-  // the receive was posted, before the action began).
-  Expected<at::Tensor> receive(int src, std::uint32_t tag, std::uint64_t key) {
+  // comm->recv of `value` for `action` (what a receive that fails names: the stage, its action and
+  // microbatch, the value and the peer), its wait counted in the step's timing, its bytes in the
+  // action's (allocated when the receive was posted, before the action began).
+  Expected<at::Tensor> receive(int src, std::uint32_t tag, std::uint64_t key, const pipeline::Action& action,
+                               const std::string& value) {
     auto started = std::chrono::steady_clock::now();
     Expected<at::Tensor> tensor = comm->recv(src, tag, key);
     timing.rankWaitSeconds[static_cast<std::size_t>(rank)] += secondsSince(started);
     timing.rankReceives[static_cast<std::size_t>(rank)] += 1.0;
-    if (tensor)
-      actionReceivedBytes += static_cast<std::int64_t>(tensor->nbytes());
+    if (!tensor)
+      return Error(tensor.error().code())
+             << "stage '" << stages[action.stage].name << "', action " << pipeline::formatAction(action)
+             << " (microbatch " << action.microbatch << "), receiving "
+             << (action.type == pipeline::ActionType::Forward ? "'" : "the gradient of '") << value << "' from rank "
+             << src << ": " << tensor.error().message();
+    actionReceivedBytes += static_cast<std::int64_t>(tensor->nbytes());
     return tensor;
   }
   Status reduceTiedGradients();
@@ -218,8 +227,8 @@ struct PipelineTrainer::State {
   Status startReplicaSum(int stage);
   Status finishReplicaSums();
   // Data parallel: this replica's share of a step's rows (the batch split in replicaCount equal
-  // parts, as torch.chunk would), the whole batch with one replica.
-  Expected<TensorMap> replicaRows(const TrainingData& data, std::int64_t stepIndex) const;
+  // parts, as torch.chunk would; the whole batch with one replica), in its microbatches.
+  Expected<std::vector<TensorMap>> replicaMicrobatches(const TrainingData& data, std::int64_t stepIndex) const;
   // Per action of this rank's order: the stages whose parameters' gradients are complete after it
   // (the stage's last B or W of the step), so their sum across replicas can start then.
   std::vector<std::vector<int>> gradientsDoneAfter(const std::vector<pipeline::Action>& actions) const;

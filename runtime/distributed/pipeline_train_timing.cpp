@@ -11,7 +11,8 @@ void PipelineTrainer::State::resetTiming(std::size_t microbatches) {
     perStage->assign(stages.size(), 0.0);
   for (std::vector<double>* perRank : {&timing.rankScheduleSeconds, &timing.rankWaitSeconds, &timing.rankReceives,
                                        &timing.rankTransportSeconds, &timing.rankPeakStepBytes,
-                                       &timing.rankReplicaWaitSeconds})
+                                       &timing.rankReplicaWaitSeconds, &timing.rankReceiveBufferPeakBytes,
+                                       &timing.rankReceiveBufferHeldBytes})
     perRank->assign(static_cast<std::size_t>(worldSize), 0.0);
   timing.actionSeconds.assign(StepTiming::kSlotFields * StepTiming::kComputeTypes * stages.size() * microbatches, 0.0);
 }
@@ -54,7 +55,8 @@ Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
                                         &own.rankScheduleSeconds, &own.rankWaitSeconds, &own.rankReceives,
                                         &own.rankTransportSeconds, &headers,              &own.actionSeconds,
                                         &own.rankPeakStepBytes,   &own.rankReplicaWaitSeconds,
-                                        &own.stageForwardBytes,   &own.stageBackwardBytes,  &own.stageGradientBytes};
+                                        &own.stageForwardBytes,   &own.stageBackwardBytes,  &own.stageGradientBytes,
+                                        &own.rankReceiveBufferPeakBytes, &own.rankReceiveBufferHeldBytes};
   std::vector<std::int64_t> offsets{0};
   for (const std::vector<double>* part : parts)
     offsets.push_back(offsets.back() + static_cast<std::int64_t>(part->size()));
@@ -70,7 +72,8 @@ Status PipelineTrainer::gatherStepTiming(StepTiming& timing) const {
                                  &timing.rankScheduleSeconds, &timing.rankWaitSeconds, &timing.rankReceives,
                                  &timing.rankTransportSeconds, &headersSent,           &timing.actionSeconds,
                                  &timing.rankPeakStepBytes,   &timing.rankReplicaWaitSeconds,
-                                 &timing.stageForwardBytes,   &timing.stageBackwardBytes,  &timing.stageGradientBytes};
+                                 &timing.stageForwardBytes,   &timing.stageBackwardBytes,  &timing.stageGradientBytes,
+                                 &timing.rankReceiveBufferPeakBytes, &timing.rankReceiveBufferHeldBytes};
   for (std::size_t p = 0; p < std::size(parts); ++p)
     into[p]->assign(c + offsets[p], c + offsets[p + 1]);
   timing.headersSent = headersSent[0];

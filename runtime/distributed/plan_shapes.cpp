@@ -2,6 +2,15 @@
 
 namespace cleave::runtime::distributed {
 
+std::int64_t ShapeClasses::classOf(const TensorMap& inputs) {
+  std::vector<std::int64_t> signature;
+  for (const auto& [name, tensor] : inputs) { // a std::map: name order
+    signature.push_back(tensor.dim());
+    signature.insert(signature.end(), tensor.sizes().begin(), tensor.sizes().end());
+  }
+  return classes_.try_emplace(std::move(signature), static_cast<std::int64_t>(classes_.size())).first->second;
+}
+
 PlanShapes::PlanShapes(const std::vector<plan::PlanFileValue>& values) {
   for (const plan::PlanFileValue& value : values)
     values_.emplace(value.name, value);

@@ -41,6 +41,21 @@ struct MessageShape {
   bool declared = true;
 };
 
+// Dense numbers for the distinct shapes of a microbatch's inputs (every input's dims, in name
+// order), numbered as first seen. Message shapes follow the inputs' shapes (rows, and a sequence
+// length that may change every step or microbatch), so a shape key made from the number names one
+// set of message shapes. Every rank of a pipeline reads the same microbatches in the same order
+// (the data is every rank's; nothing is exchanged), so the ranks number them alike.
+// Complexity: classOf O(the inputs' dims x log classes).
+class ShapeClasses {
+public:
+  std::int64_t classOf(const TensorMap& inputs);
+  std::size_t size() const { return classes_.size(); }
+
+private:
+  std::map<std::vector<std::int64_t>, std::int64_t> classes_;
+};
+
 class PlanShapes {
 public:
   explicit PlanShapes(const std::vector<plan::PlanFileValue>& values);

@@ -30,10 +30,11 @@ Expected<RankLayout> rankLayout(const std::optional<DistributedEnv>& env, std::o
 }
 
 Expected<LayoutCommunicators> connectLayout(const RankLayout& layout, const std::string& transport,
-                                            const std::optional<DistributedEnv>& env) {
+                                            const std::optional<DistributedEnv>& env, const RankTerms& terms) {
   LayoutCommunicators comms{Communicator::local(), nullptr, nullptr};
   if (env) {
     CLEAVE_TRY(comms.world, Communicator::connect(*env, transport));
+    CLEAVE_TRY(comms.agreementSeconds, agreeBeforeStart(*comms.world, terms));
   }
   if (layout.replicas() == 1)
     return comms;

@@ -17,6 +17,7 @@
 #include "pipeline/schedule.h"
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/environment.h"
+#include "runtime/distributed/rank_agreement.h"
 
 namespace cleave::runtime::distributed {
 
@@ -36,13 +37,16 @@ Expected<RankLayout> rankLayout(const std::optional<DistributedEnv>& env, std::o
                                 std::int64_t batch);
 
 // The world's communicator (checkpoints, printing; a local one without `env`) and, with
-// replicas, this rank's pipeline's and its replicas'.
+// replicas, this rank's pipeline's and its replicas'. Once the world is joined, and before the
+// subgroups (which ranks on other layouts would make otherwise), the ranks agree on `terms`
+// (rank_agreement.h): a disagreement fails every rank within seconds.
 struct LayoutCommunicators {
   std::unique_ptr<Communicator> world, pipeline, replicas;
+  double agreementSeconds = 0.0; // what agreeing on the terms took
   Communicator& ofPipeline() { return pipeline ? *pipeline : *world; }
 };
 Expected<LayoutCommunicators> connectLayout(const RankLayout& layout, const std::string& transport,
-                                            const std::optional<DistributedEnv>& env);
+                                            const std::optional<DistributedEnv>& env, const RankTerms& terms);
 
 // Where this rank's stages train and how the ranks talk, resolved once, before anything asks ATen
 // about a device or any rank connects: the backend's wing library loaded, the rank's backend

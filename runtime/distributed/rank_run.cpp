@@ -5,6 +5,7 @@
 #include "plan/fixed_batch_check.h"
 #include "runtime/distributed/distributed_run.h"
 #include "runtime/distributed/environment.h"
+#include "runtime/distributed/rank_agreement.h"
 #include "runtime/distributed/rank_layout.h"
 #include "runtime/distributed/transport.h"
 #include "runtime/model/run_harness.h"
@@ -18,6 +19,21 @@ Expected<TensorMap> rankInputs(const RankRunRequest& request, const CutModel& mo
   if (!request.inputsPath.empty())
     return readTensors(request.inputsPath, model.graphInputs());
   return model.randomInputs(request.seed, request.dims);
+}
+
+// What every rank of a distributed run must hold alike: the plan (submodule i on rank i % ranks),
+// the order and microbatches, and the inputs' dtypes and dims.
+RankTerms runTerms(const RankRunRequest& request, const CutModel& model, const TensorMap& inputs, int worldSize) {
+  RankTerms terms;
+  terms.add("the schedule", request.schedule ? std::string(pipeline::kScheduleKinds.name(*request.schedule)) : "gpipe (no --schedule)");
+  terms.add("--microbatches", std::to_string(request.microbatches));
+  std::vector<int> stageRanks;
+  for (std::size_t s = 0; s < model.size(); ++s)
+    stageRanks.push_back(static_cast<int>(s % static_cast<std::size_t>(worldSize)));
+  terms.append(planTerms(model.plan().file(), stageRanks));
+  for (const auto& [name, tensor] : inputs)
+    terms.add("the input '" + name + "'", c10::toString(tensor.scalar_type()) + c10::str(tensor.sizes()));
+  return terms;
 }
 
 } // namespace
@@ -43,6 +59,7 @@ Expected<RankRunResult> runRank(const RankRunRequest& request) {
   }
   const PlanShapes shapes(model.plan().file().values);
   CLEAVE_TRY(auto comm, Communicator::connect(env));
+  CLEAVE_CHECK(agreeBeforeStart(*comm, runTerms(request, model, inputs, env.worldSize)));
   const std::size_t headersBefore = comm->headersSent();
   const auto start = std::chrono::steady_clock::now();
   CLEAVE_TRY(DistributedRunResult ran, runDistributed(model, inputs, request.microbatches, *comm,

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <iomanip>
 #include <memory>
 #include <tuple>
 
@@ -112,31 +113,81 @@ CheckpointIdentity checkpointIdentity(const TrainingRequest& request, const Rank
           data.describe()};
 }
 
+// What every rank of a plan's run must hold alike (rank_agreement.h): the layout, the schedule and
+// its microbatches, the steps, the plan's stages, placement and values between ranks, and the
+// options that decide which collectives run and how the parameters move.
+RankTerms trainingTerms(const TrainingRequest& request, const RankLayout& layout, const PipelineTrainer& trainer,
+                        std::int64_t firstStep, const TrainingData& data) {
+  RankTerms terms;
+  const TrainOptions& options = request.options;
+  terms.add("the rank layout", std::to_string(layout.ranks) + " rank(s) in pipelines of " + std::to_string(layout.pipelineRanks));
+  terms.add("the schedule", request.schedule ? std::string(pipeline::kScheduleKinds.name(*request.schedule)) : "gpipe (no --schedule)");
+  terms.add("--microbatches", std::to_string(options.microbatches));
+  terms.add("--batch", std::to_string(options.batch));
+  terms.add("the steps", "from " + std::to_string(firstStep) + " to " + std::to_string(request.checkpoints.lastStep(request.steps)) +
+                             " of " + std::to_string(request.steps));
+  std::vector<int> stageRanks;
+  for (std::size_t s = 0; s < trainer.stages(); ++s)
+    stageRanks.push_back(trainer.stageRank(s));
+  terms.append(planTerms(trainer.planFile(), stageRanks));
+  terms.add("the data", data.describe());
+  terms.add("--precision", std::string(kTrainingPrecisions.name(options.precision)));
+  terms.add("--recompute", std::string(kRecomputeKinds.name(options.recompute)));
+  terms.add("the optimizer", std::string(kOptimizerKinds.name(options.optimizer.kind)) + ", " + options.lrSchedule.describe() +
+                                 (options.clipGradNorm ? ", clipped" : ""));
+  terms.add("the held-out evaluation", request.evalData.empty() && !request.evalRows
+                                           ? "none"
+                                           : "every " + std::to_string(request.evalEvery) + " step(s), " +
+                                                 std::to_string(request.evalBatches) + " batch(es)");
+  terms.add("the checkpoints", request.checkpoints.folder().empty() ? "none" : "every " + std::to_string(request.checkpoints.every) + " step(s)");
+  return terms;
+}
+
 // The training rows and, when given, the held-out rows: the request's own, or opened from its paths.
 struct TrainingSources {
   std::shared_ptr<const TrainingData> data, eval;
 };
 
+// The request's token options with --seq-lens' rows grouped: a step's batch, or one microbatch of a
+// replica's share (which must split evenly, so that each microbatch is one group).
+Expected<std::optional<TokenDataOptions>> groupedTokens(const TrainingRequest& request, int replicas) {
+  std::optional<TokenDataOptions> tokens = request.tokens;
+  if (!tokens || !tokens->lengths)
+    return tokens;
+  const std::int64_t batch = request.options.batch, microbatches = request.options.microbatches;
+  if (tokens->lengthChange == LengthChange::Step) {
+    tokens->lengths->groupRows(batch);
+    return tokens;
+  }
+  if (batch % (replicas * microbatches) != 0)
+    return usage() << "--seq-len-per microbatch needs --batch " << batch << " to split into " << replicas * microbatches
+                   << " equal microbatches (" << replicas << " replica(s) of " << microbatches << ")";
+  tokens->lengths->groupRows(batch / replicas / microbatches);
+  return tokens;
+}
+
 Expected<std::shared_ptr<const TrainingData>> openSource(std::shared_ptr<const TrainingData> given,
                                                          const std::string& path, const char* flag,
-                                                         const TrainingRequest& request,
+                                                         const std::optional<TokenDataOptions>& tokens,
                                                          const std::vector<std::string>& inputs,
                                                          std::span<const ir::Graph* const> graphs) {
   if (given || path.empty())
     return given;
-  Expected<std::unique_ptr<TrainingData>> opened = openTrainingData(path, request.tokens, inputs, graphs);
+  Expected<std::unique_ptr<TrainingData>> opened = openTrainingData(path, tokens, inputs, graphs);
   if (!opened)
     return std::move(opened.error().withContext(flag + path));
   return std::shared_ptr<const TrainingData>(std::move(*opened));
 }
 
-Expected<TrainingSources> openSources(const TrainingRequest& request, const std::vector<std::string>& inputs,
+// `replicas`: how many shares a step's batch is split into (--seq-len-per microbatch's groups).
+Expected<TrainingSources> openSources(const TrainingRequest& request, int replicas, const std::vector<std::string>& inputs,
                                       std::span<const ir::Graph* const> graphs) {
   TrainingSources sources;
-  CLEAVE_TRY(sources.data, openSource(request.dataRows, request.data, "--data ", request, inputs, graphs));
+  CLEAVE_TRY(const std::optional<TokenDataOptions> tokens, groupedTokens(request, replicas));
+  CLEAVE_TRY(sources.data, openSource(request.dataRows, request.data, "--data ", tokens, inputs, graphs));
   if (!sources.data)
     return usage() << "no training data: give --data FILE";
-  CLEAVE_TRY(sources.eval, openSource(request.evalRows, request.evalData, "--eval-data ", request, inputs, graphs));
+  CLEAVE_TRY(sources.eval, openSource(request.evalRows, request.evalData, "--eval-data ", tokens, inputs, graphs));
   return sources;
 }
 
@@ -220,7 +271,7 @@ Status trainPlan(const TrainingRequest& request, const RankDevice& device, const
   CLEAVE_CHECK(checkTrainingRows(request, layout, trainer->planFile()));
   CLEAVE_TRY(std::optional<ir::Graph> whole, wholeModel(request, *trainer));
   const std::vector<const ir::Graph*> stageGraphs = trainer->stageGraphs();
-  CLEAVE_TRY(TrainingSources sources, openSources(request, trainer->graphInputs(), stageGraphs));
+  CLEAVE_TRY(TrainingSources sources, openSources(request, layout.replicas(), trainer->graphInputs(), stageGraphs));
   CLEAVE_CHECK(checkSources(request, sources, *trainer));
   CLEAVE_TRY(std::optional<pipeline::Schedule> schedule, pipelineSchedule(request, layout, trainer->stages()));
   std::string stageNames;
@@ -229,7 +280,11 @@ Status trainPlan(const TrainingRequest& request, const RankDevice& device, const
   const CheckpointIdentity identity = checkpointIdentity(request, layout, stageNames, *sources.data);
   CLEAVE_TRY(std::int64_t first, resumeStep(request.checkpoints, request.steps, layout.rank, identity,
                                             trainer->trainingState(), notes));
-  CLEAVE_TRY(LayoutCommunicators comms, connectLayout(layout, device.transport, env));
+  const RankTerms terms = trainingTerms(request, layout, *trainer, first, *sources.data);
+  CLEAVE_TRY(LayoutCommunicators comms, connectLayout(layout, device.transport, env, terms));
+  if (env && request.timing)
+    notes << "rank " << layout.rank << ": the ranks agreed on " << terms.terms().size() << " terms in "
+          << std::fixed << std::setprecision(1) << comms.agreementSeconds * 1e3 << std::defaultfloat << " ms\n";
   CLEAVE_CHECK(trainer->connect(comms.ofPipeline(), comms.replicas.get()));
   const TrainableSet trainable = trainableSet(stageGraphs);
   CLEAVE_CHECK(observer.started({layout.rank, layout.pipelineRanks, first, trainable, *sources.data, sources.eval.get()}));
@@ -264,7 +319,7 @@ Status trainModel(const TrainingRequest& request, const RankDevice& device, Trai
                                                              .expandFunctions = opsWithoutKernels()}));
   auto graph = std::make_shared<const ir::Graph>(std::move(loaded));
   const ir::Graph* modelGraph = graph.get();
-  CLEAVE_TRY(TrainingSources sources, openSources(request, ir::graphInputNames(*graph), {&modelGraph, 1}));
+  CLEAVE_TRY(TrainingSources sources, openSources(request, 1, ir::graphInputNames(*graph), {&modelGraph, 1}));
   CLEAVE_TRY(std::unique_ptr<Backend> backend, makeBackend(device.backend));
   CLEAVE_TRY(std::unique_ptr<Trainer> trainer, Trainer::create(graph, request.options, *backend));
   std::unique_ptr<Communicator> comm = Communicator::local();

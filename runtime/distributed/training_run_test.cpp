@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "runtime/distributed/pipeline_train.h"
 #include "runtime/engine/tensors.h"
 #include "testing/test_graphs.h"
 #include "testing/test_plans.h"
@@ -179,6 +180,58 @@ TEST_F(TrainingRunTest, ARequestThatCannotRunFailsBeforeTheFirstStep) {
   ASSERT_FALSE(status);
   EXPECT_EQ(status.error().code(), ErrorCode::Usage);
   EXPECT_EQ(observer.starts, 0); // refused before any step, on every path
+}
+
+// Rank 1 of 2 whose peer never answers: every receive fails as a timed-out Gloo receive does.
+class SilentPeer final : public Communicator {
+public:
+  int rank() const override { return 1; }
+  int worldSize() const override { return 2; }
+  Status send(const at::Tensor&, int, std::uint32_t, std::uint64_t) override { return {}; }
+  Expected<at::Tensor> recv(int src, std::uint32_t tag, std::uint64_t) override {
+    return Error(ErrorCode::InvalidArgument) << "rank 1: receive from rank " << src << " (tag " << tag
+                                             << ") failed: Timed out (timeout 3 s)";
+  }
+  void declareShape(int, std::uint64_t, at::ScalarType, std::vector<std::int64_t>) override {}
+  Status postRecv(int, std::uint32_t, std::uint64_t) override { return {}; }
+  Status finish() override { return {}; }
+  void setMatching(ChannelMatching) override {}
+  std::size_t headersSent() const override { return 0; }
+  ReceiveBufferStats receiveBuffers() const override { return {}; }
+  void resetReceiveBufferPeak() override {}
+  double transportCpuSeconds() const override { return 0.0; }
+  Status barrier() override { return {}; }
+  Expected<std::vector<std::string>> exchangeText(const std::string&, const std::string& text) override {
+    return std::vector<std::string>{text, text};
+  }
+  Status allReduceSum(at::Tensor&) override { return {}; }
+  Status postAllReduceSum(const at::Tensor&) override { return {}; }
+  Expected<std::unique_ptr<Communicator>> subgroup(const std::string&, const std::vector<int>&) override {
+    return Error(ErrorCode::Unsupported) << "no subgroups";
+  }
+};
+
+TEST_F(TrainingRunTest, AReceiveThatTimesOutNamesTheStageActionMicrobatchAndPeer) {
+  Expected<std::unique_ptr<Backend>> backend = makeBackend(kHostBackend);
+  ASSERT_TRUE(backend) << backend.error().message();
+  TrainOptions options;
+  options.batch = kBatch;
+  options.microbatches = 2;
+  Expected<std::unique_ptr<PipelineTrainer>> trainer = PipelineTrainer::create(planPath(), options, 1, 2, **backend);
+  ASSERT_TRUE(trainer) << trainer.error().message();
+  SilentPeer peer;
+  ASSERT_TRUE((*trainer)->connect(peer));
+  Expected<std::unique_ptr<TrainingData>> rows = tensorRows({{"x", x_}, {"y", y_}});
+  ASSERT_TRUE(rows);
+  Expected<StepResult> step = (*trainer)->step(**rows, 0);
+  ASSERT_FALSE(step);
+  const std::string& message = step.error().message();
+  // Stage 1's first action is its forward of microbatch 0 (GPipe), which waits for stage 0's 'p' (the cut is after p).
+  EXPECT_EQ(message.rfind("stage '" + (*trainer)->stageName(1) + "', action 1F0 (microbatch 0), receiving 'p' from rank 0: "
+                          "rank 1: receive from rank 0 (tag ", 0),
+            0u)
+      << message;
+  EXPECT_NE(message.find("Timed out (timeout 3 s)"), std::string::npos) << message;
 }
 
 } // namespace

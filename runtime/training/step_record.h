@@ -47,6 +47,10 @@ struct StepTiming {
   // the step's start (activations, autograd's buffers, gradients, messages: what --recompute
   // shrinks), from runtime/engine/host_memory.h's counters; 0 where its allocator is not installed.
   std::vector<double> rankPeakStepBytes;
+  // Per rank: the most bytes its receive buffers held taken at once in the step (what `cleave
+  // schedule --simulate --message-bytes` predicts), and all its buffers, taken or free, at the end
+  // (runtime/distributed/receive_buffers.h: reused across microbatches and steps).
+  std::vector<double> rankReceiveBufferPeakBytes, rankReceiveBufferHeldBytes;
   // Per stage, the most over its microbatches, from the same counters (0 without them): what one
   // forward left allocated (held until its backward: activations and autograd's saved tensors, or
   // under --recompute stage its inputs; with what it received, allocated when the receive was

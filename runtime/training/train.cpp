@@ -181,8 +181,8 @@ RankTrainingState Trainer::trainingState() { return {changedByTraining(*state_->
 
 Expected<StepResult> Trainer::step(const TrainingData& data, std::int64_t stepIndex) {
   State& s = *state_;
-  CLEAVE_TRY(TensorMap batch, data.rows(stepIndex * s.options.batch, s.options.batch));
-  CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
+  CLEAVE_TRY(std::vector<TensorMap> chunks,
+             data.microbatches(stepIndex * s.options.batch, s.options.batch, s.options.microbatches));
   clearGradients(*s.optimizer);
   double total = 0.0;
   for (std::size_t m = 0; m < chunks.size(); ++m) {
@@ -218,8 +218,7 @@ Expected<double> Trainer::evaluate(const TrainingData& data, std::int64_t batche
   ForwardEvaluation evaluation;
   double total = 0.0;
   for (std::int64_t b = 0; b < batches; ++b) {
-    CLEAVE_TRY(TensorMap batch, data.rows(b * s.options.batch, s.options.batch));
-    CLEAVE_TRY(std::vector<TensorMap> chunks, splitMicrobatches(batch, s.options.microbatches));
+    CLEAVE_TRY(std::vector<TensorMap> chunks, data.microbatches(b * s.options.batch, s.options.batch, s.options.microbatches));
     for (const TensorMap& chunk : chunks) {
       std::optional<AutocastScope> precision;
       enterForwardPrecision(precision, s.options, s.executor->device().type());

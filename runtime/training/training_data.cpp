@@ -1,10 +1,12 @@
 #include "runtime/training/training_data.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <ATen/ATen.h>
 
 #include "base/strings.h"
+#include "runtime/model/microbatch.h"
 #include "runtime/model/tensor_files.h"
 
 namespace cleave::runtime {
@@ -36,12 +38,12 @@ private:
 class TokenRows final : public TrainingData {
 public:
   TokenRows(TokenStream stream, WindowSampler sampler, std::string input, std::string target, at::ScalarType inputType,
-            at::ScalarType targetType, std::int64_t vocabulary)
+            at::ScalarType targetType, std::int64_t vocabulary, std::optional<SequenceLengths> lengths)
       : stream_(std::move(stream)), sampler_(sampler), input_(std::move(input)), target_(std::move(target)),
-        inputType_(inputType), targetType_(targetType), vocabulary_(vocabulary) {}
+        inputType_(inputType), targetType_(targetType), vocabulary_(vocabulary), lengths_(std::move(lengths)) {}
 
   Expected<TensorMap> rows(std::int64_t first, std::int64_t count) const override {
-    const std::int64_t length = sampler_.length();
+    CLEAVE_TRY(const std::int64_t length, lengthOfRows(first, count));
     at::Tensor windows = at::empty({count, length + 1}, at::kLong);
     std::int64_t* ids = windows.data_ptr<std::int64_t>();
     for (std::int64_t r = 0; r < count; ++r)
@@ -58,15 +60,52 @@ public:
       starts.push_back(sampler_.start(first + r));
     return starts;
   }
-  std::int64_t tokensPerRow() const override { return sampler_.length(); }
-  std::string describe() const override { return "tokens: " + stream_.describe() + ", " + sampler_.describe(); }
+  Expected<std::vector<TensorMap>> microbatches(std::int64_t first, std::int64_t count,
+                                                std::int64_t microbatches) const override {
+    if (!lengths_ || microbatches < 1 || count < microbatches)
+      return TrainingData::microbatches(first, count, microbatches);
+    const std::int64_t perChunk = (count + microbatches - 1) / microbatches; // at::chunk's sizes
+    std::vector<TensorMap> chunks;
+    for (std::int64_t at = 0; at < count; at += perChunk) {
+      CLEAVE_TRY(TensorMap chunk, rows(first + at, std::min(perChunk, count - at)));
+      chunks.push_back(std::move(chunk));
+    }
+    return chunks;
+  }
+  std::vector<std::int64_t> windowLengths(std::int64_t first, std::int64_t count) const override {
+    std::vector<std::int64_t> lengths;
+    for (std::int64_t r = 0; lengths_ && r < count; ++r)
+      lengths.push_back(lengths_->lengthOf(first + r));
+    return lengths;
+  }
+  std::int64_t tokensPerRow() const override {
+    return lengths_ ? static_cast<std::int64_t>(std::llround(lengths_->meanLength())) : sampler_.length();
+  }
+  std::string describe() const override {
+    return "tokens: " + stream_.describe() + ", " + sampler_.describe() + (lengths_ ? ", " + lengths_->describe() : "");
+  }
 
 private:
+  // The one length of rows [first, first + count): the sampler's, or --seq-lens' for them.
+  Expected<std::int64_t> lengthOfRows(std::int64_t first, std::int64_t count) const {
+    if (!lengths_)
+      return sampler_.length();
+    const std::int64_t length = lengths_->lengthOf(first);
+    for (std::int64_t r = 1; r < count; ++r)
+      if (lengths_->lengthOf(first + r) != length)
+        return Error(ErrorCode::InvalidArgument)
+               << "rows " << first << " to " << first + count - 1 << " have lengths " << length << " and "
+               << lengths_->lengthOf(first + r) << ": rows of one rectangle share a length (--seq-lens groups "
+               << lengths_->rowsPerLength() << " rows)";
+    return length;
+  }
+
   TokenStream stream_;
   WindowSampler sampler_;
   std::string input_, target_;
   at::ScalarType inputType_, targetType_;
   std::int64_t vocabulary_;
+  std::optional<SequenceLengths> lengths_;
 };
 
 // The type of graph input `name` in the first of `graphs` that has it.
@@ -124,7 +163,7 @@ Expected<std::vector<std::string>> tokenInputs(const TokenDataOptions& options, 
 // input's declared shape [rows, length].
 Expected<std::int64_t> windowLength(const TokenDataOptions& options, const std::vector<std::string>& inputs,
                                     std::span<const ir::Graph* const> graphs) {
-  std::optional<std::int64_t> length = options.length;
+  std::optional<std::int64_t> length = options.lengths ? options.lengths->longest() : options.length;
   for (const std::string& name : inputs) {
     std::optional<ir::ValueType> type = declaredType(graphs, name);
     if (!isIntegerInput(type))
@@ -133,6 +172,10 @@ Expected<std::int64_t> windowLength(const TokenDataOptions& options, const std::
       return Error(ErrorCode::InvalidArgument) << "token data: input '" << name << "' is "
                                                << ir::formatShape(type->shape) << ", not [rows, sequence]";
     const ir::Dim dim = type->shape.rankKnown ? type->shape.dims[1] : ir::Dim{};
+    if (dim.isKnown() && options.lengths)
+      return Error(ErrorCode::InvalidArgument) << "token data: input '" << name << "' takes sequences of " << dim.extent
+                                               << " tokens only; --seq-lens needs a model exported with a dynamic "
+                                                  "sequence length";
     if (dim.isKnown() && length && *length != dim.extent)
       return Error(ErrorCode::InvalidArgument) << "token data: input '" << name << "' takes sequences of "
                                                << dim.extent << " tokens, not --seq-len " << *length;
@@ -146,6 +189,14 @@ Expected<std::int64_t> windowLength(const TokenDataOptions& options, const std::
 }
 
 } // namespace
+
+Expected<std::vector<TensorMap>> TrainingData::microbatches(std::int64_t first, std::int64_t count,
+                                                            std::int64_t microbatches) const {
+  CLEAVE_TRY(TensorMap batch, rows(first, count));
+  return splitMicrobatches(batch, microbatches);
+}
+
+std::vector<std::int64_t> TrainingData::windowLengths(std::int64_t, std::int64_t) const { return {}; }
 
 Expected<std::unique_ptr<TrainingData>> tensorRows(TensorMap data) {
   for (const auto& [name, tensor] : data)
@@ -173,7 +224,7 @@ Expected<std::unique_ptr<TrainingData>> tokenRows(const std::string& path, const
     CLEAVE_TRY(targetType, scalarTypeOf(declaredType(graphs, target)->dtype));
   }
   return std::unique_ptr<TrainingData>(new TokenRows(std::move(stream), *sampler, inputs[0], target, inputType,
-                                                     targetType, vocabularyOf(graphs, inputs[0])));
+                                                     targetType, vocabularyOf(graphs, inputs[0]), options.lengths));
 }
 
 Expected<std::unique_ptr<TrainingData>> openTrainingData(const std::string& path,

@@ -24,6 +24,7 @@
 #include "base/expected.h"
 #include "ir/graph.h"
 #include "runtime/engine/tensors.h"
+#include "runtime/training/sequence_lengths.h"
 #include "runtime/training/token_stream.h"
 #include "runtime/training/window_sampler.h"
 
@@ -33,10 +34,19 @@ class TrainingData {
 public:
   virtual ~TrainingData() = default;
   // Rows [first, first + count) of the run's sequence, as model inputs by name (rows along dim 0).
+  // Fails (token rows under --seq-lens): rows of different lengths asked for as one rectangle.
   virtual Expected<TensorMap> rows(std::int64_t first, std::int64_t count) const = 0;
+  // Those rows split into `microbatches` as splitMicrobatches splits a batch (torch.chunk's
+  // sizes): by default rows() split; token rows whose lengths vary give each microbatch its own
+  // rectangle of its own length. Fails: what rows() and splitMicrobatches fail with.
+  virtual Expected<std::vector<TensorMap>> microbatches(std::int64_t first, std::int64_t count,
+                                                        std::int64_t microbatches) const;
+  // Each row's length where lengths vary (--seq-lens), else empty: what --log writes.
+  virtual std::vector<std::int64_t> windowLengths(std::int64_t first, std::int64_t count) const;
   // Where those rows' windows start in the token stream (empty for tensors): what --log writes.
   virtual std::vector<std::int64_t> windowStarts(std::int64_t first, std::int64_t count) const = 0;
-  // Tokens a row holds (its input's length), 0 for tensors: tokens per second is rows x this.
+  // Tokens a row holds (its input's length; the mean over --seq-lens' lengths where they vary), 0
+  // for tensors: tokens per second is rows x this.
   virtual std::int64_t tokensPerRow() const = 0;
   // What the rows are, without paths (a checkpoint records it: a resumed run on other data or
   // another sampler is refused): "12 rows of 2 tensor(s)", "tokens: 1048576 uint16 ids, random
@@ -55,6 +65,10 @@ struct TokenDataOptions {
   // empty: the model's integer inputs, when it has one or two (in input order).
   std::vector<std::string> inputs;
   std::optional<std::int64_t> length; // --seq-len; default: the token input's static dim 1
+  // --seq-lens: rows' lengths vary (sequence_lengths.h; the run groups its rows per step or per
+  // microbatch); windows are sampled at the longest and a row reads the first ids of its window.
+  std::optional<SequenceLengths> lengths;
+  LengthChange lengthChange = LengthChange::Step; // --seq-len-per: which rows share a length
 };
 
 // Token windows of `path` for the model whose graph inputs are `inputNames`, typed by the graphs

@@ -1,17 +1,13 @@
 #include "runtime/training/window_sampler.h"
 
 namespace cleave::runtime {
-namespace {
 
-// splitmix64's finalizer: a bijective mix of 64 bits.
 std::uint64_t mix(std::uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
-
-} // namespace
 
 Expected<WindowSampler> WindowSampler::create(Sampling kind, std::uint64_t seed, std::int64_t streamIds,
                                               std::int64_t length) {

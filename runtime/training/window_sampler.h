@@ -26,6 +26,9 @@
 
 namespace cleave::runtime {
 
+// splitmix64's finalizer: a bijective mix of 64 bits (the samplers' and sequence_lengths.h's draws).
+std::uint64_t mix(std::uint64_t x);
+
 enum class Sampling : std::uint8_t { Random, Epochs };
 inline constexpr auto kSamplings = enumTable<Sampling>({{Sampling::Random, "random"}, {Sampling::Epochs, "epochs"}});
 
