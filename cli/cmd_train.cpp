@@ -22,6 +22,12 @@ Status checkCommandLine(const TrainFlags& flags) {
                         << " is for token data: give --tokens uint16|uint32|npy";
   if (flags.seqLen && !flags.seqLens.empty())
     return usageError() << "--seq-len and --seq-lens: give one length or lengths that change, not both";
+  if (!flags.rowLengths.empty() && (flags.tokens.empty() || flags.seqLen || !flags.seqLens.empty()))
+    return usageError() << "--row-lengths " << (flags.tokens.empty() ? "is for token data: give --tokens uint16|uint32|npy"
+                                                                     : "gives each row its own length: drop --seq-len / --seq-lens");
+  if (!flags.rowLengths.empty() && flags.tokens == "npy" && isSameOrInside(flags.rowLengths, flags.request.data))
+    return usageError() << "--row-lengths " << flags.rowLengths << " lies in --data's shard folder, where it would be "
+                                                                   "read as a shard of ids";
   if (flags.seqLenPer != "step" && flags.seqLens.empty())
     return usageError() << "--seq-len-per goes with --seq-lens";
   if (flags.logPath.empty())

@@ -31,6 +31,12 @@ void describeData(CLI::App& app, TrainFlags& flags) {
                  "--batch must split into equal microbatches on every replica)")
       ->check(CLI::IsMember(runtime::kLengthChanges.names()))
       ->capture_default_str();
+  app.add_option("--row-lengths", flags.rowLengths,
+                 "with --tokens: the stream holds ragged rows end to end (documents) and this 1-D integer .npy "
+                 "their lengths in ids; a row is one of them (--sampling: random, or epochs visiting each once), its "
+                 "ids but the last the input, but the first the targets; each microbatch pads its rows to its "
+                 "longest, inputs with 0 and targets with -100 (cross_entropy's ignore_index). The model needs a "
+                 "dynamic sequence length");
   app.add_option("--sampling", flags.sampling,
                  "with --tokens: random, a window at a random offset per row (nanoGPT's get_batch), or epochs, every "
                  "window of the stream once per epoch in an order shuffled by --seed; a row's window depends on its "
@@ -191,6 +197,8 @@ Expected<runtime::distributed::TrainingRequest> trainingRequest(const TrainFlags
     request.tokens = runtime::TokenDataOptions{*runtime::kTokenFormats.parse(flags.tokens),
                                                *runtime::kSamplings.parse(flags.sampling), request.options.seed,
                                                flags.tokenInputs, flags.seqLen};
+  if (!flags.rowLengths.empty())
+    request.tokens->rowLengths = flags.rowLengths;
   if (!flags.seqLens.empty()) {
     Expected<runtime::SequenceLengths> lengths = runtime::SequenceLengths::parse(flags.seqLens, request.options.seed);
     if (!lengths)

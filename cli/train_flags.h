@@ -29,6 +29,7 @@ struct TrainFlags {
   std::vector<std::string> tokenInputs;
   std::optional<std::int64_t> seqLen;
   std::string seqLens, seqLenPer = "step"; // --seq-lens, --seq-len-per
+  std::string rowLengths;                  // --row-lengths
   // The JSONL log and how often a step prints.
   std::string logPath;
   std::optional<std::int64_t> printEvery;

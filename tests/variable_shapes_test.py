@@ -102,24 +102,30 @@ def export(path):
                           output_names=["loss"], dynamic_shapes={"tokens": {0: rows, 1: seq}, "targets": {0: rows, 1: seq}})
 
 
-def torch_reference(ids, log):
-    """torch.optim's SGD on the logged windows, microbatch by microbatch as torch.chunk splits each
-    step's rows, each microbatch's loss weighted by its rows' share: (losses, parameters)."""
+def torch_reference(ids, log, ragged=False):
+    """torch.optim's SGD on the logged rows (a row: `window_lengths` input ids from its start, its
+    targets one further), microbatch by microbatch as torch.chunk splits each step's rows, each
+    microbatch padded to its longest row (inputs with 0, targets with cross_entropy's ignore_index)
+    and its loss weighted by its rows' share: (losses, parameters)."""
     module = make_model()
     optimizer = torch.optim.SGD(module.parameters(), lr=LR, momentum=MOMENTUM)
     losses = []
     for line in log:
         starts = line["window_starts"]
         lengths = line.get("window_lengths", [LONGEST] * len(starts))
-        rows = torch.stack([torch.as_tensor(ids[s:s + LONGEST + 1].astype("int64")) for s in starts])
         optimizer.zero_grad()
         total = 0.0
         per = math.ceil(len(starts) / MICROBATCHES)
         for first in range(0, len(starts), per):
-            length = lengths[first]
-            assert all(n == length for n in lengths[first:first + per]), lengths
-            chunk = rows[first:first + per]
-            loss = module(chunk[:, :length], chunk[:, 1:length + 1]) * (len(chunk) / len(starts))
+            part = range(first, min(first + per, len(starts)))
+            length = max(lengths[r] for r in part)
+            assert ragged or all(lengths[r] == length for r in part), lengths  # windows: one length
+            tokens = torch.zeros(len(part), length, dtype=torch.long)
+            targets = torch.full((len(part), length), -100, dtype=torch.long)
+            for k, r in enumerate(part):
+                row = torch.as_tensor(ids[starts[r]:starts[r] + lengths[r] + 1].astype("int64"))
+                tokens[k, :lengths[r]], targets[k, :lengths[r]] = row[:-1], row[1:]
+            loss = module(tokens, targets) * (len(part) / len(starts))
             loss.backward()
             total += loss.item()
         optimizer.step()
@@ -255,6 +261,51 @@ class VariableShapes(TempDirTest):
         # What the pool holds follows what recent steps took (unused buffers are let go each step),
         # within the quarter a reused buffer may spare and the buffers of the step before.
         self.assertLessEqual(max(held), 2.5 * max(peaks), (held, peaks))
+
+    def test_ragged_rows_train_as_torch_does_on_the_same_padded_microbatches(self):
+        """Documents stored end to end with their lengths (--row-lengths): each microbatch pads its
+        rows to its longest; under interleaved on 2 ranks and 1f1b on 4, as torch trains them."""
+        rng = np.random.default_rng(7)
+        lengths = rng.integers(3, LONGEST + 2, 300)  # ids a row: inputs of 2 to LONGEST tokens
+        ids = rng.integers(0, VOCAB, int(lengths.sum())).astype(np.uint16)
+        data, lengths_file = self.path("docs.bin"), self.path("lengths.npy")
+        ids.tofile(data)
+        np.save(lengths_file, lengths)
+        want = None
+        for schedule, ranks in (("interleaved", 2), ("1f1b", 4)):
+            with self.subTest(schedule=schedule, ranks=ranks):
+                stages = ranks * (2 if schedule in TWO_A_RANK else 1)
+                log, out = self.path(f"ragged_{schedule}.jsonl"), self.path(f"ragged_{schedule}")
+                code, stdout, err = launch(ranks, "cleave", "train", self.plans[stages], "--model", self.model, "--data",
+                                           data, "--tokens", "uint16", "--row-lengths", lengths_file, "--batch", BATCH,
+                                           "--microbatches", MICROBATCHES, "--steps", STEPS, "--schedule", schedule,
+                                           "--optimizer", "sgd", "--lr", LR, "--momentum", MOMENTUM, "--sampling",
+                                           "epochs", "--log", log, "--json", "--timing", "-o", out)
+                self.assertEqual(code, 0, err)
+                steps = [json.loads(line.split("] ", 1)[-1]) for line in stdout.splitlines() if '"step"' in line]
+                self.assertEqual([s["shape_headers"] for s in steps], [0] * STEPS)
+                with open(log) as f:
+                    logged = [json.loads(line) for line in f]
+                offsets = np.concatenate([[0], np.cumsum(lengths)])
+                for line in logged:  # each row is a stored row: its start, its ids but the last
+                    for start, length in zip(line["window_starts"], line["window_lengths"]):
+                        row = int(np.searchsorted(offsets, start))
+                        self.assertEqual(offsets[row], start)
+                        self.assertEqual(lengths[row] - 1, length)
+                if want is None:
+                    want = torch_reference(ids, logged, ragged=True)
+                np.testing.assert_allclose([s["loss"] for s in steps], want[0], rtol=RTOL, atol=ATOL)
+                trained = initializers(os.path.join(out, "trained.onnx"))
+                for name, value in fold_sources(self.model).items():
+                    trained.setdefault(value, trained[name].T)
+                for name, parameter in want[1].items():
+                    np.testing.assert_allclose(trained[name], parameter.detach().numpy(), rtol=RTOL, atol=ATOL, err_msg=name)
+        code, _, err = run("train", self.plans[2], "--data", data, "--tokens", "uint16", "--row-lengths", data,
+                           "--batch", 4, "--steps", 1)
+        self.assertOneLineError(code, err, "--row-lengths")
+        code, _, err = run("train", self.plans[2], "--data", data, "--tokens", "uint16", "--row-lengths", lengths_file,
+                           "--seq-lens", "4,8", "--batch", 4, "--steps", 1)
+        self.assertOneLineError(code, err, "--row-lengths gives each row its own length", exit_code=2)
 
     def test_lengths_that_cannot_be_rectangles_are_usage_errors(self):
         args = ["train", self.plans[2], "--data", self.data, "--tokens", "uint16", "--batch", 10, "--steps", 1]

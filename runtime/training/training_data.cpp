@@ -1,7 +1,9 @@
 #include "runtime/training/training_data.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <filesystem>
 
 #include <ATen/ATen.h>
 
@@ -35,6 +37,19 @@ private:
   std::int64_t count_; // the first tensor's rows (they may differ: each wraps on its own)
 };
 
+// Rows [first, first + count) in `microbatches` chunks of torch.chunk's sizes, each from
+// data.rows() on its own (so each is a rectangle of its own length).
+Expected<std::vector<TensorMap>> rowsByChunk(const TrainingData& data, std::int64_t first, std::int64_t count,
+                                             std::int64_t microbatches) {
+  const std::int64_t perChunk = (count + microbatches - 1) / microbatches; // at::chunk's sizes
+  std::vector<TensorMap> chunks;
+  for (std::int64_t at = 0; at < count; at += perChunk) {
+    CLEAVE_TRY(TensorMap chunk, data.rows(first + at, std::min(perChunk, count - at)));
+    chunks.push_back(std::move(chunk));
+  }
+  return chunks;
+}
+
 class TokenRows final : public TrainingData {
 public:
   TokenRows(TokenStream stream, WindowSampler sampler, std::string input, std::string target, at::ScalarType inputType,
@@ -64,13 +79,7 @@ public:
                                                 std::int64_t microbatches) const override {
     if (!lengths_ || microbatches < 1 || count < microbatches)
       return TrainingData::microbatches(first, count, microbatches);
-    const std::int64_t perChunk = (count + microbatches - 1) / microbatches; // at::chunk's sizes
-    std::vector<TensorMap> chunks;
-    for (std::int64_t at = 0; at < count; at += perChunk) {
-      CLEAVE_TRY(TensorMap chunk, rows(first + at, std::min(perChunk, count - at)));
-      chunks.push_back(std::move(chunk));
-    }
-    return chunks;
+    return rowsByChunk(*this, first, count, microbatches);
   }
   std::vector<std::int64_t> windowLengths(std::int64_t first, std::int64_t count) const override {
     std::vector<std::int64_t> lengths;
@@ -106,6 +115,79 @@ private:
   at::ScalarType inputType_, targetType_;
   std::int64_t vocabulary_;
   std::optional<SequenceLengths> lengths_;
+};
+
+// Ragged rows stored end to end in a token stream, `offsets` (rows + 1, int64) where each begins:
+// row n is the stored row the sampler picks for n; a rectangle pads its rows to its longest.
+class RaggedRows final : public TrainingData {
+public:
+  RaggedRows(TokenStream stream, std::vector<std::int64_t> offsets, WindowSampler picks, std::string source, std::string input,
+             std::string target, at::ScalarType inputType, at::ScalarType targetType, std::int64_t vocabulary)
+      : stream_(std::move(stream)), offsets_(std::move(offsets)), picks_(picks), source_(std::move(source)),
+        input_(std::move(input)), target_(std::move(target)), inputType_(inputType), targetType_(targetType),
+        vocabulary_(vocabulary) {}
+
+  Expected<TensorMap> rows(std::int64_t first, std::int64_t count) const override {
+    std::int64_t width = 1;
+    for (std::int64_t r = 0; r < count; ++r)
+      width = std::max(width, inputLength(first + r));
+    at::Tensor inputs = at::zeros({count, width}, at::kLong), targets = at::full({count, width}, kIgnoredTarget, at::kLong);
+    std::vector<std::int64_t> ids;
+    for (std::int64_t r = 0; r < count; ++r) {
+      const std::int64_t stored = picks_.start(first + r), length = inputLength(first + r);
+      ids.resize(static_cast<std::size_t>(length + 1));
+      CLEAVE_CHECK(stream_.read(offsets_[static_cast<std::size_t>(stored)], length + 1, ids.data(), vocabulary_));
+      at::Tensor row = at::from_blob(ids.data(), {length + 1}, at::kLong);
+      inputs[r].narrow(0, 0, length).copy_(row.narrow(0, 0, length));
+      targets[r].narrow(0, 0, length).copy_(row.narrow(0, 1, length));
+    }
+    TensorMap rows;
+    rows[input_] = inputs.to(inputType_);
+    if (!target_.empty())
+      rows[target_] = targets.to(targetType_);
+    return rows;
+  }
+  Expected<std::vector<TensorMap>> microbatches(std::int64_t first, std::int64_t count,
+                                                std::int64_t microbatches) const override {
+    if (microbatches < 1 || count < microbatches)
+      return TrainingData::microbatches(first, count, microbatches);
+    return rowsByChunk(*this, first, count, microbatches);
+  }
+  std::vector<std::int64_t> windowStarts(std::int64_t first, std::int64_t count) const override {
+    std::vector<std::int64_t> starts;
+    for (std::int64_t r = 0; r < count; ++r)
+      starts.push_back(offsets_[static_cast<std::size_t>(picks_.start(first + r))]);
+    return starts;
+  }
+  std::vector<std::int64_t> windowLengths(std::int64_t first, std::int64_t count) const override {
+    std::vector<std::int64_t> lengths;
+    for (std::int64_t r = 0; r < count; ++r)
+      lengths.push_back(inputLength(first + r));
+    return lengths;
+  }
+  std::int64_t tokensPerRow() const override {
+    const auto rows = static_cast<std::int64_t>(offsets_.size()) - 1;
+    return (offsets_.back() - rows) / rows; // ids less each row's last
+  }
+  std::string describe() const override {
+    return "tokens: " + stream_.describe() + ", " + std::to_string(offsets_.size() - 1) + " ragged rows (" + source_ +
+           "), " + std::string(kSamplings.name(picks_.kind())) + ", seed " + std::to_string(picks_.seed());
+  }
+
+private:
+  static constexpr std::int64_t kIgnoredTarget = -100; // cross_entropy's ignore_index
+  // The input ids of row `row`: its stored row's ids but the last.
+  std::int64_t inputLength(std::int64_t row) const {
+    const auto stored = static_cast<std::size_t>(picks_.start(row));
+    return offsets_[stored + 1] - offsets_[stored] - 1;
+  }
+  TokenStream stream_;
+  std::vector<std::int64_t> offsets_; // rows + 1
+  WindowSampler picks_; // over the stored rows: a pick is a row's index
+  std::string source_;
+  std::string input_, target_;
+  at::ScalarType inputType_, targetType_;
+  std::int64_t vocabulary_;
 };
 
 // The type of graph input `name` in the first of `graphs` that has it.
@@ -206,12 +288,67 @@ Expected<std::unique_ptr<TrainingData>> tensorRows(TensorMap data) {
   return std::unique_ptr<TrainingData>(new TensorRows(std::move(data), count));
 }
 
+namespace {
+// Where each of the ragged rows whose lengths `path` holds begins in a stream of `streamIds` ids
+// (rows + 1 offsets). Fails: what reading it fails with, InvalidArgument (not 1-D integers, a row
+// of fewer than 2 ids, more ids than the stream holds).
+Expected<std::vector<std::int64_t>> raggedOffsets(const std::string& path, std::int64_t streamIds) {
+  Expected<TensorMap> read = readTensors(path, {"lengths"});
+  if (!read)
+    return Error(read.error().code()) << "--row-lengths " << path << ": " << read.error().message();
+  const at::Tensor& lengths = read->begin()->second;
+  if (read->size() != 1 || lengths.dim() != 1 || lengths.numel() == 0 || !at::isIntegralType(lengths.scalar_type(), false))
+    return Error(ErrorCode::InvalidArgument) << "--row-lengths " << path << ": not a 1-D array of integer lengths";
+  std::vector<std::int64_t> offsets{0};
+  const at::Tensor wide = lengths.to(at::kLong).contiguous();
+  for (std::int64_t r = 0; r < wide.numel(); ++r) {
+    const std::int64_t length = wide.data_ptr<std::int64_t>()[r];
+    if (length < 2)
+      return Error(ErrorCode::InvalidArgument) << "--row-lengths " << path << ": row " << r << " has " << length
+                                               << " ids; a row needs at least 2 (an input and its target)";
+    offsets.push_back(offsets.back() + length);
+    if (offsets.back() > streamIds)
+      return Error(ErrorCode::InvalidArgument) << "--row-lengths " << path << ": rows 0 to " << r << " take "
+                                               << offsets.back() << " ids; the stream holds " << streamIds;
+  }
+  return offsets;
+}
+
+// Ragged rows (--row-lengths) for the token inputs `inputs`, whose sequence dim must be dynamic.
+Expected<std::unique_ptr<TrainingData>> raggedRows(const std::string& path, const TokenDataOptions& options,
+                                                   const std::vector<std::string>& inputs,
+                                                   std::span<const ir::Graph* const> graphs) {
+  std::array<at::ScalarType, 2> types{};
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    std::optional<ir::ValueType> type = declaredType(graphs, inputs[k]);
+    if (!isIntegerInput(type) || (type->shape.rankKnown && type->shape.dims.size() != 2))
+      return Error(ErrorCode::InvalidArgument) << "token data: input '" << inputs[k] << "' is not [rows, sequence] integers";
+    if (type->shape.rankKnown && type->shape.dims[1].isKnown())
+      return Error(ErrorCode::InvalidArgument) << "token data: input '" << inputs[k] << "' takes sequences of "
+                                               << type->shape.dims[1].extent << " tokens only; ragged rows need a "
+                                               << "model exported with a dynamic sequence length";
+    CLEAVE_TRY(types[k], scalarTypeOf(type->dtype));
+  }
+  CLEAVE_TRY(TokenStream stream, TokenStream::open(path, options.format));
+  CLEAVE_TRY(std::vector<std::int64_t> offsets, raggedOffsets(options.rowLengths, stream.size()));
+  const auto rows = static_cast<std::int64_t>(offsets.size()) - 1;
+  CLEAVE_TRY(WindowSampler picks, WindowSampler::create(options.sampling, options.seed, rows + 1, 1));
+  const std::string target = inputs.size() > 1 ? inputs[1] : std::string();
+  return std::unique_ptr<TrainingData>(new RaggedRows(std::move(stream), std::move(offsets), picks,
+                                                      std::filesystem::path(options.rowLengths).filename().string(),
+                                                      inputs[0], target, types[0], target.empty() ? types[0] : types[1],
+                                                      vocabularyOf(graphs, inputs[0])));
+}
+} // namespace
+
 Expected<std::unique_ptr<TrainingData>> tokenRows(const std::string& path, const TokenDataOptions& options,
                                                   const std::vector<std::string>& inputNames,
                                                   std::span<const ir::Graph* const> graphs) {
   CLEAVE_TRY(std::vector<std::string> inputs, tokenInputs(options, inputNames, graphs));
   if (inputs.size() > 2)
     return Error(ErrorCode::InvalidArgument) << "--token-inputs names at most two inputs: the tokens and their targets";
+  if (!options.rowLengths.empty())
+    return raggedRows(path, options, inputs, graphs);
   CLEAVE_TRY(const std::int64_t length, windowLength(options, inputs, graphs));
   CLEAVE_TRY(TokenStream stream, TokenStream::open(path, options.format));
   Expected<WindowSampler> sampler = WindowSampler::create(options.sampling, options.seed, stream.size(), length);

@@ -10,6 +10,8 @@
 //   Tokens: row n is the window window_sampler.h assigns it; the token input gets its first
 //     `length` ids, the target input (if any) the same window shifted by one, both in the inputs'
 //     declared integer type.
+//   Ragged rows (--row-lengths): row n is the stored row the sampler picks for n (its index in
+//     place of a window's start); a microbatch pads its rows to its longest.
 // Guarantees: deterministic; token rows cost O(rows x length) memory, whatever the stream's size.
 // Complexity: rows() O(count x row size) (+ log shards per token window).
 #pragma once
@@ -69,6 +71,12 @@ struct TokenDataOptions {
   // microbatch); windows are sampled at the longest and a row reads the first ids of its window.
   std::optional<SequenceLengths> lengths;
   LengthChange lengthChange = LengthChange::Step; // --seq-len-per: which rows share a length
+  // --row-lengths: the stream holds ragged rows end to end (documents), this 1-D integer .npy
+  // their lengths in ids. A training row is one of them (picked by the sampling: random rows, or
+  // epochs visiting each once), its ids but the last the input and but the first the targets; each
+  // microbatch is padded to its longest row, inputs with 0 and targets with -100 (cross_entropy's
+  // ignore_index), so each is one rectangle of its own length.
+  std::string rowLengths;
 };
 
 // Token windows of `path` for the model whose graph inputs are `inputNames`, typed by the graphs

@@ -40,6 +40,8 @@ public:
   // The id where row `row`'s window starts.
   std::int64_t start(std::int64_t row) const;
   std::int64_t length() const { return length_; }
+  Sampling kind() const { return kind_; }
+  std::uint64_t seed() const { return seed_; }
   // "random windows of 256 ids, seed 0" / "epochs of 4095 windows of 256 ids, seed 0".
   std::string describe() const;
 
