@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 
@@ -149,6 +150,14 @@ std::string joinStrings(const std::vector<std::string>& parts, std::string_view 
 }
 
 std::string_view firstLine(std::string_view text) { return text.substr(0, text.find('\n')); }
+
+std::optional<std::int64_t> parseInteger(std::string_view text) {
+  std::int64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size())
+    return std::nullopt;
+  return value;
+}
 
 std::string hexDigest(std::string_view text) {
   std::uint64_t digest = 0xcbf29ce484222325ULL; // FNV-1a's offset basis and prime

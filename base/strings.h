@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,9 @@ std::string joinStrings(const std::vector<std::string>& parts, std::string_view 
 
 // Splits on a single character; keeps empty fields.
 std::vector<std::string_view> splitString(std::string_view text, char separator);
+
+// `text` as a decimal integer when it is one whole (no sign but '-', no spaces), else none. O(text).
+std::optional<std::int64_t> parseInteger(std::string_view text);
 
 // A 64-bit FNV-1a digest of `text` as 16 hex digits: equal texts, equal digests (a fingerprint
 // to compare across processes, not a cryptographic hash). O(text).

@@ -546,3 +546,41 @@ TEST(Stages, SplitPointsPoliciesAndErrors) {
 
 } // namespace
 } // namespace cleave::pipeline
+
+namespace cleave::pipeline {
+namespace {
+
+// Two stages on two ranks, 1F1B over 2 microbatches, 100 bytes a message: each rank posts both
+// of its receives before its first action's end (two actions ahead) and lets the first go after
+// the backward of microbatch 0, so both hold 200 bytes at most.
+TEST(ReceiveBufferModel, ReceivesPostedAheadAreHeldUntilTheirStagesBackward) {
+  Expected<Schedule> schedule = generateSchedule(ScheduleKind::OneFOneB, 2, 2, 2);
+  ASSERT_TRUE(schedule);
+  Expected<std::vector<StageEdge>> edges = parseStageEdges("0>1:100", 2);
+  ASSERT_TRUE(edges);
+  Expected<std::vector<std::int64_t>> peaks = receiveBufferPeaks(*schedule, *edges, 2);
+  ASSERT_TRUE(peaks) << peaks.error().message();
+  EXPECT_EQ(*peaks, (std::vector<std::int64_t>{200, 200}));
+  // Looking no action ahead, each rank holds one message at a time.
+  peaks = receiveBufferPeaks(*schedule, *edges, 0);
+  ASSERT_TRUE(peaks);
+  EXPECT_EQ(*peaks, (std::vector<std::int64_t>{100, 100}));
+  // GPipe over 4 microbatches: the last stage receives every forward before its first backward.
+  Expected<Schedule> gpipe = generateSchedule(ScheduleKind::GPipe, 2, 4, 2);
+  ASSERT_TRUE(gpipe);
+  peaks = receiveBufferPeaks(*gpipe, *edges, 2);
+  ASSERT_TRUE(peaks);
+  EXPECT_EQ((*peaks)[1], 400);
+  // Stages on one rank send nothing; edges are checked.
+  Expected<Schedule> one = generateSchedule(ScheduleKind::LoopedBFS, 2, 2, 1);
+  ASSERT_TRUE(one);
+  peaks = receiveBufferPeaks(*one, *edges, 2);
+  ASSERT_TRUE(peaks);
+  EXPECT_EQ(*peaks, (std::vector<std::int64_t>{0}));
+  EXPECT_FALSE(parseStageEdges("1>0:5", 2));
+  EXPECT_FALSE(parseStageEdges("0>2:5", 2));
+  EXPECT_FALSE(parseStageEdges("0>1", 2));
+}
+
+} // namespace
+} // namespace cleave::pipeline

@@ -1,7 +1,6 @@
 #include "pipeline/receive_buffer_model.h"
 
 #include <algorithm>
-#include <charconv>
 #include <map>
 
 #include "base/strings.h"
@@ -10,11 +9,8 @@ namespace cleave::pipeline {
 
 namespace {
 std::optional<std::int64_t> number(std::string_view text) {
-  std::int64_t value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || value < 0)
-    return std::nullopt;
-  return value;
+  std::optional<std::int64_t> value = parseInteger(text);
+  return value && *value >= 0 ? value : std::nullopt;
 }
 
 // A message a rank receives: the own action that reads it, the one after which it is let go, its bytes.

@@ -3,6 +3,7 @@
 #include "runtime/distributed/communicator.h"
 #include "runtime/distributed/environment.h"
 #include "runtime/distributed/rank_layout.h"
+#include "runtime/distributed/receive_buffers.h"
 #include "runtime/distributed/receive_order.h"
 #include "runtime/distributed/transport.h"
 #include "runtime/model/host_backend.h"
@@ -178,6 +179,43 @@ TEST(ReceiveOrder, AMessageNoActionReadsIsAnError) {
   EXPECT_NE(order.error().message().find("rank 0 sends 'x' for 5F0 after 0F0, which rank 1 does not run"),
             std::string::npos)
       << order.error().message();
+}
+
+} // namespace
+} // namespace cleave::runtime::distributed
+
+namespace cleave::runtime::distributed {
+namespace {
+
+TEST(ReceiveBuffers, ABufferIsReusedOnlyOnceNothingElseHoldsIt) {
+  ReceiveBuffers pool;
+  const at::Device cpu(at::kCPU);
+  at::Tensor first = pool.take(at::kFloat, {4, 8}, cpu);
+  EXPECT_EQ(first.sizes(), (at::IntArrayRef{4, 8}));
+  EXPECT_TRUE(first.is_contiguous());
+  first.fill_(1.0f);
+  at::Tensor second = pool.take(at::kFloat, {4, 8}, cpu); // the first is still held: a new one
+  EXPECT_NE(second.data_ptr(), first.data_ptr());
+  EXPECT_EQ(pool.stats().buffersMade, 2);
+  EXPECT_EQ(pool.stats().peakTakenBytes, 256);
+  void* firstData = first.data_ptr();
+  first = at::Tensor(); // its reader let go
+  at::Tensor third = pool.take(at::kLong, {2, 2, 4}, cpu); // 128 bytes again, another dtype
+  EXPECT_EQ(third.data_ptr(), firstData);
+  EXPECT_EQ(pool.stats().buffersMade, 2);
+  // A buffer with more than a quarter to spare is not taken: a new one stands in for it.
+  third = at::Tensor();
+  at::Tensor small = pool.take(at::kFloat, {8}, cpu);
+  EXPECT_EQ(pool.stats().buffersMade, 3);
+  EXPECT_EQ(pool.stats().heldBytes, 128 + 32); // the idle 128-byte one was let go for it
+  // A step that takes nothing lets the free buffers go.
+  small = at::Tensor();
+  second = at::Tensor();
+  pool.resetPeak(); // both were used in this step: kept
+  EXPECT_EQ(pool.stats().heldBytes, 160);
+  pool.resetPeak(); // a step without takes: let go
+  EXPECT_EQ(pool.stats().heldBytes, 0);
+  EXPECT_EQ(pool.stats().peakTakenBytes, 0);
 }
 
 } // namespace

@@ -1,7 +1,6 @@
 #include "runtime/training/sequence_lengths.h"
 
 #include <algorithm>
-#include <charconv>
 #include <numeric>
 #include <optional>
 
@@ -12,11 +11,8 @@ namespace cleave::runtime {
 
 namespace {
 std::optional<std::int64_t> positive(std::string_view text) {
-  std::int64_t value = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || value < 1)
-    return std::nullopt;
-  return value;
+  std::optional<std::int64_t> value = parseInteger(text);
+  return value && *value >= 1 ? value : std::nullopt;
 }
 } // namespace
 
