@@ -77,13 +77,18 @@ Expected<ReceiveOrder> PipelineTrainer::State::planReceives(const pipeline::Sche
 std::vector<double> PipelineTrainer::State::startMicrobatches(const std::vector<TensorMap>& chunks) {
   std::vector<double> shares;
   microbatchShapes.clear();
+  // Classes are numbered densely as first seen: this step's new ones are those from the count before it on,
+  // met in increasing order.
+  auto next = static_cast<std::int64_t>(shapeClasses.size());
   for (const TensorMap& chunk : chunks) {
     microbatchShapes.push_back(shapeClasses.classOf(chunk));
     shares.push_back(static_cast<double>(chunk.begin()->second.size(0)) / static_cast<double>(options.batch));
   }
   for (std::size_t m = 0; m < chunks.size(); ++m)
-    if (declaredClasses.insert(microbatchShapes[m]).second)
+    if (microbatchShapes[m] == next) {
       declareMessageShapes(chunks[m], m);
+      ++next;
+    }
   return shares;
 }
 

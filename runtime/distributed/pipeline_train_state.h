@@ -117,7 +117,6 @@ struct PipelineTrainer::State {
   ShapeClasses shapeClasses;
   std::set<std::pair<std::int64_t, std::uint32_t>> planGivesShape; // (shape class, value id) keyed (declared or learned)
   std::optional<PlanShapes> planShapes; // the plan's value types
-  std::set<std::int64_t> declaredClasses; // shape classes whose message shapes are declared
   // The receive order of steps under this schedule whose microbatches had these shape classes
   // (its shape keys follow them): planned once, posted anew each step.
   struct PlannedReceives {
